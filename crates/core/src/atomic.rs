@@ -1,0 +1,108 @@
+//! Crash-safe writes of small metadata files.
+//!
+//! Invariant: a reader sees either the old content or the new content of a file, never a mix
+//! or a truncated file, even if the machine loses power in between. The recipe is: write a
+//! temporary file in the same directory, fsync it, rename it over the target, fsync the
+//! directory. Temporary files are named `.<name>.tmp-<pid>-<rand>` so `reconcile` passes can
+//! recognise and remove leftovers.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::{Error, Result};
+
+/// Prefix of every temporary file this module creates.
+pub const TMP_MARKER: &str = ".tmp-";
+
+/// Atomically replace `path` with `bytes`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}{TMP_MARKER}{}-{}",
+        std::process::id(),
+        &crate::id::new_id()[..8]
+    ));
+    let result = (|| -> Result<()> {
+        let mut f = fs_err::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs_err::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Atomically write `value` as pretty JSON.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+        path: path.to_owned(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+/// Read a JSON file written by [`write_json`].
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let bytes = fs_err::read(path)?;
+    serde_json::from_slice(&bytes).map_err(|source| Error::Json {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Read a JSON file, `None` when it does not exist.
+pub fn read_json_opt<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    match std::fs::metadata(path) {
+        Ok(_) => read_json(path).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", path.display()),
+        ))),
+    }
+}
+
+/// fsync a directory so a rename or unlink inside it is durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    fs_err::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// True when `name` is a temporary file left by an interrupted [`write_atomic`].
+pub fn is_tmp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(TMP_MARKER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_and_replace() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("a.json");
+        write_json(&p, &vec![1, 2, 3]).expect("write");
+        write_json(&p, &vec![4]).expect("replace");
+        let v: Vec<i32> = read_json(&p).expect("read");
+        assert_eq!(v, vec![4]);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("readdir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
+        assert!(read_json_opt::<Vec<i32>>(&dir.path().join("missing"))
+            .expect("missing is fine")
+            .is_none());
+        assert!(is_tmp_name(".a.json.tmp-12-abcd"));
+    }
+}

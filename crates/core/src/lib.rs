@@ -1,0 +1,12 @@
+//! Shared foundations of agentbox: the agentbox home, ids, crash-safe metadata writes and
+//! file locks. Every other crate builds on these so that durability and locking rules live in
+//! exactly one place.
+
+pub mod atomic;
+pub mod error;
+pub mod home;
+pub mod id;
+pub mod lock;
+
+pub use error::{Error, Result};
+pub use home::Home;

@@ -1,0 +1,1 @@
+//! btrfs backend (filled in by its owner)

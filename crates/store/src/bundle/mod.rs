@@ -1,0 +1,1 @@
+//! bundles (filled in by its owner)

@@ -1,0 +1,45 @@
+//! Errors of the store. Every variant names the environment, ref or path involved.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Core(#[from] agentbox_core::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("no store at {path}")]
+    NoStore { path: PathBuf },
+    #[error("environment {name:?} does not exist")]
+    UnknownEnv { name: String },
+    #[error("environment {name:?} already exists")]
+    EnvExists { name: String },
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName { name: String, reason: String },
+    #[error("no node or tag matches {reference:?}")]
+    UnknownRef { reference: String },
+    #[error("{reference:?} is ambiguous: it matches {candidates:?}")]
+    AmbiguousRef {
+        reference: String,
+        candidates: Vec<String>,
+    },
+    #[error("refusing to {action} node {id}: {reason}")]
+    Refused {
+        action: &'static str,
+        id: String,
+        reason: String,
+    },
+    #[error("{path}: {message}")]
+    Backend { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("bundle {path}: {message}")]
+    Bundle { path: PathBuf, message: String },
+    #[error("{operation} needs root: {reason}")]
+    NeedsRoot {
+        operation: String,
+        reason: String,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
