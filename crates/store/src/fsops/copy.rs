@@ -1,1 +1,307 @@
-//! (filled in by its owner)
+//! Copying scanned trees with full fidelity.
+//!
+//! Order of operations per entry: create, write the content, `chown` (which clears
+//! setuid/setgid and file capabilities), set xattrs, `chmod` (so the full mode survives the
+//! umask and the chown), then the mtime. Directories get their metadata after all their
+//! children are written, deepest first, so that creating the children does not disturb their
+//! mtime and a read-only directory can still be filled.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, SeekFrom, Timespec, Timestamps, CWD, UTIME_OMIT};
+use rustix::io::Errno;
+
+use super::{errno_at, io_at, scan::scan_tree, Entry, Kind, Meta, Tree};
+use crate::{Error, Result};
+
+/// Options of [`copy_tree`] / [`copy_entry`].
+#[derive(Debug, Clone, Copy)]
+pub struct CopyOpts {
+    /// Try a reflink (`FICLONE`) for regular files first; fall back to copying the data
+    /// segments when the filesystem cannot share extents.
+    pub reflink: bool,
+    /// When `chown` fails with `EPERM` (not running as root), keep the copier's ownership
+    /// instead of failing.
+    pub ignore_owner_errors: bool,
+    /// Xattrs for which this returns `false` are not copied. `None` copies every xattr.
+    pub xattr_filter: Option<fn(&str) -> bool>,
+}
+
+impl Default for CopyOpts {
+    /// Reflink when possible, fail on any ownership error, copy every xattr.
+    fn default() -> Self {
+        CopyOpts {
+            reflink: true,
+            ignore_owner_errors: false,
+            xattr_filter: None,
+        }
+    }
+}
+
+/// What a copy did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Regular files created (hardlinks not included).
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Fifos, sockets and device nodes.
+    pub specials: u64,
+    /// Entries created as a hardlink to an earlier copy of the same inode.
+    pub hardlinks: u64,
+    /// Regular files cloned with a reflink.
+    pub reflinked: u64,
+    /// Bytes of data written (data segments only; holes and reflinks not counted).
+    pub bytes_copied: u64,
+}
+
+/// Materialise `tree` at `dst_root`, which must not exist or be a directory (normally empty).
+/// The root's own metadata is applied to `dst_root`.
+pub fn copy_tree(tree: &Tree, dst_root: &Path, opts: &CopyOpts) -> Result<CopyStats> {
+    let mut stats = CopyStats::default();
+    let Some(root) = tree.root() else {
+        return Ok(stats);
+    };
+    if !root.meta.is_dir() {
+        copy_one(root, dst_root, opts, &mut stats)?;
+        return Ok(stats);
+    }
+    match std::fs::symlink_metadata(dst_root) {
+        Ok(md) if md.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::Backend {
+                path: dst_root.to_path_buf(),
+                message: "copy destination exists and is not a directory".into(),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            make_dir(dst_root)?;
+        }
+        Err(e) => return Err(io_at("lstat", dst_root, e)),
+    }
+    stats.dirs += 1;
+
+    // First copy of each multiply-linked inode: (dev, ino) → destination path.
+    let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    let mut dirs: Vec<(&Entry, PathBuf)> = vec![(root, dst_root.to_path_buf())];
+    for (rel, entry) in &tree.entries {
+        if rel.as_os_str().is_empty() {
+            continue;
+        }
+        let dst = dst_root.join(rel);
+        if entry.meta.is_dir() {
+            make_dir(&dst)?;
+            stats.dirs += 1;
+            dirs.push((entry, dst));
+            continue;
+        }
+        if entry.meta.nlink > 1 {
+            let key = (entry.meta.dev, entry.meta.ino);
+            if let Some(first) = links.get(&key) {
+                std::fs::hard_link(first, &dst)
+                    .map_err(|e| io_at(&format!("hardlink {} to", first.display()), &dst, e))?;
+                stats.hardlinks += 1;
+                continue;
+            }
+            links.insert(key, dst.clone());
+        }
+        copy_one(entry, &dst, opts, &mut stats)?;
+    }
+    // BTreeMap order puts every directory before its descendants: reversed, each directory
+    // comes after all of its subdirectories.
+    for (entry, dst) in dirs.iter().rev() {
+        apply_meta(&entry.meta, dst, opts)?;
+    }
+    Ok(stats)
+}
+
+/// `scan_tree(src)` then `copy_tree` to `dst`.
+pub fn copy_dir(src: &Path, dst: &Path, opts: &CopyOpts) -> Result<CopyStats> {
+    let tree = scan_tree(src)?;
+    copy_tree(&tree, dst, opts)
+}
+
+/// Copy one non-directory entry to `dst` (which must not exist), metadata included.
+pub fn copy_entry(entry: &Entry, dst: &Path, opts: &CopyOpts) -> Result<()> {
+    if entry.meta.is_dir() {
+        return Err(Error::Backend {
+            path: entry.src.clone(),
+            message: "copy_entry copies non-directories only; use copy_tree".into(),
+        });
+    }
+    let mut stats = CopyStats::default();
+    copy_one(entry, dst, opts, &mut stats)
+}
+
+fn copy_one(entry: &Entry, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -> Result<()> {
+    let meta = &entry.meta;
+    match meta.kind {
+        Kind::Dir => {
+            make_dir(dst)?;
+            stats.dirs += 1;
+        }
+        Kind::File => {
+            copy_file_data(&entry.src, dst, opts, stats)?;
+            stats.files += 1;
+        }
+        Kind::Symlink => {
+            let target = match &meta.target {
+                Some(t) => t.clone(),
+                None => {
+                    std::fs::read_link(&entry.src).map_err(|e| io_at("readlink", &entry.src, e))?
+                }
+            };
+            std::os::unix::fs::symlink(&target, dst)
+                .map_err(|e| io_at(&format!("symlink {} at", target.display()), dst, e))?;
+            stats.symlinks += 1;
+        }
+        Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => {
+            let (ft, rdev) = match meta.kind {
+                Kind::Fifo => (FileType::Fifo, 0),
+                Kind::Socket => (FileType::Socket, 0),
+                Kind::CharDev => (FileType::CharacterDevice, meta.rdev),
+                _ => (FileType::BlockDevice, meta.rdev),
+            };
+            rustix::fs::mknodat(CWD, dst, ft, Mode::from_raw_mode(0o600), rdev)
+                .map_err(|e| errno_at("mknod", dst, e))?;
+            stats.specials += 1;
+        }
+    }
+    if meta.kind != Kind::Dir {
+        apply_meta(meta, dst, opts)?;
+    }
+    Ok(())
+}
+
+fn make_dir(path: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| io_at("mkdir", path, e))
+}
+
+/// Create `dst` with the content of regular file `src`: a reflink when allowed and
+/// possible, otherwise the data segments (holes stay holes).
+fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -> Result<()> {
+    let input = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(src)
+        .map_err(|e| io_at("open", src, e))?;
+    let output = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dst)
+        .map_err(|e| io_at("create", dst, e))?;
+    if opts.reflink {
+        match rustix::fs::ioctl_ficlone(&output, &input) {
+            Ok(()) => {
+                stats.reflinked += 1;
+                return Ok(());
+            }
+            Err(Errno::XDEV | Errno::OPNOTSUPP | Errno::INVAL | Errno::NOTTY) => {}
+            Err(e) => return Err(errno_at("reflink to", dst, e)),
+        }
+    }
+    let size = input.metadata().map_err(|e| io_at("fstat", src, e))?.len();
+    stats.bytes_copied += copy_segments(&input, src, &output, dst, size)?;
+    output
+        .set_len(size)
+        .map_err(|e| io_at("truncate", dst, e))?;
+    Ok(())
+}
+
+/// Copy the data segments of `input` (found with SEEK_DATA/SEEK_HOLE) into `output` at the
+/// same offsets. Returns the number of bytes copied.
+fn copy_segments(input: &File, src: &Path, output: &File, dst: &Path, size: u64) -> Result<u64> {
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut copied = 0u64;
+    let mut pos = 0u64;
+    while pos < size {
+        let start = match rustix::fs::seek(input, SeekFrom::Data(pos)) {
+            Ok(off) => off,
+            Err(Errno::NXIO) => break,
+            // No SEEK_DATA support: everything is data.
+            Err(Errno::INVAL | Errno::OPNOTSUPP) if pos == 0 => 0,
+            Err(e) => return Err(errno_at("seek data in", src, e)),
+        };
+        let end = match rustix::fs::seek(input, SeekFrom::Hole(start)) {
+            Ok(off) => off.min(size),
+            Err(Errno::INVAL | Errno::OPNOTSUPP | Errno::NXIO) => size,
+            Err(e) => return Err(errno_at("seek hole in", src, e)),
+        };
+        let mut off = start;
+        while off < end {
+            let want = usize::try_from((end - off).min(buf.len() as u64))
+                .expect("chunk is at most the buffer length");
+            let n = input
+                .read_at(&mut buf[..want], off)
+                .map_err(|e| io_at("read", src, e))?;
+            if n == 0 {
+                // The file shrank while being copied.
+                return Ok(copied);
+            }
+            output
+                .write_all_at(&buf[..n], off)
+                .map_err(|e| io_at("write", dst, e))?;
+            off += n as u64;
+            copied += n as u64;
+        }
+        if end <= pos {
+            break;
+        }
+        pos = end;
+    }
+    Ok(copied)
+}
+
+/// Owner, xattrs, mode and mtime of `meta`, applied to `dst` (not following a symlink).
+fn apply_meta(meta: &Meta, dst: &Path, opts: &CopyOpts) -> Result<()> {
+    let is_link = meta.kind == Kind::Symlink;
+    if let Err(e) = rustix::fs::chownat(
+        CWD,
+        dst,
+        Some(rustix::fs::Uid::from_raw(meta.uid)),
+        Some(rustix::fs::Gid::from_raw(meta.gid)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    ) {
+        let skip = e == Errno::PERM && opts.ignore_owner_errors;
+        if !skip {
+            return Err(errno_at(
+                &format!("chown {}:{}", meta.uid, meta.gid),
+                dst,
+                e,
+            ));
+        }
+    }
+    for (name, value) in &meta.xattrs {
+        if let Some(keep) = opts.xattr_filter {
+            if !keep(name) {
+                continue;
+            }
+        }
+        // xattr::set does not follow symlinks.
+        xattr::set(dst, name, value).map_err(|e| io_at(&format!("setxattr {name} on"), dst, e))?;
+    }
+    if !is_link {
+        rustix::fs::chmodat(CWD, dst, Mode::from_raw_mode(meta.perm), AtFlags::empty())
+            .map_err(|e| errno_at(&format!("chmod {:o}", meta.perm), dst, e))?;
+    }
+    let times = Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+        last_modification: Timespec {
+            tv_sec: meta.mtime_sec,
+            tv_nsec: meta.mtime_nsec,
+        },
+    };
+    rustix::fs::utimensat(CWD, dst, &times, AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| errno_at("set mtime of", dst, e))?;
+    Ok(())
+}

@@ -11,8 +11,12 @@ pub mod copy;
 pub mod diff;
 pub mod scan;
 
+pub use copy::{copy_dir, copy_entry, copy_tree, CopyOpts, CopyStats};
+pub use diff::{compare_exact, diff_trees, Change, ChangeKind};
+pub use scan::{read_meta, scan_chain, scan_tree};
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -68,4 +72,70 @@ pub struct Entry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tree {
     pub entries: BTreeMap<PathBuf, Entry>,
+}
+
+impl Kind {
+    /// Lowercase name, as used in messages and serialised forms.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Dir => "dir",
+            Kind::Symlink => "symlink",
+            Kind::Fifo => "fifo",
+            Kind::Socket => "socket",
+            Kind::CharDev => "chardev",
+            Kind::BlockDev => "blockdev",
+        }
+    }
+}
+
+impl Meta {
+    /// An overlayfs whiteout: a character device with device number 0/0.
+    pub fn is_whiteout(&self) -> bool {
+        self.kind == Kind::CharDev && self.rdev == 0
+    }
+
+    /// True for directories.
+    pub fn is_dir(&self) -> bool {
+        self.kind == Kind::Dir
+    }
+}
+
+impl Tree {
+    /// The entry at `rel` (the root is the empty path).
+    pub fn get(&self, rel: &Path) -> Option<&Entry> {
+        self.entries.get(rel)
+    }
+
+    /// The root entry, if the tree has one.
+    pub fn root(&self) -> Option<&Entry> {
+        self.entries.get(Path::new(""))
+    }
+
+    /// Number of entries, the root included.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when the tree has no entry at all (not even a root).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Wrap a `rustix` error into an IO error that names the operation and the path.
+pub(crate) fn errno_at(op: &str, path: &Path, errno: rustix::io::Errno) -> crate::Error {
+    let io = std::io::Error::from(errno);
+    crate::Error::Io(std::io::Error::new(
+        io.kind(),
+        format!("{op} {}: {io}", path.display()),
+    ))
+}
+
+/// Wrap a std IO error so that its message names the operation and the path.
+pub(crate) fn io_at(op: &str, path: &Path, err: std::io::Error) -> crate::Error {
+    crate::Error::Io(std::io::Error::new(
+        err.kind(),
+        format!("{op} {}: {err}", path.display()),
+    ))
 }

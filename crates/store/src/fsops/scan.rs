@@ -1,1 +1,289 @@
-//! (filled in by its owner)
+//! Scanning: the metadata of one path, a whole directory tree, or the merged view of an
+//! overlayfs layer stack.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::{io_at, Entry, Kind, Meta, Tree};
+use crate::{Error, Result};
+
+/// Prefixes of the xattrs overlayfs uses for its own bookkeeping (opaque markers, redirects,
+/// origin file handles, ...). They describe a layer, not the content of the merged tree.
+const OVERLAY_XATTR_PREFIXES: [&str; 2] = ["trusted.overlay.", "user.overlay."];
+
+/// True for overlayfs-private xattr names (`trusted.overlay.*`, `user.overlay.*`).
+pub fn is_overlay_xattr(name: &str) -> bool {
+    OVERLAY_XATTR_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// `lstat` of `path` plus every xattr (not following symlinks) and the link target of a
+/// symlink. A filesystem without xattr support reports no xattrs.
+pub fn read_meta(path: &Path) -> Result<Meta> {
+    let md = std::fs::symlink_metadata(path).map_err(|e| io_at("lstat", path, e))?;
+    let ft = md.file_type();
+    let kind = if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_char_device() {
+        Kind::CharDev
+    } else if ft.is_block_device() {
+        Kind::BlockDev
+    } else {
+        return Err(Error::Corrupt {
+            path: path.to_path_buf(),
+            message: format!("unknown file type (mode {:o})", md.mode()),
+        });
+    };
+    let target = if kind == Kind::Symlink {
+        Some(std::fs::read_link(path).map_err(|e| io_at("readlink", path, e))?)
+    } else {
+        None
+    };
+    Ok(Meta {
+        kind,
+        perm: md.mode() & 0o7777,
+        uid: md.uid(),
+        gid: md.gid(),
+        size: md.size(),
+        mtime_sec: md.mtime(),
+        mtime_nsec: md.mtime_nsec(),
+        ctime_sec: md.ctime(),
+        ctime_nsec: md.ctime_nsec(),
+        dev: md.dev(),
+        ino: md.ino(),
+        nlink: md.nlink(),
+        rdev: md.rdev(),
+        target,
+        xattrs: read_xattrs(path)?,
+    })
+}
+
+/// True when an xattr call failed because the filesystem (or the file type) has no xattrs.
+fn xattrs_unsupported(err: &std::io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(code) if code == rustix::io::Errno::OPNOTSUPP.raw_os_error()
+    ) || err.kind() == std::io::ErrorKind::Unsupported
+}
+
+/// Every xattr of `path` (not following a symlink).
+fn read_xattrs(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let names = match xattr::list(path) {
+        Ok(names) => names,
+        Err(e) if xattrs_unsupported(&e) => return Ok(out),
+        Err(e) => return Err(io_at("listxattr", path, e)),
+    };
+    for name in names {
+        let key = xattr_name(path, name)?;
+        match xattr::get(path, &key) {
+            // Removed between list and get: not part of the snapshot.
+            Ok(None) => {}
+            Ok(Some(value)) => {
+                out.insert(key, value);
+            }
+            Err(e) if xattrs_unsupported(&e) => {}
+            Err(e) => return Err(io_at(&format!("getxattr {key}"), path, e)),
+        }
+    }
+    Ok(out)
+}
+
+fn xattr_name(path: &Path, name: OsString) -> Result<String> {
+    name.into_string().map_err(|raw| Error::Corrupt {
+        path: path.to_path_buf(),
+        message: format!("xattr name {raw:?} is not valid UTF-8"),
+    })
+}
+
+/// The names in directory `dir`, sorted.
+fn list_dir(dir: &Path) -> Result<Vec<OsString>> {
+    let mut names = Vec::new();
+    for item in std::fs::read_dir(dir).map_err(|e| io_at("read directory", dir, e))? {
+        let item = item.map_err(|e| io_at("read directory", dir, e))?;
+        names.push(item.file_name());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Every entry under `root` (the root itself included, with the empty relative path),
+/// never following symlinks. Overlay xattrs are kept: this reports a raw directory.
+pub fn scan_tree(root: &Path) -> Result<Tree> {
+    let mut tree = Tree::default();
+    let meta = read_meta(root)?;
+    let is_dir = meta.is_dir();
+    tree.entries.insert(
+        PathBuf::new(),
+        Entry {
+            rel: PathBuf::new(),
+            src: root.to_path_buf(),
+            meta,
+        },
+    );
+    if is_dir {
+        scan_dir(root, Path::new(""), &mut tree)?;
+    }
+    Ok(tree)
+}
+
+fn scan_dir(abs: &Path, rel: &Path, tree: &mut Tree) -> Result<()> {
+    for name in list_dir(abs)? {
+        let child_abs = abs.join(&name);
+        let child_rel = rel.join(&name);
+        let meta = read_meta(&child_abs)?;
+        let is_dir = meta.is_dir();
+        tree.entries.insert(
+            child_rel.clone(),
+            Entry {
+                rel: child_rel.clone(),
+                src: child_abs.clone(),
+                meta,
+            },
+        );
+        if is_dir {
+            scan_dir(&child_abs, &child_rel, tree)?;
+        }
+    }
+    Ok(())
+}
+
+/// An overlayfs whiteout: a 0/0 character device, or (overlayfs ≥ 6.7) a regular file
+/// carrying the `overlay.whiteout` xattr.
+fn is_whiteout(meta: &Meta) -> bool {
+    meta.is_whiteout()
+        || (meta.kind == Kind::File
+            && (meta.xattrs.contains_key("trusted.overlay.whiteout")
+                || meta.xattrs.contains_key("user.overlay.whiteout")))
+}
+
+/// A directory whose lower layers are hidden (`overlay.opaque` = "y").
+fn is_opaque(meta: &Meta) -> bool {
+    ["trusted.overlay.opaque", "user.overlay.opaque"]
+        .iter()
+        .any(|k| meta.xattrs.get(*k).map(|v| v.as_slice()) == Some(b"y"))
+}
+
+fn strip_overlay_xattrs(meta: &mut Meta) {
+    meta.xattrs.retain(|k, _| !is_overlay_xattr(k));
+}
+
+/// The merged view of an overlayfs stack; `layers[0]` is the topmost layer.
+///
+/// Whiteouts hide the path (and everything under it) in lower layers and are not entries of
+/// the result; an opaque directory hides the lower layers' contents of that directory; a
+/// non-directory hides whatever lies below it; directories over directories merge. Each
+/// entry's `src` is its path in the layer that provides it, and overlay-private xattrs are
+/// removed from every `Meta`.
+pub fn scan_chain(layers: &[&Path]) -> Result<Tree> {
+    let mut tree = Tree::default();
+    let Some(top) = layers.first() else {
+        return Ok(tree);
+    };
+    let mut root_meta = read_meta(top)?;
+    if !root_meta.is_dir() {
+        return Err(Error::Backend {
+            path: top.to_path_buf(),
+            message: "a layer root must be a directory".into(),
+        });
+    }
+    // The root merges every layer down to (and including) the first opaque one.
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for (i, layer) in layers.iter().enumerate() {
+        let meta = if i == 0 {
+            root_meta.clone()
+        } else {
+            read_meta(layer)?
+        };
+        if !meta.is_dir() {
+            return Err(Error::Backend {
+                path: layer.to_path_buf(),
+                message: "a layer root must be a directory".into(),
+            });
+        }
+        dirs.push(layer.to_path_buf());
+        if is_opaque(&meta) {
+            break;
+        }
+    }
+    strip_overlay_xattrs(&mut root_meta);
+    tree.entries.insert(
+        PathBuf::new(),
+        Entry {
+            rel: PathBuf::new(),
+            src: top.to_path_buf(),
+            meta: root_meta,
+        },
+    );
+    merge_dir(&dirs, Path::new(""), &mut tree)?;
+    Ok(tree)
+}
+
+/// Merge the children of directory `rel`, present as a directory at each of `dirs` (topmost
+/// first, already cut at the first opaque one).
+fn merge_dir(dirs: &[PathBuf], rel: &Path, tree: &mut Tree) -> Result<()> {
+    let mut names = BTreeSet::new();
+    for dir in dirs {
+        names.extend(list_dir(dir)?);
+    }
+    for name in names {
+        let child_rel = rel.join(&name);
+        // The first layer (top-down) that has this name decides what it is.
+        let mut provider: Option<(PathBuf, Meta)> = None;
+        let mut child_dirs: Vec<PathBuf> = Vec::new();
+        for dir in dirs {
+            let abs = dir.join(&name);
+            let meta = match read_meta(&abs) {
+                Ok(m) => m,
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if is_whiteout(&meta) {
+                // Hides this name in every lower layer.
+                break;
+            }
+            if !meta.is_dir() {
+                if provider.is_none() {
+                    provider = Some((abs, meta));
+                }
+                // A non-directory hides everything below it; below a directory it is
+                // itself hidden.
+                break;
+            }
+            let opaque = is_opaque(&meta);
+            child_dirs.push(abs.clone());
+            if provider.is_none() {
+                provider = Some((abs, meta));
+            }
+            if opaque {
+                break;
+            }
+        }
+        let Some((src, mut meta)) = provider else {
+            continue;
+        };
+        let is_dir = meta.is_dir();
+        strip_overlay_xattrs(&mut meta);
+        tree.entries.insert(
+            child_rel.clone(),
+            Entry {
+                rel: child_rel.clone(),
+                src,
+                meta,
+            },
+        );
+        if is_dir {
+            merge_dir(&child_dirs, &child_rel, tree)?;
+        }
+    }
+    Ok(())
+}
