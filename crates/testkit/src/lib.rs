@@ -4,8 +4,10 @@
 //!   the capability is missing the test prints why and returns early on a developer machine,
 //!   and panics when `CI=true` (CI runs as root and must run every tier).
 //! * [`TempHome`]: a fresh agentbox home per test.
+//! * [`tree_gen`]: deterministic random directory trees (and a proptest strategy).
 
 pub mod tier;
+pub mod tree_gen;
 
 use std::path::{Path, PathBuf};
 

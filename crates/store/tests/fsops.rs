@@ -1,0 +1,565 @@
+//! Fidelity of scanning, copying and diffing trees.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use agentbox_store::fsops::{
+    compare_exact, copy_dir, copy_tree, diff_trees, read_meta, scan_chain, scan_tree, ChangeKind,
+    CopyOpts, Kind,
+};
+use agentbox_testkit::tier::require_root;
+use agentbox_testkit::tree_gen::{
+    self, materialize, set_mode, set_mtime, write_and_set_times, write_sparse,
+};
+use agentbox_testkit::TempHome;
+use proptest::prelude::*;
+use rustix::fs::{FileType, Mode, CWD};
+
+fn no_reflink() -> CopyOpts {
+    CopyOpts {
+        reflink: false,
+        ..CopyOpts::default()
+    }
+}
+
+/// Copy `src` to a fresh `dst` next to it and assert the copy is exact.
+fn roundtrip(home: &TempHome, src: &Path, opts: &CopyOpts) -> PathBuf {
+    let dst = home.path().join("dst");
+    copy_dir(src, &dst, opts).expect("copy_dir");
+    let diffs = compare_exact(src, &dst).expect("compare_exact");
+    assert!(diffs.is_empty(), "copy differs: {diffs:#?}");
+    dst
+}
+
+fn src_dir(home: &TempHome) -> PathBuf {
+    let src = home.path().join("src");
+    fs_err::create_dir(&src).expect("mkdir src");
+    src
+}
+
+fn mknod(path: &Path, ft: FileType, dev: u64) {
+    rustix::fs::mknodat(CWD, path, ft, Mode::from_raw_mode(0o644), dev).expect("mknod");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_trees_copy_exactly(spec in tree_gen::tree_spec(), reflink in any::<bool>()) {
+        let home = TempHome::new();
+        let src = home.path().join("src");
+        materialize(&spec, &src);
+        let dst = home.path().join("dst");
+        let opts = CopyOpts { reflink, ..CopyOpts::default() };
+        copy_dir(&src, &dst, &opts).expect("copy_dir");
+        let diffs = compare_exact(&src, &dst).expect("compare_exact");
+        prop_assert!(diffs.is_empty(), "copy differs: {:#?}", diffs);
+        // Materialising and scanning are stable: a copy of the copy is exact too.
+        let diffs = diff_trees(&scan_tree(&src).expect("scan"), &scan_tree(&dst).expect("scan"))
+            .expect("diff");
+        prop_assert!(diffs.is_empty(), "diff_trees reports changes on a copy: {:#?}", diffs);
+    }
+}
+
+#[test]
+fn setuid_and_group_bits_survive_umask() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    let old = rustix::process::umask(Mode::from_raw_mode(0o022));
+    write_and_set_times(&src.join("suid"), b"x", 0o4755, (1_600_000_000, 5));
+    write_and_set_times(&src.join("sgid"), b"y", 0o2775, (1_600_000_000, 6));
+    write_and_set_times(&src.join("open"), b"z", 0o777, (1_600_000_000, 7));
+    let dst = roundtrip(&home, &src, &no_reflink());
+    rustix::process::umask(old);
+    for (name, mode) in [("suid", 0o4755), ("sgid", 0o2775), ("open", 0o777)] {
+        let md = fs_err::metadata(dst.join(name)).expect("stat");
+        assert_eq!(md.mode() & 0o7777, mode, "{name}");
+    }
+}
+
+#[test]
+fn sticky_directory() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    let d = src.join("tmp");
+    fs_err::create_dir(&d).expect("mkdir");
+    fs_err::write(d.join("f"), b"f").expect("write");
+    set_mode(&d, 0o1777);
+    let dst = roundtrip(&home, &src, &CopyOpts::default());
+    let md = fs_err::metadata(dst.join("tmp")).expect("stat");
+    assert_eq!(md.mode() & 0o7777, 0o1777);
+}
+
+#[test]
+fn dangling_and_absolute_symlinks() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    fs_err::os::unix::fs::symlink("does/not/exist", src.join("dangling")).expect("symlink");
+    fs_err::os::unix::fs::symlink("/absolute/nowhere", src.join("abs")).expect("symlink");
+    set_mtime(&src.join("dangling"), 1_500_000_000, 123_456_789);
+    let dst = roundtrip(&home, &src, &CopyOpts::default());
+    assert_eq!(
+        fs_err::read_link(dst.join("dangling")).expect("readlink"),
+        PathBuf::from("does/not/exist")
+    );
+    let md = fs_err::symlink_metadata(dst.join("dangling")).expect("lstat");
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_500_000_000, 123_456_789));
+}
+
+#[test]
+fn hardlinks_stay_linked() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    fs_err::create_dir(src.join("sub")).expect("mkdir");
+    fs_err::write(src.join("a"), b"shared").expect("write");
+    fs_err::hard_link(src.join("a"), src.join("sub/b")).expect("link");
+    fs_err::hard_link(src.join("a"), src.join("c")).expect("link");
+    let dst = home.path().join("dst");
+    let stats = copy_dir(&src, &dst, &CopyOpts::default()).expect("copy");
+    assert_eq!(stats.hardlinks, 2);
+    assert_eq!(stats.files, 1);
+    assert!(compare_exact(&src, &dst).expect("compare").is_empty());
+    let ino = |p: &str| fs_err::metadata(dst.join(p)).expect("stat").ino();
+    assert_eq!(ino("a"), ino("sub/b"));
+    assert_eq!(ino("a"), ino("c"));
+    assert_eq!(fs_err::metadata(dst.join("a")).expect("stat").nlink(), 3);
+}
+
+#[test]
+fn sparse_file_keeps_holes() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    write_sparse(&src.join("sparse"), 1 << 20, b"head", b"tail");
+    let dst = roundtrip(&home, &src, &no_reflink());
+    let md = fs_err::metadata(dst.join("sparse")).expect("stat");
+    assert_eq!(md.len(), 1 << 20);
+    // Two data blocks at most, not 1 MiB.
+    assert!(md.blocks() * 512 < 256 * 1024, "blocks: {}", md.blocks());
+    let data = fs_err::read(dst.join("sparse")).expect("read");
+    assert_eq!(&data[..4], b"head");
+    assert_eq!(&data[data.len() - 4..], b"tail");
+}
+
+#[test]
+fn compare_exact_notices_lost_holes() {
+    let home = TempHome::new();
+    let a = home.path().join("a");
+    let b = home.path().join("b");
+    fs_err::create_dir(&a).expect("mkdir");
+    fs_err::create_dir(&b).expect("mkdir");
+    write_sparse(&a.join("f"), 1 << 20, b"head", b"tail");
+    let mut full = vec![0u8; 1 << 20];
+    full[..4].copy_from_slice(b"head");
+    let n = full.len();
+    full[n - 4..].copy_from_slice(b"tail");
+    fs_err::write(b.join("f"), &full).expect("write");
+    for p in [&a, &b] {
+        set_mode(&p.join("f"), 0o644);
+        set_mtime(&p.join("f"), 1_000_000_000, 0);
+        set_mode(p, 0o755);
+        set_mtime(p, 1_000_000_000, 0);
+    }
+    let diffs = compare_exact(&a, &b).expect("compare");
+    assert_eq!(diffs.len(), 1, "{diffs:?}");
+    assert!(diffs[0].contains("holes"), "{diffs:?}");
+}
+
+#[test]
+fn directory_mtimes_are_set_after_children() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    let d = src.join("d/e");
+    fs_err::create_dir_all(&d).expect("mkdir");
+    write_and_set_times(&d.join("f"), b"f", 0o644, (1_200_000_000, 1));
+    set_mtime(&d, 1_100_000_000, 2);
+    set_mtime(&src.join("d"), 1_000_000_000, 3);
+    set_mtime(&src, 900_000_000, 4);
+    let dst = roundtrip(&home, &src, &CopyOpts::default());
+    for (p, t) in [
+        ("d/e", (1_100_000_000, 2)),
+        ("d", (1_000_000_000, 3)),
+        ("", (900_000_000, 4)),
+    ] {
+        let md = fs_err::metadata(dst.join(p)).expect("stat");
+        assert_eq!((md.mtime(), md.mtime_nsec()), t, "{p:?}");
+    }
+}
+
+#[test]
+fn xattrs_are_copied() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    fs_err::write(src.join("f"), b"f").expect("write");
+    xattr::set(src.join("f"), "user.one", b"1").expect("setxattr");
+    xattr::set(src.join("f"), "user.empty", b"").expect("setxattr");
+    xattr::set(&src, "user.dir", b"d").expect("setxattr");
+    if agentbox_testkit::tree_gen::is_root() {
+        xattr::set(src.join("f"), "trusted.secret", b"s").expect("setxattr trusted");
+        xattr::set(&src, "trusted.overlay.opaque", b"y").expect("setxattr trusted");
+    }
+    let dst = roundtrip(&home, &src, &CopyOpts::default());
+    let meta = read_meta(&dst.join("f")).expect("meta");
+    assert_eq!(
+        meta.xattrs.get("user.one").map(Vec::as_slice),
+        Some(&b"1"[..])
+    );
+    assert_eq!(
+        meta.xattrs.get("user.empty").map(Vec::as_slice),
+        Some(&b""[..])
+    );
+    let dmeta = read_meta(&dst).expect("meta");
+    assert_eq!(
+        dmeta.xattrs.get("user.dir").map(Vec::as_slice),
+        Some(&b"d"[..])
+    );
+}
+
+#[test]
+fn xattr_filter_skips_names() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    fs_err::write(src.join("f"), b"f").expect("write");
+    xattr::set(src.join("f"), "user.keep", b"1").expect("setxattr");
+    xattr::set(src.join("f"), "user.drop", b"2").expect("setxattr");
+    let dst = home.path().join("dst");
+    let opts = CopyOpts {
+        xattr_filter: Some(|n| n != "user.drop"),
+        ..CopyOpts::default()
+    };
+    copy_dir(&src, &dst, &opts).expect("copy");
+    let meta = read_meta(&dst.join("f")).expect("meta");
+    assert!(meta.xattrs.contains_key("user.keep"));
+    assert!(!meta.xattrs.contains_key("user.drop"));
+}
+
+#[test]
+fn fifos_and_sockets() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    mknod(&src.join("fifo"), FileType::Fifo, 0);
+    mknod(&src.join("sock"), FileType::Socket, 0);
+    set_mode(&src.join("fifo"), 0o620);
+    let dst = roundtrip(&home, &src, &CopyOpts::default());
+    assert_eq!(read_meta(&dst.join("fifo")).expect("meta").kind, Kind::Fifo);
+    assert_eq!(
+        read_meta(&dst.join("sock")).expect("meta").kind,
+        Kind::Socket
+    );
+}
+
+#[test]
+fn devices_and_owners() {
+    if !require_root("devices_and_owners") {
+        return;
+    }
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    mknod(
+        &src.join("null"),
+        FileType::CharacterDevice,
+        rustix::fs::makedev(1, 3),
+    );
+    mknod(
+        &src.join("loop"),
+        FileType::BlockDevice,
+        rustix::fs::makedev(7, 200),
+    );
+    fs_err::write(src.join("owned"), b"o").expect("write");
+    rustix::fs::chown(
+        src.join("owned").as_path(),
+        Some(rustix::fs::Uid::from_raw(1000)),
+        Some(rustix::fs::Gid::from_raw(1001)),
+    )
+    .expect("chown");
+    set_mode(&src.join("owned"), 0o6755);
+    fs_err::os::unix::fs::symlink("t", src.join("link")).expect("symlink");
+    rustix::fs::chownat(
+        CWD,
+        src.join("link").as_path(),
+        Some(rustix::fs::Uid::from_raw(1001)),
+        Some(rustix::fs::Gid::from_raw(1000)),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .expect("lchown");
+    let dst = roundtrip(&home, &src, &CopyOpts::default());
+    let m = read_meta(&dst.join("owned")).expect("meta");
+    assert_eq!((m.uid, m.gid, m.perm), (1000, 1001, 0o6755));
+    let m = read_meta(&dst.join("loop")).expect("meta");
+    assert_eq!(
+        (m.kind, m.rdev),
+        (Kind::BlockDev, rustix::fs::makedev(7, 200))
+    );
+    let m = read_meta(&dst.join("link")).expect("meta");
+    assert_eq!((m.uid, m.gid), (1001, 1000));
+}
+
+#[test]
+fn compare_exact_reports_differences() {
+    let home = TempHome::new();
+    let src = src_dir(&home);
+    fs_err::write(src.join("a"), b"aaaa").expect("write");
+    fs_err::write(src.join("b"), b"bbbb").expect("write");
+    fs_err::hard_link(src.join("a"), src.join("a2")).expect("link");
+    let dst = roundtrip(&home, &src, &CopyOpts::default());
+    // Break every property in the copy.
+    set_mode(&dst.join("b"), 0o600);
+    fs_err::remove_file(dst.join("a2")).expect("rm");
+    fs_err::copy(dst.join("a"), dst.join("a2")).expect("cp");
+    fs_err::write(dst.join("new"), b"").expect("write");
+    let diffs = compare_exact(&src, &dst).expect("compare");
+    let all = diffs.join("\n");
+    assert!(all.contains("b: mode"), "{all}");
+    assert!(all.contains("new: only in"), "{all}");
+    assert!(all.contains("hardlinks"), "{all}");
+    assert!(
+        all.contains(". : mtime") || all.contains(".: mtime"),
+        "{all}"
+    );
+}
+
+/// Layers: `lower` (bottom), `upper` (top).
+fn layers(home: &TempHome) -> (PathBuf, PathBuf) {
+    let lower = home.path().join("lower");
+    let upper = home.path().join("upper");
+    fs_err::create_dir_all(lower.join("merged")).expect("mkdir");
+    fs_err::create_dir_all(upper.join("merged")).expect("mkdir");
+    fs_err::write(lower.join("merged/low"), b"low").expect("write");
+    fs_err::write(upper.join("merged/up"), b"up").expect("write");
+    fs_err::write(lower.join("merged/both"), b"lower version").expect("write");
+    fs_err::write(upper.join("merged/both"), b"upper").expect("write");
+    // file over dir
+    fs_err::create_dir_all(lower.join("fod/deep")).expect("mkdir");
+    fs_err::write(lower.join("fod/deep/x"), b"x").expect("write");
+    fs_err::write(upper.join("fod"), b"now a file").expect("write");
+    // opaque dir (user.overlay.* works without root)
+    fs_err::create_dir_all(lower.join("opq")).expect("mkdir");
+    fs_err::write(lower.join("opq/hidden"), b"h").expect("write");
+    fs_err::create_dir_all(upper.join("opq")).expect("mkdir");
+    fs_err::write(upper.join("opq/visible"), b"v").expect("write");
+    xattr::set(upper.join("opq"), "user.overlay.opaque", b"y").expect("setxattr");
+    // dir over file
+    fs_err::write(lower.join("dof"), b"file").expect("write");
+    fs_err::create_dir_all(upper.join("dof")).expect("mkdir");
+    fs_err::write(upper.join("dof/child"), b"c").expect("write");
+    (lower, upper)
+}
+
+fn rels(tree: &agentbox_store::fsops::Tree) -> Vec<String> {
+    tree.entries
+        .keys()
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+#[test]
+fn chain_merges_and_hides() {
+    let home = TempHome::new();
+    let (lower, upper) = layers(&home);
+    let tree = scan_chain(&[&upper, &lower]).expect("scan_chain");
+    assert_eq!(
+        rels(&tree),
+        [
+            "",
+            "dof",
+            "dof/child",
+            "fod",
+            "merged",
+            "merged/both",
+            "merged/low",
+            "merged/up",
+            "opq",
+            "opq/visible"
+        ]
+    );
+    let both = tree.get(Path::new("merged/both")).expect("both");
+    assert_eq!(both.src, upper.join("merged/both"));
+    assert_eq!(
+        tree.get(Path::new("merged/low")).expect("low").src,
+        lower.join("merged/low")
+    );
+    assert_eq!(
+        tree.get(Path::new("fod")).expect("fod").meta.kind,
+        Kind::File
+    );
+    let opq = tree.get(Path::new("opq")).expect("opq");
+    assert!(opq.meta.xattrs.is_empty(), "overlay xattrs stripped");
+    // The raw scan keeps them.
+    let raw = scan_tree(&upper).expect("scan");
+    assert!(raw
+        .get(Path::new("opq"))
+        .expect("opq")
+        .meta
+        .xattrs
+        .contains_key("user.overlay.opaque"));
+
+    // The merged tree copies like any tree.
+    let dst = home.path().join("merged-copy");
+    copy_tree(&tree, &dst, &CopyOpts::default()).expect("copy_tree");
+    assert_eq!(
+        fs_err::read(dst.join("merged/both")).expect("read"),
+        b"upper"
+    );
+    assert!(!dst.join("opq/hidden").exists());
+    assert!(read_meta(&dst.join("opq")).expect("meta").xattrs.is_empty());
+}
+
+#[test]
+fn chain_whiteouts_and_trusted_opaque() {
+    if !require_root("chain_whiteouts_and_trusted_opaque") {
+        return;
+    }
+    let home = TempHome::new();
+    let (lower, upper) = layers(&home);
+    let mid = home.path().join("mid");
+    fs_err::create_dir_all(mid.join("merged")).expect("mkdir");
+    // whiteouts of a file and of a whole directory
+    mknod(&mid.join("merged/low"), FileType::CharacterDevice, 0);
+    fs_err::create_dir_all(lower.join("gone/sub")).expect("mkdir");
+    fs_err::write(lower.join("gone/sub/f"), b"f").expect("write");
+    mknod(&mid.join("gone"), FileType::CharacterDevice, 0);
+    // a directory recreated above a whiteout
+    fs_err::create_dir_all(lower.join("again")).expect("mkdir");
+    fs_err::write(lower.join("again/old"), b"old").expect("write");
+    mknod(&mid.join("again"), FileType::CharacterDevice, 0);
+    fs_err::create_dir_all(upper.join("again")).expect("mkdir");
+    fs_err::write(upper.join("again/new"), b"new").expect("write");
+    // trusted opaque marker
+    fs_err::create_dir_all(lower.join("topq")).expect("mkdir");
+    fs_err::write(lower.join("topq/hidden"), b"h").expect("write");
+    fs_err::create_dir_all(mid.join("topq")).expect("mkdir");
+    xattr::set(mid.join("topq"), "trusted.overlay.opaque", b"y").expect("setxattr");
+    xattr::set(mid.join("topq"), "trusted.keep", b"k").expect("setxattr");
+
+    let tree = scan_chain(&[&upper, &mid, &lower]).expect("scan_chain");
+    let names = rels(&tree);
+    for gone in [
+        "merged/low",
+        "gone",
+        "gone/sub",
+        "gone/sub/f",
+        "again/old",
+        "topq/hidden",
+    ] {
+        assert!(
+            !names.contains(&gone.to_string()),
+            "{gone} visible: {names:?}"
+        );
+    }
+    for seen in ["merged/up", "merged/both", "again", "again/new", "topq"] {
+        assert!(
+            names.contains(&seen.to_string()),
+            "{seen} missing: {names:?}"
+        );
+    }
+    let topq = tree.get(Path::new("topq")).expect("topq");
+    assert_eq!(
+        topq.meta.xattrs.keys().collect::<Vec<_>>(),
+        ["trusted.keep"],
+        "only overlay xattrs are stripped"
+    );
+    assert!(tree.entries.values().all(|e| !e.meta.is_whiteout()));
+}
+
+#[test]
+fn chain_of_one_layer_is_scan_tree() {
+    let home = TempHome::new();
+    let src = home.path().join("src");
+    let spec = agentbox_testkit::tree_gen::TreeSpec {
+        root_mode: 0o755,
+        root_xattrs: vec![("user.overlay.origin".into(), b"o".to_vec())],
+        root_mtime: (1_000_000_000, 0),
+        nodes: Vec::new(),
+    };
+    materialize(&spec, &src);
+    fs_err::create_dir_all(src.join("a/b")).expect("mkdir");
+    fs_err::write(src.join("a/b/f"), b"f").expect("write");
+    xattr::set(src.join("a"), "user.x", b"1").expect("setxattr");
+    let mut raw = scan_tree(&src).expect("scan");
+    for e in raw.entries.values_mut() {
+        e.meta.xattrs.retain(|k, _| !k.starts_with("user.overlay."));
+    }
+    assert_eq!(scan_chain(&[&src]).expect("chain"), raw);
+}
+
+#[test]
+fn diff_reports_every_kind() {
+    let home = TempHome::new();
+    let a = home.path().join("a");
+    fs_err::create_dir_all(a.join("dir")).expect("mkdir");
+    fs_err::write(a.join("same"), b"same").expect("write");
+    fs_err::write(a.join("content"), b"aaaa").expect("write");
+    fs_err::write(a.join("grow"), b"a").expect("write");
+    fs_err::write(a.join("mode"), b"m").expect("write");
+    fs_err::write(a.join("xattr"), b"x").expect("write");
+    fs_err::write(a.join("removed"), b"r").expect("write");
+    fs_err::write(a.join("totype"), b"t").expect("write");
+    fs_err::os::unix::fs::symlink("one", a.join("link")).expect("symlink");
+    set_mode(&a.join("mode"), 0o644);
+    set_mode(&a.join("dir"), 0o755);
+    let b = home.path().join("b");
+    copy_dir(&a, &b, &CopyOpts::default()).expect("copy");
+    fs_err::write(b.join("content"), b"bbbb").expect("write");
+    fs_err::write(b.join("grow"), b"ab").expect("write");
+    set_mode(&b.join("mode"), 0o4755);
+    set_mode(&b.join("dir"), 0o700);
+    xattr::set(b.join("xattr"), "user.new", b"1").expect("setxattr");
+    fs_err::remove_file(b.join("removed")).expect("rm");
+    fs_err::write(b.join("dir/added"), b"new").expect("write");
+    fs_err::remove_file(b.join("totype")).expect("rm");
+    fs_err::create_dir(b.join("totype")).expect("mkdir");
+    fs_err::remove_file(b.join("link")).expect("rm");
+    fs_err::os::unix::fs::symlink("two", b.join("link")).expect("symlink");
+    set_mtime(&b.join("same"), 1, 0); // mtime only: not a change
+
+    let changes =
+        diff_trees(&scan_tree(&a).expect("scan"), &scan_tree(&b).expect("scan")).expect("diff");
+    let got: Vec<(String, ChangeKind)> = changes
+        .iter()
+        .map(|c| (c.path.display().to_string(), c.kind))
+        .collect();
+    let want: Vec<(String, ChangeKind)> = [
+        ("content", ChangeKind::Modified),
+        ("dir", ChangeKind::MetaChanged),
+        ("dir/added", ChangeKind::Added),
+        ("grow", ChangeKind::Modified),
+        ("link", ChangeKind::Modified),
+        ("mode", ChangeKind::MetaChanged),
+        ("removed", ChangeKind::Removed),
+        ("totype", ChangeKind::Modified),
+        ("xattr", ChangeKind::MetaChanged),
+    ]
+    .into_iter()
+    .map(|(p, k)| (p.to_string(), k))
+    .collect();
+    assert_eq!(got, want, "{changes:#?}");
+    let mode = changes
+        .iter()
+        .find(|c| c.path == Path::new("mode"))
+        .expect("mode");
+    assert_eq!(mode.detail.as_deref(), Some("mode 0644 -> 4755"));
+    let grow = changes
+        .iter()
+        .find(|c| c.path == Path::new("grow"))
+        .expect("grow");
+    assert_eq!((grow.old_size, grow.new_size), (Some(1), Some(2)));
+    let json = serde_json::to_value(mode).expect("json");
+    assert_eq!(json["kind"], "metachanged");
+    assert_eq!(
+        serde_json::to_value(&changes[2]).expect("json")["kind"],
+        "added"
+    );
+}
+
+#[test]
+fn diff_skips_unchanged_inodes_without_reading() {
+    // Same inode, same times: treated as unchanged even though the file is unreadable.
+    let home = TempHome::new();
+    let a = src_dir(&home);
+    fs_err::write(a.join("f"), b"f").expect("write");
+    let t = scan_tree(&a).expect("scan");
+    let mut t2 = t.clone();
+    for e in t2.entries.values_mut() {
+        e.src = PathBuf::from("/nonexistent/never/read");
+    }
+    assert!(diff_trees(&t, &t2).expect("diff").is_empty());
+}
