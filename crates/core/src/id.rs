@@ -19,7 +19,9 @@ pub fn new_id() -> String {
 
 /// True when `s` consists only of lowercase hex digits (and is non-empty).
 pub fn is_hex(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// True when `s` has the exact shape of a full id.

@@ -99,6 +99,9 @@ mod tests {
             .expect_err("second must fail");
         let msg = err.to_string();
         assert!(msg.contains("env demo"), "{msg}");
-        assert!(msg.contains(&format!("pid {}", std::process::id())), "{msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
     }
 }

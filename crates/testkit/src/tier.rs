@@ -24,6 +24,9 @@ pub fn require_root(test: &str) -> bool {
     if rustix::process::geteuid().is_root() {
         true
     } else {
-        skip(test, "needs root (mounts, loop devices); run the suite as root")
+        skip(
+            test,
+            "needs root (mounts, loop devices); run the suite as root",
+        )
     }
 }
