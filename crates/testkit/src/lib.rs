@@ -4,7 +4,9 @@
 //!   the capability is missing the test prints why and returns early on a developer machine,
 //!   and panics when `CI=true` (CI runs as root and must run every tier).
 //! * [`TempHome`]: a fresh agentbox home per test.
+//! * [`loopfs::LoopFs`]: a throwaway btrfs or ext4 on a loop device (root only).
 
+pub mod loopfs;
 pub mod tier;
 
 use std::path::{Path, PathBuf};
