@@ -1,5 +1,7 @@
 //! btrfs ioctls on a throwaway loop-device filesystem (root only).
 
+#![allow(clippy::unwrap_used)]
+
 use std::ffi::OsStr;
 use std::fs;
 

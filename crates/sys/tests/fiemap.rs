@@ -1,5 +1,7 @@
 //! Extent maps and sharing-aware disk usage.
 
+#![allow(clippy::unwrap_used)]
+
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
