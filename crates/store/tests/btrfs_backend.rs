@@ -260,7 +260,7 @@ fn reset_commit_cycle() {
     // Leftover temporaries from a crash do not block the next commit.
     btrfs::snapshot(
         &tree,
-        &b.layer_dir("l0").parent().unwrap().to_path_buf(),
+        b.layer_dir("l0").parent().unwrap(),
         std::ffi::OsStr::new(".tmp-l3"),
         true,
     )
