@@ -116,3 +116,34 @@ fn not_btrfs_is_reported() {
     assert!(matches!(err, btrfs::Error::NotBtrfs { .. }), "{err}");
     assert!(btrfs::is_btrfs(&dir.path().join("missing")).is_err());
 }
+
+#[test]
+fn loopfs_is_torn_down_when_a_test_panics() {
+    if !agentbox_testkit::tier::require_root("loopfs_is_torn_down_when_a_test_panics") {
+        return;
+    }
+    let seen = std::sync::Mutex::new(None);
+    let result = std::panic::catch_unwind(|| {
+        let Some(fs) = LoopFs::btrfs(SIZE) else {
+            return;
+        };
+        *seen.lock().unwrap() = Some((fs.path().to_owned(), fs.device().to_owned()));
+        panic!("deliberate");
+    });
+    let Some((mnt, dev)) = seen.into_inner().unwrap() else {
+        return;
+    };
+    assert!(result.is_err());
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!info.contains(&*mnt.to_string_lossy()), "{info}");
+    assert!(!mnt.exists());
+    let listing = std::process::Command::new("losetup")
+        .arg("-a")
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        !listing.contains(&*mnt.parent().unwrap().to_string_lossy()),
+        "{dev}: {listing}"
+    );
+}
