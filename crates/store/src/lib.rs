@@ -9,5 +9,6 @@ pub mod bundle;
 pub mod error;
 pub mod fsops;
 pub mod node;
+pub mod setup;
 
 pub use error::{Error, Result};

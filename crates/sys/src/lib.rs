@@ -1,1 +1,11 @@
 //! Audited wrappers over the Linux ioctls agentbox needs and the safe crates do not cover.
+//!
+//! * [`btrfs`]: subvolumes and snapshots;
+//! * [`fiemap`]: file extent maps and the true (sharing-aware) disk usage of trees.
+//!
+//! Every `unsafe` block is one ioctl over a `#[repr(C)]` struct whose size is checked at
+//! compile time against the kernel's, with a `SAFETY:` comment.
+
+pub mod btrfs;
+pub mod fiemap;
+mod raw;

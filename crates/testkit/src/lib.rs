@@ -5,7 +5,9 @@
 //!   and panics when `CI=true` (CI runs as root and must run every tier).
 //! * [`TempHome`]: a fresh agentbox home per test.
 //! * [`tree_gen`]: deterministic random directory trees (and a proptest strategy).
+//! * [`loopfs::LoopFs`]: a throwaway btrfs or ext4 on a loop device (root only).
 
+pub mod loopfs;
 pub mod tier;
 pub mod tree_gen;
 

@@ -1,1 +1,331 @@
-//! btrfs backend (filled in by its owner)
+//! The btrfs backend: every layer is a complete, read-only subvolume.
+//!
+//! Layout under the store directory:
+//!
+//! * `layers/<id>`: layer `id`, a read-only subvolume holding the node's whole tree;
+//! * `layers/.tmp-<id>`: a layer being made (see below);
+//! * `envs/<name>/work/tree` (`WorkDirs::work/tree`): the environment's writable subvolume,
+//!   a writable snapshot of the layer it was last reset to, bind-mounted at the mount point;
+//! * `WorkDirs::work/.tmp-tree`: a working tree being made.
+//!
+//! Committing is O(1): a read-only snapshot of `work/tree`. Checking out is O(1): a writable
+//! snapshot of the layer. Layers share every unchanged extent with each other and with the
+//! working trees.
+//!
+//! # Crash safety
+//!
+//! A subvolume is only ever created under a temporary name (`.tmp-<id>`, `.tmp-tree`), made
+//! complete (data copied, read-only flag set) and then renamed to its final name, and the
+//! parent directory is fsynced. A crash at any point leaves either no layer named `<id>` or a
+//! complete one; leftovers under a temporary name are deleted by the next operation that
+//! would use that name. Likewise a reset replaces `work/tree` only once its successor is
+//! complete (a crash in between leaves `work/tree` missing, which [`Backend::mount`]
+//! repairs from HEAD's layer).
+
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use agentbox_sys::btrfs;
+use rustix::fs::{Gid, Mode, Timespec, Timestamps, Uid};
+
+use super::{Backend, BackendKind, LayerRecord, WorkDirs};
+use crate::{Error, Result};
+
+const TMP_PREFIX: &str = ".tmp-";
+const TREE: &str = "tree";
+const TMP_TREE: &str = ".tmp-tree";
+
+/// Snapshot backend for stores on btrfs.
+#[derive(Debug, Clone)]
+pub struct BtrfsBackend {
+    store_dir: PathBuf,
+}
+
+/// Whether `store_dir` (or, when it does not exist yet, its nearest existing ancestor) is
+/// on btrfs, i.e. whether [`BtrfsBackend`] can be used there.
+pub fn probe(store_dir: &Path) -> bool {
+    store_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .map(|p| btrfs::is_btrfs(p).unwrap_or(false))
+        .unwrap_or(false)
+}
+
+fn sys(e: btrfs::Error) -> Error {
+    Error::Io(e.into())
+}
+
+fn io_at(path: &Path, op: &str, e: impl std::fmt::Display) -> Error {
+    Error::Backend {
+        path: path.to_owned(),
+        message: format!("{op}: {e}"),
+    }
+}
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    fs_err::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Delete whatever is at `path`: a subvolume, a directory tree or a file. Missing is fine.
+fn remove_any(path: &Path) -> Result<()> {
+    let md = match fs_err::symlink_metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if md.is_dir() {
+        if btrfs::is_subvolume(path)? {
+            btrfs::delete_subvolume(path).map_err(sys)
+        } else {
+            Ok(fs_err::remove_dir_all(path)?)
+        }
+    } else {
+        Ok(fs_err::remove_file(path)?)
+    }
+}
+
+/// Give `dst` the metadata of `src`'s root: xattrs, owner, full mode, mtime (in that order:
+/// chown clears setuid/setgid bits, and every change bumps the times).
+fn copy_root_meta(src: &Path, dst: &Path) -> Result<()> {
+    let md = fs_err::symlink_metadata(src)?;
+    for name in xattr::list(src).map_err(|e| io_at(src, "list xattrs", e))? {
+        let value = xattr::get(src, &name)
+            .map_err(|e| io_at(src, &format!("read xattr {name:?}"), e))?
+            .unwrap_or_default();
+        xattr::set(dst, &name, &value)
+            .map_err(|e| io_at(dst, &format!("set xattr {name:?}"), e))?;
+    }
+    rustix::fs::chown(
+        dst,
+        Some(Uid::from_raw(md.uid())),
+        Some(Gid::from_raw(md.gid())),
+    )
+    .map_err(|e| io_at(dst, "chown", std::io::Error::from(e)))?;
+    rustix::fs::chmod(dst, Mode::from_raw_mode(md.mode() & 0o7777))
+        .map_err(|e| io_at(dst, "chmod", std::io::Error::from(e)))?;
+    let times = Timestamps {
+        last_access: Timespec {
+            tv_sec: md.atime(),
+            tv_nsec: md.atime_nsec() as _,
+        },
+        last_modification: Timespec {
+            tv_sec: md.mtime(),
+            tv_nsec: md.mtime_nsec() as _,
+        },
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        dst,
+        &times,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| io_at(dst, "set times", std::io::Error::from(e)))?;
+    Ok(())
+}
+
+impl BtrfsBackend {
+    /// The backend of the store at `store_dir` (which must be on btrfs, see [`probe`]).
+    pub fn new(store_dir: impl Into<PathBuf>) -> BtrfsBackend {
+        BtrfsBackend {
+            store_dir: store_dir.into(),
+        }
+    }
+
+    pub fn store_dir(&self) -> &Path {
+        &self.store_dir
+    }
+
+    fn layers(&self) -> PathBuf {
+        self.store_dir.join("layers")
+    }
+
+    fn check_id(&self, id: &str) -> Result<()> {
+        if id.is_empty() || id.starts_with('.') || id.contains('/') || id.contains('\0') {
+            return Err(Error::InvalidName {
+                name: id.to_owned(),
+                reason: "a layer id is non-empty, has no `/` and does not start with `.`"
+                    .to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Check that layer `id` is free, create `layers/` if needed, and clear a leftover
+    /// temporary subvolume. Returns `(layers dir, temporary name)`.
+    fn prepare_layer(&self, id: &str) -> Result<(PathBuf, String)> {
+        self.check_id(id)?;
+        let layers = self.layers();
+        fs_err::create_dir_all(&layers)?;
+        let dst = layers.join(id);
+        if fs_err::symlink_metadata(&dst).is_ok() {
+            return Err(Error::Backend {
+                path: dst,
+                message: "layer already exists".to_owned(),
+            });
+        }
+        let tmp_name = format!("{TMP_PREFIX}{id}");
+        remove_any(&layers.join(&tmp_name))?;
+        Ok((layers, tmp_name))
+    }
+
+    /// Seal the complete temporary subvolume `layers/<tmp_name>` as layer `id`.
+    fn publish_layer(&self, layers: &Path, tmp_name: &str, id: &str) -> Result<LayerRecord> {
+        let tmp = layers.join(tmp_name);
+        if !btrfs::is_readonly(&tmp).map_err(sys)? {
+            btrfs::set_readonly(&tmp, true).map_err(sys)?;
+        }
+        fs_err::rename(&tmp, layers.join(id))?;
+        fsync_dir(layers)?;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: None,
+            depth: 1,
+        })
+    }
+
+    fn top_layer(&self, chain: &[LayerRecord]) -> Result<PathBuf> {
+        let Some(top) = chain.first() else {
+            return Err(Error::Backend {
+                path: self.layers(),
+                message: "empty layer chain".to_owned(),
+            });
+        };
+        self.check_id(&top.id)?;
+        let dir = self.layer_dir(&top.id);
+        if !btrfs::is_subvolume(&dir)? {
+            return Err(Error::Corrupt {
+                path: dir,
+                message: "layer is missing or not a btrfs subvolume".to_owned(),
+            });
+        }
+        Ok(dir)
+    }
+
+    fn tree(dirs: &WorkDirs) -> PathBuf {
+        dirs.work.join(TREE)
+    }
+
+    /// Whether the mount point currently shows the environment's working subvolume.
+    fn is_mounted(dirs: &WorkDirs) -> Result<bool> {
+        let tree = Self::tree(dirs);
+        let (Ok(mp), Ok(tr)) = (fs_err::metadata(&dirs.mountpoint), fs_err::metadata(&tree)) else {
+            return Ok(false);
+        };
+        Ok(mp.dev() == tr.dev() && mp.ino() == tr.ino())
+    }
+
+    fn bind(dirs: &WorkDirs) -> Result<()> {
+        fs_err::create_dir_all(&dirs.mountpoint)?;
+        let tree = Self::tree(dirs);
+        rustix::mount::mount_bind(&tree, &dirs.mountpoint).map_err(|e| Error::Backend {
+            path: dirs.mountpoint.clone(),
+            message: format!("bind-mount {}: {}", tree.display(), std::io::Error::from(e)),
+        })
+    }
+}
+
+impl Backend for BtrfsBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Btrfs
+    }
+
+    fn layer_dir(&self, id: &str) -> PathBuf {
+        self.layers().join(id)
+    }
+
+    fn layer_from_dir(&self, src: &Path, id: &str) -> Result<LayerRecord> {
+        if !fs_err::metadata(src)?.is_dir() {
+            return Err(Error::Backend {
+                path: src.to_owned(),
+                message: "not a directory".to_owned(),
+            });
+        }
+        let (layers, tmp_name) = self.prepare_layer(id)?;
+        let tmp = btrfs::create_subvolume(&layers, OsStr::new(&tmp_name)).map_err(sys)?;
+        crate::fsops::copy::copy_dir(src, &tmp, &Default::default())?;
+        copy_root_meta(src, &tmp)?;
+        self.publish_layer(&layers, &tmp_name, id)
+    }
+
+    fn empty_layer(&self, id: &str) -> Result<LayerRecord> {
+        let (layers, tmp_name) = self.prepare_layer(id)?;
+        btrfs::create_subvolume(&layers, OsStr::new(&tmp_name)).map_err(sys)?;
+        self.publish_layer(&layers, &tmp_name, id)
+    }
+
+    fn reset_work(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        let top = self.top_layer(chain)?;
+        self.unmount(dirs)?;
+        fs_err::create_dir_all(&dirs.work)?;
+        let tmp = dirs.work.join(TMP_TREE);
+        remove_any(&tmp)?;
+        btrfs::snapshot(&top, &dirs.work, OsStr::new(TMP_TREE), false).map_err(sys)?;
+        let tree = Self::tree(dirs);
+        remove_any(&tree)?;
+        fs_err::rename(&tmp, &tree)?;
+        fsync_dir(&dirs.work)?;
+        Self::bind(dirs)
+    }
+
+    fn commit(&self, dirs: &WorkDirs, _chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {
+        let tree = Self::tree(dirs);
+        if !btrfs::is_subvolume(&tree)? {
+            return Err(Error::Corrupt {
+                path: tree,
+                message: "working tree is missing or not a btrfs subvolume".to_owned(),
+            });
+        }
+        let (layers, tmp_name) = self.prepare_layer(id)?;
+        // One atomic read-only snapshot: the layer holds the tree as it was at one instant,
+        // whatever other processes keep writing.
+        btrfs::snapshot(&tree, &layers, OsStr::new(&tmp_name), true).map_err(sys)?;
+        self.publish_layer(&layers, &tmp_name, id)
+    }
+
+    fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        if !btrfs::is_subvolume(&Self::tree(dirs)).unwrap_or(false) {
+            // Lost (a crash during a reset): rebuild it from HEAD's layer.
+            return self.reset_work(dirs, chain);
+        }
+        if Self::is_mounted(dirs)? {
+            return Ok(());
+        }
+        Self::bind(dirs)
+    }
+
+    fn unmount(&self, dirs: &WorkDirs) -> Result<()> {
+        // Stacked mounts (from an interrupted earlier run) are all removed.
+        for _ in 0..16 {
+            match rustix::mount::unmount(&dirs.mountpoint, rustix::mount::UnmountFlags::DETACH) {
+                Ok(()) => continue,
+                Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => return Ok(()),
+                Err(e) => {
+                    return Err(Error::Backend {
+                        path: dirs.mountpoint.clone(),
+                        message: format!("unmount: {}", std::io::Error::from(e)),
+                    })
+                }
+            }
+        }
+        Err(Error::Backend {
+            path: dirs.mountpoint.clone(),
+            message: "still mounted after 16 unmounts".to_owned(),
+        })
+    }
+
+    fn remove_work(&self, dirs: &WorkDirs) -> Result<()> {
+        self.unmount(dirs)?;
+        remove_any(&dirs.work.join(TMP_TREE))?;
+        remove_any(&Self::tree(dirs))?;
+        remove_any(&dirs.work)
+    }
+
+    fn remove_layer(&self, id: &str) -> Result<()> {
+        self.check_id(id)?;
+        let layers = self.layers();
+        remove_any(&layers.join(format!("{TMP_PREFIX}{id}")))?;
+        remove_any(&layers.join(id))
+    }
+}
