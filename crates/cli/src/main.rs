@@ -1,5 +1,41 @@
 //! The `agentbox` command.
+//!
+//! Data goes to stdout (a table or tree for humans, JSON with `--json`); progress and status
+//! go to stderr. Errors print one line and a hint, and exit with the stable codes listed in
+//! `errors`.
+
+mod args;
+mod commands;
+mod errors;
+mod render;
+
+use clap::Parser;
+
+use crate::args::Cli;
+use crate::errors::CliError;
 
 fn main() {
-    println!("agentbox {}", env!("CARGO_PKG_VERSION"));
+    let cli = Cli::parse();
+    let json = cli.json;
+    match commands::run(cli) {
+        Ok(()) => {}
+        Err(e) => {
+            if json {
+                let v = serde_json::json!({
+                    "error": e.message,
+                    "hint": e.hint,
+                    "code": e.code,
+                });
+                println!("{v}");
+            }
+            eprintln!("agentbox: error: {}", e.message);
+            if let Some(h) = &e.hint {
+                eprintln!("  hint: {h}");
+            }
+            std::process::exit(e.code);
+        }
+    }
 }
+
+/// Result of a command.
+pub type CliResult<T = ()> = Result<T, CliError>;

@@ -4,6 +4,7 @@
 
 pub mod atomic;
 pub mod error;
+pub mod failpoint;
 pub mod home;
 pub mod id;
 pub mod lock;

@@ -8,7 +8,18 @@ pub mod backend;
 pub mod bundle;
 pub mod error;
 pub mod fsops;
+pub mod gc;
+pub mod history;
+pub mod layout;
+pub mod mounts;
+pub mod names;
 pub mod node;
+pub mod retention;
 pub mod setup;
+pub mod store;
+pub mod transfer;
 
+pub use backend::BackendKind;
 pub use error::{Error, Result};
+pub use node::Node;
+pub use store::{CommitOpts, EnvState, Source, Store};

@@ -1,1 +1,481 @@
-//! layers backend
+//! The `layers` backend: snapshots on any filesystem, with overlayfs.
+//!
+//! * A layer (`layers/<id>/`) holds only what changed relative to its parent layer, in
+//!   overlayfs form: a deleted path is a whiteout (char device 0/0), a directory that replaced
+//!   a deleted one carries `trusted.overlay.opaque=y`. A complete layer has no parent.
+//! * An environment's working tree is an overlay mounted at its mount point: the lower
+//!   directories are HEAD's chain, the upper directory is `work/upper` (everything written
+//!   since the last checkout), the overlay work directory is `work/ovl`.
+//! * Commit captures only what changed in the upper directory since the last commit. The mark
+//!   is `work/captured.json`: the identity (`kind`, inode, ctime) of every upper entry at the
+//!   last commit. Entries whose identity changed are copied (reflinked where the filesystem
+//!   can) into the new layer; entries that vanished from the upper directory become
+//!   whiteouts. The mount is never touched, so processes may keep writing during a commit: a
+//!   file changed while it was copied has a new ctime and is captured again next time.
+//!   Cost: one `lstat` per upper entry plus the changed bytes — O(changes since checkout),
+//!   never O(tree).
+//! * When a commit would make a chain deeper than `max_depth`, the new layer is instead a
+//!   complete copy of the merged tree (flattening), so overlays never stack unboundedly.
+//! * Checkout unmounts, discards the upper directory and mounts a fresh overlay.
+//!
+//! Mounting an overlay and creating whiteouts need root (CAP_SYS_ADMIN, CAP_MKNOD).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use agentbox_core::atomic::{self, read_json_opt, write_json};
+use agentbox_core::failpoint;
+use rustix::mount::{MountFlags, UnmountFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Backend, BackendKind, LayerRecord, WorkDirs};
+use crate::fsops::copy::{copy_tree, CopyOpts};
+use crate::fsops::scan::{read_meta, scan_tree};
+use crate::fsops::{Entry, Kind, Meta, Tree};
+use crate::store::io_at;
+use crate::{Error, Result};
+
+const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
+
+/// Identity of an upper entry at capture time; any change of content or metadata changes
+/// the ctime, a replacement changes the inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Mark {
+    ino: u64,
+    ctime: (i64, i64),
+    whiteout: bool,
+    dir: bool,
+}
+
+/// `work/captured.json`: the mark of every upper entry at the last commit, by relative
+/// path. Paths that are not UTF-8 are not recorded, so they are simply captured again by
+/// every commit (correct, only slower).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Captured {
+    marks: BTreeMap<String, Mark>,
+}
+
+/// The `layers` backend.
+#[derive(Debug)]
+pub struct LayersBackend {
+    layers: PathBuf,
+    max_depth: u32,
+}
+
+impl LayersBackend {
+    pub fn new(store_dir: &Path, max_depth: u32) -> LayersBackend {
+        LayersBackend {
+            layers: store_dir.join("layers"),
+            max_depth: max_depth.max(2),
+        }
+    }
+
+    fn tmp_layer(&self, id: &str) -> PathBuf {
+        self.layers.join(format!(".tmp-{id}"))
+    }
+
+    /// Move a finished temporary layer into place; before this it has no valid name.
+    fn publish(&self, id: &str) -> Result<PathBuf> {
+        let dst = self.layer_dir(id);
+        fs_err::rename(self.tmp_layer(id), &dst)?;
+        atomic::sync_dir(&self.layers)?;
+        Ok(dst)
+    }
+
+    fn upper(dirs: &WorkDirs) -> PathBuf {
+        dirs.work.join("upper")
+    }
+    fn ovl(dirs: &WorkDirs) -> PathBuf {
+        dirs.work.join("ovl")
+    }
+    fn captured_path(dirs: &WorkDirs) -> PathBuf {
+        dirs.work.join("captured.json")
+    }
+    fn pending_path(dirs: &WorkDirs) -> PathBuf {
+        dirs.work.join("captured.pending.json")
+    }
+
+    fn mount_overlay(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        let mut lower = String::new();
+        for (i, l) in chain.iter().enumerate() {
+            let d = self.layer_dir(&l.id);
+            let s = d.to_str().ok_or_else(|| Error::Backend {
+                path: d.clone(),
+                message: "store paths must be UTF-8 to be used as overlay layers".into(),
+            })?;
+            if s.contains([',', ':', '\\']) {
+                return Err(Error::Backend {
+                    path: d.clone(),
+                    message: "store paths must not contain ',', ':' or '\\' (overlayfs separators); choose another AGENTBOX_HOME".into(),
+                });
+            }
+            if i > 0 {
+                lower.push(':');
+            }
+            lower.push_str(s);
+        }
+        let data = format!(
+            "lowerdir={lower},upperdir={},workdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
+            Self::upper(dirs).display(),
+            Self::ovl(dirs).display()
+        );
+        let data = std::ffi::CString::new(data).map_err(|_| Error::Backend {
+            path: dirs.mountpoint.clone(),
+            message: "overlay options contain a NUL byte".into(),
+        })?;
+        fs_err::create_dir_all(&dirs.mountpoint)?;
+        rustix::mount::mount(
+            crate::mounts::OVERLAY_SOURCE,
+            &dirs.mountpoint,
+            "overlay",
+            MountFlags::empty(),
+            data.as_c_str(),
+        )
+        .map_err(|e| {
+            if e == rustix::io::Errno::PERM || e == rustix::io::Errno::ACCESS {
+                Error::NeedsRoot {
+                    operation: format!("mounting the overlay at {}", dirs.mountpoint.display()),
+                    reason: "the layers backend mounts an overlay filesystem; run as root (or keep the store on btrfs)".into(),
+                }
+            } else {
+                Error::Backend {
+                    path: dirs.mountpoint.clone(),
+                    message: format!("mounting overlay failed: {e}"),
+                }
+            }
+        })
+    }
+
+    fn load_captured(dirs: &WorkDirs) -> Result<Captured> {
+        Ok(read_json_opt(&Self::captured_path(dirs))?.unwrap_or_default())
+    }
+
+    /// Walk the upper directory: every entry's relative path and mark, with its metadata.
+    fn scan_upper(dirs: &WorkDirs) -> Result<Tree> {
+        scan_tree(&Self::upper(dirs))
+    }
+
+    fn mark(meta: &Meta) -> Mark {
+        Mark {
+            ino: meta.ino,
+            ctime: (meta.ctime_sec, meta.ctime_nsec),
+            whiteout: is_whiteout(meta),
+            dir: meta.kind == Kind::Dir,
+        }
+    }
+
+    /// Build the layer that brings HEAD's chain up to the current upper directory, in
+    /// `self.tmp_layer(id)`. Returns the marks to record once the commit is durable.
+    fn capture_changes(&self, dirs: &WorkDirs, id: &str) -> Result<Captured> {
+        let prev = Self::load_captured(dirs)?;
+        let upper = Self::scan_upper(dirs)?;
+        let mut now = Captured::default();
+        let mut changed: BTreeSet<PathBuf> = BTreeSet::new();
+        // Changed entries that hide everything below them in lower layers.
+        let mut hiding: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut new_opaque: BTreeSet<PathBuf> = BTreeSet::new();
+        for (rel, e) in &upper.entries {
+            if rel.as_os_str().is_empty() {
+                continue;
+            }
+            let mark = Self::mark(&e.meta);
+            let key = rel.to_str().map(str::to_owned);
+            let before = key.as_ref().and_then(|k| prev.marks.get(k));
+            if before != Some(&mark) {
+                changed.insert(rel.clone());
+                let opaque = e.meta.xattrs.get(OPAQUE_XATTR).map(|v| v.as_slice()) == Some(b"y");
+                // Opaque only the first time the directory is captured: later layers merge
+                // with the layer that already hid the lower contents.
+                let first_time = before.is_none_or(|b| b.ino != mark.ino || !b.dir);
+                if mark.dir && opaque && first_time {
+                    new_opaque.insert(rel.clone());
+                }
+                if !mark.dir || new_opaque.contains(rel) {
+                    hiding.insert(rel.clone());
+                }
+            }
+            if let Some(k) = key {
+                now.marks.insert(k, mark);
+            }
+        }
+        let mut removed: Vec<PathBuf> = Vec::new();
+        for k in prev.marks.keys() {
+            if now.marks.contains_key(k) {
+                continue;
+            }
+            let p = PathBuf::from(k);
+            let covered = p
+                .ancestors()
+                .skip(1)
+                .any(|a| hiding.contains(a) || removed.iter().any(|r| r == a));
+            if !covered {
+                removed.push(p);
+            }
+        }
+
+        // The layer's tree: the changed entries, the directories leading to them (with the
+        // upper's metadata, which is the merged view's), and whiteouts for removed paths.
+        let mut tree = Tree::default();
+        let add_with_parents = |tree: &mut Tree, rel: &Path| {
+            for a in rel.ancestors() {
+                if tree.entries.contains_key(a) {
+                    break;
+                }
+                if let Some(e) = upper.entries.get(a) {
+                    let mut e = e.clone();
+                    strip_overlay(&mut e.meta);
+                    tree.entries.insert(a.to_owned(), e);
+                }
+            }
+        };
+        add_with_parents(&mut tree, Path::new(""));
+        for rel in &changed {
+            add_with_parents(&mut tree, rel);
+            // The entry itself is taken as is (its parents were added without opaque marks).
+            let mut e = upper.entries[rel].clone();
+            strip_overlay(&mut e.meta);
+            if new_opaque.contains(rel) {
+                e.meta.xattrs.insert(OPAQUE_XATTR.into(), b"y".to_vec());
+            }
+            tree.entries.insert(rel.clone(), e);
+        }
+        let template = dirs.work.join("whiteout");
+        for rel in &removed {
+            if let Some(parent) = rel.parent() {
+                add_with_parents(&mut tree, parent);
+            }
+            ensure_whiteout_template(&template)?;
+            let meta = read_meta(&template)?;
+            tree.entries.insert(
+                rel.clone(),
+                Entry {
+                    rel: rel.clone(),
+                    src: template.clone(),
+                    meta,
+                },
+            );
+        }
+        let dst = self.tmp_layer(id);
+        self.remove_tree(&dst)?;
+        fs_err::create_dir_all(&dst)?;
+        copy_tree(&tree, &dst, &copy_opts())?;
+        Ok(now)
+    }
+}
+
+fn copy_opts() -> CopyOpts {
+    CopyOpts {
+        reflink: true,
+        ..CopyOpts::default()
+    }
+}
+
+/// True for an overlayfs whiteout (char device 0/0).
+fn is_whiteout(meta: &Meta) -> bool {
+    meta.kind == Kind::CharDev && meta.rdev == 0
+}
+
+fn strip_overlay(meta: &mut Meta) {
+    meta.xattrs
+        .retain(|k, _| !k.starts_with("trusted.overlay.") && !k.starts_with("user.overlay."));
+}
+
+fn ensure_whiteout_template(path: &Path) -> Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::empty(),
+        0,
+    )
+    .map_err(|e| {
+        if e == rustix::io::Errno::PERM {
+            Error::NeedsRoot {
+                operation: "recording a deletion".into(),
+                reason: "the layers backend records deletions as overlay whiteouts (device nodes)"
+                    .into(),
+            }
+        } else {
+            Error::Io(io_at(path, e.into()))
+        }
+    })
+}
+
+impl Backend for LayersBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Layers
+    }
+
+    fn layer_dir(&self, id: &str) -> PathBuf {
+        self.layers.join(id)
+    }
+
+    fn layer_from_dir(&self, src: &Path, id: &str) -> Result<LayerRecord> {
+        let tmp = self.tmp_layer(id);
+        self.remove_tree(&tmp)?;
+        fs_err::create_dir_all(&tmp)?;
+        let tree = scan_tree(src)?;
+        copy_tree(&tree, &tmp, &copy_opts())?;
+        self.publish(id)?;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: None,
+            depth: 1,
+        })
+    }
+
+    fn layer_from_staged(&self, staged: &Path, id: &str) -> Result<LayerRecord> {
+        fs_err::rename(staged, self.tmp_layer(id))?;
+        self.publish(id)?;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: None,
+            depth: 1,
+        })
+    }
+
+    fn layer_from_oci_diff(
+        &self,
+        staged: &Path,
+        base: &[LayerRecord],
+        id: &str,
+    ) -> Result<LayerRecord> {
+        let top = base.first().ok_or_else(|| Error::Backend {
+            path: staged.to_owned(),
+            message: "a layer diff needs a base layer".into(),
+        })?;
+        if top.depth + 1 > self.max_depth {
+            // Too deep to stack: store the applied result as a complete layer.
+            let work = staged.with_extension("full");
+            self.remove_tree(&work)?;
+            fs_err::create_dir_all(&work)?;
+            let dirs: Vec<PathBuf> = base.iter().map(|l| self.layer_dir(&l.id)).collect();
+            let refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+            copy_tree(&crate::fsops::scan::scan_chain(&refs)?, &work, &copy_opts())?;
+            crate::bundle::apply_layer(staged, &work)?;
+            self.remove_tree(staged)?;
+            return self.layer_from_staged(&work, id);
+        }
+        crate::bundle::to_overlay_layer(staged)?;
+        fs_err::rename(staged, self.tmp_layer(id))?;
+        self.publish(id)?;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: Some(top.id.clone()),
+            depth: top.depth + 1,
+        })
+    }
+
+    fn empty_layer(&self, id: &str) -> Result<LayerRecord> {
+        let tmp = self.tmp_layer(id);
+        fs_err::create_dir_all(&tmp)?;
+        self.publish(id)?;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: None,
+            depth: 1,
+        })
+    }
+
+    fn reset_work(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        self.unmount(dirs)?;
+        failpoint::hit("checkout:after-unmount");
+        // Discard the old working state: move it aside first so a crash never leaves a
+        // half-deleted upper directory under the live name.
+        if dirs.work.exists() {
+            let trash = dirs
+                .work
+                .with_extension(format!("old-{}", std::process::id()));
+            self.remove_tree(&trash)?;
+            fs_err::rename(&dirs.work, &trash)?;
+            self.remove_tree(&trash)?;
+        }
+        fs_err::create_dir_all(Self::upper(dirs))?;
+        fs_err::create_dir_all(Self::ovl(dirs))?;
+        self.mount_overlay(dirs, chain)
+    }
+
+    fn commit(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {
+        let head = chain.first().ok_or_else(|| Error::Backend {
+            path: dirs.work.clone(),
+            message: "commit without a HEAD layer".into(),
+        })?;
+        if !crate::mounts::is_our_overlay(&dirs.mountpoint) {
+            return Err(Error::Backend {
+                path: dirs.mountpoint.clone(),
+                message: "the working tree is not mounted (run `agentbox mount` first)".into(),
+            });
+        }
+        let now = if head.depth + 1 > self.max_depth {
+            // Flatten: the new layer is the complete merged tree.
+            let tmp = self.tmp_layer(id);
+            self.remove_tree(&tmp)?;
+            fs_err::create_dir_all(&tmp)?;
+            let mut tree = scan_tree(&dirs.mountpoint)?;
+            for e in tree.entries.values_mut() {
+                strip_overlay(&mut e.meta);
+            }
+            copy_tree(&tree, &tmp, &copy_opts())?;
+            let upper = Self::scan_upper(dirs)?;
+            let mut now = Captured::default();
+            for (rel, e) in &upper.entries {
+                if let Some(k) = rel.to_str().filter(|k| !k.is_empty()) {
+                    now.marks.insert(k.to_owned(), Self::mark(&e.meta));
+                }
+            }
+            now
+        } else {
+            self.capture_changes(dirs, id)?
+        };
+        failpoint::hit("commit:after-copy");
+        write_json(&Self::pending_path(dirs), &now)?;
+        self.publish(id)?;
+        let flattened = head.depth + 1 > self.max_depth;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: if flattened {
+                None
+            } else {
+                Some(head.id.clone())
+            },
+            depth: if flattened { 1 } else { head.depth + 1 },
+        })
+    }
+
+    fn committed(&self, dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {
+        let pending = Self::pending_path(dirs);
+        if pending.exists() {
+            fs_err::rename(&pending, Self::captured_path(dirs))?;
+        }
+        Ok(())
+    }
+
+    fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        if crate::mounts::is_our_overlay(&dirs.mountpoint) {
+            return Ok(());
+        }
+        fs_err::create_dir_all(Self::upper(dirs))?;
+        fs_err::create_dir_all(Self::ovl(dirs))?;
+        self.mount_overlay(dirs, chain)
+    }
+
+    fn unmount(&self, dirs: &WorkDirs) -> Result<()> {
+        // Only ever our own overlay: the user's directory may itself sit on another mount.
+        while crate::mounts::is_our_overlay(&dirs.mountpoint) {
+            rustix::mount::unmount(&dirs.mountpoint, UnmountFlags::DETACH)
+                .map_err(|e| Error::Io(io_at(&dirs.mountpoint, e.into())))?;
+        }
+        Ok(())
+    }
+
+    fn remove_work(&self, dirs: &WorkDirs) -> Result<()> {
+        self.remove_tree(&dirs.work)
+    }
+
+    fn remove_layer(&self, id: &str) -> Result<()> {
+        self.remove_tree(&self.layer_dir(id))
+    }
+}

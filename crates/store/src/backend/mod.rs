@@ -105,4 +105,58 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Remove a layer's data. The caller guarantees nothing references it.
     fn remove_layer(&self, id: &str) -> Result<()>;
+
+    /// Create layer `id` from a complete tree staged inside the store (an import). The staged
+    /// directory is consumed. Backends that can adopt it in place (a rename) override this.
+    fn layer_from_staged(&self, staged: &Path, id: &str) -> Result<LayerRecord> {
+        let record = self.layer_from_dir(staged, id)?;
+        self.remove_tree(staged)?;
+        Ok(record)
+    }
+
+    /// Create layer `id` from an OCI-style layer staged by an import (`.wh.` markers for
+    /// deletions) that applies on top of the tree of `base` (top first). The staged
+    /// directory is consumed. The default materialises the base tree, applies the layer and
+    /// stores the result as a complete layer; backends override it with something cheaper.
+    fn layer_from_oci_diff(
+        &self,
+        staged: &Path,
+        base: &[LayerRecord],
+        id: &str,
+    ) -> Result<LayerRecord> {
+        let work = staged.with_extension("full");
+        self.remove_tree(&work)?;
+        fs_err::create_dir_all(&work)?;
+        let dirs: Vec<PathBuf> = base.iter().map(|l| self.layer_dir(&l.id)).collect();
+        let refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+        let tree = crate::fsops::scan::scan_chain(&refs)?;
+        crate::fsops::copy::copy_tree(&tree, &work, &crate::fsops::copy::CopyOpts::default())?;
+        crate::bundle::apply_layer(staged, &work)?;
+        self.remove_tree(staged)?;
+        self.layer_from_staged(&work, id)
+    }
+
+    /// Called once the node of a committed layer is durable (the commit point passed), so a
+    /// backend that tracks "changed since the last commit" can advance its mark.
+    fn committed(&self, _dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {
+        Ok(())
+    }
+
+    /// Remove a directory tree the backend may have created (staging, work areas), including
+    /// any subvolumes inside it.
+    fn remove_tree(&self, path: &Path) -> Result<()> {
+        match std::fs::symlink_metadata(path) {
+            Ok(_) => Ok(fs_err::remove_dir_all(path)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(crate::Error::Io(crate::store::io_at(path, e))),
+        }
+    }
+}
+
+/// The backend of a store of kind `kind` rooted at `store_dir`.
+pub fn open(kind: BackendKind, store_dir: &Path, max_depth: u32) -> Box<dyn Backend> {
+    match kind {
+        BackendKind::Btrfs => Box::new(btrfs::BtrfsBackend::new(store_dir)),
+        BackendKind::Layers => Box::new(layers::LayersBackend::new(store_dir, max_depth)),
+    }
 }

@@ -1,0 +1,181 @@
+//! Command-line arguments.
+//!
+//! Commands that act on an environment take it as an optional first positional argument
+//! (or `-e NAME`). When it is left out, the environment is the one whose directory contains
+//! the current directory, else the only one there is.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentbox",
+    version,
+    about = "Isolated, versioned environments for coding agents",
+    long_about = "Isolated, versioned environments for coding agents.\n\nRun `agentbox env DIR` to turn a directory into a versioned directory, edit it with any tool, then `agentbox commit -m MSG`, `agentbox log`, `agentbox checkout REF`."
+)]
+pub struct Cli {
+    /// Agentbox home (default: $AGENTBOX_HOME, else ~/.agentbox).
+    #[arg(long, global = true, env = "AGENTBOX_HOME", hide_env_values = true)]
+    pub home: Option<PathBuf>,
+    /// Print machine-readable JSON on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The environment to act on (instead of the first argument or the current directory).
+    #[arg(short = 'e', long = "env", global = true, value_name = "NAME")]
+    pub env: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a loop-mounted btrfs filesystem for the store (root only).
+    Setup(SetupArgs),
+    /// Make DIR a versioned directory: its current content becomes the first node.
+    Env(EnvArgs),
+    /// List environments.
+    List,
+    /// Freeze the working tree as a new node (child of HEAD).
+    Commit(CommitArgs),
+    /// Make the working tree hold a node's tree and move HEAD there: [ENV] REF.
+    Checkout(Positional),
+    /// Show the history as a tree, HEAD marked: [ENV].
+    Log(LogArgs),
+    /// What a node changed relative to its parent: [ENV] [REF].
+    Show(Positional),
+    /// Differences between two nodes, or a node and the working tree: [ENV] A [B].
+    Diff(Positional),
+    /// List tags, set or move one ([ENV] NAME [REF]), or delete one (-d NAME).
+    Tag(TagArgs),
+    /// Delete a node; its children move to its parent: [ENV] REF.
+    Delete(Positional),
+    /// Thin the history: keep structure, tags and the newest K nodes, thin the rest: [ENV].
+    Retain(RetainArgs),
+    /// Free the data of nodes no longer referenced.
+    Gc,
+    /// Backend, counts and true disk usage of the store (and of [ENV]).
+    Status(Positional),
+    /// Write a bundle: the whole history, one snapshot, or a flat rootfs tar: [ENV] [REF].
+    Export(ExportArgs),
+    /// Create an environment from a bundle or rootfs tar (file, URL or - for stdin).
+    Import(ImportArgs),
+    /// Check the store's consistency (and repair what can be repaired).
+    Fsck(FsckArgs),
+    /// Mount an environment's directory again (after a reboot): [ENV].
+    Mount(Positional),
+    /// Unmount an environment's directory (its state is kept): [ENV].
+    Unmount(Positional),
+    /// Remove an environment (its nodes are freed by `gc` once unreferenced): ENV.
+    Destroy(Positional),
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// Create a btrfs filesystem of this size (e.g. 20G) in a file and mount it for the store.
+    #[arg(long, value_name = "SIZE")]
+    pub btrfs: String,
+    /// Image file (default: /var/lib/agentbox/btrfs.img).
+    #[arg(long)]
+    pub image: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// The directory to version (created if missing).
+    pub dir: PathBuf,
+    /// Environment name (default: the directory's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Start from this instead of the directory's content: a directory, a rootfs tarball
+    /// (.tar, .tar.gz, .tar.zst) or an http(s) URL of one.
+    #[arg(long, value_name = "SRC")]
+    pub from: Option<String>,
+    /// Snapshot backend when the store is created (default: by the filesystem).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Message of the first node.
+    #[arg(short, long)]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CommitArgs {
+    /// [ENV]
+    pub args: Vec<String>,
+    /// Message of the new node.
+    #[arg(short, long)]
+    pub message: String,
+    /// Command label recorded with the node.
+    #[arg(long)]
+    pub command: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct Positional {
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    pub args: Vec<String>,
+    /// Only HEAD's ancestors, newest first (instead of the whole tree).
+    #[arg(long)]
+    pub ancestors: bool,
+    /// Only the branch tips.
+    #[arg(long, conflicts_with = "ancestors")]
+    pub leaves: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TagArgs {
+    pub args: Vec<String>,
+    /// Delete the named tag.
+    #[arg(short, long, value_name = "NAME")]
+    pub delete: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RetainArgs {
+    pub args: Vec<String>,
+    /// How many of the newest nodes to keep untouched.
+    #[arg(long, default_value_t = 20)]
+    pub keep: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    pub args: Vec<String>,
+    /// history (every node), snapshot (one node), rootfs (a plain tar for `docker import`).
+    #[arg(long, default_value = "history")]
+    pub kind: String,
+    /// zstd, gzip or none.
+    #[arg(long, default_value = "zstd")]
+    pub compress: String,
+    /// Output file, or - for stdout.
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Bundle or rootfs tar: a file, an http(s) URL, or - for stdin.
+    pub source: String,
+    /// Directory of the new environment.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Name of the new environment (default: the directory's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Accept device nodes in the archive.
+    #[arg(long)]
+    pub allow_devices: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct FsckArgs {
+    /// Repair what can be repaired.
+    #[arg(long)]
+    pub repair: bool,
+}

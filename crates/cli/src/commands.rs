@@ -1,0 +1,649 @@
+//! One function per command.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use agentbox_core::Home;
+use agentbox_store::{BackendKind, CommitOpts, Source, Store};
+use serde::Serialize;
+
+use crate::args::{Cli, Command};
+use crate::errors::CliError;
+use crate::render;
+use crate::CliResult;
+
+/// What every command gets.
+struct Ctx {
+    home: Home,
+    json: bool,
+    env: Option<String>,
+}
+
+impl Ctx {
+    fn store_dir(&self) -> PathBuf {
+        self.home.store_dir()
+    }
+
+    /// Open the existing store.
+    fn store(&self) -> CliResult<Store> {
+        let dir = self.store_dir();
+        if !dir.join("store.json").exists() {
+            return Err(CliError::new(
+                3,
+                format!("no agentbox store at {}", dir.display()),
+                Some("create a versioned directory first: `agentbox env DIR`".into()),
+            ));
+        }
+        Ok(Store::open(&dir)?)
+    }
+
+    /// Print `value` as JSON, or `human` as text, on stdout.
+    fn out<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> CliResult {
+        let mut stdout = std::io::stdout().lock();
+        let text = if self.json {
+            let mut s = serde_json::to_string_pretty(value).map_err(|e| {
+                CliError::new(1, format!("cannot encode output as JSON: {e}"), None)
+            })?;
+            s.push('\n');
+            s
+        } else {
+            human()
+        };
+        // A closed pipe (`| head`) is not an error worth reporting.
+        let _ = stdout.write_all(text.as_bytes());
+        Ok(())
+    }
+
+    /// Status message on stderr (suppressed with --json, where stdout carries the result).
+    fn note(&self, msg: impl AsRef<str>) {
+        if !self.json {
+            eprintln!("{}", msg.as_ref());
+        }
+    }
+
+    /// Split positional arguments into the environment and the rest. The environment is
+    /// `-e NAME`, else the first argument when more than `min_rest` were given and it names
+    /// an environment, else the environment containing the current directory, else the only
+    /// environment.
+    fn env_and_args(
+        &self,
+        store: &Store,
+        args: &[String],
+        min_rest: usize,
+        max_rest: usize,
+    ) -> CliResult<(String, Vec<String>)> {
+        let (env, rest) = if let Some(e) = &self.env {
+            (e.clone(), args.to_vec())
+        } else if args.len() > min_rest && store.env(&args[0]).is_ok() {
+            (args[0].clone(), args[1..].to_vec())
+        } else {
+            (self.implicit_env(store)?, args.to_vec())
+        };
+        store.env(&env)?;
+        if rest.len() < min_rest || rest.len() > max_rest {
+            return Err(CliError::usage(
+                format!(
+                    "expected {} argument{} after the environment, got {}: {:?}",
+                    if min_rest == max_rest {
+                        min_rest.to_string()
+                    } else {
+                        format!("{min_rest} to {max_rest}")
+                    },
+                    if max_rest == 1 { "" } else { "s" },
+                    rest.len(),
+                    rest
+                ),
+                "see `agentbox help <command>`",
+            ));
+        }
+        Ok((env, rest))
+    }
+
+    fn implicit_env(&self, store: &Store) -> CliResult<String> {
+        if let Ok(cwd) = std::env::current_dir() {
+            if let Some(e) = store.env_for_path(&cwd)? {
+                return Ok(e.name);
+            }
+        }
+        let envs = store.envs()?;
+        match envs.len() {
+            1 => Ok(envs[0].name.clone()),
+            0 => Err(CliError::new(
+                3,
+                "there are no environments",
+                Some("create one with `agentbox env DIR`".into()),
+            )),
+            _ => Err(CliError::usage(
+                format!(
+                    "which environment? there are {}: {}",
+                    envs.len(),
+                    envs.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                "name it as the first argument or with -e NAME, or run the command inside its directory",
+            )),
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> CliResult {
+    let home = match &cli.home {
+        Some(h) => Home::at(h.clone()),
+        None => Home::from_env()?,
+    };
+    let ctx = Ctx {
+        home,
+        json: cli.json,
+        env: cli.env.clone(),
+    };
+    match cli.command {
+        Command::Setup(a) => setup(&ctx, a),
+        Command::Env(a) => env(&ctx, a),
+        Command::List => list(&ctx),
+        Command::Commit(a) => commit(&ctx, a),
+        Command::Checkout(a) => checkout(&ctx, &a.args),
+        Command::Log(a) => log(&ctx, a),
+        Command::Show(a) => show(&ctx, &a.args),
+        Command::Diff(a) => diff(&ctx, &a.args),
+        Command::Tag(a) => tag(&ctx, a),
+        Command::Delete(a) => delete(&ctx, &a.args),
+        Command::Retain(a) => retain(&ctx, a),
+        Command::Gc => gc(&ctx),
+        Command::Status(a) => status(&ctx, &a.args),
+        Command::Export(a) => export(&ctx, a),
+        Command::Import(a) => import(&ctx, a),
+        Command::Fsck(a) => fsck(&ctx, a),
+        Command::Mount(a) => mount(&ctx, &a.args, true),
+        Command::Unmount(a) => mount(&ctx, &a.args, false),
+        Command::Destroy(a) => destroy(&ctx, &a.args),
+    }
+}
+
+fn parse_backend(s: Option<&str>) -> CliResult<Option<BackendKind>> {
+    s.map(|s| {
+        s.parse::<BackendKind>()
+            .map_err(|e| CliError::usage(e, "use --backend btrfs or --backend layers"))
+    })
+    .transpose()
+}
+
+fn dir_name(dir: &Path) -> CliResult<String> {
+    let abs = std::path::absolute(dir)?;
+    abs.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| {
+            CliError::usage(format!("{} has no name", dir.display()), "pass --name NAME")
+        })
+}
+
+fn setup(ctx: &Ctx, a: crate::args::SetupArgs) -> CliResult {
+    let size = parse_size(&a.btrfs)?;
+    let image = a
+        .image
+        .unwrap_or_else(|| PathBuf::from("/var/lib/agentbox/btrfs.img"));
+    let mountpoint = ctx.store_dir();
+    if mountpoint.join("store.json").exists() {
+        return Err(CliError::new(
+            4,
+            format!("a store already exists at {}", mountpoint.display()),
+            Some("setup makes a new btrfs store; use another --home (AGENTBOX_HOME) or remove the existing store".into()),
+        ));
+    }
+    let report = agentbox_store::setup::setup_loop_btrfs(&image, size, &mountpoint)?;
+    Store::init(&mountpoint, Some(BackendKind::Btrfs))?;
+    ctx.out(&report, || {
+        let mut s = format!(
+            "Created a {} btrfs filesystem in {} and mounted it at {}.\nThe agentbox store lives there now: snapshots are btrfs subvolumes (O(1)).\n\nWhat was done:\n",
+            crate::render::bytes(report.size_bytes),
+            report.image.display(),
+            report.mountpoint.display()
+        );
+        for c in &report.done {
+            s.push_str(&format!("  {c}\n"));
+        }
+        s.push_str("\nTo mount it again after a reboot, add this line to /etc/fstab:\n");
+        s.push_str(&format!("  {}\n\nTo undo (destroys the store and everything in it):\n", report.fstab_line));
+        for c in &report.undo {
+            s.push_str(&format!("  {c}\n"));
+        }
+        s
+    })
+}
+
+/// Parse sizes like `20G`, `512M`, `1T`, `1048576`.
+fn parse_size(s: &str) -> CliResult<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = s[i..].to_ascii_uppercase();
+            let mult: u64 = match unit.trim_end_matches("IB").trim_end_matches('B') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                _ => {
+                    return Err(CliError::usage(
+                        format!("unknown size unit in {s:?}"),
+                        "use e.g. 20G or 512M",
+                    ))
+                }
+            };
+            (&s[..i], mult)
+        }
+        None => (s, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| CliError::usage(format!("invalid size {s:?}"), "use e.g. 20G or 512M"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| CliError::usage(format!("size {s:?} is too large"), "use e.g. 20G"))
+}
+
+#[derive(Serialize)]
+struct EnvCreated<'a> {
+    env: &'a agentbox_store::EnvState,
+    backend: BackendKind,
+    store: PathBuf,
+}
+
+fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
+    let name = match &a.name {
+        Some(n) => n.clone(),
+        None => dir_name(&a.dir)?,
+    };
+    let store = Store::open_or_init(&ctx.store_dir(), parse_backend(a.backend.as_deref())?)?;
+    let dir = std::path::absolute(&a.dir)?;
+    let (source, message) = match &a.from {
+        None if dir.exists() => (
+            Source::Dir(dir.clone()),
+            a.message
+                .clone()
+                .unwrap_or_else(|| format!("content of {}", dir.display())),
+        ),
+        None => (
+            Source::Empty,
+            a.message.clone().unwrap_or_else(|| "empty".into()),
+        ),
+        Some(src) => {
+            let p = Path::new(src);
+            let msg = a.message.clone().unwrap_or_else(|| format!("from {src}"));
+            if p.is_dir() {
+                (Source::Dir(p.to_owned()), msg)
+            } else {
+                let staged = agentbox_store::transfer::stage_rootfs(&store, src)?;
+                (Source::Staged(staged), msg)
+            }
+        }
+    };
+    ctx.note(format!(
+        "Creating environment {name:?} at {} ({} backend)…",
+        dir.display(),
+        store.config().backend
+    ));
+    let state = store.create_env(&name, &dir, source, &message)?;
+    ctx.out(
+        &EnvCreated {
+            env: &state,
+            backend: store.config().backend,
+            store: store.root().to_owned(),
+        },
+        || {
+            format!(
+                "{} is now versioned as environment {:?} (node {}).\nEdit it with any tool, then: agentbox commit {} -m \"what changed\"\n",
+                state.mountpoint.display(),
+                state.name,
+                render::short(&state.head),
+                state.name
+            )
+        },
+    )
+}
+
+fn list(ctx: &Ctx) -> CliResult {
+    let store = ctx.store()?;
+    let envs = store.envs()?;
+    ctx.out(&envs, || {
+        let mut s = format!("{:<20} {:<14} {:<8} DIRECTORY\n", "NAME", "HEAD", "MOUNTED");
+        for e in &envs {
+            s.push_str(&format!(
+                "{:<20} {:<14} {:<8} {}\n",
+                e.name,
+                render::short(&e.head),
+                if agentbox_store::mounts::is_mountpoint(&e.mountpoint) {
+                    "yes"
+                } else {
+                    "no"
+                },
+                e.mountpoint.display()
+            ));
+        }
+        s
+    })
+}
+
+fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
+    let store = ctx.store()?;
+    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+    let node = store.commit(
+        &env,
+        CommitOpts {
+            message: a.message,
+            command: a.command,
+            ..CommitOpts::default()
+        },
+    )?;
+    ctx.out(&node, || {
+        format!("[{env} {}] {}\n", render::short(&node.id), node.message)
+    })
+}
+
+fn checkout(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
+    let node = store.checkout(&env, &rest[0])?;
+    ctx.out(&node, || {
+        format!(
+            "{env}: HEAD is now {} {}\n",
+            render::short(&node.id),
+            node.message
+        )
+    })
+}
+
+fn log(ctx: &Ctx, a: crate::args::LogArgs) -> CliResult {
+    let store = ctx.store()?;
+    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+    if a.ancestors {
+        let nodes = store.log(&env)?;
+        let state = store.env(&env)?;
+        let tags = render::tags_by_node(&state.tags);
+        return ctx.out(&nodes, || {
+            nodes
+                .iter()
+                .map(|n| format!("{}\n", render::node_line(n, &state.head, &tags)))
+                .collect()
+        });
+    }
+    let h = store.history(&env)?;
+    if a.leaves {
+        let leaves: Vec<_> = h.leaves().into_iter().cloned().collect();
+        let tags = render::tags_by_node(&h.tags);
+        return ctx.out(&leaves, || {
+            leaves
+                .iter()
+                .map(|n| format!("{}\n", render::node_line(n, &h.head, &tags)))
+                .collect()
+        });
+    }
+    ctx.out(&h, || render::tree(&h))
+}
+
+#[derive(Serialize)]
+struct Shown {
+    node: agentbox_store::Node,
+    changes: Vec<agentbox_store::fsops::diff::Change>,
+}
+
+fn show(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, args, 0, 1)?;
+    let reference = rest.first().map(String::as_str).unwrap_or("HEAD");
+    let (node, changes) = store.show(&env, reference)?;
+    let state = store.env(&env)?;
+    let shown = Shown { node, changes };
+    ctx.out(&shown, || {
+        let mut s = format!(
+            "{}\nparent: {}\n",
+            render::node_line(&shown.node, &state.head, &render::tags_by_node(&state.tags)),
+            shown
+                .node
+                .parent
+                .as_deref()
+                .map(render::short)
+                .unwrap_or("(none)")
+        );
+        s.push_str(&render::changes(&shown.changes));
+        s
+    })
+}
+
+fn diff(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, args, 1, 2)?;
+    let changes = store.diff(&env, &rest[0], rest.get(1).map(String::as_str))?;
+    ctx.out(&changes, || render::changes(&changes))
+}
+
+fn tag(ctx: &Ctx, a: crate::args::TagArgs) -> CliResult {
+    let store = ctx.store()?;
+    if let Some(name) = &a.delete {
+        let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+        let id = store.delete_tag(&env, name)?;
+        ctx.note(format!("deleted tag {name} (was {})", render::short(&id)));
+        return ctx.out(
+            &serde_json::json!({"deleted": name, "node": id}),
+            String::new,
+        );
+    }
+    let (env, rest) = ctx.env_and_args(&store, &a.args, 0, 2)?;
+    match rest.as_slice() {
+        [] => {
+            let tags = store.env(&env)?.tags;
+            ctx.out(&tags, || {
+                tags.iter()
+                    .map(|(t, id)| format!("{t:<24} {}\n", render::short(id)))
+                    .collect()
+            })
+        }
+        [name, reference @ ..] => {
+            let reference = reference.first().map(String::as_str).unwrap_or("HEAD");
+            let id = store.set_tag(&env, name, reference)?;
+            ctx.out(&serde_json::json!({"tag": name, "node": id}), || {
+                format!("{name} -> {}\n", render::short(&id))
+            })
+        }
+    }
+}
+
+fn delete(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
+    let node = store.delete_node(&env, &rest[0])?;
+    ctx.out(&node, || {
+        format!(
+            "deleted node {} {} (its children now descend from {}); `agentbox gc` frees its data\n",
+            render::short(&node.id),
+            node.message,
+            node.parent
+                .as_deref()
+                .map(render::short)
+                .unwrap_or("nothing")
+        )
+    })
+}
+
+fn retain(ctx: &Ctx, a: crate::args::RetainArgs) -> CliResult {
+    let store = ctx.store()?;
+    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+    let report = store.retain(&env, a.keep)?;
+    ctx.out(&report, || {
+        format!(
+            "{env}: kept {} nodes, dropped {}; `agentbox gc` frees their data\n",
+            report.kept,
+            report.dropped.len()
+        )
+    })
+}
+
+fn gc(ctx: &Ctx) -> CliResult {
+    let store = ctx.store()?;
+    let report = store.gc()?;
+    ctx.out(&report, || {
+        format!(
+            "removed {} unreferenced layers; store disk usage {} -> {}\n",
+            report.removed_layers.len(),
+            render::bytes(report.disk_bytes_before),
+            render::bytes(report.disk_bytes_after)
+        )
+    })
+}
+
+fn status(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let env = if ctx.env.is_some() || !args.is_empty() {
+        Some(ctx.env_and_args(&store, args, 0, 0)?.0)
+    } else {
+        std::env::current_dir()
+            .ok()
+            .and_then(|cwd| store.env_for_path(&cwd).ok().flatten())
+            .map(|e| e.name)
+    };
+    let st = store.status(env.as_deref())?;
+    ctx.out(&st, || {
+        let mut s = format!(
+            "store:        {}\nbackend:      {} ({})\nenvironments: {}\nnodes:        {}\nlayers:       {}\ndisk usage:   {} (shared data counted once; {} apparent)\n",
+            st.store.display(),
+            st.backend,
+            if st.backend_chosen == "auto" { "chosen by the filesystem" } else { "chosen explicitly" },
+            st.environments,
+            st.nodes,
+            st.layers,
+            render::bytes(st.disk_bytes),
+            render::bytes(st.logical_bytes),
+        );
+        if let Some(e) = &st.env {
+            s.push_str(&format!(
+                "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",
+                e.name,
+                e.mountpoint.display(),
+                if e.mounted { "mounted" } else { "NOT mounted: run `agentbox mount`" },
+                render::short(&e.head),
+                e.nodes,
+                e.leaves,
+                e.tags,
+                e.chain_depth
+            ));
+        }
+        s
+    })
+}
+
+fn export(ctx: &Ctx, a: crate::args::ExportArgs) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, &a.args, 0, 1)?;
+    let kind = a
+        .kind
+        .parse()
+        .map_err(|e: String| CliError::usage(e, "use --kind history, snapshot or rootfs"))?;
+    let compression = a
+        .compress
+        .parse()
+        .map_err(|e: String| CliError::usage(e, "use --compress zstd, gzip or none"))?;
+    let reference = rest.first().map(String::as_str).unwrap_or("HEAD");
+    let report =
+        agentbox_store::transfer::export(&store, &env, reference, kind, compression, &a.output)?;
+    ctx.note(format!(
+        "exported {} node(s) of {env} to {}",
+        report.nodes,
+        a.output.display()
+    ));
+    ctx.out(&report, String::new)
+}
+
+fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
+    let store = Store::open_or_init(&ctx.store_dir(), None)?;
+    let name = match &a.name {
+        Some(n) => n.clone(),
+        None => dir_name(&a.dir)?,
+    };
+    let report =
+        agentbox_store::transfer::import(&store, &a.source, &name, &a.dir, a.allow_devices)?;
+    ctx.out(&report, || {
+        format!(
+            "imported {} ({} node(s)) as environment {name:?} at {}\n",
+            report.kind,
+            report.nodes,
+            a.dir.display()
+        )
+    })
+}
+
+fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
+    let store = ctx.store()?;
+    let report = store.fsck(a.repair)?;
+    ctx.out(&report, || {
+        let mut s = String::new();
+        for r in &report.repairs {
+            s.push_str(&format!("repaired: {r}\n"));
+        }
+        for p in &report.problems {
+            s.push_str(&format!(
+                "problem: {}: {}{}\n",
+                p.path.display(),
+                p.message,
+                if p.repairable {
+                    " (fsck --repair fixes it)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        s.push_str(&format!(
+            "{} nodes, {} layers, {} environments: {}\n",
+            report.nodes,
+            report.layers,
+            report.environments,
+            if report.problems.is_empty() {
+                "consistent"
+            } else {
+                "PROBLEMS FOUND"
+            }
+        ));
+        s
+    })?;
+    if report.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::new(
+            7,
+            format!("{} consistency problem(s) found", report.problems.len()),
+            Some("run `agentbox fsck --repair`".into()),
+        ))
+    }
+}
+
+fn mount(ctx: &Ctx, args: &[String], mount: bool) -> CliResult {
+    let store = ctx.store()?;
+    let (env, _) = ctx.env_and_args(&store, args, 0, 0)?;
+    let state = if mount {
+        store.mount_env(&env)?
+    } else {
+        store.unmount_env(&env)?
+    };
+    ctx.out(&state, || {
+        format!(
+            "{} {}\n",
+            if mount { "mounted" } else { "unmounted" },
+            state.mountpoint.display()
+        )
+    })
+}
+
+fn destroy(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let Some(env) = ctx.env.clone().or_else(|| args.first().cloned()) else {
+        return Err(CliError::usage(
+            "destroy needs the environment's name",
+            "agentbox destroy NAME",
+        ));
+    };
+    let state = store.env(&env)?;
+    store.remove_env(&env)?;
+    ctx.out(&state, || {
+        format!(
+            "destroyed environment {env:?} ({} is unmounted; `agentbox gc` frees unreferenced data)\n",
+            state.mountpoint.display()
+        )
+    })
+}

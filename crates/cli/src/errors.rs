@@ -1,0 +1,85 @@
+//! Exit codes and one-line messages with a hint.
+//!
+//! Exit codes are stable:
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | failure not covered below (IO, backend) |
+//! | 2 | bad usage (arguments) |
+//! | 3 | not found: environment, node, tag, store |
+//! | 4 | refused or conflicting: exists, ambiguous, HEAD/last node, invalid name |
+//! | 5 | locked by another process |
+//! | 6 | needs root |
+//! | 7 | store inconsistent (`fsck` found problems) |
+//! | 8 | bad input: malformed or unsafe bundle |
+
+use agentbox_store::Error as StoreError;
+
+/// An error of the command line, ready to print.
+#[derive(Debug)]
+pub struct CliError {
+    pub code: i32,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>, hint: impl Into<String>) -> CliError {
+        CliError {
+            code: 2,
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+
+    pub fn new(code: i32, message: impl Into<String>, hint: Option<String>) -> CliError {
+        CliError {
+            code,
+            message: message.into(),
+            hint,
+        }
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> CliError {
+        let message = e.to_string();
+        let (code, hint): (i32, Option<&str>) = match &e {
+            StoreError::UnknownEnv { .. } => (3, Some("`agentbox list` shows the environments")),
+            StoreError::UnknownRef { .. } => (
+                3,
+                Some("`agentbox log` shows node ids and tags; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix of 4+ characters"),
+            ),
+            StoreError::NoStore { .. } => (3, Some("create one with `agentbox env DIR`")),
+            StoreError::EnvExists { .. } => (4, Some("choose another --name, or `agentbox destroy NAME` first")),
+            StoreError::AmbiguousRef { .. } => (4, Some("give more characters of the id")),
+            StoreError::InvalidName { .. } => (4, None),
+            StoreError::Refused { .. } => (4, None),
+            StoreError::NeedsRoot { .. } => (6, Some("run it with sudo")),
+            StoreError::Corrupt { .. } => (7, Some("run `agentbox fsck --repair`")),
+            StoreError::Bundle { .. } => (8, Some("the archive was not written by `agentbox export` or is damaged; nothing was imported")),
+            StoreError::Core(agentbox_core::Error::Locked { .. }) => {
+                (5, Some("wait for that process to finish, or stop it"))
+            }
+            _ => (1, None),
+        };
+        CliError {
+            code,
+            message,
+            hint: hint.map(str::to_owned),
+        }
+    }
+}
+
+impl From<agentbox_core::Error> for CliError {
+    fn from(e: agentbox_core::Error) -> CliError {
+        StoreError::Core(e).into()
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> CliError {
+        StoreError::Io(e).into()
+    }
+}

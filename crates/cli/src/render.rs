@@ -1,0 +1,146 @@
+//! Human output: the history tree, change lists, sizes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use agentbox_store::fsops::diff::{Change, ChangeKind};
+use agentbox_store::history::History;
+use agentbox_store::Node;
+
+/// Characters of an id shown to humans (any unique prefix of 4+ is accepted back).
+pub const SHORT: usize = 12;
+
+pub fn short(id: &str) -> &str {
+    &id[..id.len().min(SHORT)]
+}
+
+/// One line describing a node: id, time, message, decorations.
+pub fn node_line(n: &Node, head: &str, tags: &BTreeMap<String, Vec<String>>) -> String {
+    let mut deco: Vec<String> = Vec::new();
+    if n.id == head {
+        deco.push("HEAD".into());
+    }
+    if let Some(t) = tags.get(&n.id) {
+        deco.extend(t.iter().map(|t| format!("tag: {t}")));
+    }
+    let mut line = format!(
+        "{}  {}  {}",
+        short(&n.id),
+        n.created
+            .with_timezone(&chrono::Local)
+            .format("%Y-%m-%d %H:%M:%S"),
+        n.message
+    );
+    if let Some(c) = &n.command {
+        let _ = write!(line, "  [$ {c}]");
+    }
+    if !deco.is_empty() {
+        let _ = write!(line, "  ({})", deco.join(", "));
+    }
+    line
+}
+
+/// Tags grouped by node id.
+pub fn tags_by_node(tags: &BTreeMap<String, String>) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, id) in tags {
+        out.entry(id.clone()).or_default().push(name.clone());
+    }
+    out
+}
+
+/// The whole history as a tree, oldest first. A linear run stays in one column; at a
+/// branch point each child's line of descent is drawn indented with `├─`/`└─`. `@` marks
+/// HEAD, `o` other nodes.
+pub fn tree(h: &History) -> String {
+    let tags = tags_by_node(&h.tags);
+    let children = h.children();
+    let by_id: BTreeMap<&str, &Node> = h.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+    let sorted_kids = |id: &str| -> Vec<&Node> {
+        let mut kids: Vec<&Node> = children
+            .get(id)
+            .map(|k| {
+                k.iter()
+                    .filter_map(|k| by_id.get(k.as_str()).copied())
+                    .collect()
+            })
+            .unwrap_or_default();
+        kids.sort_by(|a, b| a.created.cmp(&b.created).then(a.seq.cmp(&b.seq)));
+        kids
+    };
+    let mut out = String::new();
+    // Pre-order walk with an explicit stack: (node, prefix of its line, prefix below it).
+    let mut stack: Vec<(&Node, String, String)> = h
+        .nodes
+        .iter()
+        .filter(|n| n.parent.as_deref().is_none_or(|p| !by_id.contains_key(p)))
+        .rev()
+        .map(|n| (n, String::new(), String::new()))
+        .collect();
+    while let Some((n, first, rest)) = stack.pop() {
+        let mark = if n.id == h.head { "@" } else { "o" };
+        let _ = writeln!(out, "{first}{mark} {}", node_line(n, &h.head, &tags));
+        let kids = sorted_kids(&n.id);
+        if kids.len() == 1 {
+            stack.push((kids[0], rest.clone(), rest));
+            continue;
+        }
+        for (i, k) in kids.iter().enumerate().rev() {
+            let last = i + 1 == kids.len();
+            let (f, r) = if last {
+                ("└─", "  ")
+            } else {
+                ("├─", "│ ")
+            };
+            stack.push((k, format!("{rest}{f}"), format!("{rest}{r}")));
+        }
+    }
+    out
+}
+
+/// Human-readable byte count.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A change list like `git diff --stat`: one line per path.
+pub fn changes(list: &[Change]) -> String {
+    let mut out = String::new();
+    for c in list {
+        let (sign, what) = match c.kind {
+            ChangeKind::Added => ("+", bytes(c.new_size.unwrap_or(0))),
+            ChangeKind::Removed => ("-", bytes(c.old_size.unwrap_or(0))),
+            ChangeKind::Modified => (
+                "M",
+                format!(
+                    "{} -> {}",
+                    bytes(c.old_size.unwrap_or(0)),
+                    bytes(c.new_size.unwrap_or(0))
+                ),
+            ),
+            ChangeKind::MetaChanged => ("m", c.detail.clone().unwrap_or_default()),
+        };
+        let _ = writeln!(out, "{sign} {}  {what}", c.path.display());
+    }
+    let count = |k: ChangeKind| list.iter().filter(|c| c.kind == k).count();
+    let _ = writeln!(
+        out,
+        "{} added, {} removed, {} modified, {} metadata changed",
+        count(ChangeKind::Added),
+        count(ChangeKind::Removed),
+        count(ChangeKind::Modified),
+        count(ChangeKind::MetaChanged)
+    );
+    out
+}

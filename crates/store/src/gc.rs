@@ -1,0 +1,306 @@
+//! Garbage collection and consistency checks.
+//!
+//! GC takes the store lock exclusively, so no commit, checkout or import is between steps
+//! while it decides what is unreferenced; environments resume as soon as it finishes. A layer
+//! is live when it is in the chain of a live node (HEADs, tags and store refs all name live
+//! nodes, so they are covered).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use agentbox_core::atomic;
+use agentbox_core::failpoint;
+use agentbox_core::id;
+use agentbox_core::lock::Mode;
+use serde::Serialize;
+
+use crate::store::Store;
+use crate::Result;
+
+/// What GC did.
+#[derive(Debug, Clone, Serialize)]
+pub struct GcReport {
+    pub removed_nodes: Vec<String>,
+    pub removed_layers: Vec<String>,
+    pub repairs: Vec<String>,
+    pub disk_bytes_before: u64,
+    pub disk_bytes_after: u64,
+}
+
+/// One finding of `fsck`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    pub path: PathBuf,
+    pub message: String,
+    /// True when `fsck --repair` (or the next open, or `gc`) fixes it.
+    pub repairable: bool,
+}
+
+/// What `fsck` found (and repaired).
+#[derive(Debug, Clone, Serialize)]
+pub struct FsckReport {
+    pub nodes: usize,
+    pub layers: usize,
+    pub environments: usize,
+    pub problems: Vec<Problem>,
+    pub repairs: Vec<String>,
+}
+
+impl Store {
+    fn usage_bytes(&self) -> Result<u64> {
+        Ok(agentbox_sys::fiemap::disk_usage(&[
+            self.layout().layers().as_path(),
+            self.layout().envs().as_path(),
+        ])?
+        .physical_bytes)
+    }
+
+    /// Layer ids on disk (directories or records), and the ones live nodes reference.
+    fn layer_sets(&self) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+        let mut on_disk = BTreeSet::new();
+        for entry in fs_err::read_dir(self.layout().layers())? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let id = name.strip_suffix(".json").unwrap_or(&name);
+            if id::is_full_id(id) {
+                on_disk.insert(id.to_owned());
+            }
+        }
+        let mut live = BTreeSet::new();
+        for node in self.nodes()?.values() {
+            let mut next = Some(node.layer.clone());
+            while let Some(lid) = next {
+                if !live.insert(lid.clone()) {
+                    break;
+                }
+                next = atomic::read_json_opt::<crate::backend::LayerRecord>(
+                    &self.layout().layer_record(&lid),
+                )?
+                .and_then(|r| r.parent);
+            }
+        }
+        Ok((on_disk, live))
+    }
+
+    /// Nodes that no environment, tag or store ref can reach: those of destroyed
+    /// environments (and of imports that never completed) that nothing else descends from.
+    /// Caller holds the store lock exclusively.
+    fn remove_unreachable_nodes(&self) -> Result<Vec<String>> {
+        let nodes = self.nodes()?;
+        let envs = self.envs()?;
+        let env_names: BTreeSet<&str> = envs.iter().map(|e| e.name.as_str()).collect();
+        let mut roots: Vec<String> = nodes
+            .values()
+            .filter(|n| env_names.contains(n.env.as_str()))
+            .map(|n| n.id.clone())
+            .collect();
+        for e in &envs {
+            roots.push(e.head.clone());
+            roots.extend(e.tags.values().cloned());
+        }
+        roots.extend(self.refs()?.into_values());
+        let mut reachable: BTreeSet<String> = BTreeSet::new();
+        for r in roots {
+            let mut next = Some(r);
+            while let Some(id) = next {
+                if !reachable.insert(id.clone()) {
+                    break;
+                }
+                next = nodes.get(&id).and_then(|n| n.parent.clone());
+            }
+        }
+        let mut removed = Vec::new();
+        for id in nodes.keys() {
+            if !reachable.contains(id) {
+                fs_err::remove_file(self.layout().node(id))?;
+                removed.push(id.clone());
+            }
+        }
+        if !removed.is_empty() {
+            atomic::sync_dir(&self.layout().nodes())?;
+        }
+        Ok(removed)
+    }
+
+    /// Free every node nothing can reach and every layer no remaining node references.
+    pub fn gc(&self) -> Result<GcReport> {
+        let _lock = self.lock_store(Mode::Exclusive, "gc")?;
+        let repairs = self.reconcile()?;
+        let before = self.usage_bytes()?;
+        let removed_nodes = self.remove_unreachable_nodes()?;
+        let (on_disk, live) = self.layer_sets()?;
+        let mut removed = Vec::new();
+        for lid in on_disk.difference(&live) {
+            // Record first: a layer without record is garbage on every later pass too.
+            let rec = self.layout().layer_record(lid);
+            if rec.exists() {
+                fs_err::remove_file(&rec)?;
+            }
+            failpoint::hit("gc:after-record");
+            self.backend().remove_layer(lid)?;
+            removed.push(lid.clone());
+        }
+        atomic::sync_dir(&self.layout().layers())?;
+        let after = self.usage_bytes()?;
+        Ok(GcReport {
+            removed_nodes,
+            removed_layers: removed,
+            repairs,
+            disk_bytes_before: before,
+            disk_bytes_after: after,
+        })
+    }
+
+    /// Check the store's consistency; with `repair`, fix what can be fixed (reconcile,
+    /// dangling tags and refs, unreferenced layers).
+    pub fn fsck(&self, repair: bool) -> Result<FsckReport> {
+        let _lock = self.lock_store(
+            if repair {
+                Mode::Exclusive
+            } else {
+                Mode::Shared
+            },
+            "fsck",
+        )?;
+        let mut repairs = Vec::new();
+        if repair {
+            repairs = self.reconcile()?;
+        }
+        let mut problems = Vec::new();
+        let mut problem = |path: PathBuf, message: String, repairable: bool| {
+            problems.push(Problem {
+                path,
+                message,
+                repairable,
+            })
+        };
+        let files = self.all_node_files()?;
+        let nodes = self.nodes()?;
+        let envs = self.envs()?;
+        for (id, n) in &files {
+            let path = self.layout().node(id);
+            if n.id != *id {
+                problem(path.clone(), format!("file holds node {}", n.id), false);
+            }
+            if n.deleted.is_some() {
+                problem(path.clone(), "deletion was interrupted".into(), true);
+                continue;
+            }
+            if let Some(p) = &n.parent {
+                if !files.contains_key(p) {
+                    problem(path.clone(), format!("parent {p} does not exist"), false);
+                }
+            }
+            if let Some(env) = envs.iter().find(|e| e.name == n.env) {
+                if n.seq >= env.next_seq && env.head != *id {
+                    problem(
+                        path.clone(),
+                        format!("commit to {:?} was never acknowledged", env.name),
+                        true,
+                    );
+                }
+            }
+            match self.chain(n) {
+                Ok(chain) => {
+                    for l in chain {
+                        let dir = self.backend().layer_dir(&l.id);
+                        if !dir.is_dir() {
+                            problem(dir, format!("layer of node {id} is missing"), false);
+                        }
+                    }
+                }
+                Err(e) => problem(path.clone(), e.to_string(), false),
+            }
+        }
+        // Cycles: walking parents from any node must end.
+        for id in nodes.keys() {
+            let mut seen = BTreeSet::new();
+            let mut next = Some(id.clone());
+            while let Some(cur) = next {
+                if !seen.insert(cur.clone()) {
+                    problem(self.layout().node(id), "parent chain loops".into(), false);
+                    break;
+                }
+                next = nodes.get(&cur).and_then(|n| n.parent.clone());
+            }
+        }
+        for env in &envs {
+            let path = self.layout().env_state(&env.name);
+            if !nodes.contains_key(&env.head) {
+                problem(
+                    path.clone(),
+                    format!("HEAD {} does not exist", env.head),
+                    false,
+                );
+            }
+            for (tag, tid) in &env.tags {
+                if !nodes.contains_key(tid) {
+                    problem(
+                        path.clone(),
+                        format!("tag {tag:?} points at missing node {tid}"),
+                        true,
+                    );
+                }
+            }
+        }
+        for (name, rid) in self.refs()? {
+            if !nodes.contains_key(&rid) {
+                problem(
+                    self.layout().refs().join(&name),
+                    format!("points at missing node {rid}"),
+                    true,
+                );
+            }
+        }
+        let (on_disk, live) = self.layer_sets()?;
+        for lid in on_disk.difference(&live) {
+            problem(
+                self.backend().layer_dir(lid),
+                "layer is unreferenced (gc frees it)".into(),
+                true,
+            );
+        }
+        for lid in &on_disk {
+            let dir = self.backend().layer_dir(lid);
+            let rec = self.layout().layer_record(lid);
+            if dir.exists() != rec.exists() {
+                problem(
+                    dir,
+                    "layer data and record disagree (gc frees it)".into(),
+                    true,
+                );
+            }
+        }
+        if repair {
+            let dangling: BTreeSet<String> = envs
+                .iter()
+                .flat_map(|e| e.tags.values().cloned())
+                .chain(self.refs()?.into_values())
+                .filter(|id| !nodes.contains_key(id))
+                .collect();
+            if !dangling.is_empty() {
+                self.drop_refs_to(&dangling)?;
+                repairs.push(format!(
+                    "dropped tags/refs to {} missing nodes",
+                    dangling.len()
+                ));
+            }
+            for lid in on_disk.difference(&live) {
+                let rec = self.layout().layer_record(lid);
+                if rec.exists() {
+                    fs_err::remove_file(&rec)?;
+                }
+                self.backend().remove_layer(lid)?;
+                repairs.push(format!("freed unreferenced layer {lid}"));
+            }
+            problems.retain(|p| !p.repairable);
+        }
+        Ok(FsckReport {
+            nodes: nodes.len(),
+            layers: on_disk.len(),
+            environments: envs.len(),
+            problems,
+            repairs,
+        })
+    }
+}

@@ -1,0 +1,216 @@
+//! Reading the history: log, tree, leaves, show, diff, status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::backend::BackendKind;
+use crate::fsops::diff::{diff_trees, Change};
+use crate::fsops::scan::{scan_chain, scan_tree};
+use crate::fsops::Tree;
+use crate::node::Node;
+use crate::store::Store;
+use crate::Result;
+
+/// The history of one environment: its own nodes plus their ancestors (which may belong to
+/// the environment it was forked from).
+#[derive(Debug, Clone, Serialize)]
+pub struct History {
+    pub env: String,
+    pub head: String,
+    pub tags: BTreeMap<String, String>,
+    /// Oldest first (by creation time, then sequence).
+    pub nodes: Vec<Node>,
+}
+
+impl History {
+    /// Children of each node id within this history.
+    pub fn children(&self) -> BTreeMap<String, Vec<String>> {
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for n in &self.nodes {
+            if let Some(p) = &n.parent {
+                out.entry(p.clone()).or_default().push(n.id.clone());
+            }
+        }
+        out
+    }
+
+    /// Branch tips: nodes without children, oldest first.
+    pub fn leaves(&self) -> Vec<&Node> {
+        let children = self.children();
+        self.nodes
+            .iter()
+            .filter(|n| !children.contains_key(&n.id))
+            .collect()
+    }
+}
+
+/// Summary of a store (and optionally one environment) for `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub store: PathBuf,
+    pub backend: BackendKind,
+    pub backend_chosen: String,
+    pub max_depth: u32,
+    pub environments: usize,
+    pub nodes: usize,
+    pub layers: usize,
+    /// Bytes the store occupies on disk, every shared extent and hardlinked inode counted once.
+    pub disk_bytes: u64,
+    /// Sum of the apparent sizes of the files (what a naive `du --apparent-size` counts).
+    pub logical_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvStatus {
+    pub name: String,
+    pub mountpoint: PathBuf,
+    pub mounted: bool,
+    pub head: String,
+    pub nodes: usize,
+    pub leaves: usize,
+    pub tags: usize,
+    /// Depth of HEAD's layer chain (always 1 on btrfs).
+    pub chain_depth: usize,
+}
+
+impl Store {
+    /// Nodes of `env` and all their ancestors, oldest first.
+    pub fn history(&self, env: &str) -> Result<History> {
+        let state = self.env(env)?;
+        let nodes = self.nodes()?;
+        let mut wanted: BTreeSet<String> = nodes
+            .values()
+            .filter(|n| n.env == env)
+            .map(|n| n.id.clone())
+            .collect();
+        wanted.insert(state.head.clone());
+        for id in wanted.clone() {
+            let mut p = nodes.get(&id).and_then(|n| n.parent.clone());
+            while let Some(pid) = p {
+                if !wanted.insert(pid.clone()) {
+                    break;
+                }
+                p = nodes.get(&pid).and_then(|n| n.parent.clone());
+            }
+        }
+        let mut list: Vec<Node> = wanted
+            .iter()
+            .filter_map(|id| nodes.get(id).cloned())
+            .collect();
+        list.sort_by(|a, b| a.created.cmp(&b.created).then(a.seq.cmp(&b.seq)));
+        Ok(History {
+            env: env.to_owned(),
+            head: state.head,
+            tags: state.tags,
+            nodes: list,
+        })
+    }
+
+    /// Ancestors of HEAD (HEAD first).
+    pub fn log(&self, env: &str) -> Result<Vec<Node>> {
+        let state = self.env(env)?;
+        let nodes = self.nodes()?;
+        let mut out = Vec::new();
+        let mut next = Some(state.head);
+        while let Some(id) = next {
+            let Some(n) = nodes.get(&id) else { break };
+            next = n.parent.clone();
+            out.push(n.clone());
+            if out.len() > nodes.len() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The complete tree of a node.
+    pub fn node_tree(&self, node: &Node) -> Result<Tree> {
+        let dirs = self.chain_dirs(node)?;
+        let refs: Vec<&std::path::Path> = dirs.iter().map(|d| d.as_path()).collect();
+        scan_chain(&refs)
+    }
+
+    /// What `reference` changed relative to its parent.
+    pub fn show(&self, env: &str, reference: &str) -> Result<(Node, Vec<Change>)> {
+        let node = self.node(&self.resolve(env, reference)?)?;
+        let new = self.node_tree(&node)?;
+        let old = match &node.parent {
+            Some(p) => self.node_tree(&self.node(p)?)?,
+            None => Tree::default(),
+        };
+        Ok((node, diff_trees(&old, &new)?))
+    }
+
+    /// Differences between two nodes; with `b = None`, between `a` and the working tree.
+    pub fn diff(&self, env: &str, a: &str, b: Option<&str>) -> Result<Vec<Change>> {
+        let state = self.env(env)?;
+        let old = self.node_tree(&self.node(&self.resolve_in(&state, a)?)?)?;
+        let new = match b {
+            Some(b) => self.node_tree(&self.node(&self.resolve_in(&state, b)?)?)?,
+            None => {
+                let mut t = scan_tree(&state.mountpoint)?;
+                strip_overlay_xattrs(&mut t);
+                t
+            }
+        };
+        diff_trees(&old, &new)
+    }
+
+    /// Store summary, with details of `env` when given.
+    pub fn status(&self, env: Option<&str>) -> Result<Status> {
+        let nodes = self.nodes()?;
+        let envs = self.envs()?;
+        let layers = fs_err::read_dir(self.layout().layers())?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            .count();
+        let usage = agentbox_sys::fiemap::disk_usage(&[
+            self.layout().layers().as_path(),
+            self.layout().envs().as_path(),
+        ])?;
+        let env = match env {
+            None => None,
+            Some(name) => {
+                let h = self.history(name)?;
+                let state = self.env(name)?;
+                let head = self.node(&state.head)?;
+                Some(EnvStatus {
+                    mounted: crate::mounts::is_mountpoint(&state.mountpoint),
+                    name: name.to_owned(),
+                    mountpoint: state.mountpoint.clone(),
+                    head: state.head.clone(),
+                    nodes: h.nodes.len(),
+                    leaves: h.leaves().len(),
+                    tags: state.tags.len(),
+                    chain_depth: self.chain(&head)?.len(),
+                })
+            }
+        };
+        Ok(Status {
+            store: self.root().to_owned(),
+            backend: self.config().backend,
+            backend_chosen: self.config().chosen.clone(),
+            max_depth: self.config().max_depth,
+            environments: envs.len(),
+            nodes: nodes.len(),
+            layers,
+            disk_bytes: usage.physical_bytes,
+            logical_bytes: usage.logical_bytes,
+            env,
+        })
+    }
+}
+
+/// Remove overlayfs bookkeeping xattrs (`trusted.overlay.*`, `user.overlay.*`) from a scanned
+/// tree: they describe layers, not content.
+pub(crate) fn strip_overlay_xattrs(tree: &mut Tree) {
+    for e in tree.entries.values_mut() {
+        e.meta
+            .xattrs
+            .retain(|k, _| !k.starts_with("trusted.overlay.") && !k.starts_with("user.overlay."));
+    }
+}

@@ -1,0 +1,75 @@
+//! On-disk layout of a store. One place names every path so no module guesses another's.
+//!
+//! ```text
+//! store/
+//!   store.json            StoreConfig: format version, backend, max chain depth
+//!   store.lock            flock: shared by commits/checkouts, exclusive by gc/delete/retain/fsck
+//!   nodes/<id>.json       node metadata (see `node`)
+//!   layers/<id>/          layer data (owned by the backend)
+//!   layers/<id>.json      LayerRecord; a layer dir without a record is half-made garbage
+//!   envs/<name>/env.json  EnvState: head, tags, next sequence number, mount point
+//!   envs/<name>/lock      flock of the environment's single writer
+//!   envs/<name>/work/     the backend's working area
+//!   refs/<ns>/<name>      store-wide named refs (checkpoints): a node id per file
+//!   tmp/                  staging of imports; emptied by reconcile
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use crate::backend::WorkDirs;
+
+#[derive(Debug, Clone)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    pub fn new(root: impl Into<PathBuf>) -> Layout {
+        Layout { root: root.into() }
+    }
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn config(&self) -> PathBuf {
+        self.root.join("store.json")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("store.lock")
+    }
+    pub fn nodes(&self) -> PathBuf {
+        self.root.join("nodes")
+    }
+    pub fn node(&self, id: &str) -> PathBuf {
+        self.nodes().join(format!("{id}.json"))
+    }
+    pub fn layers(&self) -> PathBuf {
+        self.root.join("layers")
+    }
+    pub fn layer_record(&self, id: &str) -> PathBuf {
+        self.layers().join(format!("{id}.json"))
+    }
+    pub fn envs(&self) -> PathBuf {
+        self.root.join("envs")
+    }
+    pub fn env_dir(&self, name: &str) -> PathBuf {
+        self.envs().join(name)
+    }
+    pub fn env_state(&self, name: &str) -> PathBuf {
+        self.env_dir(name).join("env.json")
+    }
+    pub fn env_lock(&self, name: &str) -> PathBuf {
+        self.env_dir(name).join("lock")
+    }
+    pub fn work_dirs(&self, name: &str, mountpoint: &Path) -> WorkDirs {
+        WorkDirs {
+            work: self.env_dir(name).join("work"),
+            mountpoint: mountpoint.to_owned(),
+        }
+    }
+    pub fn refs(&self) -> PathBuf {
+        self.root.join("refs")
+    }
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+}

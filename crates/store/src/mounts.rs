@@ -1,0 +1,80 @@
+//! Reading the kernel's mount table.
+
+use std::path::{Path, PathBuf};
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountInfo {
+    pub mount_point: PathBuf,
+    pub fstype: String,
+    pub source: String,
+}
+
+/// Every mount of this process's namespace, in mount order, escapes decoded.
+pub fn mounts() -> Vec<MountInfo> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            let mount_point = fields.get(4)?;
+            // Optional fields end at " - "; then fstype and source follow.
+            let dash = fields.iter().position(|f| *f == "-")?;
+            Some(MountInfo {
+                mount_point: PathBuf::from(unescape(mount_point)),
+                fstype: fields.get(dash + 1)?.to_string(),
+                source: unescape(fields.get(dash + 2)?),
+            })
+        })
+        .collect()
+}
+
+/// The top-most mount at `path` (canonicalised when possible), if `path` is a mount point.
+pub fn top_mount(path: &Path) -> Option<MountInfo> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    mounts().into_iter().rev().find(|m| m.mount_point == path)
+}
+
+/// True when `path` is a mount point.
+pub fn is_mountpoint(path: &Path) -> bool {
+    top_mount(path).is_some()
+}
+
+/// Source name agentbox gives the overlays it mounts, so it only ever unmounts its own.
+pub const OVERLAY_SOURCE: &str = "agentbox";
+
+/// True when the top-most mount at `path` is an overlay agentbox mounted.
+pub fn is_our_overlay(path: &Path) -> bool {
+    top_mount(path).is_some_and(|m| m.fstype == "overlay" && m.source == OVERLAY_SOURCE)
+}
+
+/// Decode the `\040`-style escapes mountinfo uses for spaces, tabs, newlines, backslashes.
+fn unescape(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() {
+            let oct = std::str::from_utf8(&bytes[i + 1..i + 4]).unwrap_or("");
+            if let Ok(v) = u8::from_str_radix(oct, 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unescape_spaces() {
+        assert_eq!(super::unescape("/a\\040b"), "/a b");
+        assert_eq!(super::unescape("/plain"), "/plain");
+        assert!(super::is_mountpoint(std::path::Path::new("/")));
+    }
+}

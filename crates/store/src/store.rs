@@ -1,0 +1,948 @@
+//! The store: opening, environments, commits, checkouts and the node files.
+//!
+//! Locking (see `layout` for the files):
+//! * `store.lock` is taken *shared* by every operation that adds data (create, commit,
+//!   checkout, import) and *exclusive* by operations that remove data or rewrite nodes of
+//!   several environments (delete, retain, gc, fsck --repair). Environments therefore never
+//!   wait for each other, and GC never frees a layer a commit is still writing.
+//! * `envs/<name>/lock` is taken exclusively (non-blocking) by whoever changes that
+//!   environment; a second writer gets an error naming the holder.
+//!
+//! Commit protocol (each step durable before the next): layer data → layer record → node file
+//! → `env.json` with the new HEAD and `next_seq + 1`. The last write is the commit point: a
+//! node whose `seq` is not below its environment's `next_seq` was never acknowledged and is
+//! removed by `reconcile`; a layer without record, or referenced by no node, is freed by GC.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use agentbox_core::atomic::{self, read_json_opt, write_json};
+use agentbox_core::failpoint;
+use agentbox_core::id::{self, new_id};
+use agentbox_core::lock::{FileLock, Mode};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{self, Backend, BackendKind, LayerRecord, WorkDirs};
+use crate::layout::Layout;
+use crate::names;
+use crate::node::{Node, Tombstone};
+use crate::{Error, Result};
+
+/// Version of the on-disk format written into `store.json`.
+pub const FORMAT: u32 = 1;
+
+/// Default number of layers a `layers` chain may reach before a commit flattens it.
+pub const DEFAULT_MAX_DEPTH: u32 = 24;
+
+/// `store.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreConfig {
+    pub format: u32,
+    pub backend: BackendKind,
+    /// How `backend` was chosen: "auto" (by the filesystem) or "override".
+    pub chosen: String,
+    pub max_depth: u32,
+    pub created: DateTime<Utc>,
+}
+
+/// `envs/<name>/env.json`: the mutable state of one environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvState {
+    pub name: String,
+    pub created: DateTime<Utc>,
+    /// The user-visible directory.
+    pub mountpoint: PathBuf,
+    pub head: String,
+    /// Sequence number the next commit gets; strictly increasing.
+    pub next_seq: u64,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Where a new environment's first node comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Empty,
+    /// An exact copy of a directory.
+    Dir(PathBuf),
+    /// A layer already staged inside the store's `tmp/` (imports); moved, not copied, when the
+    /// backend allows.
+    Staged(PathBuf),
+}
+
+/// Options of a commit.
+#[derive(Debug, Clone, Default)]
+pub struct CommitOpts {
+    pub message: String,
+    pub command: Option<String>,
+    pub metadata: BTreeMap<String, serde_json::Value>,
+}
+
+/// An open store.
+#[derive(Debug)]
+pub struct Store {
+    pub(crate) layout: Layout,
+    pub(crate) config: StoreConfig,
+    pub(crate) backend: Box<dyn Backend>,
+}
+
+/// Locks held by a writer of one environment; released on drop.
+pub(crate) struct EnvGuard {
+    _env: FileLock,
+    _store: FileLock,
+}
+
+impl Store {
+    /// Open the store at `root`, creating it when missing. `backend` overrides the automatic
+    /// choice (btrfs when `root` is on btrfs, else layers) when the store is created; for an
+    /// existing store it must match what is recorded.
+    pub fn open_or_init(root: &Path, backend: Option<BackendKind>) -> Result<Store> {
+        if root.join("store.json").exists() {
+            let store = Store::open(root)?;
+            if let Some(kind) = backend {
+                if kind != store.config.backend {
+                    return Err(Error::Backend {
+                        path: root.to_owned(),
+                        message: format!(
+                            "the store already uses the {} backend; a store has one backend (use another AGENTBOX_HOME for {kind})",
+                            store.config.backend
+                        ),
+                    });
+                }
+            }
+            return Ok(store);
+        }
+        Store::init(root, backend)
+    }
+
+    /// Create a new store at `root`.
+    pub fn init(root: &Path, backend: Option<BackendKind>) -> Result<Store> {
+        let layout = Layout::new(root);
+        for dir in [
+            layout.root().to_owned(),
+            layout.nodes(),
+            layout.layers(),
+            layout.envs(),
+            layout.refs(),
+            layout.tmp(),
+        ] {
+            fs_err::create_dir_all(&dir)?;
+        }
+        let auto = if backend::btrfs::probe(root) {
+            BackendKind::Btrfs
+        } else {
+            BackendKind::Layers
+        };
+        let config = StoreConfig {
+            format: FORMAT,
+            backend: backend.unwrap_or(auto),
+            chosen: if backend.is_some_and(|b| b != auto) {
+                "override".into()
+            } else {
+                "auto".into()
+            },
+            max_depth: DEFAULT_MAX_DEPTH,
+            created: Utc::now(),
+        };
+        if config.backend == BackendKind::Btrfs && auto != BackendKind::Btrfs {
+            return Err(Error::Backend {
+                path: root.to_owned(),
+                message: "the btrfs backend needs the store on a btrfs filesystem (run `agentbox setup --btrfs SIZE` to make one)".into(),
+            });
+        }
+        write_json(&layout.config(), &config)?;
+        Store::open(root)
+    }
+
+    /// Open an existing store and finish whatever a crash left half-done.
+    pub fn open(root: &Path) -> Result<Store> {
+        let layout = Layout::new(root);
+        let config: StoreConfig = read_json_opt(&layout.config())?.ok_or(Error::NoStore {
+            path: root.to_owned(),
+        })?;
+        if config.format != FORMAT {
+            return Err(Error::Corrupt {
+                path: layout.config(),
+                message: format!(
+                    "store format {} is not supported (this agentbox reads format {FORMAT})",
+                    config.format
+                ),
+            });
+        }
+        let backend = backend::open(config.backend, root, config.max_depth);
+        let store = Store {
+            layout,
+            config,
+            backend,
+        };
+        store.reconcile_if_idle()?;
+        Ok(store)
+    }
+
+    pub fn root(&self) -> &Path {
+        self.layout.root()
+    }
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    // ---- locks -------------------------------------------------------------------------
+
+    pub(crate) fn lock_store(&self, mode: Mode, doing: &str) -> Result<FileLock> {
+        Ok(FileLock::acquire(
+            &self.layout.lock(),
+            mode,
+            "the store",
+            doing,
+        )?)
+    }
+
+    /// Take the single-writer lock of `env` (plus the shared store lock).
+    pub(crate) fn lock_env(&self, env: &str, doing: &str) -> Result<EnvGuard> {
+        let store = self.lock_store(Mode::Shared, doing)?;
+        if !self.layout.env_state(env).exists() {
+            return Err(Error::UnknownEnv { name: env.into() });
+        }
+        let lock = FileLock::acquire(
+            &self.layout.env_lock(env),
+            Mode::TryExclusive,
+            &format!("environment {env:?}"),
+            doing,
+        )?;
+        Ok(EnvGuard {
+            _env: lock,
+            _store: store,
+        })
+    }
+
+    /// Exclusive store lock plus the writer lock of `env` (delete, retain).
+    pub(crate) fn lock_env_exclusive(
+        &self,
+        env: &str,
+        doing: &str,
+    ) -> Result<(FileLock, FileLock)> {
+        let store = self.lock_store(Mode::Exclusive, doing)?;
+        if !self.layout.env_state(env).exists() {
+            return Err(Error::UnknownEnv { name: env.into() });
+        }
+        let lock = FileLock::acquire(
+            &self.layout.env_lock(env),
+            Mode::TryExclusive,
+            &format!("environment {env:?}"),
+            doing,
+        )?;
+        Ok((store, lock))
+    }
+
+    // ---- nodes and layers --------------------------------------------------------------
+
+    /// Read one node file (tombstones included).
+    pub(crate) fn read_node_file(&self, id: &str) -> Result<Option<Node>> {
+        Ok(read_json_opt(&self.layout.node(id))?)
+    }
+
+    /// A live node by full id.
+    pub fn node(&self, id: &str) -> Result<Node> {
+        match self.read_node_file(id)? {
+            Some(n) if n.deleted.is_none() => Ok(n),
+            _ => Err(Error::UnknownRef {
+                reference: id.into(),
+            }),
+        }
+    }
+
+    /// Every node file, tombstones included, keyed by id.
+    pub(crate) fn all_node_files(&self) -> Result<BTreeMap<String, Node>> {
+        let mut out = BTreeMap::new();
+        for entry in fs_err::read_dir(self.layout.nodes())? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(id) = name.strip_suffix(".json") else {
+                continue;
+            };
+            if !id::is_full_id(id) {
+                continue;
+            }
+            // A node deleted between read_dir and read is simply gone.
+            if let Some(node) = self.read_node_file(id)? {
+                out.insert(id.to_owned(), node);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every live node, keyed by id, with parents resolved through pending tombstones.
+    pub fn nodes(&self) -> Result<BTreeMap<String, Node>> {
+        let files = self.all_node_files()?;
+        let mut live: BTreeMap<String, Node> = files
+            .iter()
+            .filter(|(_, n)| n.deleted.is_none())
+            .map(|(k, n)| (k.clone(), n.clone()))
+            .collect();
+        for node in live.values_mut() {
+            let mut parent = node.parent.clone();
+            // Follow tombstones a concurrent or interrupted deletion left.
+            let mut hops = 0;
+            while let Some(p) = parent.clone() {
+                match files.get(&p) {
+                    Some(n) if n.deleted.is_some() && hops < files.len() => {
+                        parent = n.deleted.as_ref().and_then(|t| t.reparent_to.clone());
+                        hops += 1;
+                    }
+                    _ => break,
+                }
+            }
+            node.parent = parent;
+        }
+        Ok(live)
+    }
+
+    pub(crate) fn layer_record(&self, id: &str) -> Result<LayerRecord> {
+        read_json_opt(&self.layout.layer_record(id))?.ok_or_else(|| Error::Corrupt {
+            path: self.layout.layer_record(id),
+            message: "layer record missing (run `agentbox fsck`)".into(),
+        })
+    }
+
+    /// The chain of layers (top first) whose union is `node`'s tree.
+    pub fn chain(&self, node: &Node) -> Result<Vec<LayerRecord>> {
+        let mut chain = Vec::new();
+        let mut next = Some(node.layer.clone());
+        while let Some(id) = next {
+            let rec = self.layer_record(&id)?;
+            next = rec.parent.clone();
+            chain.push(rec);
+            if chain.len() > 4096 {
+                return Err(Error::Corrupt {
+                    path: self.layout.layer_record(&id),
+                    message: "layer chain loops".into(),
+                });
+            }
+        }
+        Ok(chain)
+    }
+
+    /// Directories of a node's chain, top first (what an overlay stacks).
+    pub fn chain_dirs(&self, node: &Node) -> Result<Vec<PathBuf>> {
+        Ok(self
+            .chain(node)?
+            .iter()
+            .map(|l| self.backend.layer_dir(&l.id))
+            .collect())
+    }
+
+    // ---- environments ------------------------------------------------------------------
+
+    pub fn env(&self, name: &str) -> Result<EnvState> {
+        read_json_opt(&self.layout.env_state(name))?.ok_or_else(|| Error::UnknownEnv {
+            name: name.to_owned(),
+        })
+    }
+
+    pub fn envs(&self) -> Result<Vec<EnvState>> {
+        let mut out = Vec::new();
+        for entry in fs_err::read_dir(self.layout.envs())? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(state) = read_json_opt::<EnvState>(&self.layout.env_state(&name))? {
+                out.push(state);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The environment whose mount point contains `path`, if any.
+    pub fn env_for_path(&self, path: &Path) -> Result<Option<EnvState>> {
+        let path = fs_err::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        Ok(self
+            .envs()?
+            .into_iter()
+            .filter(|e| path.starts_with(&e.mountpoint))
+            .max_by_key(|e| e.mountpoint.as_os_str().len()))
+    }
+
+    pub(crate) fn write_env(&self, state: &EnvState) -> Result<()> {
+        Ok(write_json(&self.layout.env_state(&state.name), state)?)
+    }
+
+    pub(crate) fn work_dirs(&self, state: &EnvState) -> WorkDirs {
+        self.layout.work_dirs(&state.name, &state.mountpoint)
+    }
+
+    /// Create environment `name` whose working tree is mounted at `mountpoint`, with a first
+    /// node holding `source`.
+    pub fn create_env(
+        &self,
+        name: &str,
+        mountpoint: &Path,
+        source: Source,
+        message: &str,
+    ) -> Result<EnvState> {
+        names::validate("environment", name)?;
+        let _store = self.lock_store(Mode::Shared, "create")?;
+        let env_dir = self.layout.env_dir(name);
+        // Creating the directory is the claim on the name: exactly one creator wins.
+        fs_err::create_dir_all(self.layout.envs())?;
+        match std::fs::create_dir(&env_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::EnvExists { name: name.into() })
+            }
+            Err(e) => return Err(Error::Io(io_at(&env_dir, e))),
+        }
+        let _lock = FileLock::acquire(
+            &self.layout.env_lock(name),
+            Mode::TryExclusive,
+            &format!("environment {name:?}"),
+            "create",
+        )?;
+        let result = self.create_env_locked(name, mountpoint, source, message);
+        if result.is_err() {
+            // Nothing half-made stays behind: the first node was never acknowledged.
+            let dirs = self.layout.work_dirs(name, mountpoint);
+            let _ = self.backend.unmount(&dirs);
+            let _ = self.backend.remove_work(&dirs);
+            let _ = fs_err::remove_dir_all(&env_dir);
+        }
+        result
+    }
+
+    fn create_env_locked(
+        &self,
+        name: &str,
+        mountpoint: &Path,
+        source: Source,
+        message: &str,
+    ) -> Result<EnvState> {
+        fs_err::create_dir_all(mountpoint)?;
+        let mountpoint = fs_err::canonicalize(mountpoint)?;
+        if let Some(other) = self
+            .envs()?
+            .into_iter()
+            .find(|e| e.mountpoint == mountpoint)
+        {
+            return Err(Error::Refused {
+                action: "create an environment at",
+                id: mountpoint.display().to_string(),
+                reason: format!("environment {:?} is already mounted there", other.name),
+            });
+        }
+        let layer_id = new_id();
+        let record = match source {
+            Source::Empty => self.backend.empty_layer(&layer_id)?,
+            Source::Dir(dir) => self.backend.layer_from_dir(&dir, &layer_id)?,
+            Source::Staged(dir) => self.backend.layer_from_staged(&dir, &layer_id)?,
+        };
+        write_json(&self.layout.layer_record(&layer_id), &record)?;
+        failpoint::hit("create:after-layer");
+        let node = Node {
+            id: layer_id.clone(),
+            parent: None,
+            env: name.to_owned(),
+            seq: 0,
+            layer: layer_id.clone(),
+            message: message.to_owned(),
+            command: None,
+            created: Utc::now(),
+            metadata: BTreeMap::new(),
+            deleted: None,
+        };
+        write_json(&self.layout.node(&node.id), &node)?;
+        let state = EnvState {
+            name: name.to_owned(),
+            created: node.created,
+            mountpoint,
+            head: node.id.clone(),
+            next_seq: 1,
+            tags: BTreeMap::new(),
+        };
+        let dirs = self.work_dirs(&state);
+        self.backend.reset_work(&dirs, &[record])?;
+        self.write_env(&state)?;
+        Ok(state)
+    }
+
+    /// Fork: a new environment whose HEAD is an existing node (no data is copied).
+    pub fn fork_env(
+        &self,
+        from_env: &str,
+        reference: &str,
+        name: &str,
+        mountpoint: &Path,
+    ) -> Result<EnvState> {
+        names::validate("environment", name)?;
+        let node = self.node(&self.resolve(from_env, reference)?)?;
+        let _store = self.lock_store(Mode::Shared, "fork")?;
+        let env_dir = self.layout.env_dir(name);
+        match std::fs::create_dir(&env_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::EnvExists { name: name.into() })
+            }
+            Err(e) => return Err(Error::Io(io_at(&env_dir, e))),
+        }
+        let result = (|| {
+            fs_err::create_dir_all(mountpoint)?;
+            let state = EnvState {
+                name: name.to_owned(),
+                created: Utc::now(),
+                mountpoint: fs_err::canonicalize(mountpoint)?,
+                head: node.id.clone(),
+                next_seq: 1,
+                tags: BTreeMap::new(),
+            };
+            self.backend
+                .reset_work(&self.work_dirs(&state), &self.chain(&node)?)?;
+            self.write_env(&state)?;
+            Ok(state)
+        })();
+        if result.is_err() {
+            let _ = fs_err::remove_dir_all(&env_dir);
+        }
+        result
+    }
+
+    /// Remove an environment: unmount, drop its working area and state. Its nodes stay until
+    /// GC finds them unreferenced.
+    pub fn remove_env(&self, name: &str) -> Result<()> {
+        let state = self.env(name)?;
+        let _g = self.lock_env(name, "remove")?;
+        let dirs = self.work_dirs(&state);
+        self.backend.unmount(&dirs)?;
+        self.backend.remove_work(&dirs)?;
+        // env.json goes first: without it the environment no longer exists.
+        fs_err::remove_file(self.layout.env_state(name))?;
+        fs_err::remove_dir_all(self.layout.env_dir(name))?;
+        Ok(())
+    }
+
+    /// Mount an environment's working tree again (after a reboot).
+    pub fn mount_env(&self, name: &str) -> Result<EnvState> {
+        let state = self.env(name)?;
+        let _g = self.lock_env(name, "mount")?;
+        let head = self.node(&state.head)?;
+        self.backend
+            .mount(&self.work_dirs(&state), &self.chain(&head)?)?;
+        Ok(state)
+    }
+
+    pub fn unmount_env(&self, name: &str) -> Result<EnvState> {
+        let state = self.env(name)?;
+        let _g = self.lock_env(name, "unmount")?;
+        self.backend.unmount(&self.work_dirs(&state))?;
+        Ok(state)
+    }
+
+    // ---- commit and checkout -----------------------------------------------------------
+
+    /// Freeze the working tree of `env` as a child of HEAD and move HEAD to it.
+    pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
+        let _g = self.lock_env(env, "commit")?;
+        let mut state = self.env(env)?;
+        let head = self.node(&state.head)?;
+        let chain = self.chain(&head)?;
+        let id = new_id();
+        let record = self.backend.commit(&self.work_dirs(&state), &chain, &id)?;
+        failpoint::hit("commit:after-layer");
+        write_json(&self.layout.layer_record(&id), &record)?;
+        failpoint::hit("commit:after-record");
+        let node = Node {
+            id: id.clone(),
+            parent: Some(head.id.clone()),
+            env: env.to_owned(),
+            seq: state.next_seq,
+            layer: id,
+            message: opts.message,
+            command: opts.command,
+            created: Utc::now(),
+            metadata: opts.metadata,
+            deleted: None,
+        };
+        write_json(&self.layout.node(&node.id), &node)?;
+        failpoint::hit("commit:after-node");
+        state.head = node.id.clone();
+        state.next_seq += 1;
+        self.write_env(&state)?;
+        failpoint::hit("commit:after-head");
+        self.backend.committed(&self.work_dirs(&state), &record)?;
+        Ok(node)
+    }
+
+    /// Make `env`'s working tree hold the tree of `reference` and move HEAD there. Resolution
+    /// and action happen under the environment's lock, so the ref cannot move in between.
+    pub fn checkout(&self, env: &str, reference: &str) -> Result<Node> {
+        let _g = self.lock_env(env, "checkout")?;
+        let mut state = self.env(env)?;
+        let node = self.node(&self.resolve_in(&state, reference)?)?;
+        let chain = self.chain(&node)?;
+        self.backend.reset_work(&self.work_dirs(&state), &chain)?;
+        failpoint::hit("checkout:after-reset");
+        state.head = node.id.clone();
+        self.write_env(&state)?;
+        Ok(node)
+    }
+
+    // ---- refs --------------------------------------------------------------------------
+
+    /// Resolve a reference in the context of `env`: `HEAD`, `HEAD~N`, a tag of the
+    /// environment, a store-wide ref `ns/name`, a full id, or a unique id prefix (≥ 4 hex).
+    pub fn resolve(&self, env: &str, reference: &str) -> Result<String> {
+        let state = self.env(env)?;
+        self.resolve_in(&state, reference)
+    }
+
+    pub(crate) fn resolve_in(&self, state: &EnvState, reference: &str) -> Result<String> {
+        let unknown = || Error::UnknownRef {
+            reference: reference.to_owned(),
+        };
+        if reference == "HEAD" {
+            return Ok(state.head.clone());
+        }
+        if let Some(rest) = reference
+            .strip_prefix("HEAD~")
+            .or_else(|| reference.strip_prefix("HEAD^"))
+        {
+            let n: usize = if rest.is_empty() {
+                1
+            } else {
+                rest.parse().map_err(|_| unknown())?
+            };
+            let nodes = self.nodes()?;
+            let mut id = state.head.clone();
+            for _ in 0..n {
+                id = nodes
+                    .get(&id)
+                    .and_then(|node| node.parent.clone())
+                    .ok_or_else(unknown)?;
+            }
+            return Ok(id);
+        }
+        if let Some(id) = state.tags.get(reference) {
+            return Ok(id.clone());
+        }
+        if reference.contains('/') {
+            if let Some(id) = self.get_ref(reference)? {
+                return Ok(id);
+            }
+            return Err(unknown());
+        }
+        if id::is_full_id(reference) {
+            return match self.read_node_file(reference)? {
+                Some(n) if n.deleted.is_none() => Ok(n.id),
+                _ => Err(unknown()),
+            };
+        }
+        if id::is_hex(reference) && reference.len() >= id::MIN_PREFIX {
+            let matches: Vec<String> = self
+                .nodes()?
+                .into_keys()
+                .filter(|id| id.starts_with(reference))
+                .collect();
+            return match matches.len() {
+                0 => Err(unknown()),
+                1 => Ok(matches.into_iter().next().expect("one match")),
+                _ => Err(Error::AmbiguousRef {
+                    reference: reference.to_owned(),
+                    candidates: matches,
+                }),
+            };
+        }
+        Err(unknown())
+    }
+
+    /// Set or move tag `name` of `env` to `reference`.
+    pub fn set_tag(&self, env: &str, name: &str, reference: &str) -> Result<String> {
+        names::validate("tag", name)?;
+        let _g = self.lock_env(env, "tag")?;
+        let mut state = self.env(env)?;
+        let id = self.resolve_in(&state, reference)?;
+        state.tags.insert(name.to_owned(), id.clone());
+        self.write_env(&state)?;
+        Ok(id)
+    }
+
+    /// Delete tag `name` of `env`; returns the node it pointed at.
+    pub fn delete_tag(&self, env: &str, name: &str) -> Result<String> {
+        let _g = self.lock_env(env, "tag")?;
+        let mut state = self.env(env)?;
+        let id = state.tags.remove(name).ok_or_else(|| Error::UnknownRef {
+            reference: name.to_owned(),
+        })?;
+        self.write_env(&state)?;
+        Ok(id)
+    }
+
+    /// Store-wide named ref `ns/name` (checkpoints), `None` when unset.
+    pub fn get_ref(&self, full: &str) -> Result<Option<String>> {
+        let path = self.ref_path(full)?;
+        match std::fs::read_to_string(&path) {
+            Ok(s) => Ok(Some(s.trim().to_owned())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::Io(io_at(&path, e))),
+        }
+    }
+
+    /// Point store-wide ref `ns/name` at node `id` (or remove it with `None`).
+    pub fn set_ref(&self, full: &str, id: Option<&str>) -> Result<()> {
+        let path = self.ref_path(full)?;
+        let _store = self.lock_store(Mode::Shared, "set ref")?;
+        match id {
+            Some(id) => {
+                self.node(id)?;
+                if let Some(parent) = path.parent() {
+                    fs_err::create_dir_all(parent)?;
+                }
+                atomic::write_atomic(&path, format!("{id}\n").as_bytes())?;
+            }
+            None => match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::Io(io_at(&path, e))),
+            },
+        }
+        Ok(())
+    }
+
+    /// Every store-wide ref, `ns/name` → node id.
+    pub fn refs(&self) -> Result<BTreeMap<String, String>> {
+        let mut out = BTreeMap::new();
+        let root = self.layout.refs();
+        if !root.exists() {
+            return Ok(out);
+        }
+        for ns in fs_err::read_dir(&root)? {
+            let ns = ns?;
+            if !ns.file_type()?.is_dir() {
+                continue;
+            }
+            for entry in fs_err::read_dir(ns.path())? {
+                let entry = entry?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if atomic::is_tmp_name(&name) {
+                    continue;
+                }
+                let full = format!("{}/{}", ns.file_name().to_string_lossy(), name);
+                if let Some(id) = self.get_ref(&full)? {
+                    out.insert(full, id);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn ref_path(&self, full: &str) -> Result<PathBuf> {
+        let (ns, name) = full.split_once('/').ok_or_else(|| Error::InvalidName {
+            name: full.to_owned(),
+            reason: "store refs are named NAMESPACE/NAME".into(),
+        })?;
+        names::validate("ref namespace", ns)?;
+        names::validate("ref", name)?;
+        Ok(self.layout.refs().join(ns).join(name))
+    }
+
+    // ---- deletion ----------------------------------------------------------------------
+
+    /// Delete a node from the history; its children are re-parented to its parent. Refuses
+    /// the HEAD of any environment and the last node of the store.
+    pub fn delete_node(&self, env: &str, reference: &str) -> Result<Node> {
+        let (_store, _env) = self.lock_env_exclusive(env, "delete")?;
+        let state = self.env(env)?;
+        let id = self.resolve_in(&state, reference)?;
+        let node = self.node(&id)?;
+        for other in self.envs()? {
+            if other.head == id {
+                return Err(Error::Refused {
+                    action: "delete",
+                    id,
+                    reason: format!(
+                        "it is the HEAD of environment {:?} (check out another node first)",
+                        other.name
+                    ),
+                });
+            }
+        }
+        let nodes = self.nodes()?;
+        if nodes.len() <= 1 {
+            return Err(Error::Refused {
+                action: "delete",
+                id,
+                reason: "it is the last node".into(),
+            });
+        }
+        self.remove_nodes_locked(&nodes, &[id])?;
+        // Tags and store refs pointing at a deleted node would dangle: drop them.
+        self.drop_refs_to(&BTreeSet::from([node.id.clone()]))?;
+        Ok(node)
+    }
+
+    /// Remove `ids` from the history (store lock held exclusively by the caller). Each is
+    /// tombstoned, its children re-parented to its nearest surviving ancestor, then removed.
+    pub(crate) fn remove_nodes_locked(
+        &self,
+        nodes: &BTreeMap<String, Node>,
+        ids: &[String],
+    ) -> Result<()> {
+        let doomed: BTreeSet<&String> = ids.iter().collect();
+        let survivor = |mut p: Option<String>| {
+            while let Some(id) = p.clone() {
+                if !doomed.contains(&id) {
+                    break;
+                }
+                p = nodes.get(&id).and_then(|n| n.parent.clone());
+            }
+            p
+        };
+        for id in ids {
+            let Some(node) = nodes.get(id) else { continue };
+            let mut tomb = node.clone();
+            tomb.deleted = Some(Tombstone {
+                reparent_to: survivor(node.parent.clone()),
+            });
+            write_json(&self.layout.node(id), &tomb)?;
+        }
+        failpoint::hit("delete:after-tombstone");
+        for id in ids {
+            self.finish_tombstone(id)?;
+        }
+        Ok(())
+    }
+
+    /// Complete a deletion whose tombstone is on disk: re-parent children, remove the file.
+    fn finish_tombstone(&self, id: &str) -> Result<()> {
+        let Some(tomb) = self.read_node_file(id)? else {
+            return Ok(());
+        };
+        let Some(t) = tomb.deleted.clone() else {
+            return Ok(());
+        };
+        for (cid, mut child) in self.all_node_files()? {
+            if child.parent.as_deref() == Some(id) {
+                child.parent = t.reparent_to.clone();
+                write_json(&self.layout.node(&cid), &child)?;
+            }
+        }
+        failpoint::hit("delete:after-reparent");
+        fs_err::remove_file(self.layout.node(id))?;
+        atomic::sync_dir(&self.layout.nodes())?;
+        Ok(())
+    }
+
+    /// Drop tags and store refs that point at removed nodes.
+    pub(crate) fn drop_refs_to(&self, removed: &BTreeSet<String>) -> Result<()> {
+        for mut state in self.envs()? {
+            let before = state.tags.len();
+            state.tags.retain(|_, id| !removed.contains(id));
+            if state.tags.len() != before {
+                self.write_env(&state)?;
+            }
+        }
+        for (full, id) in self.refs()? {
+            if removed.contains(&id) {
+                fs_err::remove_file(self.ref_path(&full)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- crash recovery ----------------------------------------------------------------
+
+    /// Run [`Store::reconcile`] when no other process is using the store.
+    fn reconcile_if_idle(&self) -> Result<()> {
+        match self.lock_store(Mode::TryExclusive, "reconcile") {
+            Ok(_lock) => self.reconcile().map(|_| ()),
+            Err(Error::Core(agentbox_core::Error::Locked { .. })) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Finish or undo what an interrupted operation left (caller holds the store lock
+    /// exclusively): complete tombstoned deletions, remove unacknowledged commits and
+    /// temporary files. Returns a description of each repair.
+    pub(crate) fn reconcile(&self) -> Result<Vec<String>> {
+        let mut repairs = Vec::new();
+        for dir in [self.layout.nodes(), self.layout.layers(), self.layout.tmp()] {
+            fs_err::create_dir_all(&dir)?;
+        }
+        // Temporary files of interrupted atomic writes and staging areas.
+        for dir in [self.layout.nodes(), self.layout.layers()] {
+            for entry in fs_err::read_dir(&dir)? {
+                let entry = entry?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if atomic::is_tmp_name(&name) && entry.file_type()?.is_file() {
+                    fs_err::remove_file(entry.path())?;
+                    repairs.push(format!("removed temporary file {}", entry.path().display()));
+                }
+            }
+        }
+        for entry in fs_err::read_dir(self.layout.tmp())? {
+            let entry = entry?;
+            self.backend.remove_tree(&entry.path())?;
+            repairs.push(format!("removed staging {}", entry.path().display()));
+        }
+        let files = self.all_node_files()?;
+        for (id, node) in &files {
+            if node.deleted.is_some() {
+                self.finish_tombstone(id)?;
+                repairs.push(format!("finished deleting node {id}"));
+            }
+        }
+        // Unacknowledged commits: seq not below the environment's next_seq.
+        let envs: BTreeMap<String, EnvState> = self
+            .envs()?
+            .into_iter()
+            .map(|e| (e.name.clone(), e))
+            .collect();
+        let files = self.all_node_files()?;
+        let referenced: BTreeSet<&String> =
+            files.values().filter_map(|n| n.parent.as_ref()).collect();
+        for (id, node) in &files {
+            let Some(env) = envs.get(&node.env) else {
+                continue;
+            };
+            if node.seq >= env.next_seq && env.head != *id && !referenced.contains(id) {
+                fs_err::remove_file(self.layout.node(id))?;
+                repairs.push(format!(
+                    "removed node {id}: its commit to {:?} was interrupted",
+                    node.env
+                ));
+            }
+        }
+        // Environments whose creation never completed have a directory but no env.json.
+        for entry in fs_err::read_dir(self.layout.envs())? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !self.layout.env_state(&name).exists() {
+                // Held lock means the creation is still running in another process.
+                if FileLock::acquire(
+                    &self.layout.env_lock(&name),
+                    Mode::TryExclusive,
+                    "env",
+                    "reconcile",
+                )
+                .is_ok()
+                {
+                    let work = self.layout.env_dir(&name).join("work");
+                    if work.exists() {
+                        self.backend.remove_tree(&work)?;
+                    }
+                    fs_err::remove_dir_all(entry.path())?;
+                    repairs.push(format!("removed half-created environment {name:?}"));
+                }
+            }
+        }
+        Ok(repairs)
+    }
+}
+
+/// Attach a path to a raw IO error.
+pub(crate) fn io_at(path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}

@@ -1,0 +1,446 @@
+//! Export and import of environments as bundles (format: `docs/bundle-format.md`).
+//!
+//! Export walks nodes parents-first and writes each as the difference from its parent, so a
+//! history of ten snapshots stores the first tree once and then only changes. Import stages
+//! everything under `store/tmp/` first and only then creates layers, nodes and the
+//! environment; any error removes the staging area, so a bad archive leaves nothing behind.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use agentbox_core::atomic::write_json;
+use agentbox_core::failpoint;
+use agentbox_core::id::new_id;
+use agentbox_core::lock::Mode;
+use chrono::Utc;
+use serde::Serialize;
+
+use crate::bundle::{
+    self, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource, Manifest, ManifestNode,
+};
+use crate::fsops::diff::{diff_trees, ChangeKind};
+use crate::fsops::{Kind, Tree};
+use crate::node::Node;
+use crate::store::{EnvState, Source, Store};
+use crate::{Error, Result};
+
+/// What an export wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportReport {
+    pub kind: BundleKind,
+    pub compression: Compression,
+    pub nodes: usize,
+    pub output: PathBuf,
+}
+
+/// What an import created.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportReport {
+    pub kind: BundleKind,
+    pub env: String,
+    pub head: String,
+    pub nodes: usize,
+    pub reused_nodes: usize,
+}
+
+/// The entries of `new` that differ from `old`, as a layer (whiteouts for removals).
+fn layer_between(old: &Tree, new: &Tree) -> Result<LayerSource> {
+    let changes = diff_trees(old, new)?;
+    let mut wanted: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut whiteouts: Vec<PathBuf> = Vec::new();
+    for c in &changes {
+        match c.kind {
+            ChangeKind::Removed => {
+                // Only the top-most removed path: a whiteout hides what is below it.
+                if !c
+                    .path
+                    .ancestors()
+                    .skip(1)
+                    .any(|a| whiteouts.iter().any(|w| w == a))
+                {
+                    whiteouts.push(c.path.clone());
+                }
+            }
+            _ => {
+                // The entry and its parent directories (their metadata is the new tree's).
+                for a in c.path.ancestors() {
+                    if !wanted.insert(a.to_owned()) {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    // A removed path's parent directory changed too (its mtime); carry it.
+    for w in &whiteouts {
+        for a in w.ancestors().skip(1) {
+            if !wanted.insert(a.to_owned()) {
+                break;
+            }
+        }
+    }
+    let mut entries = Vec::new();
+    for p in &wanted {
+        if let Some(e) = new.entries.get(p) {
+            entries.push(e.clone());
+        }
+    }
+    // A path whose type changed from directory to something else replaces the directory;
+    // one that became a directory must not merge with the old directory's content.
+    let opaque_dirs: Vec<PathBuf> = changes
+        .iter()
+        .filter(|c| {
+            c.kind == ChangeKind::Modified
+                && new
+                    .entries
+                    .get(&c.path)
+                    .is_some_and(|e| e.meta.kind == Kind::Dir)
+                && old
+                    .entries
+                    .get(&c.path)
+                    .is_some_and(|e| e.meta.kind != Kind::Dir)
+        })
+        .map(|c| c.path.clone())
+        .collect();
+    Ok(LayerSource {
+        entries,
+        whiteouts,
+        opaque_dirs,
+    })
+}
+
+fn manifest_node(n: &Node, base: Option<String>) -> ManifestNode {
+    ManifestNode {
+        id: n.id.clone(),
+        parent: n.parent.clone(),
+        seq: n.seq,
+        message: n.message.clone(),
+        command: n.command.clone(),
+        created: n.created,
+        metadata: n.metadata.clone(),
+        base,
+    }
+}
+
+/// Write a bundle of `env` (history: every node; snapshot / rootfs: the node `reference`).
+pub fn export(
+    store: &Store,
+    env: &str,
+    reference: &str,
+    kind: BundleKind,
+    compression: Compression,
+    output: &Path,
+) -> Result<ExportReport> {
+    let state = store.env(env)?;
+    let target = store.node(&store.resolve(env, reference)?)?;
+    // Write to a temporary name next to the output; rename when complete.
+    let to_stdout = output == Path::new("-");
+    let tmp = output.with_file_name(format!(
+        ".{}.partial-{}",
+        output
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let sink: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(BufWriter::with_capacity(
+            1 << 20,
+            fs_err::File::create(&tmp)?,
+        ))
+    };
+    let result = (|| -> Result<usize> {
+        let mut w = BundleWriter::new(sink, kind, compression)?;
+        let count = match kind {
+            BundleKind::Rootfs => {
+                w.write_rootfs(&store.node_tree(&target)?)?;
+                1
+            }
+            BundleKind::Snapshot => {
+                let mut node = target.clone();
+                node.parent = None;
+                let m = Manifest::new(
+                    kind,
+                    env,
+                    &target.id,
+                    BTreeMap::new(),
+                    vec![manifest_node(&node, None)],
+                );
+                w.write_manifest(&m)?;
+                let tree = store.node_tree(&target)?;
+                w.write_layer(&target.id, &layer_between(&Tree::default(), &tree)?)?;
+                1
+            }
+            BundleKind::History => {
+                let h = store.history(env)?;
+                // Parents first: sort by depth from a root.
+                let by_id: BTreeMap<&str, &Node> =
+                    h.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+                let depth = |n: &Node| {
+                    let mut d = 0;
+                    let mut p = n.parent.as_deref();
+                    while let Some(id) = p {
+                        d += 1;
+                        p = by_id.get(id).and_then(|n| n.parent.as_deref());
+                    }
+                    d
+                };
+                let mut order: Vec<&Node> = h.nodes.iter().collect();
+                order.sort_by_key(|n| (depth(n), n.created));
+                let nodes: Vec<ManifestNode> = order
+                    .iter()
+                    .map(|n| {
+                        let base = n.parent.clone().filter(|p| by_id.contains_key(p.as_str()));
+                        manifest_node(n, base)
+                    })
+                    .collect();
+                let m = Manifest::new(kind, env, &state.head, state.tags.clone(), nodes);
+                w.write_manifest(&m)?;
+                for n in &order {
+                    let tree = store.node_tree(n)?;
+                    let base = match n.parent.as_deref().and_then(|p| by_id.get(p)) {
+                        Some(p) => store.node_tree(p)?,
+                        None => Tree::default(),
+                    };
+                    w.write_layer(&n.id, &layer_between(&base, &tree)?)?;
+                }
+                order.len()
+            }
+        };
+        let mut sink = w.finish()?;
+        sink.flush()?;
+        Ok(count)
+    })();
+    match result {
+        Ok(nodes) => {
+            if !to_stdout {
+                File::open(&tmp)?.sync_all()?;
+                fs_err::rename(&tmp, output)?;
+            }
+            Ok(ExportReport {
+                kind,
+                compression,
+                nodes,
+                output: output.to_owned(),
+            })
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// A fresh staging directory inside the store.
+fn staging(store: &Store, what: &str) -> Result<PathBuf> {
+    let dir = store.layout().tmp().join(format!("{what}-{}", new_id()));
+    fs_err::create_dir_all(store.layout().tmp())?;
+    Ok(dir)
+}
+
+/// Local path of `src`, downloading an http(s) URL into `dir` first.
+fn fetch(src: &str, dir: &Path) -> Result<PathBuf> {
+    if !(src.starts_with("http://") || src.starts_with("https://")) {
+        return Ok(PathBuf::from(src));
+    }
+    fs_err::create_dir_all(dir)?;
+    let path = dir.join("download");
+    let mut resp = ureq::get(src).call().map_err(|e| Error::Bundle {
+        path: PathBuf::from(src),
+        message: format!("download failed: {e}"),
+    })?;
+    let mut file = BufWriter::new(fs_err::File::create(&path)?);
+    std::io::copy(&mut resp.body_mut().as_reader(), &mut file).map_err(|e| Error::Bundle {
+        path: PathBuf::from(src),
+        message: format!("download interrupted: {e}"),
+    })?;
+    file.flush()?;
+    Ok(path)
+}
+
+/// Stage a rootfs tarball (file or URL) as a complete tree for a new environment.
+pub fn stage_rootfs(store: &Store, src: &str) -> Result<PathBuf> {
+    let dir = staging(store, "rootfs")?;
+    let result = (|| {
+        let file = fetch(src, &dir.join("dl"))?;
+        let imported = bundle::import(&file, &dir.join("x"), &ImportOpts::default())?;
+        if imported.kind != BundleKind::Rootfs {
+            return Err(Error::Bundle {
+                path: file,
+                message: format!(
+                    "this is an agentbox {} bundle, not a rootfs tarball; use `agentbox import`",
+                    imported.kind
+                ),
+            });
+        }
+        let (_, layer) = imported
+            .layers
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Bundle {
+                path: file.clone(),
+                message: "the archive holds no tree".into(),
+            })?;
+        let out = dir.with_extension("tree");
+        fs_err::rename(&layer, &out)?;
+        Ok(out)
+    })();
+    let _ = store.backend().remove_tree(&dir);
+    result
+}
+
+/// Create environment `name` at `dir` from a bundle or rootfs tarball.
+pub fn import(
+    store: &Store,
+    src: &str,
+    name: &str,
+    dir: &Path,
+    allow_devices: bool,
+) -> Result<ImportReport> {
+    crate::names::validate("environment", name)?;
+    if store.env(name).is_ok() {
+        return Err(Error::EnvExists { name: name.into() });
+    }
+    let stage = staging(store, "import")?;
+    let result = (|| {
+        let file = fetch(src, &stage.join("dl"))?;
+        let opts = ImportOpts {
+            allow_devices,
+            ..ImportOpts::default()
+        };
+        let imported = bundle::import(&file, &stage.join("x"), &opts)?;
+        failpoint::hit("import:after-stage");
+        match imported.manifest {
+            None => {
+                let (_, layer) =
+                    imported
+                        .layers
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| Error::Bundle {
+                            path: file.clone(),
+                            message: "the archive holds no tree".into(),
+                        })?;
+                let state = store.create_env(
+                    name,
+                    dir,
+                    Source::Staged(layer),
+                    &format!("imported from {src}"),
+                )?;
+                Ok(ImportReport {
+                    kind: imported.kind,
+                    env: name.to_owned(),
+                    head: state.head,
+                    nodes: 1,
+                    reused_nodes: 0,
+                })
+            }
+            Some(manifest) => {
+                import_history(store, &manifest, imported.layers, imported.kind, name, dir)
+            }
+        }
+    })();
+    let _ = store.backend().remove_tree(&stage);
+    result
+}
+
+fn import_history(
+    store: &Store,
+    manifest: &Manifest,
+    layers: Vec<(String, PathBuf)>,
+    kind: BundleKind,
+    name: &str,
+    dir: &Path,
+) -> Result<ImportReport> {
+    let _lock = store.lock_store(Mode::Shared, "import")?;
+    let staged: BTreeMap<String, PathBuf> = layers.into_iter().collect();
+    let mut created = 0;
+    let mut reused = 0;
+    let mut layer_of: BTreeMap<String, String> = BTreeMap::new();
+    let max_seq = manifest.nodes.iter().map(|n| n.seq).max().unwrap_or(0);
+    for mn in &manifest.nodes {
+        if let Ok(existing) = store.node(&mn.id) {
+            layer_of.insert(mn.id.clone(), existing.layer.clone());
+            reused += 1;
+            continue;
+        }
+        let layer_dir = staged.get(&mn.id).ok_or_else(|| Error::Bundle {
+            path: PathBuf::from(&mn.id),
+            message: "node listed in the manifest has no data".into(),
+        })?;
+        let lid = new_id();
+        let record = match &mn.base {
+            None => {
+                // A complete tree: drop any marker files a complete layer cannot need.
+                store.backend().layer_from_staged(layer_dir, &lid)?
+            }
+            Some(base) => {
+                let base_node = store.node(base)?;
+                let chain = store.chain(&base_node)?;
+                store
+                    .backend()
+                    .layer_from_oci_diff(layer_dir, &chain, &lid)?
+            }
+        };
+        write_json(&store.layout().layer_record(&lid), &record)?;
+        let node = Node {
+            id: mn.id.clone(),
+            parent: mn
+                .parent
+                .clone()
+                .filter(|p| manifest.nodes.iter().any(|m| m.id == *p) || store.node(p).is_ok()),
+            env: name.to_owned(),
+            seq: mn.seq,
+            layer: lid.clone(),
+            message: mn.message.clone(),
+            command: mn.command.clone(),
+            created: mn.created,
+            metadata: mn.metadata.clone(),
+            deleted: None,
+        };
+        write_json(&store.layout().node(&node.id), &node)?;
+        layer_of.insert(mn.id.clone(), lid);
+        created += 1;
+    }
+    failpoint::hit("import:after-nodes");
+    // The environment is the commit point of the import.
+    let env_dir = store.layout().env_dir(name);
+    match std::fs::create_dir(&env_dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::EnvExists { name: name.into() })
+        }
+        Err(e) => return Err(Error::Io(crate::store::io_at(&env_dir, e))),
+    }
+    fs_err::create_dir_all(dir)?;
+    let state = EnvState {
+        name: name.to_owned(),
+        created: Utc::now(),
+        mountpoint: fs_err::canonicalize(dir)?,
+        head: manifest.head.clone(),
+        next_seq: max_seq + 1,
+        tags: manifest.tags.clone(),
+    };
+    let head = store.node(&state.head)?;
+    let result = (|| {
+        store
+            .backend()
+            .reset_work(&store.work_dirs(&state), &store.chain(&head)?)?;
+        store.write_env(&state)
+    })();
+    if let Err(e) = result {
+        let _ = fs_err::remove_dir_all(&env_dir);
+        return Err(e);
+    }
+    Ok(ImportReport {
+        kind,
+        env: name.to_owned(),
+        head: state.head,
+        nodes: created + reused,
+        reused_nodes: reused,
+    })
+}

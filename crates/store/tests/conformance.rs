@@ -1,0 +1,341 @@
+//! Conformance suite: every test runs against every backend (tier 2: mounts need root).
+//!
+//! * `layers` on a temporary directory of the test machine's filesystem;
+//! * `btrfs` on a fresh btrfs filesystem on a loop device.
+
+use std::path::{Path, PathBuf};
+
+use agentbox_store::fsops::copy::{copy_dir, CopyOpts};
+use agentbox_store::fsops::diff::compare_exact;
+use agentbox_store::{BackendKind, CommitOpts, Error, Source, Store};
+use agentbox_testkit::loopfs::LoopFs;
+use agentbox_testkit::{tier, TempHome};
+
+/// A place to run one backend: keeps its filesystem alive.
+struct Fixture {
+    kind: BackendKind,
+    _home: Option<TempHome>,
+    _fs: Option<LoopFs>,
+    base: PathBuf,
+}
+
+impl Fixture {
+    fn store(&self) -> Store {
+        Store::open_or_init(&self.base.join("store"), Some(self.kind)).expect("open store")
+    }
+    fn dir(&self, name: &str) -> PathBuf {
+        self.base.join("dirs").join(name)
+    }
+}
+
+/// Fixtures for every backend, or none when the test cannot run here (skipped with a reason
+/// locally, a failure under CI).
+fn fixtures(test: &str) -> Vec<Fixture> {
+    if !tier::require_root(test) {
+        return Vec::new();
+    }
+    let home = TempHome::new();
+    let layers = Fixture {
+        kind: BackendKind::Layers,
+        base: home.path().to_owned(),
+        _home: Some(home),
+        _fs: None,
+    };
+    let fs = LoopFs::btrfs(2 << 30).expect("loop btrfs");
+    let btrfs = Fixture {
+        kind: BackendKind::Btrfs,
+        base: fs.path().to_owned(),
+        _home: None,
+        _fs: Some(fs),
+    };
+    vec![layers, btrfs]
+}
+
+fn write(path: &Path, content: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).expect("mkdir");
+    }
+    std::fs::write(path, content).expect("write");
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn commit(store: &Store, env: &str, msg: &str) -> String {
+    store
+        .commit(
+            env,
+            CommitOpts {
+                message: msg.into(),
+                ..CommitOpts::default()
+            },
+        )
+        .expect("commit")
+        .id
+}
+
+/// Copy of the working tree, to compare a later checkout against.
+fn snapshot_copy(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).expect("mkdir");
+    copy_dir(src, dst, &CopyOpts::default()).expect("copy");
+}
+
+fn assert_same(a: &Path, b: &Path, what: &str) {
+    let diffs = compare_exact(a, b).expect("compare");
+    assert!(
+        diffs.is_empty(),
+        "{what}: trees differ:\n{}",
+        diffs.join("\n")
+    );
+}
+
+#[test]
+fn commit_checkout_round_trip() {
+    for fx in fixtures("commit_checkout_round_trip") {
+        let store = fx.store();
+        assert_eq!(store.config().backend, fx.kind);
+        let src = fx.base.join("src");
+        write(&src.join("a.txt"), "one");
+        write(&src.join("sub/b.txt"), "two");
+        let dir = fx.dir("proj");
+        let st = store
+            .create_env("proj", &dir, Source::Dir(src.clone()), "initial")
+            .expect("create");
+        assert_eq!(read(&dir.join("a.txt")), "one");
+        let root = st.head.clone();
+        let refs = fx.base.join("refs");
+        snapshot_copy(&dir, &refs.join("0"));
+
+        // Change, delete, replace a directory by a file and a file by a directory.
+        write(&dir.join("a.txt"), "one changed");
+        write(&dir.join("new/deep/c.txt"), "three");
+        std::fs::remove_dir_all(dir.join("sub")).expect("rm sub");
+        write(&dir.join("sub"), "sub is a file now");
+        let n1 = commit(&store, "proj", "first change");
+        snapshot_copy(&dir, &refs.join("1"));
+
+        std::fs::remove_file(dir.join("sub")).expect("rm");
+        write(&dir.join("sub/again.txt"), "dir again");
+        std::fs::remove_dir_all(dir.join("new")).expect("rm new");
+        let n2 = commit(&store, "proj", "second change");
+        snapshot_copy(&dir, &refs.join("2"));
+
+        // Uncommitted edits are discarded by a checkout.
+        write(&dir.join("scratch"), "x");
+        for (id, r) in [
+            (&root, "0"),
+            (&n2, "2"),
+            (&n1, "1"),
+            (&root, "0"),
+            (&n2, "2"),
+        ] {
+            let node = store.checkout("proj", id).expect("checkout");
+            assert_eq!(&node.id, id);
+            assert_same(
+                &refs.join(r),
+                &dir,
+                &format!("{:?} checkout of {r}", fx.kind),
+            );
+        }
+        assert_eq!(store.env("proj").expect("env").head, n2);
+        let log: Vec<String> = store
+            .log("proj")
+            .expect("log")
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        assert_eq!(log, vec![n2.clone(), n1.clone(), root.clone()]);
+        store.remove_env("proj").expect("destroy");
+        assert!(!agentbox_store::mounts::is_mountpoint(&dir));
+    }
+}
+
+#[test]
+fn refs_tags_and_errors() {
+    for fx in fixtures("refs_tags_and_errors") {
+        let store = fx.store();
+        let dir = fx.dir("t");
+        store
+            .create_env("tenv", &dir, Source::Empty, "empty")
+            .expect("create");
+        write(&dir.join("f"), "1");
+        let a = commit(&store, "tenv", "a");
+        write(&dir.join("f"), "2");
+        let b = commit(&store, "tenv", "b");
+        assert_eq!(store.resolve("tenv", "HEAD").expect("HEAD"), b);
+        assert_eq!(store.resolve("tenv", "HEAD~1").expect("HEAD~1"), a);
+        assert_eq!(store.resolve("tenv", &a[..6]).expect("prefix"), a);
+        store.set_tag("tenv", "v1", &a[..8]).expect("tag");
+        assert_eq!(store.resolve("tenv", "v1").expect("tag"), a);
+        store.set_tag("tenv", "v1", "HEAD").expect("move tag");
+        assert_eq!(store.resolve("tenv", "v1").expect("tag"), b);
+        assert!(matches!(
+            store.set_tag("tenv", "abcd", "HEAD"),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(matches!(
+            store.resolve("tenv", "nope"),
+            Err(Error::UnknownRef { .. })
+        ));
+        assert!(matches!(
+            store.resolve("tenv", "HEAD~9"),
+            Err(Error::UnknownRef { .. })
+        ));
+        assert!(matches!(
+            store.checkout("tenv", "zzz"),
+            Err(Error::UnknownRef { .. })
+        ));
+        store.delete_tag("tenv", "v1").expect("delete tag");
+        assert!(store.resolve("tenv", "v1").is_err());
+        // Deleting: refuses HEAD; children move to the parent.
+        assert!(matches!(
+            store.delete_node("tenv", "HEAD"),
+            Err(Error::Refused { .. })
+        ));
+        let deleted = store.delete_node("tenv", &a).expect("delete a");
+        assert_eq!(deleted.id, a);
+        let bn = store.node(&b).expect("b");
+        assert_eq!(bn.parent, deleted.parent);
+        // b's data is intact after GC even on layers, where b's chain runs through a's layer.
+        store.gc().expect("gc");
+        store.checkout("tenv", "HEAD").expect("checkout");
+        assert_eq!(read(&dir.join("f")), "2");
+        let report = store.fsck(false).expect("fsck");
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        // A second writer gets an error naming the holder.
+        let _held = agentbox_core::lock::FileLock::acquire(
+            &store.root().join("envs/tenv/lock"),
+            agentbox_core::lock::Mode::TryExclusive,
+            "env",
+            "holding for the test",
+        )
+        .expect("hold");
+        let err = store
+            .commit("tenv", CommitOpts::default())
+            .expect_err("locked");
+        assert!(err.to_string().contains("holding for the test"), "{err}");
+    }
+}
+
+#[test]
+fn fork_shares_nodes_and_envs_commit_independently() {
+    for fx in fixtures("fork_shares_nodes") {
+        let store = fx.store();
+        let d1 = fx.dir("one");
+        store
+            .create_env("one", &d1, Source::Empty, "e")
+            .expect("create");
+        write(&d1.join("shared"), "base");
+        let base = commit(&store, "one", "base");
+        let d2 = fx.dir("two");
+        store.fork_env("one", &base, "two", &d2).expect("fork");
+        assert_eq!(read(&d2.join("shared")), "base");
+        // Two threads commit to two environments at once: no work is lost.
+        let root = store.root().to_owned();
+        let handles: Vec<_> = [("one", d1.clone()), ("two", d2.clone())]
+            .into_iter()
+            .map(|(env, dir)| {
+                let root = root.clone();
+                std::thread::spawn(move || {
+                    let store = Store::open(&root).expect("open");
+                    for i in 0..10 {
+                        write(&dir.join(format!("{env}-{i}")), env);
+                        commit(&store, env, &format!("{env} {i}"));
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("thread");
+        }
+        for env in ["one", "two"] {
+            let log = store.log(env).expect("log");
+            assert_eq!(log.len(), 12, "{env}: root, base, 10 commits");
+            assert_eq!(log.last().map(|n| n.env.as_str()), Some("one"));
+        }
+        assert!(d1.join("one-9").exists() && !d1.join("two-9").exists());
+        assert!(d2.join("two-9").exists() && !d2.join("one-0").exists());
+    }
+}
+
+#[test]
+fn retention_keeps_structure_and_thins_the_tail() {
+    for fx in fixtures("retention") {
+        let store = fx.store();
+        let dir = fx.dir("r");
+        store
+            .create_env("r", &dir, Source::Empty, "e")
+            .expect("create");
+        let mut ids = Vec::new();
+        for i in 0..120 {
+            write(&dir.join("f"), &i.to_string());
+            ids.push(commit(&store, "r", &format!("c{i}")));
+            if i == 30 {
+                store.set_tag("r", "keepme", "HEAD").expect("tag");
+            }
+            store.retain("r", 8).expect("retain");
+        }
+        let n = store.history("r").expect("history").nodes.len();
+        assert!(n <= 8 + 10, "about keep + log2(120) nodes remain, got {n}");
+        assert!(store.node(&ids[30]).is_ok(), "tagged node kept");
+        let again = store.retain("r", 8).expect("retain again");
+        assert!(again.dropped.is_empty(), "idempotent: {:?}", again.dropped);
+        store.gc().expect("gc");
+        // Every surviving node still checks out with the right content.
+        for node in store.history("r").expect("history").nodes {
+            store.checkout("r", &node.id).expect("checkout");
+            if let Some(i) = node.message.strip_prefix('c') {
+                assert_eq!(read(&dir.join("f")), i);
+            }
+        }
+    }
+}
+
+#[test]
+fn export_import_history_round_trip() {
+    for fx in fixtures("export_import_history") {
+        let store = fx.store();
+        let dir = fx.dir("x");
+        let src = fx.base.join("xsrc");
+        write(&src.join("keep"), "k");
+        write(&src.join("dir/inner"), "i");
+        store
+            .create_env("x", &dir, Source::Dir(src), "initial")
+            .expect("create");
+        let refs = fx.base.join("xrefs");
+        snapshot_copy(&dir, &refs.join("0"));
+        write(&dir.join("added"), "a");
+        std::fs::remove_dir_all(dir.join("dir")).expect("rm");
+        let n1 = commit(&store, "x", "one");
+        snapshot_copy(&dir, &refs.join("1"));
+        store.set_tag("x", "v1", "HEAD").expect("tag");
+        let bundle = fx.base.join("x.bundle");
+        agentbox_store::transfer::export(
+            &store,
+            "x",
+            "HEAD",
+            "history".parse().expect("kind"),
+            "zstd".parse().expect("compression"),
+            &bundle,
+        )
+        .expect("export");
+        // Into a fresh store.
+        let other = Store::open_or_init(&fx.base.join("store2"), Some(fx.kind)).expect("store2");
+        let d2 = fx.dir("imported");
+        let rep = agentbox_store::transfer::import(
+            &other,
+            bundle.to_str().expect("utf8"),
+            "y",
+            &d2,
+            false,
+        )
+        .expect("import");
+        assert_eq!(rep.nodes, 2);
+        assert_eq!(other.resolve("y", "v1").expect("tag"), n1);
+        assert_same(&refs.join("1"), &d2, "imported head");
+        other.checkout("y", "HEAD~1").expect("checkout root");
+        assert_same(&refs.join("0"), &d2, "imported root");
+        other.remove_env("y").expect("destroy");
+    }
+}
