@@ -146,6 +146,31 @@ impl LayersBackend {
         })
     }
 
+    /// Create an empty upper directory whose root carries the metadata of the chain's root.
+    /// Overlayfs shows a merged directory with the upper directory's attributes, so without
+    /// this the root's mode, owner and mtime would be those of the moment of checkout.
+    fn fresh_upper(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        let upper = Self::upper(dirs);
+        let top = chain.first().ok_or_else(|| Error::Backend {
+            path: dirs.work.clone(),
+            message: "checkout of an empty chain".into(),
+        })?;
+        let top_dir = self.layer_dir(&top.id);
+        let mut meta = read_meta(&top_dir)?;
+        strip_overlay(&mut meta);
+        let mut tree = Tree::default();
+        tree.entries.insert(
+            PathBuf::new(),
+            Entry {
+                rel: PathBuf::new(),
+                src: top_dir,
+                meta,
+            },
+        );
+        copy_tree(&tree, &upper, &copy_opts())?;
+        Ok(())
+    }
+
     fn load_captured(dirs: &WorkDirs) -> Result<Captured> {
         Ok(read_json_opt(&Self::captured_path(dirs))?.unwrap_or_default())
     }
@@ -393,8 +418,8 @@ impl Backend for LayersBackend {
             fs_err::rename(&dirs.work, &trash)?;
             self.remove_tree(&trash)?;
         }
-        fs_err::create_dir_all(Self::upper(dirs))?;
         fs_err::create_dir_all(Self::ovl(dirs))?;
+        self.fresh_upper(dirs, chain)?;
         self.mount_overlay(dirs, chain)
     }
 
