@@ -58,6 +58,11 @@ pub struct EnvState {
     pub next_seq: u64,
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// Set while a checkout rebuilds the working tree: the node it is moving to. A crash
+    /// leaves it set and the next writer of the environment finishes the checkout, so the
+    /// working tree and HEAD never disagree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkout_pending: Option<String>,
 }
 
 /// Where a new environment's first node comes from.
@@ -216,10 +221,31 @@ impl Store {
             &format!("environment {env:?}"),
             doing,
         )?;
-        Ok(EnvGuard {
+        let guard = EnvGuard {
             _env: lock,
             _store: store,
-        })
+        };
+        let state = self.env(env)?;
+        if let Some(target) = state.checkout_pending.clone() {
+            self.finish_checkout(state, &self.node(&target)?)?;
+        }
+        Ok(guard)
+    }
+
+    /// Rebuild the working tree for `node` and move HEAD there (env lock held). The intent
+    /// is recorded first so an interruption is finished by the next writer.
+    fn finish_checkout(&self, mut state: EnvState, node: &Node) -> Result<EnvState> {
+        if state.checkout_pending.as_deref() != Some(node.id.as_str()) {
+            state.checkout_pending = Some(node.id.clone());
+            self.write_env(&state)?;
+        }
+        let chain = self.chain(node)?;
+        self.backend.reset_work(&self.work_dirs(&state), &chain)?;
+        failpoint::hit("checkout:after-reset");
+        state.head = node.id.clone();
+        state.checkout_pending = None;
+        self.write_env(&state)?;
+        Ok(state)
     }
 
     /// Exclusive store lock plus the writer lock of `env` (delete, retain).
@@ -463,6 +489,7 @@ impl Store {
             head: node.id.clone(),
             next_seq: 1,
             tags: BTreeMap::new(),
+            checkout_pending: None,
         };
         let dirs = self.work_dirs(&state);
         self.backend.reset_work(&dirs, &[record])?;
@@ -498,6 +525,7 @@ impl Store {
                 head: node.id.clone(),
                 next_seq: 1,
                 tags: BTreeMap::new(),
+                checkout_pending: None,
             };
             self.backend
                 .reset_work(&self.work_dirs(&state), &self.chain(&node)?)?;
@@ -580,13 +608,9 @@ impl Store {
     /// and action happen under the environment's lock, so the ref cannot move in between.
     pub fn checkout(&self, env: &str, reference: &str) -> Result<Node> {
         let _g = self.lock_env(env, "checkout")?;
-        let mut state = self.env(env)?;
+        let state = self.env(env)?;
         let node = self.node(&self.resolve_in(&state, reference)?)?;
-        let chain = self.chain(&node)?;
-        self.backend.reset_work(&self.work_dirs(&state), &chain)?;
-        failpoint::hit("checkout:after-reset");
-        state.head = node.id.clone();
-        self.write_env(&state)?;
+        self.finish_checkout(state, &node)?;
         Ok(node)
     }
 
@@ -880,6 +904,19 @@ impl Store {
                     fs_err::remove_file(entry.path())?;
                     repairs.push(format!("removed temporary file {}", entry.path().display()));
                 }
+            }
+        }
+        // Layer data without a record: a commit or import that never reached its record, or
+        // a GC interrupted between removing the record and the data. Nobody else is writing
+        // (the store lock is exclusive), so these are garbage.
+        for entry in fs_err::read_dir(self.layout.layers())? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let half_made = name.starts_with(".tmp-")
+                || (id::is_full_id(&name) && !self.layout.layer_record(&name).exists());
+            if half_made && entry.file_type()?.is_dir() {
+                self.backend.remove_tree(&entry.path())?;
+                repairs.push(format!("removed unfinished layer {}", entry.path().display()));
             }
         }
         for entry in fs_err::read_dir(self.layout.tmp())? {

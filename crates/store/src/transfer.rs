@@ -424,6 +424,7 @@ fn import_history(
         head: manifest.head.clone(),
         next_seq: max_seq + 1,
         tags: manifest.tags.clone(),
+        checkout_pending: None,
     };
     let head = store.node(&state.head)?;
     let result = (|| {

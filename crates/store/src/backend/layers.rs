@@ -410,6 +410,15 @@ impl Backend for LayersBackend {
         failpoint::hit("checkout:after-unmount");
         // Discard the old working state: move it aside first so a crash never leaves a
         // half-deleted upper directory under the live name.
+        // Trash an interrupted checkout left behind.
+        if let Some(env_dir) = dirs.work.parent() {
+            for entry in fs_err::read_dir(env_dir)? {
+                let entry = entry?;
+                if entry.file_name().to_string_lossy().starts_with("work.old-") {
+                    self.remove_tree(&entry.path())?;
+                }
+            }
+        }
         if dirs.work.exists() {
             let trash = dirs
                 .work
