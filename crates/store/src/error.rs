@@ -36,10 +36,7 @@ pub enum Error {
     #[error("bundle {path}: {message}")]
     Bundle { path: PathBuf, message: String },
     #[error("{operation} needs root: {reason}")]
-    NeedsRoot {
-        operation: String,
-        reason: String,
-    },
+    NeedsRoot { operation: String, reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -46,7 +46,9 @@ impl std::str::FromStr for BackendKind {
         match s {
             "btrfs" => Ok(BackendKind::Btrfs),
             "layers" => Ok(BackendKind::Layers),
-            other => Err(format!("unknown backend {other:?} (expected btrfs or layers)")),
+            other => Err(format!(
+                "unknown backend {other:?} (expected btrfs or layers)"
+            )),
         }
     }
 }
