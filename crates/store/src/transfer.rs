@@ -5,7 +5,7 @@
 //! everything under `store/tmp/` first and only then creates layers, nodes and the
 //! environment; any error removes the staging area, so a bad archive leaves nothing behind.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -20,8 +20,6 @@ use serde::Serialize;
 use crate::bundle::{
     self, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource, Manifest, ManifestNode,
 };
-use crate::fsops::diff::{diff_trees, ChangeKind};
-use crate::fsops::{Kind, Tree};
 use crate::node::Node;
 use crate::store::{EnvState, Source, Store};
 use crate::{Error, Result};
@@ -45,74 +43,9 @@ pub struct ImportReport {
     pub reused_nodes: usize,
 }
 
-/// The entries of `new` that differ from `old`, as a layer (whiteouts for removals).
-fn layer_between(old: &Tree, new: &Tree) -> Result<LayerSource> {
-    let changes = diff_trees(old, new)?;
-    let mut wanted: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut whiteouts: Vec<PathBuf> = Vec::new();
-    for c in &changes {
-        match c.kind {
-            ChangeKind::Removed => {
-                // Only the top-most removed path: a whiteout hides what is below it.
-                if !c
-                    .path
-                    .ancestors()
-                    .skip(1)
-                    .any(|a| whiteouts.iter().any(|w| w == a))
-                {
-                    whiteouts.push(c.path.clone());
-                }
-            }
-            _ => {
-                // The entry and its parent directories (their metadata is the new tree's).
-                for a in c.path.ancestors() {
-                    if !wanted.insert(a.to_owned()) {
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    // A removed path's parent directory changed too (its mtime); carry it.
-    for w in &whiteouts {
-        for a in w.ancestors().skip(1) {
-            if !wanted.insert(a.to_owned()) {
-                break;
-            }
-        }
-    }
-    let mut entries = Vec::new();
-    for p in &wanted {
-        if let Some(e) = new.entries.get(p) {
-            entries.push(e.clone());
-        }
-    }
-    // A path whose type changed from directory to something else replaces the directory;
-    // one that became a directory must not merge with the old directory's content.
-    let opaque_dirs: Vec<PathBuf> = changes
-        .iter()
-        .filter(|c| {
-            c.kind == ChangeKind::Modified
-                && new
-                    .entries
-                    .get(&c.path)
-                    .is_some_and(|e| e.meta.kind == Kind::Dir)
-                && old
-                    .entries
-                    .get(&c.path)
-                    .is_some_and(|e| e.meta.kind != Kind::Dir)
-        })
-        .map(|c| c.path.clone())
-        .collect();
-    Ok(LayerSource {
-        entries,
-        whiteouts,
-        opaque_dirs,
-    })
-}
-
-fn manifest_node(n: &Node, base: Option<String>) -> ManifestNode {
-    ManifestNode {
+fn manifest_node(n: &Node, base: Option<String>, layer: &LayerSource) -> Result<ManifestNode> {
+    let summary = bundle::layer_summary(layer)?;
+    Ok(ManifestNode {
         id: n.id.clone(),
         parent: n.parent.clone(),
         seq: n.seq,
@@ -121,7 +54,9 @@ fn manifest_node(n: &Node, base: Option<String>) -> ManifestNode {
         created: n.created,
         metadata: n.metadata.clone(),
         base,
-    }
+        entries: summary.entries,
+        checksum: summary.checksum,
+    })
 }
 
 /// Write a bundle of `env` (history: every node; snapshot / rootfs: the node `reference`).
@@ -163,16 +98,11 @@ pub fn export(
             BundleKind::Snapshot => {
                 let mut node = target.clone();
                 node.parent = None;
-                let m = Manifest::new(
-                    kind,
-                    env,
-                    &target.id,
-                    BTreeMap::new(),
-                    vec![manifest_node(&node, None)],
-                );
+                let layer = bundle::layer_from_trees(None, &store.node_tree(&target)?)?;
+                let mut m = Manifest::new(kind, env, &target.id);
+                m.nodes.push(manifest_node(&node, None, &layer)?);
                 w.write_manifest(&m)?;
-                let tree = store.node_tree(&target)?;
-                w.write_layer(&target.id, &layer_between(&Tree::default(), &tree)?)?;
+                w.write_layer(&target.id, &layer)?;
                 1
             }
             BundleKind::History => {
@@ -191,22 +121,27 @@ pub fn export(
                 };
                 let mut order: Vec<&Node> = h.nodes.iter().collect();
                 order.sort_by_key(|n| (depth(n), n.created));
-                let nodes: Vec<ManifestNode> = order
-                    .iter()
-                    .map(|n| {
-                        let base = n.parent.clone().filter(|p| by_id.contains_key(p.as_str()));
-                        manifest_node(n, base)
-                    })
-                    .collect();
-                let m = Manifest::new(kind, env, &state.head, state.tags.clone(), nodes);
-                w.write_manifest(&m)?;
+                // Each node as the difference from its parent (complete for a root).
+                let mut layers = Vec::with_capacity(order.len());
+                let mut nodes = Vec::with_capacity(order.len());
                 for n in &order {
-                    let tree = store.node_tree(n)?;
-                    let base = match n.parent.as_deref().and_then(|p| by_id.get(p)) {
-                        Some(p) => store.node_tree(p)?,
-                        None => Tree::default(),
+                    let parent = n.parent.as_deref().and_then(|p| by_id.get(p));
+                    let layer = match parent {
+                        Some(p) => bundle::layer_from_trees(
+                            Some(&store.node_tree(p)?),
+                            &store.node_tree(n)?,
+                        )?,
+                        None => bundle::layer_from_trees(None, &store.node_tree(n)?)?,
                     };
-                    w.write_layer(&n.id, &layer_between(&base, &tree)?)?;
+                    nodes.push(manifest_node(n, parent.map(|p| p.id.clone()), &layer)?);
+                    layers.push(layer);
+                }
+                let mut m = Manifest::new(kind, env, &state.head);
+                m.tags = state.tags.clone();
+                m.nodes = nodes;
+                w.write_manifest(&m)?;
+                for (n, layer) in order.iter().zip(&layers) {
+                    w.write_layer(&n.id, layer)?;
                 }
                 order.len()
             }

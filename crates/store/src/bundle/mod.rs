@@ -1,104 +1,45 @@
-//! TEMP STUB
-#![allow(missing_docs, dead_code, unused)]
-use crate::Result;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum BundleKind {
-    History,
-    Snapshot,
-    Rootfs,
-}
-impl std::fmt::Display for BundleKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        todo!()
-    }
-}
-impl std::str::FromStr for BundleKind {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        todo!()
-    }
-}
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum Compression {
-    None,
-    Gzip,
-    Zstd,
-}
-impl std::str::FromStr for Compression {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        todo!()
-    }
-}
-#[derive(Default)]
-pub struct ImportOpts {
-    pub allow_devices: bool,
-    pub same_owner: bool,
-}
-pub struct LayerSource {
-    pub entries: Vec<crate::fsops::Entry>,
-    pub whiteouts: Vec<PathBuf>,
-    pub opaque_dirs: Vec<PathBuf>,
-}
-pub struct ManifestNode {
-    pub id: String,
-    pub parent: Option<String>,
-    pub seq: u64,
-    pub message: String,
-    pub command: Option<String>,
-    pub created: chrono::DateTime<chrono::Utc>,
-    pub metadata: BTreeMap<String, serde_json::Value>,
-    pub base: Option<String>,
-}
-pub struct Manifest {
-    pub head: String,
-    pub tags: BTreeMap<String, String>,
-    pub nodes: Vec<ManifestNode>,
-}
-impl Manifest {
-    pub fn new(
-        k: BundleKind,
-        env: &str,
-        head: &str,
-        tags: BTreeMap<String, String>,
-        nodes: Vec<ManifestNode>,
-    ) -> Self {
-        todo!()
-    }
-}
-pub struct Imported {
-    pub kind: BundleKind,
-    pub manifest: Option<Manifest>,
-    pub layers: Vec<(String, PathBuf)>,
-}
-pub fn import(src: &Path, staging: &Path, o: &ImportOpts) -> Result<Imported> {
-    todo!()
-}
-pub fn apply_layer(staged: &Path, target: &Path) -> Result<()> {
-    todo!()
-}
-pub fn to_overlay_layer(staged: &Path) -> Result<()> {
-    todo!()
-}
-pub struct BundleWriter<W: std::io::Write> {
-    w: W,
-}
-impl<W: std::io::Write> BundleWriter<W> {
-    pub fn new(w: W, k: BundleKind, c: Compression) -> Result<Self> {
-        todo!()
-    }
-    pub fn write_manifest(&mut self, m: &Manifest) -> Result<()> {
-        todo!()
-    }
-    pub fn write_layer(&mut self, id: &str, l: &LayerSource) -> Result<()> {
-        todo!()
-    }
-    pub fn write_rootfs(&mut self, t: &crate::fsops::Tree) -> Result<()> {
-        todo!()
-    }
-    pub fn finish(self) -> Result<W> {
-        todo!()
-    }
-}
+//! Bundles: exporting and importing environments as tar streams.
+//!
+//! The format is specified in `docs/bundle-format.md`; in short:
+//!
+//! * A bundle is a tar stream, optionally zstd- or gzip-compressed. [`import`] detects the
+//!   compression by magic bytes (zstd `28 B5 2F FD`, gzip `1F 8B`, else plain tar, recognised
+//!   by `ustar` at offset 257).
+//! * `history` and `snapshot` bundles start with `manifest.json` ([`Manifest`]) and end with
+//!   `end.json` ([`EndRecord`]), so a truncation is detected even at an entry boundary. Each
+//!   node's data is a layer under `nodes/<id>/`: the entries that differ from its `base`
+//!   node's tree (a node without base is complete), deletions as `.wh.<name>`, opaque
+//!   directories as `<dir>/.wh..wh..opq`, OCI image-layer style. A layer starts with its root
+//!   directory and every entry's parent precedes it. The manifest records each layer's entry
+//!   count and a blake3 checksum over its entry records ([`layer_summary`]).
+//! * A `rootfs` bundle is a plain tar of one complete tree (`./…` paths), as `docker import`
+//!   accepts; sparse files are written in full.
+//! * Fidelity: regular files, directories, symlinks (dangling too), in-tree hardlinks (tar
+//!   hardlink entries to the first path of the inode), fifos, devices, the full mode, numeric
+//!   owners, mtimes with nanoseconds (PAX `mtime`), every xattr (PAX `SCHILY.xattr.*`), sparse
+//!   files (only data segments stored, map in PAX `AGENTBOX.sparse`) and a per-file
+//!   `AGENTBOX.blake3` PAX record, verified on import. Sockets are not stored.
+//!
+//! Import is defensive: it never follows a symlink, refuses absolute paths, `..`, links
+//! escaping the tree, devices unless allowed, checksum mismatches, inconsistent manifests,
+//! truncation and trailing garbage, and removes its staging directory on any error.
+
+mod compress;
+mod format;
+mod fsutil;
+mod layer;
+mod read;
+mod write;
+
+pub use compress::{DEFAULT_ZSTD_LEVEL, GZIP_MAGIC, ZSTD_MAGIC};
+pub use format::{
+    BundleKind, Compression, EndRecord, Manifest, ManifestNode, END_NAME, FORMAT_NAME,
+    FORMAT_VERSION, MANIFEST_NAME, NODES_DIR, OPAQUE_MARKER, OVERLAY_OPAQUE_XATTR,
+    OVERLAY_XATTR_PREFIX, PAX_BLAKE3, PAX_SPARSE, PAX_XATTR_PREFIX, ROOTFS_LAYER, WHITEOUT_PREFIX,
+};
+pub use layer::{
+    apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, to_overlay_layer,
+    LayerSource, LayerSummary,
+};
+pub use read::{import, ImportOpts, Imported};
+pub use write::BundleWriter;

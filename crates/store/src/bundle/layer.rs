@@ -1,0 +1,685 @@
+//! Layers: what a node stores in a bundle, how it is planned into tar entries, and how a
+//! staged layer is applied onto a tree or converted to and from overlayfs form.
+//!
+//! A layer is OCI image-layer style: the entries that differ from the base tree, a deletion
+//! as an empty regular file `.wh.<name>`, an opaque directory (its lower contents hidden) as
+//! an empty regular file `<dir>/.wh..wh..opq`. Every layer starts with its root directory and
+//! every entry's parent directory precedes it, so applying a layer restores the metadata of
+//! each directory it touches.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use super::format::{OPAQUE_MARKER, OVERLAY_OPAQUE_XATTR, OVERLAY_XATTR_PREFIX, WHITEOUT_PREFIX};
+use super::fsutil;
+use crate::fsops::{Entry, Kind, Meta, Tree};
+use crate::{Error, Result};
+
+/// A layer to write into a bundle.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerSource {
+    /// Entries, parents before children, the root (empty `rel`) first. `Entry::src` is where
+    /// the content is read. Sockets are skipped (tar cannot hold them).
+    pub entries: Vec<Entry>,
+    /// Paths deleted relative to the base.
+    pub whiteouts: Vec<PathBuf>,
+    /// Directories whose base contents are hidden.
+    pub opaque_dirs: Vec<PathBuf>,
+}
+
+/// Entry count and checksum of a layer, as recorded in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerSummary {
+    pub entries: u64,
+    pub checksum: String,
+}
+
+/// What one planned tar entry is.
+#[derive(Debug, Clone)]
+pub(crate) enum PlanKind {
+    File {
+        src: PathBuf,
+    },
+    Dir,
+    Symlink(PathBuf),
+    /// Hardlink to an earlier entry of the same layer (relative path).
+    HardLink(PathBuf),
+    Fifo,
+    CharDev,
+    BlockDev,
+    /// A whiteout or opaque marker: an empty regular file.
+    Marker,
+}
+
+/// One tar entry to write, in order.
+#[derive(Debug, Clone)]
+pub(crate) struct Planned {
+    pub rel: PathBuf,
+    pub kind: PlanKind,
+    pub meta: Meta,
+}
+
+/// Mode of a marker file.
+pub(crate) const MARKER_PERM: u32 = 0o600;
+
+fn marker_meta() -> Meta {
+    Meta {
+        kind: Kind::File,
+        perm: MARKER_PERM,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        ctime_sec: 0,
+        ctime_nsec: 0,
+        dev: 0,
+        ino: 0,
+        nlink: 1,
+        rdev: 0,
+        target: None,
+        xattrs: BTreeMap::new(),
+    }
+}
+
+/// The canonical description of one tar entry that the node checksum covers: everything
+/// but the content (which the per-file `AGENTBOX.blake3` record covers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub rel: Vec<u8>,
+    /// Tar type flag: `0` file, `1` hardlink, `2` symlink, `3` char, `4` block, `5` dir, `6` fifo.
+    pub typ: u8,
+    pub perm: u32,
+    pub uid: u64,
+    pub gid: u64,
+    pub mtime_sec: i64,
+    pub mtime_nsec: i64,
+    pub size: u64,
+    pub link: Vec<u8>,
+    pub major: u32,
+    pub minor: u32,
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+}
+
+impl Record {
+    pub(crate) fn hash_into(&self, h: &mut blake3::Hasher) {
+        fn bytes(h: &mut blake3::Hasher, b: &[u8]) {
+            h.update(&(b.len() as u64).to_le_bytes());
+            h.update(b);
+        }
+        bytes(h, &self.rel);
+        h.update(&[self.typ]);
+        h.update(&self.perm.to_le_bytes());
+        h.update(&self.uid.to_le_bytes());
+        h.update(&self.gid.to_le_bytes());
+        h.update(&self.mtime_sec.to_le_bytes());
+        h.update(&self.mtime_nsec.to_le_bytes());
+        h.update(&self.size.to_le_bytes());
+        bytes(h, &self.link);
+        h.update(&self.major.to_le_bytes());
+        h.update(&self.minor.to_le_bytes());
+        h.update(&(self.xattrs.len() as u64).to_le_bytes());
+        for (k, v) in &self.xattrs {
+            bytes(h, k.as_bytes());
+            bytes(h, v);
+        }
+    }
+}
+
+impl Planned {
+    pub(crate) fn typ(&self) -> u8 {
+        match self.kind {
+            PlanKind::File { .. } | PlanKind::Marker => b'0',
+            PlanKind::HardLink(_) => b'1',
+            PlanKind::Symlink(_) => b'2',
+            PlanKind::CharDev => b'3',
+            PlanKind::BlockDev => b'4',
+            PlanKind::Dir => b'5',
+            PlanKind::Fifo => b'6',
+        }
+    }
+
+    pub(crate) fn record(&self) -> Record {
+        let (major, minor) = match self.kind {
+            PlanKind::CharDev | PlanKind::BlockDev => (
+                rustix::fs::major(self.meta.rdev),
+                rustix::fs::minor(self.meta.rdev),
+            ),
+            _ => (0, 0),
+        };
+        let link = match &self.kind {
+            PlanKind::Symlink(t) | PlanKind::HardLink(t) => t.as_os_str().as_bytes().to_vec(),
+            _ => Vec::new(),
+        };
+        let size = match self.kind {
+            PlanKind::File { .. } => self.meta.size,
+            _ => 0,
+        };
+        let xattrs = match self.kind {
+            PlanKind::HardLink(_) | PlanKind::Marker => BTreeMap::new(),
+            _ => self.meta.xattrs.clone(),
+        };
+        Record {
+            rel: self.rel.as_os_str().as_bytes().to_vec(),
+            typ: self.typ(),
+            perm: self.meta.perm & 0o7777,
+            uid: u64::from(self.meta.uid),
+            gid: u64::from(self.meta.gid),
+            mtime_sec: self.meta.mtime_sec,
+            mtime_nsec: self.meta.mtime_nsec,
+            size,
+            link,
+            major,
+            minor,
+            xattrs,
+        }
+    }
+}
+
+fn is_plain_rel(rel: &Path) -> bool {
+    rel.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+fn parent_rel(rel: &Path) -> PathBuf {
+    rel.parent().map(Path::to_owned).unwrap_or_default()
+}
+
+/// Plan the tar entries of a list of tree entries (root first), detecting in-tree hardlinks.
+/// `markers` adds whiteout and opaque markers (history/snapshot layers).
+pub(crate) fn plan_entries<'a>(
+    entries: impl IntoIterator<Item = &'a Entry>,
+    whiteouts: &[PathBuf],
+    opaque_dirs: &[PathBuf],
+) -> std::result::Result<Vec<Planned>, String> {
+    let mut out = Vec::new();
+    let mut dirs: HashSet<PathBuf> = HashSet::new();
+    let mut seen: HashSet<PathBuf> = HashSet::new();
+    let mut inodes: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        if e.meta.kind == Kind::Socket {
+            continue;
+        }
+        if i == 0 {
+            if !e.rel.as_os_str().is_empty() || e.meta.kind != Kind::Dir {
+                return Err(format!(
+                    "the first entry must be the root directory, not {:?}",
+                    e.rel
+                ));
+            }
+        } else {
+            if e.rel.as_os_str().is_empty() || !is_plain_rel(&e.rel) {
+                return Err(format!(
+                    "entry path {:?} is not a plain relative path",
+                    e.rel
+                ));
+            }
+            if !dirs.contains(&parent_rel(&e.rel)) {
+                return Err(format!(
+                    "entry {:?} comes before (or without) its parent directory",
+                    e.rel
+                ));
+            }
+            if e.rel
+                .file_name()
+                .is_some_and(|n| n.as_bytes().starts_with(WHITEOUT_PREFIX.as_bytes()))
+            {
+                return Err(format!(
+                    "entry {:?} has a name starting with {WHITEOUT_PREFIX}, reserved for markers",
+                    e.rel
+                ));
+            }
+        }
+        if !seen.insert(e.rel.clone()) {
+            return Err(format!("entry {:?} is listed twice", e.rel));
+        }
+        let kind = match e.meta.kind {
+            Kind::Dir => {
+                dirs.insert(e.rel.clone());
+                PlanKind::Dir
+            }
+            Kind::Socket => continue,
+            _ if e.meta.nlink > 1 && inodes.contains_key(&(e.meta.dev, e.meta.ino)) => {
+                PlanKind::HardLink(inodes[&(e.meta.dev, e.meta.ino)].clone())
+            }
+            k => {
+                if e.meta.nlink > 1 {
+                    inodes.insert((e.meta.dev, e.meta.ino), e.rel.clone());
+                }
+                match k {
+                    Kind::File => PlanKind::File { src: e.src.clone() },
+                    Kind::Symlink => PlanKind::Symlink(
+                        e.meta
+                            .target
+                            .clone()
+                            .ok_or_else(|| format!("symlink {:?} has no target", e.rel))?,
+                    ),
+                    Kind::Fifo => PlanKind::Fifo,
+                    Kind::CharDev => PlanKind::CharDev,
+                    _ => PlanKind::BlockDev,
+                }
+            }
+        };
+        out.push(Planned {
+            rel: e.rel.clone(),
+            kind,
+            meta: e.meta.clone(),
+        });
+    }
+    let mut marker = |dir: &Path, name: Vec<u8>, what: &str| -> std::result::Result<(), String> {
+        if !dirs.contains(dir) {
+            return Err(format!(
+                "{what} in {dir:?}: that directory is not an entry of the layer"
+            ));
+        }
+        let rel = dir.join(std::ffi::OsStr::from_bytes(&name));
+        if !seen.insert(rel.clone()) {
+            return Err(format!("marker {rel:?} is listed twice"));
+        }
+        out.push(Planned {
+            rel,
+            kind: PlanKind::Marker,
+            meta: marker_meta(),
+        });
+        Ok(())
+    };
+    for w in whiteouts {
+        let Some(name) = w.file_name() else {
+            return Err(format!("whiteout {w:?} has no file name"));
+        };
+        if !is_plain_rel(w) {
+            return Err(format!("whiteout {w:?} is not a plain relative path"));
+        }
+        let mut n = WHITEOUT_PREFIX.as_bytes().to_vec();
+        n.extend_from_slice(name.as_bytes());
+        marker(&parent_rel(w), n, "whiteout")?;
+    }
+    for d in opaque_dirs {
+        if !is_plain_rel(d) {
+            return Err(format!("opaque dir {d:?} is not a plain relative path"));
+        }
+        marker(d, OPAQUE_MARKER.as_bytes().to_vec(), "opaque marker")?;
+    }
+    Ok(out)
+}
+
+/// Entry count and checksum of a layer, for its [`super::ManifestNode`]. Reads metadata
+/// only (no content), so it is cheap to compute before writing the manifest.
+pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
+    let planned =
+        plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs).map_err(|message| {
+            Error::Bundle {
+                path: PathBuf::from("<layer>"),
+                message,
+            }
+        })?;
+    Ok(summary_of(&planned))
+}
+
+pub(crate) fn summary_of(planned: &[Planned]) -> LayerSummary {
+    let mut h = blake3::Hasher::new();
+    for p in planned {
+        p.record().hash_into(&mut h);
+    }
+    LayerSummary {
+        entries: planned.len() as u64,
+        checksum: h.finalize().to_hex().to_string(),
+    }
+}
+
+fn same_meta(a: &Meta, b: &Meta) -> bool {
+    a.kind == b.kind
+        && a.perm == b.perm
+        && a.uid == b.uid
+        && a.gid == b.gid
+        && a.mtime_sec == b.mtime_sec
+        && a.mtime_nsec == b.mtime_nsec
+        && a.target == b.target
+        && a.xattrs == b.xattrs
+        && (a.kind == Kind::Dir || a.size == b.size)
+        && (!matches!(a.kind, Kind::CharDev | Kind::BlockDev) || a.rdev == b.rdev)
+}
+
+fn same_content(a: &Path, b: &Path) -> io::Result<bool> {
+    let mut fa = File::open(a)?;
+    let mut fb = File::open(b)?;
+    let mut ba = vec![0u8; 1 << 16];
+    let mut bb = vec![0u8; 1 << 16];
+    loop {
+        let na = read_full(&mut fa, &mut ba)?;
+        let nb = read_full(&mut fb, &mut bb)?;
+        if na != nb || ba[..na] != bb[..nb] {
+            return Ok(false);
+        }
+        if na == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// The layer that turns `base` into `tree` (`base: None`: the complete tree). Entries that
+/// differ (metadata, or content when the metadata is equal but the inode differs) are
+/// included with all their ancestors; every member of a hardlink group with a changed
+/// member is included; deletions become whiteouts at their topmost deleted path.
+pub fn layer_from_trees(base: Option<&Tree>, tree: &Tree) -> Result<LayerSource> {
+    let Some(base) = base else {
+        return Ok(LayerSource {
+            entries: tree.entries.values().cloned().collect(),
+            whiteouts: Vec::new(),
+            opaque_dirs: Vec::new(),
+        });
+    };
+    let mut include: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut changed_inodes: HashSet<(u64, u64)> = HashSet::new();
+    for (rel, e) in &tree.entries {
+        let changed = match base.entries.get(rel) {
+            None => true,
+            Some(b) if !same_meta(&b.meta, &e.meta) => true,
+            Some(b) => {
+                e.meta.kind == Kind::File
+                    && (b.meta.dev, b.meta.ino) != (e.meta.dev, e.meta.ino)
+                    && b.src != e.src
+                    && !same_content(&b.src, &e.src).map_err(|err| Error::Bundle {
+                        path: e.src.clone(),
+                        message: format!("comparing with {}: {err}", b.src.display()),
+                    })?
+            }
+        };
+        if changed {
+            include.insert(rel.clone());
+            if e.meta.kind != Kind::Dir && e.meta.nlink > 1 {
+                changed_inodes.insert((e.meta.dev, e.meta.ino));
+            }
+        }
+    }
+    for (rel, e) in &tree.entries {
+        if e.meta.kind != Kind::Dir
+            && e.meta.nlink > 1
+            && changed_inodes.contains(&(e.meta.dev, e.meta.ino))
+        {
+            include.insert(rel.clone());
+        }
+    }
+    let mut whiteouts = Vec::new();
+    for (rel, b) in &base.entries {
+        if rel.as_os_str().is_empty() || tree.entries.contains_key(rel) {
+            continue;
+        }
+        let parent = parent_rel(rel);
+        let parent_kept = tree
+            .entries
+            .get(&parent)
+            .is_some_and(|p| p.meta.kind == Kind::Dir)
+            && base
+                .entries
+                .get(&parent)
+                .is_some_and(|p| p.meta.kind == Kind::Dir);
+        let _ = b;
+        if parent_kept {
+            whiteouts.push(rel.clone());
+            include.insert(parent);
+        }
+    }
+    // Ancestors, the root included.
+    let mut all: BTreeSet<PathBuf> = BTreeSet::new();
+    all.insert(PathBuf::new());
+    for rel in &include {
+        let mut p = Some(rel.as_path());
+        while let Some(q) = p {
+            all.insert(q.to_owned());
+            p = q.parent();
+        }
+    }
+    let entries = all
+        .iter()
+        .filter_map(|rel| tree.entries.get(rel).cloned())
+        .collect();
+    Ok(LayerSource {
+        entries,
+        whiteouts,
+        opaque_dirs: Vec::new(),
+    })
+}
+
+fn apply_err(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Bundle {
+        path: path.to_owned(),
+        message: format!("applying layer: {what}: {e}"),
+    }
+}
+
+/// Apply a staged OCI-style layer onto the complete tree at `target`, in place: a whiteout
+/// removes its path, an opaque marker empties its directory first, any other entry replaces
+/// what is there (a directory over a directory merges), with full fidelity. Symlinks in
+/// `target` are never followed.
+pub fn apply_layer(staged: &Path, target: &Path) -> Result<()> {
+    let tmd = std::fs::symlink_metadata(target).map_err(|e| apply_err(target, "target", e))?;
+    if !tmd.is_dir() {
+        return Err(apply_err(target, "target", "not a directory"));
+    }
+    let mut links = HashMap::new();
+    apply_dir(staged, target, &mut links)?;
+    let meta = fsutil::lmeta(staged).map_err(|e| apply_err(staged, "reading", e))?;
+    fsutil::apply_meta(target, &meta, fsutil::is_root(), true)
+        .map_err(|e| apply_err(target, "setting metadata", e))
+}
+
+fn sorted_children(dir: &Path) -> Result<Vec<std::ffi::OsString>> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| apply_err(dir, "reading directory", e))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<io::Result<_>>()
+        .map_err(|e| apply_err(dir, "reading directory", e))?;
+    names.sort();
+    Ok(names)
+}
+
+fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathBuf>) -> Result<()> {
+    let names = sorted_children(staged)?;
+    let root = fsutil::is_root();
+    if names
+        .iter()
+        .any(|n| n.as_bytes() == OPAQUE_MARKER.as_bytes())
+    {
+        for n in sorted_children(target)? {
+            let p = target.join(&n);
+            fsutil::remove_any(&p).map_err(|e| apply_err(&p, "emptying opaque directory", e))?;
+        }
+    }
+    for n in &names {
+        let b = n.as_bytes();
+        if b != OPAQUE_MARKER.as_bytes() && b.starts_with(WHITEOUT_PREFIX.as_bytes()) {
+            let victim = target.join(std::ffi::OsStr::from_bytes(&b[WHITEOUT_PREFIX.len()..]));
+            fsutil::remove_any(&victim).map_err(|e| apply_err(&victim, "whiteout", e))?;
+        }
+    }
+    for n in &names {
+        if n.as_bytes().starts_with(WHITEOUT_PREFIX.as_bytes()) {
+            continue;
+        }
+        let s = staged.join(n);
+        let t = target.join(n);
+        let meta = fsutil::lmeta(&s).map_err(|e| apply_err(&s, "reading", e))?;
+        let existing = match std::fs::symlink_metadata(&t) {
+            Ok(md) => Some(md),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(apply_err(&t, "lstat", e)),
+        };
+        if meta.kind == Kind::Dir {
+            match existing {
+                Some(md) if md.is_dir() => {}
+                Some(_) => {
+                    fsutil::remove_any(&t).map_err(|e| apply_err(&t, "replacing", e))?;
+                    std::fs::create_dir(&t).map_err(|e| apply_err(&t, "mkdir", e))?;
+                }
+                None => std::fs::create_dir(&t).map_err(|e| apply_err(&t, "mkdir", e))?,
+            }
+            apply_dir(&s, &t, links)?;
+            fsutil::apply_meta(&t, &meta, root, true)
+                .map_err(|e| apply_err(&t, "setting metadata", e))?;
+            continue;
+        }
+        if existing.is_some() {
+            fsutil::remove_any(&t).map_err(|e| apply_err(&t, "replacing", e))?;
+        }
+        if meta.nlink > 1 {
+            if let Some(first) = links.get(&(meta.dev, meta.ino)) {
+                std::fs::hard_link(first, &t).map_err(|e| apply_err(&t, "hardlink", e))?;
+                continue;
+            }
+            links.insert((meta.dev, meta.ino), t.clone());
+        }
+        create_like(&s, &t, &meta)?;
+        fsutil::apply_meta(&t, &meta, root, true)
+            .map_err(|e| apply_err(&t, "setting metadata", e))?;
+    }
+    Ok(())
+}
+
+/// Create `dst` as a copy of the non-directory `src` (content, holes kept; no metadata).
+fn create_like(src: &Path, dst: &Path, meta: &Meta) -> Result<()> {
+    match meta.kind {
+        Kind::File => {
+            let sf = File::open(src).map_err(|e| apply_err(src, "open", e))?;
+            let df = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(dst)
+                .map_err(|e| apply_err(dst, "create", e))?;
+            copy_contents(&sf, &df, meta.size).map_err(|e| apply_err(dst, "copy", e))
+        }
+        Kind::Symlink => {
+            let t = meta.target.as_deref().unwrap_or(Path::new(""));
+            std::os::unix::fs::symlink(t, dst).map_err(|e| apply_err(dst, "symlink", e))
+        }
+        Kind::Socket => Ok(()),
+        k => fsutil::mknod(dst, k, meta.rdev).map_err(|e| apply_err(dst, "mknod", e)),
+    }
+}
+
+/// Copy a file's content, writing only its data segments when it has holes.
+pub(crate) fn copy_contents(src: &File, dst: &File, size: u64) -> io::Result<()> {
+    match fsutil::data_segments(src)? {
+        None => {
+            let mut r = src;
+            let mut w = dst;
+            io::copy(&mut r, &mut w)?;
+        }
+        Some(segs) => {
+            let mut buf = vec![0u8; 1 << 20];
+            for (off, len) in segs {
+                let mut done = 0u64;
+                while done < len {
+                    let n = (len - done).min(buf.len() as u64) as usize;
+                    src.read_exact_at(&mut buf[..n], off + done)?;
+                    dst.write_all_at(&buf[..n], off + done)?;
+                    done += n as u64;
+                }
+            }
+            dst.set_len(size)?;
+        }
+    }
+    let mut w = dst;
+    w.flush()
+}
+
+/// Convert the markers of a staged layer in place into overlayfs form: `.wh.x` becomes a
+/// 0/0 character device `x`, `.wh..wh..opq` becomes `trusted.overlay.opaque=y` on its
+/// directory. Needs root. Directory mtimes are kept.
+pub fn to_overlay_layer(staged: &Path) -> Result<()> {
+    let mut markers = Vec::new();
+    for e in walkdir::WalkDir::new(staged).follow_links(false) {
+        let e = e.map_err(|e| apply_err(staged, "walking", e))?;
+        if e.file_type().is_file()
+            && e.file_name()
+                .as_bytes()
+                .starts_with(WHITEOUT_PREFIX.as_bytes())
+        {
+            markers.push(e.path().to_owned());
+        }
+    }
+    let needs_root = |path: &Path, what: &str, e: io::Error| -> Error {
+        if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) {
+            Error::NeedsRoot {
+                operation: "converting a layer to overlayfs form".to_owned(),
+                reason: format!("{what} {}: {e}", path.display()),
+            }
+        } else {
+            apply_err(path, what, e)
+        }
+    };
+    for m in markers {
+        let Some(dir) = m.parent() else { continue };
+        let dmd = fsutil::lmeta(dir).map_err(|e| apply_err(dir, "lstat", e))?;
+        let name = m
+            .file_name()
+            .map(|n| n.as_bytes().to_vec())
+            .unwrap_or_default();
+        std::fs::remove_file(&m).map_err(|e| apply_err(&m, "removing marker", e))?;
+        if name == OPAQUE_MARKER.as_bytes() {
+            xattr::set(dir, OVERLAY_OPAQUE_XATTR, b"y")
+                .map_err(|e| needs_root(dir, "setting trusted.overlay.opaque on", e))?;
+        } else {
+            let victim = dir.join(std::ffi::OsStr::from_bytes(&name[WHITEOUT_PREFIX.len()..]));
+            fsutil::mknod(&victim, Kind::CharDev, 0)
+                .map_err(|e| needs_root(&victim, "creating a 0/0 character device", e))?;
+        }
+        fsutil::set_mtime(dir, dmd.mtime_sec, dmd.mtime_nsec)
+            .map_err(|e| apply_err(dir, "restoring mtime", e))?;
+    }
+    Ok(())
+}
+
+/// The layer to export from an overlayfs upper/layer directory: a 0/0 character device is
+/// a whiteout, `trusted.overlay.opaque=y` an opaque directory; `trusted.overlay.*` xattrs
+/// are stripped from the entries.
+pub fn layer_source_from_overlay(layer_dir: &Path) -> Result<LayerSource> {
+    let mut out = LayerSource::default();
+    let walk = walkdir::WalkDir::new(layer_dir)
+        .follow_links(false)
+        .sort_by_file_name();
+    for e in walk {
+        let e = e.map_err(|e| apply_err(layer_dir, "walking", e))?;
+        let rel = e
+            .path()
+            .strip_prefix(layer_dir)
+            .map(Path::to_owned)
+            .unwrap_or_default();
+        let mut meta = fsutil::lmeta(e.path()).map_err(|err| apply_err(e.path(), "lstat", err))?;
+        if meta.kind == Kind::CharDev && meta.rdev == 0 {
+            out.whiteouts.push(rel);
+            continue;
+        }
+        if meta.kind == Kind::Dir
+            && meta.xattrs.get(OVERLAY_OPAQUE_XATTR).map(Vec::as_slice) == Some(b"y")
+        {
+            out.opaque_dirs.push(rel.clone());
+        }
+        meta.xattrs
+            .retain(|k, _| !k.starts_with(OVERLAY_XATTR_PREFIX));
+        out.entries.push(Entry {
+            rel,
+            src: e.path().to_owned(),
+            meta,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,778 @@
+//! Importing a bundle into a staging directory, refusing anything unsafe or inconsistent.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use super::compress::{decompress, expect_tar};
+use super::format::{
+    BundleKind, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3, PAX_SPARSE,
+    PAX_XATTR_PREFIX, ROOTFS_LAYER,
+};
+use super::fsutil;
+use super::layer::Record;
+use crate::fsops::Kind;
+use crate::{Error, Result};
+
+/// Largest manifest or end record accepted.
+const MAX_JSON: u64 = 256 << 20;
+
+/// Options of [`import`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImportOpts {
+    /// Create character and block devices (refused otherwise).
+    pub allow_devices: bool,
+    /// Give entries the owners recorded in the bundle (needs root); otherwise they belong to
+    /// the importing user.
+    pub same_owner: bool,
+}
+
+/// What [`import`] staged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Imported {
+    pub kind: BundleKind,
+    /// The manifest (history and snapshot bundles).
+    pub manifest: Option<Manifest>,
+    /// `(node id, staged layer dir)` in manifest order; `("rootfs", dir)` for a rootfs.
+    pub layers: Vec<(String, PathBuf)>,
+}
+
+/// Extract the bundle `src` (a file, or `-` for stdin; plain, gzip or zstd, detected by
+/// magic bytes) into `staging` (which must not exist or be empty): each node's layer goes to
+/// `staging/<id>/` (a rootfs to `staging/rootfs/`), whiteout and opaque markers kept as
+/// empty regular files. On any error `staging` is removed entirely.
+pub fn import(src: &Path, staging: &Path, opts: &ImportOpts) -> Result<Imported> {
+    match std::fs::symlink_metadata(staging) {
+        Ok(md) if md.is_dir() => {
+            let mut rd = std::fs::read_dir(staging).map_err(|e| bad(staging, e.to_string()))?;
+            if rd.next().is_some() {
+                return Err(bad(
+                    staging,
+                    "staging directory exists and is not empty".to_owned(),
+                ));
+            }
+        }
+        Ok(_) => {
+            return Err(bad(
+                staging,
+                "staging path exists and is not a directory".to_owned(),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(staging)
+                .map_err(|e| bad(staging, format!("creating staging directory: {e}")))?;
+        }
+        Err(e) => return Err(bad(staging, e.to_string())),
+    }
+    let result = import_inner(src, staging, opts);
+    if result.is_err() {
+        let _ = fsutil::remove_tree(staging);
+    }
+    result
+}
+
+fn bad(path: &Path, message: String) -> Error {
+    Error::Bundle {
+        path: path.to_owned(),
+        message,
+    }
+}
+
+/// Remembers whether the underlying stream ended.
+struct Tracker<R> {
+    inner: R,
+    eof: bool,
+}
+
+impl<R: Read> Read for Tracker<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.eof = true;
+        }
+        Ok(n)
+    }
+}
+
+fn import_inner(src: &Path, staging: &Path, opts: &ImportOpts) -> Result<Imported> {
+    let input: Box<dyn Read> = if src == Path::new("-") {
+        Box::new(io::stdin().lock())
+    } else {
+        Box::new(File::open(src).map_err(|e| bad(src, format!("opening: {e}")))?)
+    };
+    let input = Box::new(io::BufReader::with_capacity(256 << 10, input));
+    let (_, dec) = decompress(input).map_err(|e| bad(src, format!("decompressing: {e}")))?;
+    let tarr = expect_tar(dec).map_err(|e| bad(src, e.to_string()))?;
+    let mut archive = tar::Archive::new(Tracker {
+        inner: tarr,
+        eof: false,
+    });
+    let mut st = State {
+        src,
+        staging,
+        opts,
+        first: true,
+        kind: BundleKind::Rootfs,
+        manifest: None,
+        nodes: HashMap::new(),
+        order: Vec::new(),
+        end: None,
+        last: String::from("<start>"),
+    };
+    {
+        let entries = archive
+            .entries()
+            .map_err(|e| bad(src, format!("reading the archive: {e}")))?;
+        for item in entries {
+            let mut entry = item.map_err(|e| {
+                bad(
+                    src,
+                    format!(
+                        "reading the archive after entry {}: {e} (truncated or corrupt)",
+                        st.last
+                    ),
+                )
+            })?;
+            st.entry(&mut entry)?;
+        }
+    }
+    let mut tracker = archive.into_inner();
+    if st.first {
+        return Err(bad(src, "the archive holds no entry".to_owned()));
+    }
+    if tracker.eof {
+        return Err(bad(
+            src,
+            format!(
+                "truncated: the archive ends after entry {} without the end-of-archive blocks",
+                st.last
+            ),
+        ));
+    }
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match tracker.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(bad(
+                    src,
+                    format!("reading past the end of the archive: {e} (truncated or corrupt)"),
+                ))
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().any(|b| *b != 0) {
+            return Err(bad(
+                src,
+                "trailing garbage after the end of the archive".to_owned(),
+            ));
+        }
+    }
+    st.finish()
+}
+
+/// Per-layer extraction state.
+struct NodeState {
+    dir: PathBuf,
+    /// Kind of each extracted relative path (the root is a directory).
+    kinds: HashMap<PathBuf, Kind>,
+    root_seen: bool,
+    entries: u64,
+    hasher: blake3::Hasher,
+    /// Directories whose mode and mtime are set once their children exist.
+    dirs: Vec<(PathBuf, u32, i64, i64)>,
+    /// Parents must be earlier entries (history/snapshot); a rootfs gets missing parents.
+    strict: bool,
+}
+
+struct State<'a> {
+    src: &'a Path,
+    staging: &'a Path,
+    opts: &'a ImportOpts,
+    first: bool,
+    kind: BundleKind,
+    manifest: Option<Manifest>,
+    nodes: HashMap<String, NodeState>,
+    order: Vec<String>,
+    end: Option<EndRecord>,
+    last: String,
+}
+
+fn components(raw: &[u8]) -> std::result::Result<Vec<OsString>, String> {
+    if raw.is_empty() {
+        return Err("empty path".to_owned());
+    }
+    let mut out = Vec::new();
+    for c in Path::new(OsStr::from_bytes(raw)).components() {
+        match c {
+            Component::Normal(n) => out.push(n.to_owned()),
+            Component::CurDir => {}
+            Component::RootDir | Component::Prefix(_) => {
+                return Err("absolute path refused".to_owned())
+            }
+            Component::ParentDir => return Err("path with a `..` component refused".to_owned()),
+        }
+    }
+    Ok(out)
+}
+
+fn is(comps: &[OsString], name: &str) -> bool {
+    comps.len() == 1 && comps[0] == OsStr::new(name)
+}
+
+/// True when a relative symlink at `rel` lexically leaves the tree root.
+fn symlink_escapes(rel: &Path, target: &[u8]) -> bool {
+    let t = Path::new(OsStr::from_bytes(target));
+    if t.is_absolute() {
+        return false;
+    }
+    let mut depth = rel.components().count() as i64 - 1;
+    for c in t.components() {
+        match c {
+            Component::ParentDir => {
+                depth -= 1;
+                if depth < 0 {
+                    return true;
+                }
+            }
+            Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+    }
+    false
+}
+
+fn parse_time(v: &[u8]) -> Option<(i64, i64)> {
+    let s = std::str::from_utf8(v).ok()?;
+    let (neg, s) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s),
+    };
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let sec: i128 = int.parse().ok()?;
+    let mut digits: String = frac.chars().take(9).collect();
+    if !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    while digits.len() < 9 {
+        digits.push('0');
+    }
+    let nsec: i128 = digits.parse().ok()?;
+    let mut total = sec * 1_000_000_000 + nsec;
+    if neg {
+        total = -total;
+    }
+    let s = total.div_euclid(1_000_000_000);
+    let n = total.rem_euclid(1_000_000_000);
+    Some((i64::try_from(s).ok()?, n as i64))
+}
+
+/// `size:off+len,...`
+fn parse_sparse(v: &[u8]) -> Option<(u64, Vec<(u64, u64)>)> {
+    let s = std::str::from_utf8(v).ok()?;
+    let (size, map) = s.split_once(':')?;
+    let size: u64 = size.parse().ok()?;
+    let mut segs = Vec::new();
+    let mut end = 0u64;
+    for seg in map.split(',').filter(|s| !s.is_empty()) {
+        let (o, l) = seg.split_once('+')?;
+        let (o, l): (u64, u64) = (o.parse().ok()?, l.parse().ok()?);
+        let e = o.checked_add(l)?;
+        if o < end || e > size {
+            return None;
+        }
+        end = e;
+        segs.push((o, l));
+    }
+    Some((size, segs))
+}
+
+impl State<'_> {
+    fn bad_entry(&self, name: &str, message: impl std::fmt::Display) -> Error {
+        bad(self.src, format!("entry {name}: {message}"))
+    }
+
+    fn new_node(&self, id: &str, strict: bool) -> Result<NodeState> {
+        let dir = self.staging.join(id);
+        DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| bad(&dir, format!("creating staged layer: {e}")))?;
+        let mut kinds = HashMap::new();
+        kinds.insert(PathBuf::new(), Kind::Dir);
+        Ok(NodeState {
+            dir,
+            kinds,
+            root_seen: false,
+            entries: 0,
+            hasher: blake3::Hasher::new(),
+            dirs: Vec::new(),
+            strict,
+        })
+    }
+
+    fn read_json<T: serde::de::DeserializeOwned, R: Read>(
+        &self,
+        name: &str,
+        e: &mut tar::Entry<'_, R>,
+    ) -> Result<T> {
+        if e.size() > MAX_JSON {
+            return Err(self.bad_entry(name, "too large"));
+        }
+        let mut data = Vec::new();
+        e.read_to_end(&mut data)
+            .map_err(|err| self.bad_entry(name, format!("reading: {err} (truncated?)")))?;
+        if data.len() as u64 != e.size() {
+            return Err(self.bad_entry(name, "truncated"));
+        }
+        serde_json::from_slice(&data)
+            .map_err(|err| self.bad_entry(name, format!("invalid JSON: {err}")))
+    }
+
+    fn entry<R: Read>(&mut self, e: &mut tar::Entry<'_, R>) -> Result<()> {
+        let raw = e.path_bytes().into_owned();
+        let name = String::from_utf8_lossy(&raw).into_owned();
+        self.last = name.clone();
+        if e.header().entry_type().is_pax_global_extensions() {
+            return Ok(());
+        }
+        let comps = components(&raw).map_err(|m| self.bad_entry(&name, m))?;
+        if self.first {
+            self.first = false;
+            if is(&comps, MANIFEST_NAME) {
+                let m: Manifest = self.read_json(&name, e)?;
+                m.validate().map_err(|msg| self.bad_entry(&name, msg))?;
+                self.kind = m.kind;
+                for n in &m.nodes {
+                    let ns = self.new_node(&n.id, true)?;
+                    self.nodes.insert(n.id.clone(), ns);
+                    self.order.push(n.id.clone());
+                }
+                self.manifest = Some(m);
+                return Ok(());
+            }
+            if is(&comps, END_NAME) || comps.first().is_some_and(|c| c == NODES_DIR) {
+                return Err(self.bad_entry(
+                    &name,
+                    format!("{MANIFEST_NAME} must be the first entry of a bundle"),
+                ));
+            }
+            self.kind = BundleKind::Rootfs;
+            let ns = self.new_node(ROOTFS_LAYER, false)?;
+            self.nodes.insert(ROOTFS_LAYER.to_owned(), ns);
+            self.order.push(ROOTFS_LAYER.to_owned());
+        }
+        if self.kind == BundleKind::Rootfs {
+            return self.extract(ROOTFS_LAYER, &name, comps, e);
+        }
+        if self.end.is_some() {
+            return Err(self.bad_entry(&name, format!("entry after {END_NAME}")));
+        }
+        if is(&comps, END_NAME) {
+            let end: EndRecord = self.read_json(&name, e)?;
+            self.end = Some(end);
+            return Ok(());
+        }
+        if is(&comps, MANIFEST_NAME) {
+            return Err(self.bad_entry(&name, "a second manifest"));
+        }
+        if comps.len() >= 2 && comps[0] == OsStr::new(NODES_DIR) {
+            let id = comps[1].to_string_lossy().into_owned();
+            if !self.nodes.contains_key(&id) {
+                return Err(self.bad_entry(
+                    &name,
+                    format!("belongs to node {id}, which the manifest does not list"),
+                ));
+            }
+            let rest = comps[2..].to_vec();
+            return self.extract(&id, &name, rest, e);
+        }
+        Err(self.bad_entry(&name, format!("unexpected entry outside {NODES_DIR}/")))
+    }
+
+    fn extract<R: Read>(
+        &mut self,
+        id: &str,
+        name: &str,
+        comps: Vec<OsString>,
+        e: &mut tar::Entry<'_, R>,
+    ) -> Result<()> {
+        let rel: PathBuf = comps.iter().collect();
+        let h = e.header().clone();
+        let typ = h.entry_type();
+        let mut pax: Vec<(String, Vec<u8>)> = Vec::new();
+        if let Some(exts) = e
+            .pax_extensions()
+            .map_err(|err| self.bad_entry(name, format!("reading PAX records: {err}")))?
+        {
+            for x in exts {
+                let x = x.map_err(|err| self.bad_entry(name, format!("bad PAX record: {err}")))?;
+                let key = x
+                    .key()
+                    .map_err(|err| self.bad_entry(name, format!("bad PAX key: {err}")))?;
+                pax.push((key.to_owned(), x.value_bytes().to_vec()));
+            }
+        }
+        let get = |k: &str| pax.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let perm = h.mode().map_err(|err| self.bad_entry(name, err))? & 0o7777;
+        let uid = h.uid().map_err(|err| self.bad_entry(name, err))?;
+        let gid = h.gid().map_err(|err| self.bad_entry(name, err))?;
+        let (mtime_sec, mtime_nsec) = match get("mtime") {
+            Some(v) => parse_time(&v).ok_or_else(|| self.bad_entry(name, "bad PAX mtime"))?,
+            None => (
+                h.mtime().map_err(|err| self.bad_entry(name, err))? as i64,
+                0,
+            ),
+        };
+        let mut xattrs = std::collections::BTreeMap::new();
+        for (k, v) in &pax {
+            if let Some(x) = k.strip_prefix(PAX_XATTR_PREFIX) {
+                xattrs.insert(x.to_owned(), v.clone());
+            }
+        }
+        let strict_kind = self.kind != BundleKind::Rootfs;
+        let opts = *self.opts;
+        let src = self.src.to_owned();
+        let bad_entry = |m: String| bad(&src, format!("entry {name}: {m}"));
+        let Some(ns) = self.nodes.get_mut(id) else {
+            return Err(bad_entry("unknown layer".to_owned()));
+        };
+        let is_root = rel.as_os_str().is_empty();
+        if is_root {
+            if !typ.is_dir() {
+                return Err(bad_entry("the layer root must be a directory".to_owned()));
+            }
+            if ns.root_seen {
+                return Err(bad_entry("duplicate entry".to_owned()));
+            }
+            ns.root_seen = true;
+        } else {
+            if ns.kinds.contains_key(&rel) {
+                return Err(bad_entry("duplicate entry".to_owned()));
+            }
+            let parent = rel.parent().map(Path::to_owned).unwrap_or_default();
+            match ns.kinds.get(&parent) {
+                Some(Kind::Dir) => {}
+                Some(k) => {
+                    return Err(bad_entry(format!(
+                        "its parent {} is a {k:?}, not a directory (symlinks are never followed)",
+                        parent.display()
+                    )))
+                }
+                None if ns.strict => {
+                    return Err(bad_entry(format!(
+                        "its parent directory {} is not an earlier entry of the layer",
+                        parent.display()
+                    )))
+                }
+                None => {
+                    let mut acc = PathBuf::new();
+                    for c in parent.components() {
+                        acc.push(c);
+                        match ns.kinds.get(&acc) {
+                            Some(Kind::Dir) => {}
+                            Some(k) => {
+                                return Err(bad_entry(format!(
+                                    "its ancestor {} is a {k:?}, not a directory (symlinks are never followed)",
+                                    acc.display()
+                                )))
+                            }
+                            None => {
+                                let p = ns.dir.join(&acc);
+                                DirBuilder::new()
+                                    .mode(0o755)
+                                    .create(&p)
+                                    .map_err(|err| bad_entry(format!("creating {}: {err}", p.display())))?;
+                                ns.kinds.insert(acc.clone(), Kind::Dir);
+                            }
+                        }
+                    }
+                }
+            }
+            let pmd = std::fs::symlink_metadata(ns.dir.join(&parent))
+                .map_err(|err| bad_entry(format!("lstat of its parent: {err}")))?;
+            if !pmd.is_dir() {
+                return Err(bad_entry("its parent is not a real directory".to_owned()));
+            }
+        }
+        let target = fsutil::join(&ns.dir, &rel);
+        let ioe = |what: &str, err: io::Error| bad(&src, format!("entry {name}: {what}: {err}"));
+        let mut record = Record {
+            rel: rel.as_os_str().as_bytes().to_vec(),
+            typ: b'0',
+            perm,
+            uid,
+            gid,
+            mtime_sec,
+            mtime_nsec,
+            size: 0,
+            link: Vec::new(),
+            major: 0,
+            minor: 0,
+            xattrs: xattrs.clone(),
+        };
+        let kind: Kind;
+        let mut hardlink = false;
+        if typ.is_file() || typ.is_contiguous() || typ.is_gnu_sparse() {
+            kind = Kind::File;
+            let f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(&target)
+                .map_err(|err| ioe("create", err))?;
+            let payload = e.size();
+            let sparse = match get(PAX_SPARSE) {
+                Some(v) => {
+                    let (size, segs) =
+                        parse_sparse(&v).ok_or_else(|| bad_entry("bad sparse map".to_owned()))?;
+                    if segs.iter().map(|(_, l)| l).sum::<u64>() != payload {
+                        return Err(bad_entry(
+                            "sparse map does not add up to the stored size".to_owned(),
+                        ));
+                    }
+                    Some((size, segs))
+                }
+                None => None,
+            };
+            let segs = match &sparse {
+                Some((_, s)) => s.clone(),
+                None => vec![(0, payload)],
+            };
+            let mut hasher = blake3::Hasher::new();
+            let mut buf = vec![0u8; 1 << 20];
+            for (off, len) in segs {
+                let mut done = 0u64;
+                while done < len {
+                    let want = (len - done).min(buf.len() as u64) as usize;
+                    let n = e
+                        .read(&mut buf[..want])
+                        .map_err(|err| ioe("reading content (truncated or corrupt)", err))?;
+                    if n == 0 {
+                        return Err(bad_entry(
+                            "truncated: the archive ends inside the file's content".to_owned(),
+                        ));
+                    }
+                    hasher.update(&buf[..n]);
+                    f.write_all_at(&buf[..n], off + done)
+                        .map_err(|err| ioe("write", err))?;
+                    done += n as u64;
+                }
+            }
+            let size = match sparse {
+                Some((size, _)) => {
+                    f.set_len(size).map_err(|err| ioe("set length", err))?;
+                    size
+                }
+                None => payload,
+            };
+            (&f).flush().map_err(|err| ioe("write", err))?;
+            match get(PAX_BLAKE3) {
+                Some(want) => {
+                    let got = hasher.finalize().to_hex();
+                    if want != got.as_bytes() {
+                        return Err(bad_entry(format!(
+                            "checksum mismatch: content hashes to {got}, the archive records {}",
+                            String::from_utf8_lossy(&want)
+                        )));
+                    }
+                }
+                None if strict_kind => {
+                    return Err(bad_entry(format!("no {PAX_BLAKE3} record")));
+                }
+                None => {}
+            }
+            record.size = size;
+        } else if typ.is_hard_link() {
+            kind = Kind::File;
+            hardlink = true;
+            record.typ = b'1';
+            record.xattrs.clear();
+            let link = e
+                .link_name_bytes()
+                .ok_or_else(|| bad_entry("hardlink without a target".to_owned()))?
+                .into_owned();
+            let shown = String::from_utf8_lossy(&link).into_owned();
+            let lc = components(&link)
+                .map_err(|m| bad_entry(format!("hardlink target {shown}: {m}")))?;
+            let inner: Vec<OsString> = if strict_kind {
+                if lc.len() < 3 || lc[0] != OsStr::new(NODES_DIR) || lc[1] != OsStr::new(id) {
+                    return Err(bad_entry(format!(
+                        "hardlink target {shown} is outside node {id}"
+                    )));
+                }
+                lc[2..].to_vec()
+            } else {
+                lc
+            };
+            let trel: PathBuf = inner.iter().collect();
+            match ns.kinds.get(&trel) {
+                Some(Kind::Dir) | None => {
+                    return Err(bad_entry(format!(
+                        "hardlink target {shown} is not an earlier non-directory entry of the layer"
+                    )))
+                }
+                Some(_) => {}
+            }
+            std::fs::hard_link(ns.dir.join(&trel), &target).map_err(|err| ioe("hardlink", err))?;
+            record.link = trel.as_os_str().as_bytes().to_vec();
+            ns.kinds.insert(rel.clone(), Kind::File);
+        } else if typ.is_symlink() {
+            kind = Kind::Symlink;
+            record.typ = b'2';
+            let link = e
+                .link_name_bytes()
+                .ok_or_else(|| bad_entry("symlink without a target".to_owned()))?
+                .into_owned();
+            if link.is_empty() {
+                return Err(bad_entry("symlink with an empty target".to_owned()));
+            }
+            if symlink_escapes(&rel, &link) {
+                return Err(bad_entry(format!(
+                    "symlink target {} escapes the tree root",
+                    String::from_utf8_lossy(&link)
+                )));
+            }
+            std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target)
+                .map_err(|err| ioe("symlink", err))?;
+            record.link = link;
+        } else if typ.is_dir() {
+            kind = Kind::Dir;
+            record.typ = b'5';
+            if !is_root {
+                DirBuilder::new()
+                    .mode(0o700)
+                    .create(&target)
+                    .map_err(|err| ioe("mkdir", err))?;
+            }
+        } else if typ.is_fifo() {
+            kind = Kind::Fifo;
+            record.typ = b'6';
+            fsutil::mknod(&target, Kind::Fifo, 0).map_err(|err| ioe("mkfifo", err))?;
+        } else if typ.is_character_special() || typ.is_block_special() {
+            let (k, t) = if typ.is_character_special() {
+                (Kind::CharDev, b'3')
+            } else {
+                (Kind::BlockDev, b'4')
+            };
+            if !opts.allow_devices {
+                return Err(bad_entry(
+                    "device nodes are refused (allow them explicitly to import)".to_owned(),
+                ));
+            }
+            kind = k;
+            record.typ = t;
+            let major = h
+                .device_major()
+                .map_err(|err| ioe("device major", err))?
+                .unwrap_or(0);
+            let minor = h
+                .device_minor()
+                .map_err(|err| ioe("device minor", err))?
+                .unwrap_or(0);
+            record.major = major;
+            record.minor = minor;
+            fsutil::mknod(&target, k, rustix::fs::makedev(major, minor))
+                .map_err(|err| ioe("mknod", err))?;
+        } else {
+            return Err(bad_entry(format!(
+                "unsupported tar entry type {:?}",
+                typ.as_byte() as char
+            )));
+        }
+        ns.kinds.insert(rel.clone(), kind);
+        ns.entries += 1;
+        record.hash_into(&mut ns.hasher);
+        if hardlink {
+            return Ok(());
+        }
+        let uid32 = u32::try_from(uid).map_err(|_| bad_entry(format!("uid {uid} out of range")))?;
+        let gid32 = u32::try_from(gid).map_err(|_| bad_entry(format!("gid {gid} out of range")))?;
+        if opts.same_owner {
+            fsutil::set_owner(&target, uid32, gid32).map_err(|err| ioe("chown", err))?;
+        }
+        for (k, v) in &xattrs {
+            xattr::set(&target, k, v).map_err(|err| ioe(&format!("setting xattr {k}"), err))?;
+        }
+        if kind == Kind::Dir {
+            ns.dirs.push((rel, perm, mtime_sec, mtime_nsec));
+            return Ok(());
+        }
+        if kind != Kind::Symlink {
+            fsutil::set_perm(&target, perm).map_err(|err| ioe("chmod", err))?;
+        }
+        fsutil::set_mtime(&target, mtime_sec, mtime_nsec).map_err(|err| ioe("set mtime", err))?;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Imported> {
+        if let Some(m) = &self.manifest {
+            let Some(end) = self.end else {
+                return Err(bad(
+                    self.src,
+                    format!("truncated: {END_NAME} is missing after entry {}", self.last),
+                ));
+            };
+            let total: u64 = self.nodes.values().map(|n| n.entries).sum();
+            if end.nodes != m.nodes.len() as u64 || end.entries != total {
+                return Err(bad(
+                    self.src,
+                    format!(
+                        "{END_NAME} records {} nodes and {} entries, the archive holds {} and {total}",
+                        end.nodes,
+                        end.entries,
+                        m.nodes.len()
+                    ),
+                ));
+            }
+            for n in &m.nodes {
+                let Some(ns) = self.nodes.get(&n.id) else {
+                    continue;
+                };
+                let got = ns.hasher.finalize().to_hex().to_string();
+                if ns.entries != n.entries || got != n.checksum {
+                    return Err(bad(
+                        self.src,
+                        format!(
+                            "node {}: the layer holds {} entries with checksum {got}, the manifest \
+                             records {} entries with checksum {}",
+                            n.id, ns.entries, n.entries, n.checksum
+                        ),
+                    ));
+                }
+                if !ns.root_seen {
+                    return Err(bad(
+                        self.src,
+                        format!("node {}: the layer has no root entry", n.id),
+                    ));
+                }
+            }
+        }
+        let mut layers = Vec::new();
+        for id in &self.order {
+            let Some(ns) = self.nodes.get_mut(id) else {
+                continue;
+            };
+            for (rel, perm, sec, nsec) in ns.dirs.iter().rev() {
+                let p = fsutil::join(&ns.dir, rel);
+                fsutil::set_perm(&p, *perm)
+                    .and_then(|()| fsutil::set_mtime(&p, *sec, *nsec))
+                    .map_err(|e| bad(self.src, format!("directory {}: {e}", p.display())))?;
+            }
+            layers.push((id.clone(), ns.dir.clone()));
+        }
+        Ok(Imported {
+            kind: self.kind,
+            manifest: self.manifest.take(),
+            layers,
+        })
+    }
+}

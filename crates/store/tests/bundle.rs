@@ -1,0 +1,800 @@
+//! Bundle format: round trips with full fidelity, history layers, compression detection,
+//! refusal of malicious or damaged archives, and compatibility of rootfs tars with GNU tar.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use agentbox_store::bundle::{
+    apply_layer, import, layer_from_trees, layer_source_from_overlay, layer_summary,
+    to_overlay_layer, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource, Manifest,
+    ManifestNode,
+};
+use agentbox_store::fsops::{Entry, Kind, Meta, Tree};
+use agentbox_testkit::tier;
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+// ---------------------------------------------------------------- scanning (test-only)
+
+fn read_meta(path: &Path) -> Meta {
+    use std::os::unix::fs::FileTypeExt;
+    let md = fs::symlink_metadata(path).expect("lstat");
+    let ft = md.file_type();
+    let kind = if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_char_device() {
+        Kind::CharDev
+    } else {
+        Kind::BlockDev
+    };
+    let mut xattrs = BTreeMap::new();
+    for name in xattr::list(path).expect("listxattr") {
+        if let Some(v) = xattr::get(path, &name).expect("getxattr") {
+            xattrs.insert(name.to_string_lossy().into_owned(), v);
+        }
+    }
+    Meta {
+        kind,
+        perm: md.mode() & 0o7777,
+        uid: md.uid(),
+        gid: md.gid(),
+        size: md.size(),
+        mtime_sec: md.mtime(),
+        mtime_nsec: md.mtime_nsec(),
+        ctime_sec: md.ctime(),
+        ctime_nsec: md.ctime_nsec(),
+        dev: md.dev(),
+        ino: md.ino(),
+        nlink: md.nlink(),
+        rdev: md.rdev(),
+        target: (kind == Kind::Symlink).then(|| fs::read_link(path).expect("readlink")),
+        xattrs,
+    }
+}
+
+fn scan(root: &Path) -> Tree {
+    let mut tree = Tree::default();
+    for e in walkdir::WalkDir::new(root).follow_links(false) {
+        let e = e.expect("walk");
+        let rel = e.path().strip_prefix(root).expect("prefix").to_owned();
+        tree.entries.insert(
+            rel.clone(),
+            Entry {
+                rel,
+                src: e.path().to_owned(),
+                meta: read_meta(e.path()),
+            },
+        );
+    }
+    tree
+}
+
+/// Comparable view of an entry: metadata, content hash, hardlink structure.
+#[derive(Debug, PartialEq, Eq)]
+struct Snap {
+    kind: Kind,
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    size: Option<u64>,
+    mtime: (i64, i64),
+    target: Option<PathBuf>,
+    xattrs: BTreeMap<String, Vec<u8>>,
+    rdev: u64,
+    content: Option<String>,
+    link_to: Option<PathBuf>,
+}
+
+fn snapshot_of(root: &Path) -> BTreeMap<PathBuf, Snap> {
+    let tree = scan(root);
+    let mut first: BTreeMap<(u64, u64), PathBuf> = BTreeMap::new();
+    let mut out = BTreeMap::new();
+    for (rel, e) in &tree.entries {
+        let m = &e.meta;
+        let link_to = if m.kind != Kind::Dir && m.nlink > 1 {
+            let f = first.entry((m.dev, m.ino)).or_insert_with(|| rel.clone());
+            (f != rel).then(|| f.clone())
+        } else {
+            None
+        };
+        out.insert(
+            rel.clone(),
+            Snap {
+                kind: m.kind,
+                perm: m.perm,
+                uid: m.uid,
+                gid: m.gid,
+                size: (m.kind == Kind::File).then_some(m.size),
+                mtime: (m.mtime_sec, m.mtime_nsec),
+                target: m.target.clone(),
+                xattrs: m.xattrs.clone(),
+                rdev: m.rdev,
+                content: (m.kind == Kind::File).then(|| {
+                    blake3::hash(&fs::read(&e.src).expect("read"))
+                        .to_hex()
+                        .to_string()
+                }),
+                link_to,
+            },
+        );
+    }
+    out
+}
+
+fn assert_same_tree(a: &Path, b: &Path) {
+    let sa = snapshot_of(a);
+    let sb = snapshot_of(b);
+    for (k, v) in &sa {
+        assert_eq!(Some(v), sb.get(k), "entry {k:?} differs ({a:?} vs {b:?})");
+    }
+    assert_eq!(
+        sa.keys().collect::<Vec<_>>(),
+        sb.keys().collect::<Vec<_>>(),
+        "same paths"
+    );
+}
+
+// ---------------------------------------------------------------- building trees
+
+fn set_mtime(p: &Path, sec: i64, nsec: i64) {
+    let t = rustix::fs::Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        p,
+        &rustix::fs::Timestamps {
+            last_access: t,
+            last_modification: t,
+        },
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .expect("utimensat");
+}
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+fn write(p: &Path, data: &[u8]) {
+    fs::write(p, data).expect("write");
+}
+
+fn user_xattrs_supported(dir: &Path) -> bool {
+    let p = dir.join(".xattr-probe");
+    write(&p, b"");
+    let ok = xattr::set(&p, "user.probe", b"1").is_ok();
+    fs::remove_file(&p).expect("rm probe");
+    ok
+}
+
+/// Set the mtimes of every directory (deepest first) to distinct fixed values.
+fn fix_dir_mtimes(root: &Path) {
+    let mut dirs: Vec<PathBuf> = walkdir::WalkDir::new(root)
+        .into_iter()
+        .map(|e| e.expect("walk"))
+        .filter(|e| e.file_type().is_dir())
+        .map(|e| e.path().to_owned())
+        .collect();
+    dirs.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for (i, d) in dirs.iter().enumerate() {
+        set_mtime(d, 1_600_000_000 + i as i64 * 17, 123_456_789 + i as i64);
+    }
+}
+
+/// A tree with every supported file type and the tricky metadata.
+fn fidelity_tree(root: &Path, with_sparse: bool) {
+    fs::create_dir_all(root.join("a/b/c")).expect("mkdir");
+    fs::create_dir(root.join("sticky")).expect("mkdir");
+    fs::create_dir(root.join("sgid")).expect("mkdir");
+    fs::create_dir(root.join("empty")).expect("mkdir");
+    write(&root.join("a/f"), b"hello world\n");
+    write(&root.join("a/b/c/deep"), &vec![7u8; 3 * 1024 * 1024 + 17]);
+    write(&root.join("suid"), b"#!/bin/sh\n");
+    write(&root.join("emptyfile"), b"");
+    let long = "x".repeat(150);
+    write(&root.join("a").join(&long), b"long name");
+    chmod(&root.join("suid"), 0o4755);
+    chmod(&root.join("sticky"), 0o1777);
+    chmod(&root.join("sgid"), 0o2750);
+    chmod(&root.join("a/f"), 0o640);
+    fs::hard_link(root.join("a/f"), root.join("a/b/f-hard")).expect("hardlink");
+    fs::hard_link(root.join("a/f"), root.join("f-hard2")).expect("hardlink");
+    std::os::unix::fs::symlink("f", root.join("a/link")).expect("symlink");
+    std::os::unix::fs::symlink("nowhere/at/all", root.join("dangling")).expect("symlink");
+    std::os::unix::fs::symlink("/etc/passwd", root.join("abs")).expect("symlink");
+    std::os::unix::fs::symlink(format!("../{long}"), root.join("a/b/longlink")).expect("symlink");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        root.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o620),
+        0,
+    )
+    .expect("mkfifo");
+    chmod(&root.join("fifo"), 0o620);
+    if is_root() {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("null"),
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::from_raw_mode(0o666),
+            rustix::fs::makedev(1, 3),
+        )
+        .expect("mknod char");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("blk"),
+            rustix::fs::FileType::BlockDevice,
+            rustix::fs::Mode::from_raw_mode(0o660),
+            rustix::fs::makedev(7, 200),
+        )
+        .expect("mknod block");
+        std::os::unix::fs::lchown(root.join("a/f"), Some(1234), Some(5678)).expect("chown");
+        std::os::unix::fs::lchown(root.join("sgid"), Some(42), Some(43)).expect("chown");
+        std::os::unix::fs::lchown(root.join("a/link"), Some(7), Some(8)).expect("lchown");
+        std::os::unix::fs::lchown(root.join("suid"), Some(1000), Some(1000)).expect("chown");
+        chmod(&root.join("suid"), 0o4755);
+        xattr::set(root.join("a/f"), "trusted.agentbox", b"t\0binary\xff").expect("trusted");
+        xattr::set(root.join("a/link"), "trusted.onlink", b"l").expect("trusted on symlink");
+    }
+    if user_xattrs_supported(root) {
+        xattr::set(root.join("a/f"), "user.comment", b"hi=there").expect("xattr");
+        xattr::set(root.join("a/b"), "user.dir", b"d").expect("xattr");
+    }
+    if with_sparse {
+        let f = fs::File::create(root.join("sparse")).expect("create sparse");
+        f.write_all_at(&[1u8; 8192], 0).expect("write");
+        f.write_all_at(&[2u8; 4096], 8 << 20).expect("write");
+        f.set_len(32 << 20).expect("set_len");
+    }
+    for (i, e) in walkdir::WalkDir::new(root).into_iter().enumerate() {
+        let e = e.expect("walk");
+        if !e.file_type().is_dir() {
+            set_mtime(e.path(), 1_500_000_000 + i as i64, 987_654_321 - i as i64);
+        }
+    }
+    fix_dir_mtimes(root);
+}
+
+fn node(id: &str, parent: Option<&str>, base: Option<&str>, layer: &LayerSource) -> ManifestNode {
+    let s = layer_summary(layer).expect("summary");
+    ManifestNode {
+        id: id.to_owned(),
+        parent: parent.map(str::to_owned),
+        seq: 1,
+        message: format!("node {id}"),
+        command: Some("make".to_owned()),
+        created: chrono::Utc::now(),
+        metadata: BTreeMap::new(),
+        base: base.map(str::to_owned),
+        entries: s.entries,
+        checksum: s.checksum,
+    }
+}
+
+fn snapshot_bundle(tree_root: &Path, out: &Path, compression: Compression) {
+    let layer = layer_from_trees(None, &scan(tree_root)).expect("layer");
+    let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
+    m.nodes.push(node("n0", None, None, &layer));
+    let f = fs::File::create(out).expect("create bundle");
+    let mut w = BundleWriter::new(
+        std::io::BufWriter::new(f),
+        BundleKind::Snapshot,
+        compression,
+    )
+    .expect("writer");
+    w.write_manifest(&m).expect("manifest");
+    w.write_layer("n0", &layer).expect("layer");
+    w.finish().expect("finish").flush().expect("flush");
+}
+
+fn opts() -> ImportOpts {
+    ImportOpts {
+        allow_devices: true,
+        same_owner: is_root(),
+    }
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn snapshot_round_trip_keeps_everything() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).expect("mkdir");
+    fidelity_tree(&src, true);
+    let bundle = tmp.path().join("b.tar.zst");
+    snapshot_bundle(&src, &bundle, Compression::Zstd);
+
+    let staging = tmp.path().join("staging");
+    let imp = import(&bundle, &staging, &opts()).expect("import");
+    assert_eq!(imp.kind, BundleKind::Snapshot);
+    assert_eq!(imp.layers.len(), 1);
+    let (id, dir) = &imp.layers[0];
+    assert_eq!(id, "n0");
+    assert_eq!(imp.manifest.as_ref().map(|m| m.head.as_str()), Some("n0"));
+    if is_root() {
+        assert_same_tree(&src, dir);
+    } else {
+        // Owners cannot be restored; compare everything else.
+        let mut a = snapshot_of(&src);
+        let mut b = snapshot_of(dir);
+        for s in a.values_mut().chain(b.values_mut()) {
+            s.uid = 0;
+            s.gid = 0;
+        }
+        assert_eq!(a, b);
+    }
+    let blocks = |p: &Path| fs::metadata(p).expect("stat").blocks();
+    let (orig, back) = (blocks(&src.join("sparse")), blocks(&dir.join("sparse")));
+    assert!(
+        back <= orig + 16 && back * 512 < 32 << 20,
+        "sparse allocation kept: {orig} blocks originally, {back} after import"
+    );
+}
+
+#[test]
+fn history_layers_reapply_to_the_original_trees() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let d0 = tmp.path().join("d0");
+    let d1 = tmp.path().join("d1");
+    let d2 = tmp.path().join("d2");
+    fn build0(d: &Path) {
+        fs::create_dir_all(d.join("keep/sub")).expect("mkdir");
+        fs::create_dir_all(d.join("gone/inner")).expect("mkdir");
+        fs::create_dir_all(d.join("opq")).expect("mkdir");
+        for i in 0..50 {
+            write(
+                &d.join(format!("keep/file{i}")),
+                format!("content {i}").as_bytes(),
+            );
+        }
+        write(&d.join("keep/sub/x"), b"x");
+        write(&d.join("gone/inner/y"), b"y");
+        write(&d.join("opq/p"), b"p");
+        write(&d.join("opq/q"), b"q");
+        write(&d.join("deleted"), b"bye");
+        write(&d.join("changed"), b"old");
+    }
+    fn build1(d: &Path) {
+        build0(d);
+        fs::remove_dir_all(d.join("gone")).expect("rm");
+        fs::remove_file(d.join("deleted")).expect("rm");
+        write(&d.join("changed"), b"new content");
+        write(&d.join("keep/added"), b"added");
+        chmod(&d.join("keep/file3"), 0o600);
+    }
+    fn build2(d: &Path) {
+        build1(d);
+        fs::remove_file(d.join("opq/p")).expect("rm");
+        fs::remove_file(d.join("opq/q")).expect("rm");
+        write(&d.join("opq/r"), b"r");
+        fs::remove_file(d.join("keep/file7")).expect("rm");
+    }
+    type Build = fn(&Path);
+    let builders: [(&Path, Build); 3] = [(&d0, build0), (&d1, build1), (&d2, build2)];
+    for (d, build) in builders {
+        fs::create_dir(d).expect("mkdir");
+        build(d);
+        for e in walkdir::WalkDir::new(d) {
+            let e = e.expect("walk");
+            if !e.file_type().is_dir() {
+                set_mtime(e.path(), 1_700_000_000, 5);
+            }
+        }
+        fix_dir_mtimes(d);
+    }
+    let (t0, t1, t2) = (scan(&d0), scan(&d1), scan(&d2));
+    let l0 = layer_from_trees(None, &t0).expect("l0");
+    let l1 = layer_from_trees(Some(&t0), &t1).expect("l1");
+    let mut l2 = layer_from_trees(Some(&t1), &t2).expect("l2");
+    // Express the emptied directory as opaque instead of per-file whiteouts.
+    l2.whiteouts.retain(|w| !w.starts_with("opq"));
+    l2.opaque_dirs.push(PathBuf::from("opq"));
+    assert!(l1.entries.len() < 10, "diff is small: {:?}", l1.entries);
+    assert!(l1.whiteouts.contains(&PathBuf::from("gone")));
+    assert!(l1.whiteouts.contains(&PathBuf::from("deleted")));
+
+    let mut m = Manifest::new(BundleKind::History, "demo", "n2");
+    m.nodes.push(node("n0", None, None, &l0));
+    m.nodes.push(node("n1", Some("n0"), Some("n0"), &l1));
+    m.nodes.push(node("n2", Some("n1"), Some("n1"), &l2));
+    m.tags.insert("v1".to_owned(), "n1".to_owned());
+    let bundle = tmp.path().join("h.tar.gz");
+    let mut w = BundleWriter::new(
+        fs::File::create(&bundle).expect("create"),
+        BundleKind::History,
+        Compression::Gzip,
+    )
+    .expect("writer");
+    w.write_manifest(&m).expect("manifest");
+    w.write_layer("n0", &l0).expect("l0");
+    w.write_layer("n1", &l1).expect("l1");
+    w.write_layer("n2", &l2).expect("l2");
+    w.finish().expect("finish");
+
+    let staging = tmp.path().join("staging");
+    let imp = import(&bundle, &staging, &opts()).expect("import");
+    assert_eq!(imp.kind, BundleKind::History);
+    assert_eq!(imp.manifest.as_ref().expect("manifest"), &m);
+    let ids: Vec<_> = imp.layers.iter().map(|(i, _)| i.as_str()).collect();
+    assert_eq!(ids, ["n0", "n1", "n2"]);
+    assert!(imp.layers[1].1.join(".wh.deleted").is_file(), "marker kept");
+    assert!(
+        imp.layers[2].1.join("opq/.wh..wh..opq").is_file(),
+        "opaque kept"
+    );
+
+    let target = tmp.path().join("target");
+    fs::create_dir(&target).expect("mkdir");
+    apply_layer(&imp.layers[0].1, &target).expect("apply n0");
+    assert_same_tree(&d0, &target);
+    apply_layer(&imp.layers[1].1, &target).expect("apply n1");
+    assert_same_tree(&d1, &target);
+    apply_layer(&imp.layers[2].1, &target).expect("apply n2");
+    assert_same_tree(&d2, &target);
+}
+
+#[test]
+fn compression_is_detected() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).expect("mkdir");
+    fidelity_tree(&src, false);
+    let cases: [(Compression, &[u8]); 3] = [
+        (Compression::None, b""),
+        (Compression::Gzip, &[0x1f, 0x8b]),
+        (Compression::Zstd, &[0x28, 0xb5, 0x2f, 0xfd]),
+    ];
+    for (c, magic) in cases {
+        let b = tmp.path().join(format!("b-{c}"));
+        snapshot_bundle(&src, &b, c);
+        let bytes = fs::read(&b).expect("read");
+        if magic.is_empty() {
+            assert_eq!(&bytes[257..262], b"ustar");
+        } else {
+            assert!(bytes.starts_with(magic), "{c} magic");
+        }
+        let staging = tmp.path().join(format!("s-{c}"));
+        let imp = import(&b, &staging, &opts()).expect("import");
+        let dir = &imp.layers[0].1;
+        assert_eq!(
+            fs::read(dir.join("a/f")).expect("read"),
+            b"hello world\n",
+            "{c}"
+        );
+        assert_eq!(c.to_string().parse::<Compression>(), Ok(c));
+    }
+    for k in [
+        BundleKind::History,
+        BundleKind::Snapshot,
+        BundleKind::Rootfs,
+    ] {
+        assert_eq!(k.to_string().parse::<BundleKind>(), Ok(k));
+    }
+}
+
+// ------------------------------------------------ malicious / damaged archives
+
+/// A raw tar header (ustar), bypassing the tar crate's path checks.
+fn raw_header(path: &[u8], typ: u8, size: u64, link: &[u8], dev: Option<(u32, u32)>) -> Vec<u8> {
+    let mut h = tar::Header::new_ustar();
+    {
+        let old = h.as_old_mut();
+        old.name[..path.len()].copy_from_slice(path);
+        old.linkname[..link.len()].copy_from_slice(link);
+    }
+    h.set_mode(0o755);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_size(size);
+    h.set_entry_type(tar::EntryType::new(typ));
+    if let Some((ma, mi)) = dev {
+        h.set_device_major(ma).expect("major");
+        h.set_device_minor(mi).expect("minor");
+    }
+    h.set_cksum();
+    h.as_bytes().to_vec()
+}
+
+type RawEntry<'a> = (&'a [u8], u8, &'a [u8], &'a [u8]);
+
+fn raw_tar(entries: &[RawEntry<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (path, typ, data, link) in entries {
+        let dev = (*typ == b'3').then_some((1, 3));
+        out.extend(raw_header(path, *typ, data.len() as u64, link, dev));
+        out.extend_from_slice(data);
+        out.resize(out.len().div_ceil(512) * 512, 0);
+    }
+    out.extend([0u8; 1024]);
+    out
+}
+
+fn expect_rejected(tmp: &Path, name: &str, bytes: &[u8], needle: &str) {
+    let b = tmp.join(format!("{name}.bundle"));
+    fs::write(&b, bytes).expect("write");
+    let staging = tmp.join(format!("staging-{name}"));
+    let err = match import(&b, &staging, &ImportOpts::default()) {
+        Ok(_) => panic!("{name} must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(needle),
+        "{name}: error {err:?} should mention {needle:?}"
+    );
+    assert!(!staging.exists(), "{name}: staging left behind");
+}
+
+fn plain_bundle(tmp: &Path) -> Vec<u8> {
+    let src = tmp.join("plain-src");
+    fs::create_dir(&src).expect("mkdir");
+    fs::create_dir(src.join("d")).expect("mkdir");
+    write(&src.join("d/hello"), b"hello world, this is the content");
+    let b = tmp.join("plain.tar");
+    snapshot_bundle(&src, &b, Compression::None);
+    fs::read(&b).expect("read")
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len())
+        .position(|w| w == needle)
+        .expect("needle present")
+}
+
+fn write_tmp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    fs::write(&p, bytes).expect("write");
+    p
+}
+
+#[test]
+fn malicious_and_damaged_archives_are_refused() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let t = tmp.path();
+    let d = b'5';
+    expect_rejected(
+        t,
+        "dotdot",
+        &raw_tar(&[(b"./", d, b"", b""), (b"../x", b'0', b"evil", b"")]),
+        "entry ../x: path with a `..` component",
+    );
+    expect_rejected(
+        t,
+        "absolute",
+        &raw_tar(&[(b"./", d, b"", b""), (b"/etc/x", b'0', b"evil", b"")]),
+        "entry /etc/x: absolute path",
+    );
+    expect_rejected(
+        t,
+        "through-symlink",
+        &raw_tar(&[
+            (b"./", d, b"", b""),
+            (b"a", b'2', b"", b"/"),
+            (b"a/x", b'0', b"evil", b""),
+        ]),
+        "entry a/x: its parent a is a Symlink",
+    );
+    expect_rejected(
+        t,
+        "hardlink-escape",
+        &raw_tar(&[(b"./", d, b"", b""), (b"h", b'1', b"", b"../../etc/passwd")]),
+        "entry h: hardlink target ../../etc/passwd",
+    );
+    expect_rejected(
+        t,
+        "hardlink-missing",
+        &raw_tar(&[(b"./", d, b"", b""), (b"h", b'1', b"", b"later")]),
+        "not an earlier non-directory entry",
+    );
+    expect_rejected(
+        t,
+        "symlink-escape",
+        &raw_tar(&[
+            (b"./", d, b"", b""),
+            (b"a/", d, b"", b""),
+            (b"a/l", b'2', b"", b"../../x"),
+        ]),
+        "entry a/l: symlink target ../../x escapes",
+    );
+    expect_rejected(
+        t,
+        "device",
+        &raw_tar(&[(b"./", d, b"", b""), (b"null", b'3', b"", b"")]),
+        "entry null: device nodes are refused",
+    );
+    expect_rejected(
+        t,
+        "manifest-missing",
+        &raw_tar(&[(b"nodes/n0/", d, b"", b""), (b"end.json", b'0', b"{}", b"")]),
+        "manifest.json must be the first entry",
+    );
+    let bad_version = br#"{"format":"agentbox-bundle","version":2,"kind":"snapshot","created":"2026-01-01T00:00:00Z","env":"e","head":"n0","nodes":[]}"#;
+    expect_rejected(
+        t,
+        "version",
+        &raw_tar(&[(b"manifest.json", b'0', bad_version, b"")]),
+        "unsupported bundle version 2 (this agentbox supports version 1)",
+    );
+
+    let good = plain_bundle(t);
+    let staging = t.join("ok");
+    import(
+        &write_tmp(t, "good", &good),
+        &staging,
+        &ImportOpts::default(),
+    )
+    .expect("intact");
+
+    let mut half = good.clone();
+    half.truncate(good.len() / 2);
+    expect_rejected(t, "truncated-half", &half, "truncated");
+    // Cut exactly before end.json's PAX header: a clean entry boundary.
+    let end_at = find(&good, b"end.json\0") - 1024;
+    let mut cut = good[..end_at].to_vec();
+    cut.extend([0u8; 1024]);
+    expect_rejected(t, "truncated-boundary", &cut, "end.json is missing");
+    expect_rejected(t, "truncated-no-eoa", &good[..end_at], "truncated");
+
+    let mut corrupt = good.clone();
+    let at = find(&corrupt, b"hello world, this");
+    corrupt[at] = b'J';
+    expect_rejected(
+        t,
+        "checksum",
+        &corrupt,
+        "entry nodes/n0/d/hello: checksum mismatch",
+    );
+
+    let mut garbage = good.clone();
+    garbage.extend_from_slice(b"garbage after the archive");
+    expect_rejected(t, "garbage", &garbage, "trailing garbage");
+
+    // An extra node directory the manifest does not list, spliced before end.json.
+    let mut extra = good[..end_at].to_vec();
+    extra.extend(raw_header(b"nodes/zz/", d, 0, b"", None));
+    extra.extend_from_slice(&good[end_at..]);
+    expect_rejected(
+        t,
+        "unlisted-node",
+        &extra,
+        "node zz, which the manifest does not list",
+    );
+
+    // Compressed and truncated.
+    let src = t.join("plain-src");
+    let zb = t.join("z.tar.zst");
+    snapshot_bundle(&src, &zb, Compression::Zstd);
+    let z = fs::read(&zb).expect("read");
+    expect_rejected(t, "zstd-truncated", &z[..z.len() / 2], "");
+    let gz = t.join("g.tar.gz");
+    snapshot_bundle(&src, &gz, Compression::Gzip);
+    let g = fs::read(&gz).expect("read");
+    expect_rejected(t, "gzip-truncated", &g[..g.len() - 12], "");
+}
+
+#[test]
+fn staging_must_be_new_or_empty() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let good = plain_bundle(tmp.path());
+    let b = write_tmp(tmp.path(), "b.tar", &good);
+    let staging = tmp.path().join("busy");
+    fs::create_dir(&staging).expect("mkdir");
+    write(&staging.join("precious"), b"keep me");
+    assert!(import(&b, &staging, &ImportOpts::default()).is_err());
+    assert!(
+        staging.join("precious").exists(),
+        "never removes what it did not create"
+    );
+}
+
+#[test]
+fn rootfs_is_readable_by_gnu_tar() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).expect("mkdir");
+    fidelity_tree(&src, true);
+    let out = tmp.path().join("rootfs.tar");
+    let mut w = BundleWriter::new(
+        fs::File::create(&out).expect("create"),
+        BundleKind::Rootfs,
+        Compression::None,
+    )
+    .expect("writer");
+    w.write_rootfs(&scan(&src)).expect("rootfs");
+    w.finish().expect("finish");
+
+    let list = std::process::Command::new("tar")
+        .arg("-tvf")
+        .arg(&out)
+        .output()
+        .expect("run tar");
+    assert!(
+        list.status.success(),
+        "tar -tvf: {}",
+        String::from_utf8_lossy(&list.stderr)
+    );
+    let listing = String::from_utf8_lossy(&list.stdout);
+    assert!(listing.contains("./a/f"), "{listing}");
+    assert!(
+        listing.contains("./a/f link to ./a/b/f-hard"),
+        "hardlink listed: {listing}"
+    );
+
+    // Our own importer reads it back too.
+    let staging = tmp.path().join("staging");
+    let imp = import(&out, &staging, &opts()).expect("import rootfs");
+    assert_eq!(imp.kind, BundleKind::Rootfs);
+    assert!(imp.manifest.is_none());
+    if is_root() {
+        assert_same_tree(&src, &imp.layers[0].1);
+    }
+
+    if !tier::require_root("rootfs_is_readable_by_gnu_tar (extract)") {
+        return;
+    }
+    let x = tmp.path().join("x");
+    fs::create_dir(&x).expect("mkdir");
+    let st = std::process::Command::new("tar")
+        .args(["--xattrs", "--xattrs-include=*", "--numeric-owner", "-xpf"])
+        .arg(&out)
+        .arg("-C")
+        .arg(&x)
+        .status()
+        .expect("run tar");
+    assert!(st.success());
+    assert_same_tree(&src, &x);
+}
+
+#[test]
+fn overlay_form_round_trip() {
+    if !tier::require_root("overlay_form_round_trip") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path().join("layer");
+    fs::create_dir_all(root.join("d/sub")).expect("mkdir");
+    write(&root.join("d/sub/file"), b"x");
+    write(&root.join("d/.wh.removed"), b"");
+    write(&root.join("d/sub/.wh..wh..opq"), b"");
+    fix_dir_mtimes(&root);
+    let before = read_meta(&root.join("d"));
+    to_overlay_layer(&root).expect("to overlay");
+    let wh = read_meta(&root.join("d/removed"));
+    assert_eq!((wh.kind, wh.rdev), (Kind::CharDev, 0));
+    assert_eq!(
+        xattr::get(root.join("d/sub"), "trusted.overlay.opaque").expect("get"),
+        Some(b"y".to_vec())
+    );
+    assert_eq!(
+        read_meta(&root.join("d")).mtime_sec,
+        before.mtime_sec,
+        "mtime kept"
+    );
+    let ls = layer_source_from_overlay(&root).expect("back");
+    assert_eq!(ls.whiteouts, vec![PathBuf::from("d/removed")]);
+    assert_eq!(ls.opaque_dirs, vec![PathBuf::from("d/sub")]);
+    assert!(ls.entries.iter().all(|e| !e
+        .meta
+        .xattrs
+        .keys()
+        .any(|k| k.starts_with("trusted.overlay."))));
+    assert_eq!(ls.entries[0].rel, PathBuf::new());
+    layer_summary(&ls).expect("a valid layer");
+}
