@@ -916,7 +916,10 @@ impl Store {
                 || (id::is_full_id(&name) && !self.layout.layer_record(&name).exists());
             if half_made && entry.file_type()?.is_dir() {
                 self.backend.remove_tree(&entry.path())?;
-                repairs.push(format!("removed unfinished layer {}", entry.path().display()));
+                repairs.push(format!(
+                    "removed unfinished layer {}",
+                    entry.path().display()
+                ));
             }
         }
         for entry in fs_err::read_dir(self.layout.tmp())? {

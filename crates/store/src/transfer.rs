@@ -245,7 +245,9 @@ pub fn import(
         let file = fetch(src, &stage.join("dl"))?;
         let opts = ImportOpts {
             allow_devices,
-            ..ImportOpts::default()
+            // Owners are restored where the kernel allows it (root); otherwise files belong
+            // to the importing user.
+            same_owner: rustix::process::geteuid().is_root(),
         };
         let imported = bundle::import(&file, &stage.join("x"), &opts)?;
         failpoint::hit("import:after-stage");

@@ -27,6 +27,9 @@ pub const PAX_BLAKE3: &str = "AGENTBOX.blake3";
 pub const PAX_SPARSE: &str = "AGENTBOX.sparse";
 /// PAX record prefix of an extended attribute (as written by GNU tar and read by docker).
 pub const PAX_XATTR_PREFIX: &str = "SCHILY.xattr.";
+/// PAX key prefix of an xattr whose value contains a newline, hex-encoded. Common tar
+/// readers split PAX data on newlines, so such values cannot travel as `SCHILY.xattr.`.
+pub const PAX_XATTR_HEX_PREFIX: &str = "AGENTBOX.xattr.hex.";
 /// Layer name used by [`super::import`] for a rootfs bundle.
 pub const ROOTFS_LAYER: &str = "rootfs";
 /// The overlayfs xattr marking an opaque directory.

@@ -11,7 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use super::compress::{decompress, expect_tar};
 use super::format::{
     BundleKind, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3, PAX_SPARSE,
-    PAX_XATTR_PREFIX, ROOTFS_LAYER,
+    PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX, ROOTFS_LAYER,
 };
 use super::fsutil;
 use super::layer::Record;
@@ -435,6 +435,10 @@ impl State<'_> {
         for (k, v) in &pax {
             if let Some(x) = k.strip_prefix(PAX_XATTR_PREFIX) {
                 xattrs.insert(x.to_owned(), v.clone());
+            } else if let Some(x) = k.strip_prefix(PAX_XATTR_HEX_PREFIX) {
+                let value = decode_hex(v)
+                    .ok_or_else(|| self.bad_entry(name, format!("bad hex value of xattr {x}")))?;
+                xattrs.insert(x.to_owned(), value);
             }
         }
         let strict_kind = self.kind != BundleKind::Rootfs;
@@ -775,4 +779,14 @@ impl State<'_> {
             layers,
         })
     }
+}
+
+/// Decode lowercase or uppercase hex; `None` when malformed.
+fn decode_hex(v: &[u8]) -> Option<Vec<u8>> {
+    if v.len() % 2 != 0 {
+        return None;
+    }
+    v.chunks(2)
+        .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
+        .collect()
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::compress::{Sink, DEFAULT_ZSTD_LEVEL};
 use super::format::{
     BundleKind, Compression, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3,
-    PAX_SPARSE, PAX_XATTR_PREFIX,
+    PAX_SPARSE, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX,
 };
 use super::fsutil;
 use super::layer::{plan_entries, summary_of, LayerSource, PlanKind, Planned};
@@ -345,7 +345,12 @@ impl<W: Write> BundleWriter<W> {
         let mut pax: Vec<(String, Vec<u8>)> = Vec::new();
         if !matches!(p.kind, PlanKind::HardLink(_) | PlanKind::Marker) {
             for (k, v) in &meta.xattrs {
-                pax.push((format!("{PAX_XATTR_PREFIX}{k}"), v.clone()));
+                if v.contains(&b'\n') {
+                    let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+                    pax.push((format!("{PAX_XATTR_HEX_PREFIX}{k}"), hex.into_bytes()));
+                } else {
+                    pax.push((format!("{PAX_XATTR_PREFIX}{k}"), v.clone()));
+                }
             }
         }
         let mut link_buf = Vec::new();
