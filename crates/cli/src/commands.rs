@@ -252,6 +252,13 @@ fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
         Some(n) => n.clone(),
         None => dir_name(&a.dir)?,
     };
+    agentbox_store::names::validate("environment", &name).map_err(|e| {
+        let mut e = CliError::from(e);
+        if a.name.is_none() {
+            e.hint = Some("the name comes from the directory; choose one with --name NAME".into());
+        }
+        e
+    })?;
     let store = Store::open_or_init(&ctx.store_dir(), parse_backend(a.backend.as_deref())?)?;
     let dir = std::path::absolute(&a.dir)?;
     let (source, message) = match &a.from {
@@ -342,6 +349,16 @@ fn checkout(ctx: &Ctx, args: &[String]) -> CliResult {
     let store = ctx.store()?;
     let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
     let node = store.checkout(&env, &rest[0])?;
+    let state = store.env(&env)?;
+    if std::env::current_dir().is_ok_and(|cwd| cwd.starts_with(&state.mountpoint))
+        || std::env::var_os("PWD").is_some_and(|p| Path::new(&p).starts_with(&state.mountpoint))
+    {
+        // The working tree was remounted: a shell already inside it still sees the old one.
+        ctx.note(format!(
+            "note: {} was remounted; shells already inside it see the previous tree until they run: cd \"$PWD\"",
+            state.mountpoint.display()
+        ));
+    }
     ctx.out(&node, || {
         format!(
             "{env}: HEAD is now {} {}\n",

@@ -1,0 +1,181 @@
+//! The `agentbox` command end to end (tier 2: the layers backend mounts an overlay).
+
+mod common;
+
+use common::{code, stderr, write, Env};
+
+#[test]
+fn versioned_directory_workflow() {
+    if !agentbox_testkit::tier::require_root("versioned_directory_workflow") {
+        return;
+    }
+    let t = Env::new();
+    let dir = t.path("proj");
+    write(&dir.join("src/main.js"), "console.log(1)\n");
+    let created = t.json(&["env", dir.to_str().expect("utf8")]);
+    assert_eq!(created["env"]["name"], "proj");
+    assert_eq!(created["backend"], "layers");
+
+    // Arguments reach their destination exactly.
+    write(&dir.join("src/main.js"), "console.log(2)\n");
+    let node = t.json(&[
+        "commit",
+        "proj",
+        "-m",
+        "x y",
+        "--command",
+        "npm run build -- --prod",
+    ]);
+    assert_eq!(node["message"], "x y");
+    assert_eq!(node["command"], "npm run build -- --prod");
+    let dash = t.json(&["commit", "proj", "-m", "-m"]);
+    assert_eq!(dash["message"], "-m");
+
+    let log = t.json(&["log", "proj"]);
+    let nodes = log["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(log["head"], nodes[2]["id"]);
+    let human = t.ok(&["log", "proj"]);
+    assert!(human.contains("@ ") && human.contains("(HEAD)"), "{human}");
+
+    let shown = t.json(&["show", "proj", "HEAD~1"]);
+    assert_eq!(shown["changes"][0]["path"], "src/main.js");
+    assert_eq!(shown["changes"][0]["kind"], "modified");
+
+    t.ok(&["tag", "proj", "v1", "HEAD~2"]);
+    t.ok(&["checkout", "proj", "v1"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("src/main.js")).expect("read"),
+        "console.log(1)\n"
+    );
+    let diff = t.json(&["diff", "proj", "v1", "HEAD"]);
+    assert_eq!(diff.as_array().map(Vec::len), Some(0));
+
+    let status = t.json(&["status", "proj"]);
+    assert_eq!(status["backend"], "layers");
+    assert!(status["disk_bytes"].as_u64().expect("disk_bytes") > 0);
+    assert_eq!(status["env"]["mounted"], true);
+
+    let fsck = t.json(&["fsck"]);
+    assert_eq!(fsck["problems"].as_array().map(Vec::len), Some(0));
+
+    t.ok(&["unmount", "proj"]);
+    assert!(!dir.join("src/main.js").exists() || !agentbox_store::mounts::is_mountpoint(&dir));
+    t.ok(&["mount", "proj"]);
+    assert!(dir.join("src/main.js").exists());
+    t.ok(&["destroy", "proj"]);
+    let list = t.json(&["list"]);
+    assert_eq!(list.as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn errors_have_stable_codes_and_hints() {
+    if !agentbox_testkit::tier::require_root("errors_have_stable_codes_and_hints") {
+        return;
+    }
+    let t = Env::new();
+    // No store yet.
+    let out = t.run(&["log", "x"]);
+    assert_eq!(code(&out), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("hint:"), "{}", stderr(&out));
+
+    let dir = t.path("env-one");
+    t.ok(&["env", dir.to_str().expect("utf8")]);
+    let out = t.run(&["checkout", "env-one", "no-such-ref"]);
+    assert_eq!(code(&out), Some(3));
+    assert!(stderr(&out).contains("no-such-ref"), "{}", stderr(&out));
+    let out = t.run(&["log", "nope", "extra"]);
+    assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+    let out = t.run(&["tag", "env-one", "cafe"]);
+    assert_eq!(code(&out), Some(4), "{}", stderr(&out));
+    let out = t.run(&["delete", "env-one", "HEAD"]);
+    assert_eq!(code(&out), Some(4), "{}", stderr(&out));
+    let out = t.run(&["env", dir.to_str().expect("utf8")]);
+    assert_eq!(code(&out), Some(4), "{}", stderr(&out));
+    let out = t.run(&["--json", "checkout", "env-one", "zzzz"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json error");
+    assert_eq!(v["code"], 3);
+
+    // A second writer is refused with the holder named.
+    let lock = t.path("home/store/envs/env-one/lock");
+    let _held = agentbox_core::lock::FileLock::acquire(
+        &lock,
+        agentbox_core::lock::Mode::TryExclusive,
+        "env",
+        "a long commit",
+    )
+    .expect("hold");
+    let out = t.run(&["commit", "env-one", "-m", "blocked"]);
+    assert_eq!(code(&out), Some(5), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a long commit"), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_bundles_leave_nothing_behind() {
+    if !agentbox_testkit::tier::require_root("bad_bundles_leave_nothing_behind") {
+        return;
+    }
+    let t = Env::new();
+    let dir = t.path("bun-one");
+    write(&dir.join("f"), "data");
+    t.ok(&["env", dir.to_str().expect("utf8")]);
+    let bundle = t.path("bun-one.bundle");
+    t.ok(&["export", "bun-one", "-o", bundle.to_str().expect("utf8")]);
+    let bytes = std::fs::read(&bundle).expect("read");
+    let cut = t.path("cut.bundle");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    let out = t.run(&[
+        "import",
+        cut.to_str().expect("utf8"),
+        "--dir",
+        t.path("cut").to_str().expect("utf8"),
+    ]);
+    assert_eq!(code(&out), Some(8), "{}", stderr(&out));
+    let list = t.json(&["list"]);
+    assert_eq!(
+        list.as_array().map(Vec::len),
+        Some(1),
+        "no environment was created"
+    );
+    let tmp = t.path("home/store/tmp");
+    assert_eq!(
+        std::fs::read_dir(&tmp).expect("tmp").count(),
+        0,
+        "staging removed"
+    );
+    // The intact bundle imports.
+    let imported = t.json(&[
+        "import",
+        bundle.to_str().expect("utf8"),
+        "--dir",
+        t.path("bun-two").to_str().expect("utf8"),
+    ]);
+    assert_eq!(imported["env"], "bun-two");
+    assert_eq!(
+        std::fs::read_to_string(t.path("bun-two/f")).expect("read"),
+        "data"
+    );
+}
+
+#[test]
+fn non_root_users_are_told_why() {
+    if !agentbox_testkit::tier::require_root("non_root_users_are_told_why") {
+        return;
+    }
+    // Run as nobody with a home nobody can write.
+    let t = Env::new();
+    let base = t.home.path();
+    std::fs::set_permissions(base, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let dir = base.join("nobody-proj");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_agentbox"))
+        .arg("env")
+        .arg(&dir)
+        .env("AGENTBOX_HOME", base.join("nobody-home"))
+        .output()
+        .expect("setpriv");
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(stderr(&out).contains("root"), "{}", stderr(&out));
+}

@@ -1,0 +1,76 @@
+//! Helpers shared by the command-line tests: run the real binary against a temporary home.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use agentbox_testkit::TempHome;
+
+pub struct Env {
+    pub home: TempHome,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env {
+            home: TempHome::new(),
+        }
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.home.path().join(p)
+    }
+
+    /// Run `agentbox ARGS` with this home; returns the output whatever the exit status.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &[])
+    }
+
+    pub fn run_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
+        cmd.env("AGENTBOX_HOME", self.path("home"))
+            .env_remove("AGENTBOX_FAILPOINT")
+            .current_dir(self.home.path())
+            .args(args);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run agentbox")
+    }
+
+    /// Run and require success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "agentbox {args:?} failed ({:?}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Run with `--json` and parse stdout.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let out = self.ok(&a);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: bad JSON {e}: {out}"))
+    }
+}
+
+pub fn write(path: &Path, content: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).expect("mkdir");
+    }
+    std::fs::write(path, content).expect("write");
+}
+
+pub fn code(out: &Output) -> Option<i32> {
+    out.status.code()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
