@@ -606,6 +606,12 @@ fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
                 }
             ));
         }
+        if report.unreferenced_layers > 0 {
+            s.push_str(&format!(
+                "{} layers are no longer referenced: `agentbox gc` frees them\n",
+                report.unreferenced_layers
+            ));
+        }
         s.push_str(&format!(
             "{} nodes, {} layers, {} environments: {}\n",
             report.nodes,

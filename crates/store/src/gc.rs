@@ -42,6 +42,8 @@ pub struct FsckReport {
     pub nodes: usize,
     pub layers: usize,
     pub environments: usize,
+    /// Layers no node references any more; `gc` frees them.
+    pub unreferenced_layers: usize,
     pub problems: Vec<Problem>,
     pub repairs: Vec<String>,
 }
@@ -252,14 +254,9 @@ impl Store {
                 );
             }
         }
+        // Unreferenced layers are not a problem: retention and deletion leave them for GC.
         let (on_disk, live) = self.layer_sets()?;
-        for lid in on_disk.difference(&live) {
-            problem(
-                self.backend().layer_dir(lid),
-                "layer is unreferenced (gc frees it)".into(),
-                true,
-            );
-        }
+        let unreferenced = on_disk.difference(&live).count();
         for lid in &on_disk {
             let dir = self.backend().layer_dir(lid);
             let rec = self.layout().layer_record(lid);
@@ -299,6 +296,7 @@ impl Store {
             nodes: nodes.len(),
             layers: on_disk.len(),
             environments: envs.len(),
+            unreferenced_layers: if repair { 0 } else { unreferenced },
             problems,
             repairs,
         })
