@@ -179,3 +179,75 @@ fn non_root_users_are_told_why() {
     assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
     assert!(stderr(&out).contains("root"), "{}", stderr(&out));
 }
+
+/// Serve one file over HTTP on a loopback port (enough for a GET of a tarball).
+fn serve_once(body: Vec<u8>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(&body);
+        }
+    });
+    format!("http://{addr}/rootfs.tar.gz")
+}
+
+#[test]
+fn environments_from_rootfs_tarballs_and_urls() {
+    if !agentbox_testkit::tier::require_root("environments_from_rootfs_tarballs_and_urls") {
+        return;
+    }
+    let t = Env::new();
+    let tree = t.path("rootfs");
+    write(&tree.join("etc/os-release"), "ID=test\n");
+    write(&tree.join("bin/tool"), "#!/bin/sh\n");
+    std::os::unix::fs::symlink("/bin/tool", tree.join("bin/alias")).expect("symlink");
+    let tarball = t.path("rootfs.tar.gz");
+    let ok = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&tree)
+        .arg(".")
+        .status()
+        .expect("tar");
+    assert!(ok.success());
+    let from_file = t.path("from-file");
+    t.ok(&[
+        "env",
+        from_file.to_str().expect("utf8"),
+        "--from",
+        tarball.to_str().expect("utf8"),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(from_file.join("etc/os-release")).expect("read"),
+        "ID=test\n"
+    );
+    assert_eq!(
+        std::fs::read_link(from_file.join("bin/alias")).expect("link"),
+        std::path::PathBuf::from("/bin/tool")
+    );
+    let url = serve_once(std::fs::read(&tarball).expect("read"));
+    let from_url = t.path("from-url");
+    t.ok(&["env", from_url.to_str().expect("utf8"), "--from", &url]);
+    assert!(from_url.join("bin/tool").exists());
+    // A bad URL is a clear error and leaves no environment.
+    let out = t.run(&[
+        "env",
+        t.path("nothing").to_str().expect("utf8"),
+        "--from",
+        "http://127.0.0.1:9/none.tar",
+    ]);
+    assert_ne!(code(&out), Some(0));
+    assert!(stderr(&out).contains("download"), "{}", stderr(&out));
+    let list = t.json(&["list"]);
+    assert_eq!(list.as_array().map(Vec::len), Some(2));
+}

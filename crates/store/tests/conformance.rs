@@ -517,3 +517,54 @@ proptest::proptest! {
         }
     }
 }
+
+/// GC runs while another environment commits: nothing the committer made is freed.
+#[test]
+fn gc_is_safe_during_commits() {
+    for fx in fixtures("gc_is_safe_during_commits") {
+        let store = fx.store();
+        let d1 = fx.dir("busy");
+        store
+            .create_env("busy", &d1, Source::Empty, "e")
+            .expect("create");
+        let d2 = fx.dir("idle");
+        store
+            .create_env("idle", &d2, Source::Empty, "e")
+            .expect("create");
+        for i in 0..5 {
+            write(&d2.join("f"), &i.to_string());
+            commit(&store, "idle", "x");
+        }
+        let root = store.root().to_owned();
+        let committer = {
+            let root = root.clone();
+            let d1 = d1.clone();
+            std::thread::spawn(move || {
+                let store = Store::open(&root).expect("open");
+                for i in 0..25 {
+                    write(&d1.join(format!("f{i}")), &i.to_string());
+                    commit(&store, "busy", &format!("c{i}"));
+                }
+            })
+        };
+        let collector = std::thread::spawn(move || {
+            let store = Store::open(&root).expect("open");
+            for _ in 0..10 {
+                // Garbage to collect: thin the other environment's history.
+                store.retain("idle", 1).expect("retain");
+                store.gc().expect("gc");
+            }
+        });
+        committer.join().expect("committer");
+        collector.join().expect("collector");
+        store.gc().expect("final gc");
+        let report = store.fsck(false).expect("fsck");
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        let log = store.log("busy").expect("log");
+        assert_eq!(log.len(), 26, "root and 25 commits");
+        for node in log.iter().rev() {
+            store.checkout("busy", &node.id).expect("checkout");
+        }
+        assert_eq!(read(&d1.join("f24")), "24");
+    }
+}
