@@ -61,6 +61,25 @@ impl Ctx {
         }
     }
 
+    /// Run long work under a spinner with the elapsed time on stderr (only on a terminal and
+    /// without --json, so pipes and scripts see clean output).
+    fn busy<T>(&self, msg: &str, work: impl FnOnce() -> T) -> T {
+        use std::io::IsTerminal;
+        if self.json || !std::io::stderr().is_terminal() {
+            return work();
+        }
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .expect("the template is valid"),
+        );
+        bar.set_message(msg.to_owned());
+        bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        let out = work();
+        bar.finish_and_clear();
+        out
+    }
+
     /// Split positional arguments into the environment and the rest. The environment is
     /// `-e NAME`, else the first argument when more than `min_rest` were given and it names
     /// an environment, else the environment containing the current directory, else the only
@@ -278,7 +297,9 @@ fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
             if p.is_dir() {
                 (Source::Dir(p.to_owned()), msg)
             } else {
-                let staged = agentbox_store::transfer::stage_rootfs(&store, src)?;
+                let staged = ctx.busy("fetching and unpacking the rootfs", || {
+                    agentbox_store::transfer::stage_rootfs(&store, src)
+                })?;
                 (Source::Staged(staged), msg)
             }
         }
@@ -288,7 +309,9 @@ fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
         dir.display(),
         store.config().backend
     ));
-    let state = store.create_env(&name, &dir, source, &message)?;
+    let state = ctx.busy("copying the tree into the first node", || {
+        store.create_env(&name, &dir, source, &message)
+    })?;
     ctx.out(
         &EnvCreated {
             env: &state,
@@ -495,7 +518,7 @@ fn retain(ctx: &Ctx, a: crate::args::RetainArgs) -> CliResult {
 
 fn gc(ctx: &Ctx) -> CliResult {
     let store = ctx.store()?;
-    let report = store.gc()?;
+    let report = ctx.busy("collecting garbage", || store.gc())?;
     ctx.out(&report, || {
         format!(
             "removed {} unreferenced layers; store disk usage {} -> {}\n",

@@ -114,13 +114,18 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// A size, or nothing for entries without content (directories, empty files).
+fn size_or_blank(n: Option<u64>) -> String {
+    n.filter(|n| *n > 0).map(bytes).unwrap_or_default()
+}
+
 /// A change list like `git diff --stat`: one line per path.
 pub fn changes(list: &[Change]) -> String {
     let mut out = String::new();
     for c in list {
         let (sign, what) = match c.kind {
-            ChangeKind::Added => ("+", bytes(c.new_size.unwrap_or(0))),
-            ChangeKind::Removed => ("-", bytes(c.old_size.unwrap_or(0))),
+            ChangeKind::Added => ("+", size_or_blank(c.new_size)),
+            ChangeKind::Removed => ("-", size_or_blank(c.old_size)),
             ChangeKind::Modified => (
                 "M",
                 format!(
@@ -131,7 +136,8 @@ pub fn changes(list: &[Change]) -> String {
             ),
             ChangeKind::MetaChanged => ("m", c.detail.clone().unwrap_or_default()),
         };
-        let _ = writeln!(out, "{sign} {}  {what}", c.path.display());
+        let line = format!("{sign} {}  {what}", c.path.display());
+        let _ = writeln!(out, "{}", line.trim_end());
     }
     let count = |k: ChangeKind| list.iter().filter(|c| c.kind == k).count();
     let _ = writeln!(
