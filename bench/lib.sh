@@ -51,6 +51,15 @@ loopfs_create() {
     LOOPDEV=$dev
 }
 
+# umount_under PATH...   unmounts everything mounted at or below each PATH, deepest first
+umount_under() {
+    local p m
+    for p in "$@"; do
+        while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(
+            awk -v p="$p" '$2 == p || index($2, p "/") == 1 {print $2}' /proc/self/mounts | sort -r)
+    done
+}
+
 loopfs_teardown() {
     local mnt=$1 dev=${_LOOP_DEV[$1]:-} img=${_LOOP_IMG[$1]:-}
     [[ -n $dev ]] || return 0
