@@ -36,6 +36,16 @@ pub fn top_mount(path: &Path) -> Option<MountInfo> {
     mounts().into_iter().rev().find(|m| m.mount_point == path)
 }
 
+/// The mount that contains `path` (the longest mount point that is a prefix of it).
+pub fn mount_containing(path: &Path) -> Option<MountInfo> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    mounts()
+        .into_iter()
+        .rev()
+        .filter(|m| path.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len())
+}
+
 /// True when `path` is a mount point.
 pub fn is_mountpoint(path: &Path) -> bool {
     top_mount(path).is_some()

@@ -296,8 +296,18 @@ impl Backend for BtrfsBackend {
     }
 
     fn unmount(&self, dirs: &WorkDirs) -> Result<()> {
-        // Stacked mounts (from an interrupted earlier run) are all removed.
+        // Only ever our own bind mounts: a btrfs mount of the store's device at the mount
+        // point. The user's directory may itself sit on some other mount. Stacked mounts
+        // (from an interrupted earlier run) are all removed.
+        let store_source = crate::mounts::mount_containing(&self.store_dir).map(|m| m.source);
+        let ours = || {
+            crate::mounts::top_mount(&dirs.mountpoint)
+                .is_some_and(|m| m.fstype == "btrfs" && Some(&m.source) == store_source.as_ref())
+        };
         for _ in 0..16 {
+            if !ours() {
+                return Ok(());
+            }
             match rustix::mount::unmount(&dirs.mountpoint, rustix::mount::UnmountFlags::DETACH) {
                 Ok(()) => continue,
                 Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => return Ok(()),
@@ -320,6 +330,25 @@ impl Backend for BtrfsBackend {
         remove_any(&dirs.work.join(TMP_TREE))?;
         remove_any(&Self::tree(dirs))?;
         remove_any(&dirs.work)
+    }
+
+    fn remove_tree(&self, path: &Path) -> Result<()> {
+        remove_any(path)
+    }
+
+    /// Snapshot the base (O(1)), apply the staged layer in place, seal it read-only.
+    fn layer_from_oci_diff(
+        &self,
+        staged: &Path,
+        base: &[LayerRecord],
+        id: &str,
+    ) -> Result<LayerRecord> {
+        let top = self.top_layer(base)?;
+        let (layers, tmp_name) = self.prepare_layer(id)?;
+        let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        crate::bundle::apply_layer(staged, &tmp)?;
+        remove_any(staged)?;
+        self.publish_layer(&layers, &tmp_name, id)
     }
 
     fn remove_layer(&self, id: &str) -> Result<()> {
