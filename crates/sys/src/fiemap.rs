@@ -183,6 +183,7 @@ pub fn disk_usage(paths: &[&Path]) -> io::Result<Usage> {
     let mut inodes: HashSet<(u64, u64)> = HashSet::new();
     let mut fs_keys: HashMap<u64, FsKey> = HashMap::new();
     let mut ranges: HashMap<FsKey, Vec<(u64, u64)>> = HashMap::new();
+    let mut located: HashSet<(FsKey, u64, i64, i64, u64)> = HashSet::new();
     for root in paths {
         for entry in walkdir::WalkDir::new(root).follow_links(false) {
             let entry = entry.map_err(|e| {
@@ -259,7 +260,11 @@ pub fn disk_usage(paths: &[&Path]) -> io::Result<Usage> {
             for ext in exts {
                 if ext.has_location() {
                     list.push((ext.physical, ext.physical.saturating_add(ext.length)));
-                } else {
+                } else if located.insert((key, md.ino(), md.ctime(), md.ctime_nsec(), ext.logical)) {
+                    // Data without a disk location (inline in btrfs metadata) has no
+                    // physical address to deduplicate by. A btrfs snapshot keeps an unchanged
+                    // file's inode number and ctime, and then shares its metadata (and so its
+                    // inline data): count such data once per file version.
                     usage.physical_bytes += ext.length;
                 }
             }
