@@ -106,10 +106,11 @@ pub(crate) fn data_segments(file: &File) -> io::Result<Option<Vec<(u64, u64)>>> 
     Ok(Some(segs))
 }
 
-/// Create a fifo or device node (mode bits applied later).
+/// Create a fifo, socket or device node (mode bits applied later).
 pub(crate) fn mknod(path: &Path, kind: Kind, rdev: u64) -> io::Result<()> {
     let ft = match kind {
         Kind::Fifo => FileType::Fifo,
+        Kind::Socket => FileType::Socket,
         Kind::CharDev => FileType::CharacterDevice,
         Kind::BlockDev => FileType::BlockDevice,
         other => {

@@ -23,7 +23,7 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LayerSource {
     /// Entries, parents before children, the root (empty `rel`) first. `Entry::src` is where
-    /// the content is read. Sockets are skipped (tar cannot hold them).
+    /// the content is read.
     pub entries: Vec<Entry>,
     /// Paths deleted relative to the base.
     pub whiteouts: Vec<PathBuf>,
@@ -49,6 +49,8 @@ pub(crate) enum PlanKind {
     /// Hardlink to an earlier entry of the same layer (relative path).
     HardLink(PathBuf),
     Fifo,
+    /// Stored as a fifo entry marked `AGENTBOX.type=socket` (history/snapshot only).
+    Socket,
     CharDev,
     BlockDev,
     /// A whiteout or opaque marker: an empty regular file.
@@ -62,6 +64,10 @@ pub(crate) struct Planned {
     pub kind: PlanKind,
     pub meta: Meta,
 }
+
+/// Record type byte of a socket. Its tar entry has the fifo type flag, so the record needs
+/// its own byte for the checksum to tell the two apart.
+pub(crate) const SOCKET_RECORD_TYPE: u8 = b's';
 
 /// Mode of a marker file.
 pub(crate) const MARKER_PERM: u32 = 0o600;
@@ -91,7 +97,8 @@ fn marker_meta() -> Meta {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
     pub rel: Vec<u8>,
-    /// Tar type flag: `0` file, `1` hardlink, `2` symlink, `3` char, `4` block, `5` dir, `6` fifo.
+    /// Tar type flag: `0` file, `1` hardlink, `2` symlink, `3` char, `4` block, `5` dir, `6` fifo;
+    /// [`SOCKET_RECORD_TYPE`] for a socket (a fifo entry in the archive).
     pub typ: u8,
     pub perm: u32,
     pub uid: u64,
@@ -139,7 +146,15 @@ impl Planned {
             PlanKind::CharDev => b'3',
             PlanKind::BlockDev => b'4',
             PlanKind::Dir => b'5',
-            PlanKind::Fifo => b'6',
+            PlanKind::Fifo | PlanKind::Socket => b'6',
+        }
+    }
+
+    /// Type byte of the entry's record: the tar type flag, except for sockets.
+    pub(crate) fn record_typ(&self) -> u8 {
+        match self.kind {
+            PlanKind::Socket => SOCKET_RECORD_TYPE,
+            _ => self.typ(),
         }
     }
 
@@ -165,7 +180,7 @@ impl Planned {
         };
         Record {
             rel: self.rel.as_os_str().as_bytes().to_vec(),
-            typ: self.typ(),
+            typ: self.record_typ(),
             perm: self.meta.perm & 0o7777,
             uid: u64::from(self.meta.uid),
             gid: u64::from(self.meta.gid),
@@ -189,18 +204,20 @@ fn parent_rel(rel: &Path) -> PathBuf {
 }
 
 /// Plan the tar entries of a list of tree entries (root first), detecting in-tree hardlinks.
-/// `markers` adds whiteout and opaque markers (history/snapshot layers).
+/// `whiteouts` and `opaque_dirs` add markers (history/snapshot layers). Sockets are planned
+/// when `sockets` is set (history/snapshot) and skipped otherwise (rootfs).
 pub(crate) fn plan_entries<'a>(
     entries: impl IntoIterator<Item = &'a Entry>,
     whiteouts: &[PathBuf],
     opaque_dirs: &[PathBuf],
+    sockets: bool,
 ) -> std::result::Result<Vec<Planned>, String> {
     let mut out = Vec::new();
     let mut dirs: HashSet<PathBuf> = HashSet::new();
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut inodes: HashMap<(u64, u64), PathBuf> = HashMap::new();
     for (i, e) in entries.into_iter().enumerate() {
-        if e.meta.kind == Kind::Socket {
+        if e.meta.kind == Kind::Socket && !sockets {
             continue;
         }
         if i == 0 {
@@ -241,7 +258,6 @@ pub(crate) fn plan_entries<'a>(
                 dirs.insert(e.rel.clone());
                 PlanKind::Dir
             }
-            Kind::Socket => continue,
             _ if e.meta.nlink > 1 && inodes.contains_key(&(e.meta.dev, e.meta.ino)) => {
                 PlanKind::HardLink(inodes[&(e.meta.dev, e.meta.ino)].clone())
             }
@@ -258,6 +274,7 @@ pub(crate) fn plan_entries<'a>(
                             .ok_or_else(|| format!("symlink {:?} has no target", e.rel))?,
                     ),
                     Kind::Fifo => PlanKind::Fifo,
+                    Kind::Socket => PlanKind::Socket,
                     Kind::CharDev => PlanKind::CharDev,
                     _ => PlanKind::BlockDev,
                 }
@@ -309,8 +326,8 @@ pub(crate) fn plan_entries<'a>(
 /// Entry count and checksum of a layer, for its [`super::ManifestNode`]. Reads metadata
 /// only (no content), so it is cheap to compute before writing the manifest.
 pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
-    let planned =
-        plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs).map_err(|message| {
+    let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
+        .map_err(|message| {
             Error::Bundle {
                 path: PathBuf::from("<layer>"),
                 message,
@@ -570,7 +587,6 @@ fn create_like(src: &Path, dst: &Path, meta: &Meta) -> Result<()> {
             let t = meta.target.as_deref().unwrap_or(Path::new(""));
             std::os::unix::fs::symlink(t, dst).map_err(|e| apply_err(dst, "symlink", e))
         }
-        Kind::Socket => Ok(()),
         k => fsutil::mknod(dst, k, meta.rdev).map_err(|e| apply_err(dst, "mknod", e)),
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::compress::{Sink, DEFAULT_ZSTD_LEVEL};
 use super::format::{
     BundleKind, Compression, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3,
-    PAX_SPARSE, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX,
+    PAX_SPARSE, PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX,
 };
 use super::fsutil;
 use super::layer::{plan_entries, summary_of, LayerSource, PlanKind, Planned};
@@ -162,7 +162,7 @@ impl<W: Write> BundleWriter<W> {
         if self.written.contains(node_id) {
             return Err(werr(&prefix, "layer already written"));
         }
-        let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs)
+        let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
             .map_err(|m| werr(&prefix, m))?;
         let summary = summary_of(&planned);
         if summary.entries != node.entries || summary.checksum != node.checksum {
@@ -183,7 +183,8 @@ impl<W: Write> BundleWriter<W> {
         Ok(())
     }
 
-    /// Write a complete tree as a rootfs bundle (paths `./…`, sparse files in full).
+    /// Write a complete tree as a rootfs bundle (paths `./…`, sparse files in full, sockets
+    /// skipped: `docker import` and GNU tar know no socket entries).
     pub fn write_rootfs(&mut self, tree: &Tree) -> Result<()> {
         if self.kind != BundleKind::Rootfs {
             return Err(werr(
@@ -194,7 +195,8 @@ impl<W: Write> BundleWriter<W> {
         if self.rootfs_done {
             return Err(werr("./", "rootfs already written"));
         }
-        let planned = plan_entries(tree.entries.values(), &[], &[]).map_err(|m| werr("./", m))?;
+        let planned =
+            plan_entries(tree.entries.values(), &[], &[], false).map_err(|m| werr("./", m))?;
         for p in &planned {
             self.write_planned(b"./", p, false)?;
         }
@@ -369,6 +371,10 @@ impl<W: Write> BundleWriter<W> {
                 None,
                 Some((rustix::fs::major(meta.rdev), rustix::fs::minor(meta.rdev))),
             ),
+            PlanKind::Socket => {
+                pax.push((PAX_TYPE.to_owned(), PAX_TYPE_SOCKET.as_bytes().to_vec()));
+                (0, None, None)
+            }
             _ => (0, None, None),
         };
         let mut member = Member {
