@@ -133,8 +133,18 @@ fn fidelity_tree(root: &Path, with_sparse: bool) {
     mknod(&root.join("fifo"), FileType::Fifo, 0o620, 0);
     mknod(&root.join("sock"), FileType::Socket, 0o640, 0);
     if is_root() {
-        mknod(&root.join("null"), FileType::CharacterDevice, 0o666, makedev(1, 3));
-        mknod(&root.join("blk"), FileType::BlockDevice, 0o660, makedev(7, 200));
+        mknod(
+            &root.join("null"),
+            FileType::CharacterDevice,
+            0o666,
+            makedev(1, 3),
+        );
+        mknod(
+            &root.join("blk"),
+            FileType::BlockDevice,
+            0o660,
+            makedev(7, 200),
+        );
         std::os::unix::fs::lchown(root.join("a/f"), Some(1234), Some(5678)).expect("chown");
         std::os::unix::fs::lchown(root.join("sgid"), Some(42), Some(43)).expect("chown");
         std::os::unix::fs::lchown(root.join("a/link"), Some(7), Some(8)).expect("lchown");
@@ -222,7 +232,11 @@ fn snapshot_round_trip_keeps_everything() {
     assert_eq!(id, "n0");
     assert_eq!(imp.manifest.as_ref().map(|m| m.head.as_str()), Some("n0"));
     // Without root, owners cannot be restored; everything else must be.
-    let except: &[&str] = if is_root() { &[] } else { &[": uid ", ": gid "] };
+    let except: &[&str] = if is_root() {
+        &[]
+    } else {
+        &[": uid ", ": gid "]
+    };
     let diffs = differences(&src, dir, except);
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
     let blocks = |p: &Path| fs::metadata(p).expect("stat").blocks();
@@ -745,12 +759,19 @@ fn xattr_values_with_newlines_and_binary_bytes_round_trip() {
     let bundle = tmp.path().join("x.tar");
     snapshot_bundle(&src, &bundle, Compression::None);
     let bytes = fs::read(&bundle).expect("read");
-    find(&bytes, format!("AGENTBOX.xattr.hex.{ns}.k0=6c696e65206f6e650a").as_bytes());
+    find(
+        &bytes,
+        format!("AGENTBOX.xattr.hex.{ns}.k0=6c696e65206f6e650a").as_bytes(),
+    );
     let mut plain = format!("SCHILY.xattr.{ns}.k3=no newline ").into_bytes();
     plain.extend_from_slice(b"\xfe\n");
     find(&bytes, &plain);
     let imp = import(&bundle, &tmp.path().join("staging"), &opts()).expect("import");
-    let except: &[&str] = if is_root() { &[] } else { &[": uid ", ": gid "] };
+    let except: &[&str] = if is_root() {
+        &[]
+    } else {
+        &[": uid ", ": gid "]
+    };
     let diffs = differences(&src, &imp.layers[0].1, except);
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }

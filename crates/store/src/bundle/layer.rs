@@ -8,14 +8,15 @@
 //! each directory it touches.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use super::format::{OPAQUE_MARKER, OVERLAY_OPAQUE_XATTR, OVERLAY_XATTR_PREFIX, WHITEOUT_PREFIX};
 use super::fsutil;
+use crate::fsops::copy::{copy_entry, CopyOpts};
+use crate::fsops::diff::same_bytes;
+use crate::fsops::scan::{read_meta, scan_tree};
 use crate::fsops::{Entry, Kind, Meta, Tree};
 use crate::{Error, Result};
 
@@ -327,11 +328,9 @@ pub(crate) fn plan_entries<'a>(
 /// only (no content), so it is cheap to compute before writing the manifest.
 pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
     let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
-        .map_err(|message| {
-            Error::Bundle {
-                path: PathBuf::from("<layer>"),
-                message,
-            }
+        .map_err(|message| Error::Bundle {
+            path: PathBuf::from("<layer>"),
+            message,
         })?;
     Ok(summary_of(&planned))
 }
@@ -360,36 +359,6 @@ fn same_meta(a: &Meta, b: &Meta) -> bool {
         && (!matches!(a.kind, Kind::CharDev | Kind::BlockDev) || a.rdev == b.rdev)
 }
 
-fn same_content(a: &Path, b: &Path) -> io::Result<bool> {
-    let mut fa = File::open(a)?;
-    let mut fb = File::open(b)?;
-    let mut ba = vec![0u8; 1 << 16];
-    let mut bb = vec![0u8; 1 << 16];
-    loop {
-        let na = read_full(&mut fa, &mut ba)?;
-        let nb = read_full(&mut fb, &mut bb)?;
-        if na != nb || ba[..na] != bb[..nb] {
-            return Ok(false);
-        }
-        if na == 0 {
-            return Ok(true);
-        }
-    }
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
 /// The layer that turns `base` into `tree` (`base: None`: the complete tree). Entries that
 /// differ (metadata, or content when the metadata is equal but the inode differs) are
 /// included with all their ancestors; every member of a hardlink group with a changed
@@ -412,7 +381,7 @@ pub fn layer_from_trees(base: Option<&Tree>, tree: &Tree) -> Result<LayerSource>
                 e.meta.kind == Kind::File
                     && (b.meta.dev, b.meta.ino) != (e.meta.dev, e.meta.ino)
                     && b.src != e.src
-                    && !same_content(&b.src, &e.src).map_err(|err| Error::Bundle {
+                    && !same_bytes(&b.src, &e.src).map_err(|err| Error::Bundle {
                         path: e.src.clone(),
                         message: format!("comparing with {}: {err}", b.src.display()),
                     })?
@@ -492,7 +461,7 @@ pub fn apply_layer(staged: &Path, target: &Path) -> Result<()> {
     }
     let mut links = HashMap::new();
     apply_dir(staged, target, &mut links)?;
-    let meta = fsutil::lmeta(staged).map_err(|e| apply_err(staged, "reading", e))?;
+    let meta = read_meta(staged).map_err(|e| apply_err(staged, "reading", e))?;
     fsutil::apply_meta(target, &meta, fsutil::is_root(), true)
         .map_err(|e| apply_err(target, "setting metadata", e))
 }
@@ -510,6 +479,12 @@ fn sorted_children(dir: &Path) -> Result<Vec<std::ffi::OsString>> {
 fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathBuf>) -> Result<()> {
     let names = sorted_children(staged)?;
     let root = fsutil::is_root();
+    // Owners only as root; reflinks from the staged layer when the filesystem allows.
+    let copy_opts = CopyOpts {
+        reflink: true,
+        ignore_owner_errors: !root,
+        xattr_filter: None,
+    };
     if names
         .iter()
         .any(|n| n.as_bytes() == OPAQUE_MARKER.as_bytes())
@@ -532,7 +507,7 @@ fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathB
         }
         let s = staged.join(n);
         let t = target.join(n);
-        let meta = fsutil::lmeta(&s).map_err(|e| apply_err(&s, "reading", e))?;
+        let meta = read_meta(&s).map_err(|e| apply_err(&s, "reading", e))?;
         let existing = match std::fs::symlink_metadata(&t) {
             Ok(md) => Some(md),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -562,59 +537,14 @@ fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathB
             }
             links.insert((meta.dev, meta.ino), t.clone());
         }
-        create_like(&s, &t, &meta)?;
-        fsutil::apply_meta(&t, &meta, root, true)
-            .map_err(|e| apply_err(&t, "setting metadata", e))?;
+        let entry = Entry {
+            rel: PathBuf::from(n),
+            src: s,
+            meta,
+        };
+        copy_entry(&entry, &t, &copy_opts).map_err(|e| apply_err(&t, "copying", e))?;
     }
     Ok(())
-}
-
-/// Create `dst` as a copy of the non-directory `src` (content, holes kept; no metadata).
-fn create_like(src: &Path, dst: &Path, meta: &Meta) -> Result<()> {
-    match meta.kind {
-        Kind::File => {
-            let sf = File::open(src).map_err(|e| apply_err(src, "open", e))?;
-            let df = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                .open(dst)
-                .map_err(|e| apply_err(dst, "create", e))?;
-            copy_contents(&sf, &df, meta.size).map_err(|e| apply_err(dst, "copy", e))
-        }
-        Kind::Symlink => {
-            let t = meta.target.as_deref().unwrap_or(Path::new(""));
-            std::os::unix::fs::symlink(t, dst).map_err(|e| apply_err(dst, "symlink", e))
-        }
-        k => fsutil::mknod(dst, k, meta.rdev).map_err(|e| apply_err(dst, "mknod", e)),
-    }
-}
-
-/// Copy a file's content, writing only its data segments when it has holes.
-pub(crate) fn copy_contents(src: &File, dst: &File, size: u64) -> io::Result<()> {
-    match fsutil::data_segments(src)? {
-        None => {
-            let mut r = src;
-            let mut w = dst;
-            io::copy(&mut r, &mut w)?;
-        }
-        Some(segs) => {
-            let mut buf = vec![0u8; 1 << 20];
-            for (off, len) in segs {
-                let mut done = 0u64;
-                while done < len {
-                    let n = (len - done).min(buf.len() as u64) as usize;
-                    src.read_exact_at(&mut buf[..n], off + done)?;
-                    dst.write_all_at(&buf[..n], off + done)?;
-                    done += n as u64;
-                }
-            }
-            dst.set_len(size)?;
-        }
-    }
-    let mut w = dst;
-    w.flush()
 }
 
 /// Convert the markers of a staged layer in place into overlayfs form: `.wh.x` becomes a
@@ -644,7 +574,7 @@ pub fn to_overlay_layer(staged: &Path) -> Result<()> {
     };
     for m in markers {
         let Some(dir) = m.parent() else { continue };
-        let dmd = fsutil::lmeta(dir).map_err(|e| apply_err(dir, "lstat", e))?;
+        let dmd = read_meta(dir).map_err(|e| apply_err(dir, "lstat", e))?;
         let name = m
             .file_name()
             .map(|n| n.as_bytes().to_vec())
@@ -669,33 +599,20 @@ pub fn to_overlay_layer(staged: &Path) -> Result<()> {
 /// are stripped from the entries.
 pub fn layer_source_from_overlay(layer_dir: &Path) -> Result<LayerSource> {
     let mut out = LayerSource::default();
-    let walk = walkdir::WalkDir::new(layer_dir)
-        .follow_links(false)
-        .sort_by_file_name();
-    for e in walk {
-        let e = e.map_err(|e| apply_err(layer_dir, "walking", e))?;
-        let rel = e
-            .path()
-            .strip_prefix(layer_dir)
-            .map(Path::to_owned)
-            .unwrap_or_default();
-        let mut meta = fsutil::lmeta(e.path()).map_err(|err| apply_err(e.path(), "lstat", err))?;
-        if meta.kind == Kind::CharDev && meta.rdev == 0 {
+    // Path order: parents before children, the root first.
+    let tree = scan_tree(layer_dir).map_err(|e| apply_err(layer_dir, "scanning", e))?;
+    for (rel, mut entry) in tree.entries {
+        let meta = &mut entry.meta;
+        if meta.is_whiteout() {
             out.whiteouts.push(rel);
             continue;
         }
-        if meta.kind == Kind::Dir
-            && meta.xattrs.get(OVERLAY_OPAQUE_XATTR).map(Vec::as_slice) == Some(b"y")
-        {
-            out.opaque_dirs.push(rel.clone());
+        if meta.is_dir() && meta.xattrs.get(OVERLAY_OPAQUE_XATTR).map(Vec::as_slice) == Some(b"y") {
+            out.opaque_dirs.push(rel);
         }
         meta.xattrs
             .retain(|k, _| !k.starts_with(OVERLAY_XATTR_PREFIX));
-        out.entries.push(Entry {
-            rel,
-            src: e.path().to_owned(),
-            meta,
-        });
+        out.entries.push(entry);
     }
     Ok(out)
 }

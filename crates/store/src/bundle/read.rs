@@ -769,7 +769,7 @@ impl State<'_> {
 
 /// Decode lowercase or uppercase hex; `None` when malformed.
 fn decode_hex(v: &[u8]) -> Option<Vec<u8>> {
-    if v.len() % 2 != 0 {
+    if !v.len().is_multiple_of(2) {
         return None;
     }
     v.chunks(2)
