@@ -480,7 +480,7 @@ fn recreated_directory_keeps_later_additions() {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 10, ..Default::default() })]
 
     /// Fidelity: a random tree (every file type, setuid/setgid/sticky, owners, xattrs, sparse
     /// files, hardlinks, dangling symlinks, directory mtimes) survives create → commit →

@@ -87,6 +87,28 @@ pub(crate) fn format_time(sec: i64, nsec: i64) -> String {
     format!("{sign}{}.{:09}", a / 1_000_000_000, a % 1_000_000_000)
 }
 
+/// Feed the data segments `segs` of `file` to `f`, one buffer-full at a time; read errors
+/// go through `rerr`.
+fn each_chunk(
+    file: &File,
+    segs: &[(u64, u64)],
+    buf: &mut [u8],
+    rerr: impl Fn(io::Error) -> Error,
+    mut f: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    for &(off, len) in segs {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..n], off + done)
+                .map_err(&rerr)?;
+            f(&buf[..n])?;
+            done += n as u64;
+        }
+    }
+    Ok(())
+}
+
 fn set_field(dst: &mut [u8], src: &[u8]) {
     let n = src.len().min(dst.len());
     dst[..n].copy_from_slice(&src[..n]);
@@ -460,31 +482,18 @@ impl<W: Write> BundleWriter<W> {
         let mut buf = std::mem::take(&mut self.buf);
         let result = (|| -> Result<()> {
             let mut hasher = blake3::Hasher::new();
-            for &(off, len) in &segs {
-                let mut done = 0;
-                while done < len {
-                    let n = (len - done).min(buf.len() as u64) as usize;
-                    file.read_exact_at(&mut buf[..n], off + done)
-                        .map_err(rerr)?;
-                    hasher.update(&buf[..n]);
-                    done += n as u64;
-                }
-            }
+            each_chunk(&file, &segs, &mut buf, rerr, |chunk| {
+                hasher.update(chunk);
+                Ok(())
+            })?;
             m.pax.push((
                 PAX_BLAKE3.to_owned(),
                 hasher.finalize().to_hex().as_bytes().to_vec(),
             ));
             self.write_header(m).map_err(werr_io)?;
-            for &(off, len) in &segs {
-                let mut done = 0;
-                while done < len {
-                    let n = (len - done).min(buf.len() as u64) as usize;
-                    file.read_exact_at(&mut buf[..n], off + done)
-                        .map_err(rerr)?;
-                    self.out.write_all(&buf[..n]).map_err(werr_io)?;
-                    done += n as u64;
-                }
-            }
+            each_chunk(&file, &segs, &mut buf, rerr, |chunk| {
+                self.out.write_all(chunk).map_err(werr_io)
+            })?;
             self.pad(payload).map_err(werr_io)
         })();
         self.buf = buf;
