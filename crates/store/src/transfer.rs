@@ -212,20 +212,24 @@ pub fn stage_rootfs(store: &Store, src: &str) -> Result<PathBuf> {
                 ),
             });
         }
-        let (_, layer) = imported
-            .layers
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Bundle {
-                path: file.clone(),
-                message: "the archive holds no tree".into(),
-            })?;
+        let layer = only_tree(imported.layers, &file)?;
         let out = dir.with_extension("tree");
         fs_err::rename(&layer, &out)?;
         Ok(out)
     })();
     let _ = store.backend().remove_tree(&dir);
     result
+}
+
+/// The staged tree of a rootfs import (its only layer).
+fn only_tree(layers: Vec<(String, PathBuf)>, file: &Path) -> Result<PathBuf> {
+    match layers.into_iter().next() {
+        Some((_, dir)) => Ok(dir),
+        None => Err(Error::Bundle {
+            path: file.to_owned(),
+            message: "the archive holds no tree".into(),
+        }),
+    }
 }
 
 /// Create environment `name` at `dir` from a bundle or rootfs tarball.
@@ -253,15 +257,7 @@ pub fn import(
         failpoint::hit("import:after-stage");
         match imported.manifest {
             None => {
-                let (_, layer) =
-                    imported
-                        .layers
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| Error::Bundle {
-                            path: file.clone(),
-                            message: "the archive holds no tree".into(),
-                        })?;
+                let layer = only_tree(imported.layers, &file)?;
                 let state = store.create_env(
                     name,
                     dir,

@@ -25,6 +25,11 @@ pub const OPAQUE_MARKER: &str = ".wh..wh..opq";
 pub const PAX_BLAKE3: &str = "AGENTBOX.blake3";
 /// PAX record: sparse map `<size>:<off>+<len>,...` of a file stored as its data segments.
 pub const PAX_SPARSE: &str = "AGENTBOX.sparse";
+/// PAX record: the real file type of an entry whose tar type cannot express it. The only
+/// value is [`PAX_TYPE_SOCKET`], on a fifo entry (type `6`).
+pub const PAX_TYPE: &str = "AGENTBOX.type";
+/// Value of [`PAX_TYPE`] for a Unix socket.
+pub const PAX_TYPE_SOCKET: &str = "socket";
 /// PAX record prefix of an extended attribute (as written by GNU tar and read by docker).
 pub const PAX_XATTR_PREFIX: &str = "SCHILY.xattr.";
 /// PAX key prefix of an xattr whose value contains a newline, hex-encoded. Common tar

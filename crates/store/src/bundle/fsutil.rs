@@ -4,73 +4,14 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, SeekFrom, Timespec, Timestamps, CWD};
 
+use crate::fsops::scan::read_xattrs;
 use crate::fsops::{Kind, Meta};
-
-/// Metadata of `path` (lstat, link target, every xattr).
-pub(crate) fn lmeta(path: &Path) -> io::Result<Meta> {
-    let md = std::fs::symlink_metadata(path)?;
-    let ft = md.file_type();
-    let kind = if ft.is_symlink() {
-        Kind::Symlink
-    } else if ft.is_dir() {
-        Kind::Dir
-    } else if ft.is_file() {
-        Kind::File
-    } else if ft.is_fifo() {
-        Kind::Fifo
-    } else if ft.is_socket() {
-        Kind::Socket
-    } else if ft.is_char_device() {
-        Kind::CharDev
-    } else {
-        Kind::BlockDev
-    };
-    let target = if kind == Kind::Symlink {
-        Some(std::fs::read_link(path)?)
-    } else {
-        None
-    };
-    Ok(Meta {
-        kind,
-        perm: md.mode() & 0o7777,
-        uid: md.uid(),
-        gid: md.gid(),
-        size: md.size(),
-        mtime_sec: md.mtime(),
-        mtime_nsec: md.mtime_nsec(),
-        ctime_sec: md.ctime(),
-        ctime_nsec: md.ctime_nsec(),
-        dev: md.dev(),
-        ino: md.ino(),
-        nlink: md.nlink(),
-        rdev: md.rdev(),
-        target,
-        xattrs: read_xattrs(path)?,
-    })
-}
-
-/// Every xattr of `path` (not following symlinks).
-pub(crate) fn read_xattrs(path: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
-    let mut out = BTreeMap::new();
-    let names = match xattr::list(path) {
-        Ok(n) => n,
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTSUP.raw_os_error()) => {
-            return Ok(out)
-        }
-        Err(e) => return Err(e),
-    };
-    for name in names {
-        if let Some(v) = xattr::get(path, &name)? {
-            out.insert(name.to_string_lossy().into_owned(), v);
-        }
-    }
-    Ok(out)
-}
+use crate::Result;
 
 /// The data segments `(offset, len)` of a file with holes, or `None` when the file is fully
 /// allocated (or the filesystem cannot report holes).
@@ -106,10 +47,11 @@ pub(crate) fn data_segments(file: &File) -> io::Result<Option<Vec<(u64, u64)>>> 
     Ok(Some(segs))
 }
 
-/// Create a fifo or device node (mode bits applied later).
+/// Create a fifo, socket or device node (mode bits applied later).
 pub(crate) fn mknod(path: &Path, kind: Kind, rdev: u64) -> io::Result<()> {
     let ft = match kind {
         Kind::Fifo => FileType::Fifo,
+        Kind::Socket => FileType::Socket,
         Kind::CharDev => FileType::CharacterDevice,
         Kind::BlockDev => FileType::BlockDevice,
         other => {
@@ -129,7 +71,7 @@ pub(crate) fn set_owner(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
 }
 
 /// Make the xattrs of `path` exactly `want` (extra ones removed).
-pub(crate) fn set_xattrs_exact(path: &Path, want: &BTreeMap<String, Vec<u8>>) -> io::Result<()> {
+pub(crate) fn set_xattrs_exact(path: &Path, want: &BTreeMap<String, Vec<u8>>) -> Result<()> {
     let have = read_xattrs(path)?;
     for name in have.keys() {
         if !want.contains_key(name) {
@@ -198,7 +140,7 @@ pub(crate) fn remove_tree(path: &Path) -> io::Result<()> {
 
 /// Apply owner (when `owner`), xattrs, mode (not on symlinks) and mtime, in the order that
 /// keeps setuid bits and capabilities intact.
-pub(crate) fn apply_meta(path: &Path, meta: &Meta, owner: bool, times: bool) -> io::Result<()> {
+pub(crate) fn apply_meta(path: &Path, meta: &Meta, owner: bool, times: bool) -> Result<()> {
     if owner {
         set_owner(path, meta.uid, meta.gid)?;
     }

@@ -8,14 +8,15 @@
 //! each directory it touches.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use super::format::{OPAQUE_MARKER, OVERLAY_OPAQUE_XATTR, OVERLAY_XATTR_PREFIX, WHITEOUT_PREFIX};
 use super::fsutil;
+use crate::fsops::copy::{copy_entry, CopyOpts};
+use crate::fsops::diff::same_bytes;
+use crate::fsops::scan::{read_meta, scan_tree};
 use crate::fsops::{Entry, Kind, Meta, Tree};
 use crate::{Error, Result};
 
@@ -23,7 +24,7 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LayerSource {
     /// Entries, parents before children, the root (empty `rel`) first. `Entry::src` is where
-    /// the content is read. Sockets are skipped (tar cannot hold them).
+    /// the content is read.
     pub entries: Vec<Entry>,
     /// Paths deleted relative to the base.
     pub whiteouts: Vec<PathBuf>,
@@ -49,6 +50,8 @@ pub(crate) enum PlanKind {
     /// Hardlink to an earlier entry of the same layer (relative path).
     HardLink(PathBuf),
     Fifo,
+    /// Stored as a fifo entry marked `AGENTBOX.type=socket` (history/snapshot only).
+    Socket,
     CharDev,
     BlockDev,
     /// A whiteout or opaque marker: an empty regular file.
@@ -62,6 +65,10 @@ pub(crate) struct Planned {
     pub kind: PlanKind,
     pub meta: Meta,
 }
+
+/// Record type byte of a socket. Its tar entry has the fifo type flag, so the record needs
+/// its own byte for the checksum to tell the two apart.
+pub(crate) const SOCKET_RECORD_TYPE: u8 = b's';
 
 /// Mode of a marker file.
 pub(crate) const MARKER_PERM: u32 = 0o600;
@@ -91,7 +98,8 @@ fn marker_meta() -> Meta {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
     pub rel: Vec<u8>,
-    /// Tar type flag: `0` file, `1` hardlink, `2` symlink, `3` char, `4` block, `5` dir, `6` fifo.
+    /// Tar type flag: `0` file, `1` hardlink, `2` symlink, `3` char, `4` block, `5` dir, `6` fifo;
+    /// [`SOCKET_RECORD_TYPE`] for a socket (a fifo entry in the archive).
     pub typ: u8,
     pub perm: u32,
     pub uid: u64,
@@ -139,7 +147,15 @@ impl Planned {
             PlanKind::CharDev => b'3',
             PlanKind::BlockDev => b'4',
             PlanKind::Dir => b'5',
-            PlanKind::Fifo => b'6',
+            PlanKind::Fifo | PlanKind::Socket => b'6',
+        }
+    }
+
+    /// Type byte of the entry's record: the tar type flag, except for sockets.
+    pub(crate) fn record_typ(&self) -> u8 {
+        match self.kind {
+            PlanKind::Socket => SOCKET_RECORD_TYPE,
+            _ => self.typ(),
         }
     }
 
@@ -165,7 +181,7 @@ impl Planned {
         };
         Record {
             rel: self.rel.as_os_str().as_bytes().to_vec(),
-            typ: self.typ(),
+            typ: self.record_typ(),
             perm: self.meta.perm & 0o7777,
             uid: u64::from(self.meta.uid),
             gid: u64::from(self.meta.gid),
@@ -189,18 +205,20 @@ fn parent_rel(rel: &Path) -> PathBuf {
 }
 
 /// Plan the tar entries of a list of tree entries (root first), detecting in-tree hardlinks.
-/// `markers` adds whiteout and opaque markers (history/snapshot layers).
+/// `whiteouts` and `opaque_dirs` add markers (history/snapshot layers). Sockets are planned
+/// when `sockets` is set (history/snapshot) and skipped otherwise (rootfs).
 pub(crate) fn plan_entries<'a>(
     entries: impl IntoIterator<Item = &'a Entry>,
     whiteouts: &[PathBuf],
     opaque_dirs: &[PathBuf],
+    sockets: bool,
 ) -> std::result::Result<Vec<Planned>, String> {
     let mut out = Vec::new();
     let mut dirs: HashSet<PathBuf> = HashSet::new();
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut inodes: HashMap<(u64, u64), PathBuf> = HashMap::new();
     for (i, e) in entries.into_iter().enumerate() {
-        if e.meta.kind == Kind::Socket {
+        if e.meta.kind == Kind::Socket && !sockets {
             continue;
         }
         if i == 0 {
@@ -241,7 +259,6 @@ pub(crate) fn plan_entries<'a>(
                 dirs.insert(e.rel.clone());
                 PlanKind::Dir
             }
-            Kind::Socket => continue,
             _ if e.meta.nlink > 1 && inodes.contains_key(&(e.meta.dev, e.meta.ino)) => {
                 PlanKind::HardLink(inodes[&(e.meta.dev, e.meta.ino)].clone())
             }
@@ -258,6 +275,7 @@ pub(crate) fn plan_entries<'a>(
                             .ok_or_else(|| format!("symlink {:?} has no target", e.rel))?,
                     ),
                     Kind::Fifo => PlanKind::Fifo,
+                    Kind::Socket => PlanKind::Socket,
                     Kind::CharDev => PlanKind::CharDev,
                     _ => PlanKind::BlockDev,
                 }
@@ -309,12 +327,10 @@ pub(crate) fn plan_entries<'a>(
 /// Entry count and checksum of a layer, for its [`super::ManifestNode`]. Reads metadata
 /// only (no content), so it is cheap to compute before writing the manifest.
 pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
-    let planned =
-        plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs).map_err(|message| {
-            Error::Bundle {
-                path: PathBuf::from("<layer>"),
-                message,
-            }
+    let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
+        .map_err(|message| Error::Bundle {
+            path: PathBuf::from("<layer>"),
+            message,
         })?;
     Ok(summary_of(&planned))
 }
@@ -343,36 +359,6 @@ fn same_meta(a: &Meta, b: &Meta) -> bool {
         && (!matches!(a.kind, Kind::CharDev | Kind::BlockDev) || a.rdev == b.rdev)
 }
 
-fn same_content(a: &Path, b: &Path) -> io::Result<bool> {
-    let mut fa = File::open(a)?;
-    let mut fb = File::open(b)?;
-    let mut ba = vec![0u8; 1 << 16];
-    let mut bb = vec![0u8; 1 << 16];
-    loop {
-        let na = read_full(&mut fa, &mut ba)?;
-        let nb = read_full(&mut fb, &mut bb)?;
-        if na != nb || ba[..na] != bb[..nb] {
-            return Ok(false);
-        }
-        if na == 0 {
-            return Ok(true);
-        }
-    }
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
 /// The layer that turns `base` into `tree` (`base: None`: the complete tree). Entries that
 /// differ (metadata, or content when the metadata is equal but the inode differs) are
 /// included with all their ancestors; every member of a hardlink group with a changed
@@ -395,7 +381,7 @@ pub fn layer_from_trees(base: Option<&Tree>, tree: &Tree) -> Result<LayerSource>
                 e.meta.kind == Kind::File
                     && (b.meta.dev, b.meta.ino) != (e.meta.dev, e.meta.ino)
                     && b.src != e.src
-                    && !same_content(&b.src, &e.src).map_err(|err| Error::Bundle {
+                    && !same_bytes(&b.src, &e.src).map_err(|err| Error::Bundle {
                         path: e.src.clone(),
                         message: format!("comparing with {}: {err}", b.src.display()),
                     })?
@@ -475,7 +461,7 @@ pub fn apply_layer(staged: &Path, target: &Path) -> Result<()> {
     }
     let mut links = HashMap::new();
     apply_dir(staged, target, &mut links)?;
-    let meta = fsutil::lmeta(staged).map_err(|e| apply_err(staged, "reading", e))?;
+    let meta = read_meta(staged).map_err(|e| apply_err(staged, "reading", e))?;
     fsutil::apply_meta(target, &meta, fsutil::is_root(), true)
         .map_err(|e| apply_err(target, "setting metadata", e))
 }
@@ -493,6 +479,12 @@ fn sorted_children(dir: &Path) -> Result<Vec<std::ffi::OsString>> {
 fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathBuf>) -> Result<()> {
     let names = sorted_children(staged)?;
     let root = fsutil::is_root();
+    // Owners only as root; reflinks from the staged layer when the filesystem allows.
+    let copy_opts = CopyOpts {
+        reflink: true,
+        ignore_owner_errors: !root,
+        xattr_filter: None,
+    };
     if names
         .iter()
         .any(|n| n.as_bytes() == OPAQUE_MARKER.as_bytes())
@@ -515,7 +507,7 @@ fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathB
         }
         let s = staged.join(n);
         let t = target.join(n);
-        let meta = fsutil::lmeta(&s).map_err(|e| apply_err(&s, "reading", e))?;
+        let meta = read_meta(&s).map_err(|e| apply_err(&s, "reading", e))?;
         let existing = match std::fs::symlink_metadata(&t) {
             Ok(md) => Some(md),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -545,60 +537,14 @@ fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathB
             }
             links.insert((meta.dev, meta.ino), t.clone());
         }
-        create_like(&s, &t, &meta)?;
-        fsutil::apply_meta(&t, &meta, root, true)
-            .map_err(|e| apply_err(&t, "setting metadata", e))?;
+        let entry = Entry {
+            rel: PathBuf::from(n),
+            src: s,
+            meta,
+        };
+        copy_entry(&entry, &t, &copy_opts).map_err(|e| apply_err(&t, "copying", e))?;
     }
     Ok(())
-}
-
-/// Create `dst` as a copy of the non-directory `src` (content, holes kept; no metadata).
-fn create_like(src: &Path, dst: &Path, meta: &Meta) -> Result<()> {
-    match meta.kind {
-        Kind::File => {
-            let sf = File::open(src).map_err(|e| apply_err(src, "open", e))?;
-            let df = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                .open(dst)
-                .map_err(|e| apply_err(dst, "create", e))?;
-            copy_contents(&sf, &df, meta.size).map_err(|e| apply_err(dst, "copy", e))
-        }
-        Kind::Symlink => {
-            let t = meta.target.as_deref().unwrap_or(Path::new(""));
-            std::os::unix::fs::symlink(t, dst).map_err(|e| apply_err(dst, "symlink", e))
-        }
-        Kind::Socket => Ok(()),
-        k => fsutil::mknod(dst, k, meta.rdev).map_err(|e| apply_err(dst, "mknod", e)),
-    }
-}
-
-/// Copy a file's content, writing only its data segments when it has holes.
-pub(crate) fn copy_contents(src: &File, dst: &File, size: u64) -> io::Result<()> {
-    match fsutil::data_segments(src)? {
-        None => {
-            let mut r = src;
-            let mut w = dst;
-            io::copy(&mut r, &mut w)?;
-        }
-        Some(segs) => {
-            let mut buf = vec![0u8; 1 << 20];
-            for (off, len) in segs {
-                let mut done = 0u64;
-                while done < len {
-                    let n = (len - done).min(buf.len() as u64) as usize;
-                    src.read_exact_at(&mut buf[..n], off + done)?;
-                    dst.write_all_at(&buf[..n], off + done)?;
-                    done += n as u64;
-                }
-            }
-            dst.set_len(size)?;
-        }
-    }
-    let mut w = dst;
-    w.flush()
 }
 
 /// Convert the markers of a staged layer in place into overlayfs form: `.wh.x` becomes a
@@ -628,7 +574,7 @@ pub fn to_overlay_layer(staged: &Path) -> Result<()> {
     };
     for m in markers {
         let Some(dir) = m.parent() else { continue };
-        let dmd = fsutil::lmeta(dir).map_err(|e| apply_err(dir, "lstat", e))?;
+        let dmd = read_meta(dir).map_err(|e| apply_err(dir, "lstat", e))?;
         let name = m
             .file_name()
             .map(|n| n.as_bytes().to_vec())
@@ -653,33 +599,20 @@ pub fn to_overlay_layer(staged: &Path) -> Result<()> {
 /// are stripped from the entries.
 pub fn layer_source_from_overlay(layer_dir: &Path) -> Result<LayerSource> {
     let mut out = LayerSource::default();
-    let walk = walkdir::WalkDir::new(layer_dir)
-        .follow_links(false)
-        .sort_by_file_name();
-    for e in walk {
-        let e = e.map_err(|e| apply_err(layer_dir, "walking", e))?;
-        let rel = e
-            .path()
-            .strip_prefix(layer_dir)
-            .map(Path::to_owned)
-            .unwrap_or_default();
-        let mut meta = fsutil::lmeta(e.path()).map_err(|err| apply_err(e.path(), "lstat", err))?;
-        if meta.kind == Kind::CharDev && meta.rdev == 0 {
+    // Path order: parents before children, the root first.
+    let tree = scan_tree(layer_dir).map_err(|e| apply_err(layer_dir, "scanning", e))?;
+    for (rel, mut entry) in tree.entries {
+        let meta = &mut entry.meta;
+        if meta.is_whiteout() {
             out.whiteouts.push(rel);
             continue;
         }
-        if meta.kind == Kind::Dir
-            && meta.xattrs.get(OVERLAY_OPAQUE_XATTR).map(Vec::as_slice) == Some(b"y")
-        {
-            out.opaque_dirs.push(rel.clone());
+        if meta.is_dir() && meta.xattrs.get(OVERLAY_OPAQUE_XATTR).map(Vec::as_slice) == Some(b"y") {
+            out.opaque_dirs.push(rel);
         }
         meta.xattrs
             .retain(|k, _| !k.starts_with(OVERLAY_XATTR_PREFIX));
-        out.entries.push(Entry {
-            rel,
-            src: e.path().to_owned(),
-            meta,
-        });
+        out.entries.push(entry);
     }
     Ok(out)
 }

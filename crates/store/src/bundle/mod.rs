@@ -13,16 +13,22 @@
 //!   directory and every entry's parent precedes it. The manifest records each layer's entry
 //!   count and a blake3 checksum over its entry records ([`layer_summary`]).
 //! * A `rootfs` bundle is a plain tar of one complete tree (`./…` paths), as `docker import`
-//!   accepts; sparse files are written in full.
+//!   accepts; sparse files are written in full and sockets are not stored.
 //! * Fidelity: regular files, directories, symlinks (dangling too), in-tree hardlinks (tar
 //!   hardlink entries to the first path of the inode), fifos, devices, the full mode, numeric
-//!   owners, mtimes with nanoseconds (PAX `mtime`), every xattr (PAX `SCHILY.xattr.*`), sparse
-//!   files (only data segments stored, map in PAX `AGENTBOX.sparse`) and a per-file
-//!   `AGENTBOX.blake3` PAX record, verified on import. Sockets are not stored.
+//!   owners, mtimes with nanoseconds (PAX `mtime`), every xattr (PAX `SCHILY.xattr.*`; values
+//!   containing a newline hex-encoded as `AGENTBOX.xattr.hex.*`), sparse files (only data
+//!   segments stored, map in PAX `AGENTBOX.sparse`) and a per-file `AGENTBOX.blake3` PAX
+//!   record, verified on import. Sockets (history/snapshot) are fifo entries marked with PAX
+//!   `AGENTBOX.type=socket` and recreated with `mknod(S_IFSOCK)`.
 //!
-//! Import is defensive: it never follows a symlink, refuses absolute paths, `..`, links
-//! escaping the tree, devices unless allowed, checksum mismatches, inconsistent manifests,
-//! truncation and trailing garbage, and removes its staging directory on any error.
+//! Import is defensive: it never follows a symlink, refuses absolute paths, `..`, entries
+//! whose path goes through a symlink, hardlinks to anything but an earlier non-directory
+//! entry of the same layer, devices unless allowed, checksum mismatches, inconsistent
+//! manifests, truncation and trailing garbage, and removes its staging directory on any
+//! error. Symlinks themselves are data and accepted with any target: since nothing is ever
+//! written or linked through one, no target can make the import write outside its staging
+//! directory.
 
 mod compress;
 mod format;
@@ -35,7 +41,8 @@ pub use compress::{DEFAULT_ZSTD_LEVEL, GZIP_MAGIC, ZSTD_MAGIC};
 pub use format::{
     BundleKind, Compression, EndRecord, Manifest, ManifestNode, END_NAME, FORMAT_NAME,
     FORMAT_VERSION, MANIFEST_NAME, NODES_DIR, OPAQUE_MARKER, OVERLAY_OPAQUE_XATTR,
-    OVERLAY_XATTR_PREFIX, PAX_BLAKE3, PAX_SPARSE, PAX_XATTR_PREFIX, ROOTFS_LAYER, WHITEOUT_PREFIX,
+    OVERLAY_XATTR_PREFIX, PAX_BLAKE3, PAX_SPARSE, PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX,
+    PAX_XATTR_PREFIX, ROOTFS_LAYER, WHITEOUT_PREFIX,
 };
 pub use layer::{
     apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, to_overlay_layer,

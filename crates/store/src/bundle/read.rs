@@ -11,10 +11,10 @@ use std::path::{Component, Path, PathBuf};
 use super::compress::{decompress, expect_tar};
 use super::format::{
     BundleKind, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3, PAX_SPARSE,
-    PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX, ROOTFS_LAYER,
+    PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX, ROOTFS_LAYER,
 };
 use super::fsutil;
-use super::layer::Record;
+use super::layer::{Record, SOCKET_RECORD_TYPE};
 use crate::fsops::Kind;
 use crate::{Error, Result};
 
@@ -225,28 +225,6 @@ fn components(raw: &[u8]) -> std::result::Result<Vec<OsString>, String> {
 
 fn is(comps: &[OsString], name: &str) -> bool {
     comps.len() == 1 && comps[0] == OsStr::new(name)
-}
-
-/// True when a relative symlink at `rel` lexically leaves the tree root.
-fn symlink_escapes(rel: &Path, target: &[u8]) -> bool {
-    let t = Path::new(OsStr::from_bytes(target));
-    if t.is_absolute() {
-        return false;
-    }
-    let mut depth = rel.components().count() as i64 - 1;
-    for c in t.components() {
-        match c {
-            Component::ParentDir => {
-                depth -= 1;
-                if depth < 0 {
-                    return true;
-                }
-            }
-            Component::Normal(_) => depth += 1,
-            _ => {}
-        }
-    }
-    false
 }
 
 fn parse_time(v: &[u8]) -> Option<(i64, i64)> {
@@ -522,6 +500,9 @@ impl State<'_> {
             minor: 0,
             xattrs: xattrs.clone(),
         };
+        if get(PAX_TYPE).is_some() && !typ.is_fifo() {
+            return Err(bad_entry(format!("{PAX_TYPE} on a non-fifo entry")));
+        }
         let kind: Kind;
         let mut hardlink = false;
         if typ.is_file() || typ.is_contiguous() || typ.is_gnu_sparse() {
@@ -639,12 +620,9 @@ impl State<'_> {
             if link.is_empty() {
                 return Err(bad_entry("symlink with an empty target".to_owned()));
             }
-            if symlink_escapes(&rel, &link) {
-                return Err(bad_entry(format!(
-                    "symlink target {} escapes the tree root",
-                    String::from_utf8_lossy(&link)
-                )));
-            }
+            // Any target is fine: a symlink is data. Nothing is ever created through one
+            // (parents must be real directories extracted earlier, files are opened with
+            // O_NOFOLLOW, hardlink targets are earlier non-directory entries).
             std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target)
                 .map_err(|err| ioe("symlink", err))?;
             record.link = link;
@@ -658,9 +636,17 @@ impl State<'_> {
                     .map_err(|err| ioe("mkdir", err))?;
             }
         } else if typ.is_fifo() {
-            kind = Kind::Fifo;
-            record.typ = b'6';
-            fsutil::mknod(&target, Kind::Fifo, 0).map_err(|err| ioe("mkfifo", err))?;
+            (kind, record.typ) = match get(PAX_TYPE) {
+                None => (Kind::Fifo, b'6'),
+                Some(t) if t == PAX_TYPE_SOCKET.as_bytes() => (Kind::Socket, SOCKET_RECORD_TYPE),
+                Some(t) => {
+                    return Err(bad_entry(format!(
+                        "unknown {PAX_TYPE} {:?}",
+                        String::from_utf8_lossy(&t)
+                    )))
+                }
+            };
+            fsutil::mknod(&target, kind, 0).map_err(|err| ioe("mknod", err))?;
         } else if typ.is_character_special() || typ.is_block_special() {
             let (k, t) = if typ.is_character_special() {
                 (Kind::CharDev, b'3')

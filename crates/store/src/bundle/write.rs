@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::compress::{Sink, DEFAULT_ZSTD_LEVEL};
 use super::format::{
     BundleKind, Compression, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3,
-    PAX_SPARSE, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX,
+    PAX_SPARSE, PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX,
 };
 use super::fsutil;
 use super::layer::{plan_entries, summary_of, LayerSource, PlanKind, Planned};
@@ -85,6 +85,28 @@ pub(crate) fn format_time(sec: i64, nsec: i64) -> String {
     let sign = if total < 0 { "-" } else { "" };
     let a = total.unsigned_abs();
     format!("{sign}{}.{:09}", a / 1_000_000_000, a % 1_000_000_000)
+}
+
+/// Feed the data segments `segs` of `file` to `f`, one buffer-full at a time; read errors
+/// go through `rerr`.
+fn each_chunk(
+    file: &File,
+    segs: &[(u64, u64)],
+    buf: &mut [u8],
+    rerr: impl Fn(io::Error) -> Error,
+    mut f: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    for &(off, len) in segs {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(buf.len() as u64) as usize;
+            file.read_exact_at(&mut buf[..n], off + done)
+                .map_err(&rerr)?;
+            f(&buf[..n])?;
+            done += n as u64;
+        }
+    }
+    Ok(())
 }
 
 fn set_field(dst: &mut [u8], src: &[u8]) {
@@ -162,7 +184,7 @@ impl<W: Write> BundleWriter<W> {
         if self.written.contains(node_id) {
             return Err(werr(&prefix, "layer already written"));
         }
-        let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs)
+        let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
             .map_err(|m| werr(&prefix, m))?;
         let summary = summary_of(&planned);
         if summary.entries != node.entries || summary.checksum != node.checksum {
@@ -183,7 +205,8 @@ impl<W: Write> BundleWriter<W> {
         Ok(())
     }
 
-    /// Write a complete tree as a rootfs bundle (paths `./…`, sparse files in full).
+    /// Write a complete tree as a rootfs bundle (paths `./…`, sparse files in full, sockets
+    /// skipped: `docker import` and GNU tar know no socket entries).
     pub fn write_rootfs(&mut self, tree: &Tree) -> Result<()> {
         if self.kind != BundleKind::Rootfs {
             return Err(werr(
@@ -194,7 +217,8 @@ impl<W: Write> BundleWriter<W> {
         if self.rootfs_done {
             return Err(werr("./", "rootfs already written"));
         }
-        let planned = plan_entries(tree.entries.values(), &[], &[]).map_err(|m| werr("./", m))?;
+        let planned =
+            plan_entries(tree.entries.values(), &[], &[], false).map_err(|m| werr("./", m))?;
         for p in &planned {
             self.write_planned(b"./", p, false)?;
         }
@@ -369,6 +393,10 @@ impl<W: Write> BundleWriter<W> {
                 None,
                 Some((rustix::fs::major(meta.rdev), rustix::fs::minor(meta.rdev))),
             ),
+            PlanKind::Socket => {
+                pax.push((PAX_TYPE.to_owned(), PAX_TYPE_SOCKET.as_bytes().to_vec()));
+                (0, None, None)
+            }
             _ => (0, None, None),
         };
         let mut member = Member {
@@ -454,31 +482,18 @@ impl<W: Write> BundleWriter<W> {
         let mut buf = std::mem::take(&mut self.buf);
         let result = (|| -> Result<()> {
             let mut hasher = blake3::Hasher::new();
-            for &(off, len) in &segs {
-                let mut done = 0;
-                while done < len {
-                    let n = (len - done).min(buf.len() as u64) as usize;
-                    file.read_exact_at(&mut buf[..n], off + done)
-                        .map_err(rerr)?;
-                    hasher.update(&buf[..n]);
-                    done += n as u64;
-                }
-            }
+            each_chunk(&file, &segs, &mut buf, rerr, |chunk| {
+                hasher.update(chunk);
+                Ok(())
+            })?;
             m.pax.push((
                 PAX_BLAKE3.to_owned(),
                 hasher.finalize().to_hex().as_bytes().to_vec(),
             ));
             self.write_header(m).map_err(werr_io)?;
-            for &(off, len) in &segs {
-                let mut done = 0;
-                while done < len {
-                    let n = (len - done).min(buf.len() as u64) as usize;
-                    file.read_exact_at(&mut buf[..n], off + done)
-                        .map_err(rerr)?;
-                    self.out.write_all(&buf[..n]).map_err(werr_io)?;
-                    done += n as u64;
-                }
-            }
+            each_chunk(&file, &segs, &mut buf, rerr, |chunk| {
+                self.out.write_all(chunk).map_err(werr_io)
+            })?;
             self.pad(payload).map_err(werr_io)
         })();
         self.buf = buf;

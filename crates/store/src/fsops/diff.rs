@@ -184,7 +184,7 @@ fn xattr_changes(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, Vec<u8>>) -
 }
 
 /// Byte-compare two files by streaming both.
-fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
+pub(crate) fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
     let mut fa = File::open(a).map_err(|e| io_at("open", a, e))?;
     let mut fb = File::open(b).map_err(|e| io_at("open", b, e))?;
     let mut ba = vec![0u8; 64 * 1024];

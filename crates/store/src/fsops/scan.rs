@@ -76,7 +76,7 @@ fn xattrs_unsupported(err: &std::io::Error) -> bool {
 }
 
 /// Every xattr of `path` (not following a symlink).
-fn read_xattrs(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+pub(crate) fn read_xattrs(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
     let mut out = BTreeMap::new();
     let names = match xattr::list(path) {
         Ok(names) => names,
