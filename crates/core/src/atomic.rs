@@ -16,8 +16,30 @@ use crate::{Error, Result};
 /// Prefix of every temporary file this module creates.
 pub const TMP_MARKER: &str = ".tmp-";
 
-/// Atomically replace `path` with `bytes`.
+/// Atomically replace `path` with `bytes`, durably (the file and its directory are synced).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, bytes, true)
+}
+
+/// Atomically replace `path` with `bytes` without syncing: readers see old or new, never a
+/// mix, but durability is left to a later [`syncfs`] that covers many writes at once.
+pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, bytes, false)
+}
+
+/// Flush every dirty page and metadata change of the filesystem holding `path`: one call
+/// makes a whole batch of writes (a layer's files, its record, its node) durable.
+pub fn syncfs(path: &Path) -> Result<()> {
+    let dir = fs_err::File::open(path)?;
+    rustix::fs::syncfs(&dir).map_err(|e| {
+        crate::Error::Io(std::io::Error::new(
+            std::io::Error::from(e).kind(),
+            format!("syncfs {}: {e}", path.display()),
+        ))
+    })
+}
+
+fn write_atomic_with(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -31,9 +53,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let result = (|| -> Result<()> {
         let mut f = fs_err::File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         fs_err::rename(&tmp, path)?;
-        sync_dir(dir)
+        if durable {
+            sync_dir(dir)?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -49,6 +76,16 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     })?;
     bytes.push(b'\n');
     write_atomic(path, &bytes)
+}
+
+/// Like [`write_json`] but without syncing (see [`write_atomic_unsynced`]).
+pub fn write_json_unsynced<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+        path: path.to_owned(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    write_atomic_unsynced(path, &bytes)
 }
 
 /// Read a JSON file written by [`write_json`].

@@ -8,6 +8,7 @@ pub mod failpoint;
 pub mod home;
 pub mod id;
 pub mod lock;
+pub mod timing;
 
 pub use error::{Error, Result};
 pub use home::Home;

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use agentbox_core::atomic::{self, read_json_opt, write_json};
+use agentbox_core::atomic::{self, read_json_opt, write_json, write_json_unsynced};
 use agentbox_core::failpoint;
 use agentbox_core::id::{self, new_id};
 use agentbox_core::lock::{FileLock, Mode};
@@ -467,7 +467,7 @@ impl Store {
             Source::Dir(dir) => self.backend.layer_from_dir(&dir, &layer_id)?,
             Source::Staged(dir) => self.backend.layer_from_staged(&dir, &layer_id)?,
         };
-        write_json(&self.layout.layer_record(&layer_id), &record)?;
+        write_json_unsynced(&self.layout.layer_record(&layer_id), &record)?;
         failpoint::hit("create:after-layer");
         let node = Node {
             id: layer_id.clone(),
@@ -481,7 +481,11 @@ impl Store {
             metadata: BTreeMap::new(),
             deleted: None,
         };
-        write_json(&self.layout.node(&node.id), &node)?;
+        write_json_unsynced(&self.layout.node(&node.id), &node)?;
+        self.backend.make_durable(&[
+            self.layout.layer_record(&layer_id),
+            self.layout.node(&node.id),
+        ])?;
         let state = EnvState {
             name: name.to_owned(),
             created: node.created,
@@ -573,14 +577,19 @@ impl Store {
 
     /// Freeze the working tree of `env` as a child of HEAD and move HEAD to it.
     pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
+        let mut timer = agentbox_core::timing::Timer::start("commit");
         let _g = self.lock_env(env, "commit")?;
         let mut state = self.env(env)?;
         let head = self.node(&state.head)?;
         let chain = self.chain(&head)?;
         let id = new_id();
+        timer.lap("prepare");
         let record = self.backend.commit(&self.work_dirs(&state), &chain, &id)?;
+        timer.lap("backend");
         failpoint::hit("commit:after-layer");
-        write_json(&self.layout.layer_record(&id), &record)?;
+        // Layer data, record and node are made durable together below, before the
+        // environment's HEAD (the commit point) may name them.
+        write_json_unsynced(&self.layout.layer_record(&id), &record)?;
         failpoint::hit("commit:after-record");
         let node = Node {
             id: id.clone(),
@@ -594,13 +603,20 @@ impl Store {
             metadata: opts.metadata,
             deleted: None,
         };
-        write_json(&self.layout.node(&node.id), &node)?;
+        write_json_unsynced(&self.layout.node(&node.id), &node)?;
+        timer.lap("metadata");
+        self.backend.make_durable(&[
+            self.layout.layer_record(&node.layer),
+            self.layout.node(&node.id),
+        ])?;
+        timer.lap("durable");
         failpoint::hit("commit:after-node");
         state.head = node.id.clone();
         state.next_seq += 1;
         self.write_env(&state)?;
         failpoint::hit("commit:after-head");
         self.backend.committed(&self.work_dirs(&state), &record)?;
+        timer.lap("head");
         Ok(node)
     }
 

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use agentbox_core::atomic::write_json;
+use agentbox_core::atomic::write_json_unsynced;
 use agentbox_core::failpoint;
 use agentbox_core::id::new_id;
 use agentbox_core::lock::Mode;
@@ -319,7 +319,7 @@ fn import_history(
                     .layer_from_oci_diff(layer_dir, &chain, &lid)?
             }
         };
-        write_json(&store.layout().layer_record(&lid), &record)?;
+        write_json_unsynced(&store.layout().layer_record(&lid), &record)?;
         let node = Node {
             id: mn.id.clone(),
             parent: mn
@@ -335,10 +335,17 @@ fn import_history(
             metadata: mn.metadata.clone(),
             deleted: None,
         };
-        write_json(&store.layout().node(&node.id), &node)?;
+        write_json_unsynced(&store.layout().node(&node.id), &node)?;
         layer_of.insert(mn.id.clone(), lid);
         created += 1;
     }
+    // Every imported layer and node is durable before the environment names them.
+    let written: Vec<PathBuf> = manifest
+        .nodes
+        .iter()
+        .map(|n| store.layout().node(&n.id))
+        .collect();
+    store.backend().make_durable(&written)?;
     failpoint::hit("import:after-nodes");
     // The environment is the commit point of the import.
     let env_dir = store.layout().env_dir(name);

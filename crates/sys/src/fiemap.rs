@@ -260,7 +260,8 @@ pub fn disk_usage(paths: &[&Path]) -> io::Result<Usage> {
             for ext in exts {
                 if ext.has_location() {
                     list.push((ext.physical, ext.physical.saturating_add(ext.length)));
-                } else if located.insert((key, md.ino(), md.ctime(), md.ctime_nsec(), ext.logical)) {
+                } else if located.insert((key, md.ino(), md.ctime(), md.ctime_nsec(), ext.logical))
+                {
                     // Data without a disk location (inline in btrfs metadata) has no
                     // physical address to deduplicate by. A btrfs snapshot keeps an unchanged
                     // file's inode number and ctime, and then shares its metadata (and so its

@@ -36,6 +36,33 @@ impl TempHome {
     }
 }
 
+impl Drop for TempHome {
+    /// Unmount whatever the test left mounted below the home (deepest first) so that
+    /// removing the directory never reaches into a mount and no mount outlives the test.
+    fn drop(&mut self) {
+        unmount_below(self.dir.path());
+    }
+}
+
+/// Lazily unmount every mount point at or below `root`, deepest first. Errors are ignored:
+/// this is cleanup, and without privileges there is nothing mounted to undo.
+pub fn unmount_below(root: &Path) {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_owned());
+    let mut points: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(p.replace("\\040", " ")))
+        .filter(|p| p.starts_with(&root))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    for p in points {
+        let _ = rustix::mount::unmount(&p, rustix::mount::UnmountFlags::DETACH);
+    }
+}
+
 impl Default for TempHome {
     fn default() -> Self {
         TempHome::new()

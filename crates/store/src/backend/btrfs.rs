@@ -37,9 +37,12 @@ const TREE: &str = "tree";
 const TMP_TREE: &str = ".tmp-tree";
 
 /// Snapshot backend for stores on btrfs.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct BtrfsBackend {
     store_dir: PathBuf,
+    /// Set when a layer was filled by writing files (not by a snapshot, which commits the
+    /// transaction itself), so the next `make_durable` must flush the filesystem.
+    unsynced_data: std::sync::atomic::AtomicBool,
 }
 
 /// Whether `store_dir` (or, when it does not exist yet, its nearest existing ancestor) is
@@ -129,6 +132,7 @@ impl BtrfsBackend {
     /// The backend of the store at `store_dir` (which must be on btrfs, see [`probe`]).
     pub fn new(store_dir: impl Into<PathBuf>) -> BtrfsBackend {
         BtrfsBackend {
+            unsynced_data: std::sync::atomic::AtomicBool::new(false),
             store_dir: store_dir.into(),
         }
     }
@@ -244,6 +248,8 @@ impl Backend for BtrfsBackend {
         }
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = btrfs::create_subvolume(&layers, OsStr::new(&tmp_name)).map_err(sys)?;
+        self.unsynced_data
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         crate::fsops::copy::copy_dir(src, &tmp, &Default::default())?;
         copy_root_meta(src, &tmp)?;
         self.publish_layer(&layers, &tmp_name, id)
@@ -332,6 +338,34 @@ impl Backend for BtrfsBackend {
         remove_any(&dirs.work)
     }
 
+    /// Creating a snapshot commits the btrfs transaction, so a layer is durable once its
+    /// ioctl returns; only the small metadata files need syncing, which btrfs does through
+    /// its log tree — much cheaper than the transaction commit a `syncfs` would force.
+    fn make_durable(&self, files: &[PathBuf]) -> Result<()> {
+        if self
+            .unsynced_data
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            // Layers made by copying or applying files (not by a snapshot) need a flush.
+            if let Some(dir) = files.first().and_then(|f| f.parent()) {
+                return Ok(agentbox_core::atomic::syncfs(dir)?);
+            }
+        }
+        let mut dirs: Vec<&Path> = Vec::new();
+        for f in files {
+            fs_err::File::open(f)?.sync_all()?;
+            if let Some(d) = f.parent() {
+                if !dirs.contains(&d) {
+                    dirs.push(d);
+                }
+            }
+        }
+        for d in dirs {
+            fsync_dir(d)?;
+        }
+        Ok(())
+    }
+
     fn remove_tree(&self, path: &Path) -> Result<()> {
         remove_any(path)
     }
@@ -346,6 +380,8 @@ impl Backend for BtrfsBackend {
         let top = self.top_layer(base)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        self.unsynced_data
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         crate::bundle::apply_layer(staged, &tmp)?;
         remove_any(staged)?;
         self.publish_layer(&layers, &tmp_name, id)

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use agentbox_core::atomic::{self, read_json_opt, write_json};
+use agentbox_core::atomic::{read_json_opt, write_json_unsynced};
 use agentbox_core::failpoint;
 use rustix::mount::{MountFlags, UnmountFlags};
 use serde::{Deserialize, Serialize};
@@ -74,11 +74,11 @@ impl LayersBackend {
         self.layers.join(format!(".tmp-{id}"))
     }
 
-    /// Move a finished temporary layer into place; before this it has no valid name.
+    /// Move a finished temporary layer into place; before this it has no valid name. The
+    /// store syncs the filesystem before anything durable refers to the layer.
     fn publish(&self, id: &str) -> Result<PathBuf> {
         let dst = self.layer_dir(id);
         fs_err::rename(self.tmp_layer(id), &dst)?;
-        atomic::sync_dir(&self.layers)?;
         Ok(dst)
     }
 
@@ -192,38 +192,59 @@ impl LayersBackend {
     /// Build the layer that brings HEAD's chain up to the current upper directory, in
     /// `self.tmp_layer(id)`. Returns the marks to record once the commit is durable.
     fn capture_changes(&self, dirs: &WorkDirs, id: &str) -> Result<Captured> {
+        let mut timer = agentbox_core::timing::Timer::start("capture");
         let prev = Self::load_captured(dirs)?;
-        let upper = Self::scan_upper(dirs)?;
+        timer.lap("load marks");
+        // Only `lstat` per upper entry; full metadata (xattrs) is read just for what changed.
+        let upper_dir = Self::upper(dirs);
+        let marks = scan_marks(&upper_dir)?;
+        timer.lap("scan upper");
+        let mut full: BTreeMap<PathBuf, Entry> = BTreeMap::new();
+        let mut entry_of = |rel: &Path| -> Result<Entry> {
+            if let Some(e) = full.get(rel) {
+                return Ok(e.clone());
+            }
+            let src = upper_dir.join(rel);
+            let e = Entry {
+                rel: rel.to_owned(),
+                meta: read_meta(&src)?,
+                src,
+            };
+            full.insert(rel.to_owned(), e.clone());
+            Ok(e)
+        };
         let mut now = Captured::default();
         let mut changed: BTreeSet<PathBuf> = BTreeSet::new();
         // Changed entries that hide everything below them in lower layers.
         let mut hiding: BTreeSet<PathBuf> = BTreeSet::new();
         let mut new_opaque: BTreeSet<PathBuf> = BTreeSet::new();
-        for (rel, e) in &upper.entries {
+        for (rel, mark) in &marks {
             if rel.as_os_str().is_empty() {
                 continue;
             }
-            let mark = Self::mark(&e.meta);
             let key = rel.to_str().map(str::to_owned);
             let before = key.as_ref().and_then(|k| prev.marks.get(k));
-            if before != Some(&mark) {
+            if before != Some(mark) {
                 changed.insert(rel.clone());
-                let opaque = e.meta.xattrs.get(OPAQUE_XATTR).map(|v| v.as_slice()) == Some(b"y");
                 // Opaque only the first time the directory is captured: later layers merge
                 // with the layer that already hid the lower contents.
                 let first_time = before.is_none_or(|b| b.ino != mark.ino || !b.dir);
-                if mark.dir && opaque && first_time {
-                    new_opaque.insert(rel.clone());
+                if mark.dir && first_time {
+                    let e = entry_of(rel)?;
+                    if e.meta.xattrs.get(OPAQUE_XATTR).map(|v| v.as_slice()) == Some(b"y") {
+                        new_opaque.insert(rel.clone());
+                    }
                 }
                 if !mark.dir || new_opaque.contains(rel) {
                     hiding.insert(rel.clone());
                 }
             }
             if let Some(k) = key {
-                now.marks.insert(k, mark);
+                now.marks.insert(k, *mark);
             }
         }
         let mut removed: Vec<PathBuf> = Vec::new();
+        let mut removed_set: BTreeSet<PathBuf> = BTreeSet::new();
         for k in prev.marks.keys() {
             if now.marks.contains_key(k) {
                 continue;
@@ -232,8 +253,9 @@ impl LayersBackend {
             let covered = p
                 .ancestors()
                 .skip(1)
-                .any(|a| hiding.contains(a) || removed.iter().any(|r| r == a));
+                .any(|a| hiding.contains(a) || removed_set.contains(a));
             if !covered {
+                removed_set.insert(p.clone());
                 removed.push(p);
             }
         }
@@ -241,33 +263,33 @@ impl LayersBackend {
         // The layer's tree: the changed entries, the directories leading to them (with the
         // upper's metadata, which is the merged view's), and whiteouts for removed paths.
         let mut tree = Tree::default();
-        let add_with_parents = |tree: &mut Tree, rel: &Path| {
+        let mut add_with_parents = |tree: &mut Tree, rel: &Path| -> Result<()> {
             for a in rel.ancestors() {
                 if tree.entries.contains_key(a) {
                     break;
                 }
-                if let Some(e) = upper.entries.get(a) {
-                    let mut e = e.clone();
+                if marks.contains_key(a) {
+                    let mut e = entry_of(a)?;
                     strip_overlay(&mut e.meta);
                     tree.entries.insert(a.to_owned(), e);
                 }
             }
+            Ok(())
         };
-        add_with_parents(&mut tree, Path::new(""));
+        add_with_parents(&mut tree, Path::new(""))?;
         for rel in &changed {
-            add_with_parents(&mut tree, rel);
+            add_with_parents(&mut tree, rel)?;
             // The entry itself is taken as is (its parents were added without opaque marks).
-            let mut e = upper.entries[rel].clone();
-            strip_overlay(&mut e.meta);
             if new_opaque.contains(rel) {
-                e.meta.xattrs.insert(OPAQUE_XATTR.into(), b"y".to_vec());
+                if let Some(e) = tree.entries.get_mut(rel) {
+                    e.meta.xattrs.insert(OPAQUE_XATTR.into(), b"y".to_vec());
+                }
             }
-            tree.entries.insert(rel.clone(), e);
         }
         let template = dirs.work.join("whiteout");
         for rel in &removed {
             if let Some(parent) = rel.parent() {
-                add_with_parents(&mut tree, parent);
+                add_with_parents(&mut tree, parent)?;
             }
             ensure_whiteout_template(&template)?;
             let meta = read_meta(&template)?;
@@ -283,7 +305,9 @@ impl LayersBackend {
         let dst = self.tmp_layer(id);
         self.remove_tree(&dst)?;
         fs_err::create_dir_all(&dst)?;
+        timer.lap("plan");
         copy_tree(&tree, &dst, &copy_opts())?;
+        timer.lap("copy");
         Ok(now)
     }
 }
@@ -465,7 +489,9 @@ impl Backend for LayersBackend {
             self.capture_changes(dirs, id)?
         };
         failpoint::hit("commit:after-copy");
-        write_json(&Self::pending_path(dirs), &now)?;
+        // Made durable by the store's syncfs with the rest of the commit; losing it only
+        // means the next commit captures these changes again.
+        write_json_unsynced(&Self::pending_path(dirs), &now)?;
         self.publish(id)?;
         let flattened = head.depth + 1 > self.max_depth;
         Ok(LayerRecord {
@@ -512,4 +538,36 @@ impl Backend for LayersBackend {
     fn remove_layer(&self, id: &str) -> Result<()> {
         self.remove_tree(&self.layer_dir(id))
     }
+}
+
+/// The mark of every entry below `root` (the root itself as the empty path), from one
+/// `lstat` each: no xattrs, no file content.
+fn scan_marks(root: &Path) -> Result<BTreeMap<PathBuf, Mark>> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut out = BTreeMap::new();
+    for entry in walkdir::WalkDir::new(root).follow_links(false) {
+        let entry = entry.map_err(|e| {
+            let path = e.path().unwrap_or(root).to_owned();
+            Error::Io(io_at(&path, e.into()))
+        })?;
+        let md = entry
+            .metadata()
+            .map_err(|e| Error::Io(io_at(entry.path(), e.into())))?;
+        let rel = entry
+            .path()
+            .strip_prefix(root)
+            .expect("walkdir yields paths below its root")
+            .to_owned();
+        let ft = md.file_type();
+        out.insert(
+            rel,
+            Mark {
+                ino: md.ino(),
+                ctime: (md.ctime(), md.ctime_nsec()),
+                whiteout: ft.is_char_device() && md.rdev() == 0,
+                dir: ft.is_dir(),
+            },
+        );
+    }
+    Ok(out)
 }

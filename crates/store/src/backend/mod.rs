@@ -136,6 +136,16 @@ pub trait Backend: Send + Sync + fmt::Debug {
         self.layer_from_staged(&work, id)
     }
 
+    /// Make durable the layers written since the last call and the metadata `files` (layer
+    /// records, nodes) that name them, before anything durable refers to them. The default
+    /// flushes the whole filesystem once (cheaper than syncing every copied file).
+    fn make_durable(&self, files: &[PathBuf]) -> Result<()> {
+        match files.first().and_then(|f| f.parent()) {
+            Some(dir) => Ok(agentbox_core::atomic::syncfs(dir)?),
+            None => Ok(()),
+        }
+    }
+
     /// Called once the node of a committed layer is durable (the commit point passed), so a
     /// backend that tracks "changed since the last commit" can advance its mark.
     fn committed(&self, _dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {

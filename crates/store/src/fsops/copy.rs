@@ -207,8 +207,11 @@ fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats
             Err(e) => return Err(errno_at("reflink to", dst, e)),
         }
     }
-    let size = input.metadata().map_err(|e| io_at("fstat", src, e))?.len();
-    stats.bytes_copied += copy_segments(&input, src, &output, dst, size)?;
+    let md = input.metadata().map_err(|e| io_at("fstat", src, e))?;
+    let size = md.len();
+    // A file with as many allocated bytes as its length has no holes: skip the probing.
+    let dense = std::os::unix::fs::MetadataExt::blocks(&md).saturating_mul(512) >= size;
+    stats.bytes_copied += copy_segments(&input, src, &output, dst, size, dense)?;
     output
         .set_len(size)
         .map_err(|e| io_at("truncate", dst, e))?;
@@ -217,11 +220,23 @@ fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats
 
 /// Copy the data segments of `input` (found with SEEK_DATA/SEEK_HOLE) into `output` at the
 /// same offsets. Returns the number of bytes copied.
-fn copy_segments(input: &File, src: &Path, output: &File, dst: &Path, size: u64) -> Result<u64> {
-    let mut buf = vec![0u8; 256 * 1024];
+fn copy_segments(
+    input: &File,
+    src: &Path,
+    output: &File,
+    dst: &Path,
+    size: u64,
+    dense: bool,
+) -> Result<u64> {
+    let mut buf = vec![0u8; usize::try_from(size.clamp(1, 256 * 1024)).unwrap_or(256 * 1024)];
     let mut copied = 0u64;
     let mut pos = 0u64;
     while pos < size {
+        if dense {
+            let (start, end) = (0, size);
+            copied += copy_range(input, src, output, dst, &mut buf, start, end)?;
+            break;
+        }
         let start = match rustix::fs::seek(input, SeekFrom::Data(pos)) {
             Ok(off) => off,
             Err(Errno::NXIO) => break,
@@ -234,29 +249,42 @@ fn copy_segments(input: &File, src: &Path, output: &File, dst: &Path, size: u64)
             Err(Errno::INVAL | Errno::OPNOTSUPP | Errno::NXIO) => size,
             Err(e) => return Err(errno_at("seek hole in", src, e)),
         };
-        let mut off = start;
-        while off < end {
-            let want = usize::try_from((end - off).min(buf.len() as u64))
-                .expect("chunk is at most the buffer length");
-            let n = input
-                .read_at(&mut buf[..want], off)
-                .map_err(|e| io_at("read", src, e))?;
-            if n == 0 {
-                // The file shrank while being copied.
-                return Ok(copied);
-            }
-            output
-                .write_all_at(&buf[..n], off)
-                .map_err(|e| io_at("write", dst, e))?;
-            off += n as u64;
-            copied += n as u64;
-        }
+        copied += copy_range(input, src, output, dst, &mut buf, start, end)?;
         if end <= pos {
             break;
         }
         pos = end;
     }
     Ok(copied)
+}
+
+/// Copy bytes `[start, end)` of `input` to the same offsets of `output`; stops early (without
+/// error) if the file shrank while being copied. Returns the bytes copied.
+fn copy_range(
+    input: &File,
+    src: &Path,
+    output: &File,
+    dst: &Path,
+    buf: &mut [u8],
+    start: u64,
+    end: u64,
+) -> Result<u64> {
+    let mut off = start;
+    while off < end {
+        let want = usize::try_from((end - off).min(buf.len() as u64))
+            .expect("chunk is at most the buffer length");
+        let n = input
+            .read_at(&mut buf[..want], off)
+            .map_err(|e| io_at("read", src, e))?;
+        if n == 0 {
+            break;
+        }
+        output
+            .write_all_at(&buf[..n], off)
+            .map_err(|e| io_at("write", dst, e))?;
+        off += n as u64;
+    }
+    Ok(off - start)
 }
 
 /// Owner, xattrs, mode and mtime of `meta`, applied to `dst` (not following a symlink).
