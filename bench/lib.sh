@@ -16,9 +16,10 @@ log() { printf '[bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 _CLEANUP=()
 on_cleanup() { _CLEANUP+=("$*"); }
 run_cleanup() {
-    local i
-    for ((i = ${#_CLEANUP[@]} - 1; i >= 0; i--)); do
-        eval "${_CLEANUP[$i]}" >/dev/null 2>&1 || true
+    # The loop variable has a name no cleanup command uses: they run in this scope.
+    local _cleanup_idx
+    for ((_cleanup_idx = ${#_CLEANUP[@]} - 1; _cleanup_idx >= 0; _cleanup_idx--)); do
+        eval "${_CLEANUP[$_cleanup_idx]}" >/dev/null 2>&1 || true
     done
     _CLEANUP=()
 }
