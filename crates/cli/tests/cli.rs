@@ -251,3 +251,50 @@ fn environments_from_rootfs_tarballs_and_urls() {
     let list = t.json(&["list"]);
     assert_eq!(list.as_array().map(Vec::len), Some(2));
 }
+
+#[test]
+fn setup_btrfs_gives_a_btrfs_store() {
+    if !agentbox_testkit::tier::require_root("setup_btrfs_gives_a_btrfs_store") {
+        return;
+    }
+    let t = Env::new();
+    let image = t.path("store.img");
+    let report = t.json(&[
+        "setup",
+        "--btrfs",
+        "1G",
+        "--image",
+        image.to_str().expect("utf8"),
+    ]);
+    assert!(
+        report["undo"].as_array().is_some_and(|u| !u.is_empty()),
+        "{report}"
+    );
+    assert!(report["fstab_line"]
+        .as_str()
+        .is_some_and(|l| l.contains("btrfs")));
+    // Setting up twice is refused.
+    let again = t.run(&[
+        "setup",
+        "--btrfs",
+        "1G",
+        "--image",
+        image.to_str().expect("utf8"),
+    ]);
+    assert_eq!(code(&again), Some(4), "{}", stderr(&again));
+
+    let dir = t.path("on-btrfs");
+    write(&dir.join("f"), "1");
+    let created = t.json(&["env", dir.to_str().expect("utf8")]);
+    assert_eq!(created["backend"], "btrfs");
+    write(&dir.join("f"), "2");
+    t.ok(&["commit", "on-btrfs", "-m", "two"]);
+    t.ok(&["checkout", "on-btrfs", "HEAD~1"]);
+    assert_eq!(std::fs::read_to_string(dir.join("f")).expect("read"), "1");
+    let status = t.json(&["status"]);
+    assert_eq!(status["backend"], "btrfs");
+    assert_eq!(status["backend_chosen"], "auto");
+    t.ok(&["destroy", "on-btrfs"]);
+    // Undo as the report says (the test home's cleanup would also unmount it).
+    agentbox_testkit::unmount_below(&t.path("home"));
+}

@@ -59,15 +59,19 @@ pub fn is_our_overlay(path: &Path) -> bool {
     top_mount(path).is_some_and(|m| m.fstype == "overlay" && m.source == OVERLAY_SOURCE)
 }
 
-/// Decode the `\040`-style escapes mountinfo uses for spaces, tabs, newlines, backslashes.
-fn unescape(s: &str) -> String {
-    let bytes = s.as_bytes();
+/// Decode the `\040`-style octal escapes mountinfo uses for spaces, tabs, newlines and
+/// backslashes; anything else (a lone backslash) is kept as is.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() {
-            let oct = std::str::from_utf8(&bytes[i + 1..i + 4]).unwrap_or("");
-            if let Ok(v) = u8::from_str_radix(oct, 8) {
+        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
+            let value = std::str::from_utf8(&bytes[i + 1..i + 4])
+                .ok()
+                .filter(|s| s.bytes().all(|b| (b'0'..=b'7').contains(&b)))
+                .and_then(|s| u8::from_str_radix(s, 8).ok());
+            if let Some(v) = value {
                 out.push(v);
                 i += 4;
                 continue;
@@ -85,6 +89,7 @@ mod tests {
     fn unescape_spaces() {
         assert_eq!(super::unescape("/a\\040b"), "/a b");
         assert_eq!(super::unescape("/plain"), "/plain");
+        assert_eq!(super::unescape(r"/plain\"), r"/plain\");
         assert!(super::is_mountpoint(std::path::Path::new("/")));
     }
 }

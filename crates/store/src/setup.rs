@@ -57,40 +57,6 @@ fn fstab_escape(s: &str) -> String {
     out
 }
 
-/// Undo the octal escapes of `/proc/self/mountinfo` fields.
-fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
-            let oct = &bytes[i + 1..i + 4];
-            let value = std::str::from_utf8(oct)
-                .ok()
-                .filter(|s| s.bytes().all(|b| (b'0'..=b'7').contains(&b)))
-                .and_then(|s| u8::from_str_radix(s, 8).ok());
-            if let Some(v) = value {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Whether `path` (canonical) is a mount point according to `/proc/self/mountinfo`.
-fn is_mount_point(path: &Path) -> Result<bool> {
-    let info = fs_err::read_to_string("/proc/self/mountinfo")?;
-    let wanted = path.to_string_lossy();
-    Ok(info
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .any(|mp| unescape_mountinfo(mp) == wanted))
-}
-
 fn run(cmd: &mut Command, what: &Path) -> Result<String> {
     let out = cmd.output().map_err(|e| Error::Backend {
         path: what.to_owned(),
@@ -164,7 +130,7 @@ pub fn setup_loop_btrfs(image: &Path, size_bytes: u64, mountpoint: &Path) -> Res
     };
     if mp_existed {
         let canonical = fs_err::canonicalize(mountpoint)?;
-        if is_mount_point(&canonical)? {
+        if crate::mounts::is_mountpoint(&canonical) {
             return Err(Error::Backend {
                 path: mountpoint.to_owned(),
                 message: "is already a mount point".to_owned(),
@@ -269,7 +235,5 @@ mod tests {
         assert_eq!(sh_quote("/var/lib/a.img"), "/var/lib/a.img");
         assert_eq!(sh_quote("/a b/it's"), r"'/a b/it'\''s'");
         assert_eq!(fstab_escape("/a b"), r"/a\040b");
-        assert_eq!(unescape_mountinfo(r"/a\040b"), "/a b");
-        assert_eq!(unescape_mountinfo(r"/plain\"), r"/plain\");
     }
 }

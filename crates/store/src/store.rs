@@ -211,16 +211,7 @@ impl Store {
 
     /// Take the single-writer lock of `env` (plus the shared store lock).
     pub(crate) fn lock_env(&self, env: &str, doing: &str) -> Result<EnvGuard> {
-        let store = self.lock_store(Mode::Shared, doing)?;
-        if !self.layout.env_state(env).exists() {
-            return Err(Error::UnknownEnv { name: env.into() });
-        }
-        let lock = FileLock::acquire(
-            &self.layout.env_lock(env),
-            Mode::TryExclusive,
-            &format!("environment {env:?}"),
-            doing,
-        )?;
+        let (store, lock) = self.lock_env_with(Mode::Shared, env, doing)?;
         let guard = EnvGuard {
             _env: lock,
             _store: store,
@@ -254,7 +245,18 @@ impl Store {
         env: &str,
         doing: &str,
     ) -> Result<(FileLock, FileLock)> {
-        let store = self.lock_store(Mode::Exclusive, doing)?;
+        self.lock_env_with(Mode::Exclusive, env, doing)
+    }
+
+    /// The store lock in `store_mode`, then the environment's single-writer lock (never
+    /// waiting: a second writer is told who holds it).
+    fn lock_env_with(
+        &self,
+        store_mode: Mode,
+        env: &str,
+        doing: &str,
+    ) -> Result<(FileLock, FileLock)> {
+        let store = self.lock_store(store_mode, doing)?;
         if !self.layout.env_state(env).exists() {
             return Err(Error::UnknownEnv { name: env.into() });
         }

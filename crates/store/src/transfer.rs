@@ -202,7 +202,12 @@ pub fn stage_rootfs(store: &Store, src: &str) -> Result<PathBuf> {
     let dir = staging(store, "rootfs")?;
     let result = (|| {
         let file = fetch(src, &dir.join("dl"))?;
-        let imported = bundle::import(&file, &dir.join("x"), &ImportOpts::default())?;
+        let opts = ImportOpts {
+            same_owner: rustix::process::geteuid().is_root(),
+            make_layer_dir: store.backend().staging_dir_maker(),
+            ..ImportOpts::default()
+        };
+        let imported = bundle::import(&file, &dir.join("x"), &opts)?;
         if imported.kind != BundleKind::Rootfs {
             return Err(Error::Bundle {
                 path: file,
@@ -252,6 +257,7 @@ pub fn import(
             // Owners are restored where the kernel allows it (root); otherwise files belong
             // to the importing user.
             same_owner: rustix::process::geteuid().is_root(),
+            make_layer_dir: store.backend().staging_dir_maker(),
         };
         let imported = bundle::import(&file, &stage.join("x"), &opts)?;
         failpoint::hit("import:after-stage");

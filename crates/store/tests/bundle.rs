@@ -210,6 +210,7 @@ fn opts() -> ImportOpts {
     ImportOpts {
         allow_devices: true,
         same_owner: is_root(),
+        ..ImportOpts::default()
     }
 }
 

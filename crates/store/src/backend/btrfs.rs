@@ -71,6 +71,16 @@ fn fsync_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Create `path` as a new subvolume (its parent must exist on btrfs).
+fn make_subvolume(path: &Path) -> std::io::Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "a subvolume needs a name")
+    })?;
+    btrfs::create_subvolume(parent, name)?;
+    Ok(())
+}
+
 /// Delete whatever is at `path`: a subvolume, a directory tree or a file. Missing is fine.
 fn remove_any(path: &Path) -> Result<()> {
     let md = match fs_err::symlink_metadata(path) {
@@ -364,6 +374,25 @@ impl Backend for BtrfsBackend {
             fsync_dir(d)?;
         }
         Ok(())
+    }
+
+    fn staging_dir_maker(&self) -> Option<fn(&Path) -> std::io::Result<()>> {
+        Some(make_subvolume)
+    }
+
+    /// A staged subvolume (see `staging_dir_maker`) is sealed and renamed into place: no
+    /// copy. Anything else is copied into a new subvolume.
+    fn layer_from_staged(&self, staged: &Path, id: &str) -> Result<LayerRecord> {
+        if !btrfs::is_subvolume(staged).unwrap_or(false) {
+            let record = self.layer_from_dir(staged, id)?;
+            remove_any(staged)?;
+            return Ok(record);
+        }
+        let (layers, tmp_name) = self.prepare_layer(id)?;
+        self.unsynced_data
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        fs_err::rename(staged, layers.join(&tmp_name))?;
+        self.publish_layer(&layers, &tmp_name, id)
     }
 
     fn remove_tree(&self, path: &Path) -> Result<()> {

@@ -146,6 +146,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
         }
     }
 
+    /// How imports should create staged layer directories so that [`Backend::layer_from_staged`]
+    /// can adopt them without copying; `None` for plain directories.
+    fn staging_dir_maker(&self) -> Option<fn(&Path) -> std::io::Result<()>> {
+        None
+    }
+
     /// Called once the node of a committed layer is durable (the commit point passed), so a
     /// backend that tracks "changed since the last commit" can advance its mark.
     fn committed(&self, _dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {

@@ -22,13 +22,16 @@ use crate::{Error, Result};
 const MAX_JSON: u64 = 256 << 20;
 
 /// Options of [`import`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ImportOpts {
     /// Create character and block devices (refused otherwise).
     pub allow_devices: bool,
     /// Give entries the owners recorded in the bundle (needs root); otherwise they belong to
     /// the importing user.
     pub same_owner: bool,
+    /// Creates each staged layer directory (default: a plain directory). A store backend
+    /// passes its own so a layer can be adopted without copying (a btrfs subvolume).
+    pub make_layer_dir: Option<fn(&Path) -> std::io::Result<()>>,
 }
 
 /// What [`import`] staged.
@@ -279,10 +282,11 @@ impl State<'_> {
 
     fn new_node(&self, id: &str, strict: bool) -> Result<NodeState> {
         let dir = self.staging.join(id);
-        DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| bad(&dir, format!("creating staged layer: {e}")))?;
+        match self.opts.make_layer_dir {
+            Some(make) => make(&dir),
+            None => DirBuilder::new().mode(0o700).create(&dir),
+        }
+        .map_err(|e| bad(&dir, format!("creating staged layer: {e}")))?;
         let mut kinds = HashMap::new();
         kinds.insert(PathBuf::new(), Kind::Dir);
         Ok(NodeState {
