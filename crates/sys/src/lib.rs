@@ -1,11 +1,13 @@
 //! Audited wrappers over the Linux ioctls agentbox needs and the safe crates do not cover.
 //!
 //! * [`btrfs`]: subvolumes and snapshots;
-//! * [`fiemap`]: file extent maps and the true (sharing-aware) disk usage of trees.
+//! * [`fiemap`]: file extent maps and the true (sharing-aware) disk usage of trees;
+//! * [`writeback`]: writing file data out without a device flush per file.
 //!
-//! Every `unsafe` block is one ioctl over a `#[repr(C)]` struct whose size is checked at
-//! compile time against the kernel's, with a `SAFETY:` comment.
+//! Every `unsafe` block is one system call (mostly an ioctl over a `#[repr(C)]` struct whose
+//! size is checked at compile time against the kernel's), with a `SAFETY:` comment.
 
 pub mod btrfs;
 pub mod fiemap;
 mod raw;
+pub mod writeback;

@@ -40,9 +40,9 @@ const TMP_TREE: &str = ".tmp-tree";
 #[derive(Debug)]
 pub struct BtrfsBackend {
     store_dir: PathBuf,
-    /// Set when a layer was filled by writing files (not by a snapshot, which commits the
-    /// transaction itself), so the next `make_durable` must flush the filesystem.
-    unsynced_data: std::sync::atomic::AtomicBool,
+    /// Layers filled by writing files (not by a snapshot, which commits the transaction
+    /// itself) need a flush before a node names them.
+    durability: super::Durability,
 }
 
 /// Whether `store_dir` (or, when it does not exist yet, its nearest existing ancestor) is
@@ -142,7 +142,7 @@ impl BtrfsBackend {
     /// The backend of the store at `store_dir` (which must be on btrfs, see [`probe`]).
     pub fn new(store_dir: impl Into<PathBuf>) -> BtrfsBackend {
         BtrfsBackend {
-            unsynced_data: std::sync::atomic::AtomicBool::new(false),
+            durability: super::Durability::default(),
             store_dir: store_dir.into(),
         }
     }
@@ -258,8 +258,7 @@ impl Backend for BtrfsBackend {
         }
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = btrfs::create_subvolume(&layers, OsStr::new(&tmp_name)).map_err(sys)?;
-        self.unsynced_data
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.durability.mark_unsynced();
         crate::fsops::copy::copy_dir(src, &tmp, &Default::default())?;
         copy_root_meta(src, &tmp)?;
         self.publish_layer(&layers, &tmp_name, id)
@@ -293,11 +292,18 @@ impl Backend for BtrfsBackend {
                 message: "working tree is missing or not a btrfs subvolume".to_owned(),
             });
         }
-        let (layers, tmp_name) = self.prepare_layer(id)?;
-        // One atomic read-only snapshot: the layer holds the tree as it was at one instant,
-        // whatever other processes keep writing.
-        btrfs::snapshot(&tree, &layers, OsStr::new(&tmp_name), true).map_err(sys)?;
-        self.publish_layer(&layers, &tmp_name, id)
+        let (layers, _) = self.prepare_layer(id)?;
+        // One atomic read-only snapshot, made under its final name: it holds the tree as it
+        // was at one instant, whatever other processes keep writing, and it exists whole or
+        // not at all (a crash leaves at most a layer without a record, which reconcile
+        // frees). Creating it commits the btrfs transaction, so it is already durable; a
+        // temporary name plus rename would force a second transaction commit.
+        btrfs::snapshot(&tree, &layers, OsStr::new(id), true).map_err(sys)?;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: None,
+            depth: 1,
+        })
     }
 
     fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
@@ -352,28 +358,7 @@ impl Backend for BtrfsBackend {
     /// ioctl returns; only the small metadata files need syncing, which btrfs does through
     /// its log tree — much cheaper than the transaction commit a `syncfs` would force.
     fn make_durable(&self, files: &[PathBuf]) -> Result<()> {
-        if self
-            .unsynced_data
-            .swap(false, std::sync::atomic::Ordering::SeqCst)
-        {
-            // Layers made by copying or applying files (not by a snapshot) need a flush.
-            if let Some(dir) = files.first().and_then(|f| f.parent()) {
-                return Ok(agentbox_core::atomic::syncfs(dir)?);
-            }
-        }
-        let mut dirs: Vec<&Path> = Vec::new();
-        for f in files {
-            fs_err::File::open(f)?.sync_all()?;
-            if let Some(d) = f.parent() {
-                if !dirs.contains(&d) {
-                    dirs.push(d);
-                }
-            }
-        }
-        for d in dirs {
-            fsync_dir(d)?;
-        }
-        Ok(())
+        self.durability.make_durable(files)
     }
 
     fn staging_dir_maker(&self) -> Option<fn(&Path) -> std::io::Result<()>> {
@@ -389,8 +374,7 @@ impl Backend for BtrfsBackend {
             return Ok(record);
         }
         let (layers, tmp_name) = self.prepare_layer(id)?;
-        self.unsynced_data
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.durability.mark_unsynced();
         fs_err::rename(staged, layers.join(&tmp_name))?;
         self.publish_layer(&layers, &tmp_name, id)
     }
@@ -409,8 +393,7 @@ impl Backend for BtrfsBackend {
         let top = self.top_layer(base)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
-        self.unsynced_data
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.durability.mark_unsynced();
         crate::bundle::apply_layer(staged, &tmp)?;
         remove_any(staged)?;
         self.publish_layer(&layers, &tmp_name, id)

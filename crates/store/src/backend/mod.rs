@@ -169,6 +169,55 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
 }
 
+/// Which layers still need their data flushed before a node may name them.
+///
+/// Layers made by a btrfs snapshot, or by a `layers` commit (which writes out what it copied
+/// itself), are durable once made; layers filled by bulk copies (a new environment, an
+/// import) are not, and the next [`Durability::make_durable`] flushes the filesystem once
+/// instead of syncing thousands of files one by one.
+#[derive(Debug, Default)]
+pub(crate) struct Durability {
+    unsynced: std::sync::atomic::AtomicBool,
+}
+
+impl Durability {
+    /// A layer was written whose data is not yet durable.
+    pub(crate) fn mark_unsynced(&self) {
+        self.unsynced
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Make layer data (when needed) and the metadata `files` durable.
+    pub(crate) fn make_durable(&self, files: &[PathBuf]) -> Result<()> {
+        if self
+            .unsynced
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            if let Some(dir) = files.first().and_then(|f| f.parent()) {
+                return Ok(agentbox_core::atomic::syncfs(dir)?);
+            }
+        }
+        fsync_with_dirs(files)
+    }
+}
+
+/// fsync each file, then each distinct parent directory once.
+pub(crate) fn fsync_with_dirs(files: &[PathBuf]) -> Result<()> {
+    let mut dirs: Vec<&Path> = Vec::new();
+    for f in files {
+        fs_err::File::open(f)?.sync_all()?;
+        if let Some(d) = f.parent() {
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
+    }
+    for d in dirs {
+        agentbox_core::atomic::sync_dir(d)?;
+    }
+    Ok(())
+}
+
 /// The backend of a store of kind `kind` rooted at `store_dir`.
 pub fn open(kind: BackendKind, store_dir: &Path, max_depth: u32) -> Box<dyn Backend> {
     match kind {
