@@ -397,6 +397,20 @@ impl Store {
             .max_by_key(|e| e.mountpoint.as_os_str().len()))
     }
 
+    /// Claim environment name `name` by creating its directory: exactly one creator wins,
+    /// the others get [`Error::EnvExists`].
+    pub(crate) fn claim_env_dir(&self, name: &str) -> Result<PathBuf> {
+        let env_dir = self.layout.env_dir(name);
+        fs_err::create_dir_all(self.layout.envs())?;
+        match std::fs::create_dir(&env_dir) {
+            Ok(()) => Ok(env_dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(Error::EnvExists { name: name.into() })
+            }
+            Err(e) => Err(Error::Io(io_at(&env_dir, e))),
+        }
+    }
+
     pub(crate) fn write_env(&self, state: &EnvState) -> Result<()> {
         Ok(write_json(&self.layout.env_state(&state.name), state)?)
     }
@@ -416,16 +430,7 @@ impl Store {
     ) -> Result<EnvState> {
         names::validate("environment", name)?;
         let _store = self.lock_store(Mode::Shared, "create")?;
-        let env_dir = self.layout.env_dir(name);
-        // Creating the directory is the claim on the name: exactly one creator wins.
-        fs_err::create_dir_all(self.layout.envs())?;
-        match std::fs::create_dir(&env_dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::EnvExists { name: name.into() })
-            }
-            Err(e) => return Err(Error::Io(io_at(&env_dir, e))),
-        }
+        let env_dir = self.claim_env_dir(name)?;
         let _lock = FileLock::acquire(
             &self.layout.env_lock(name),
             Mode::TryExclusive,
@@ -514,14 +519,7 @@ impl Store {
         names::validate("environment", name)?;
         let node = self.node(&self.resolve(from_env, reference)?)?;
         let _store = self.lock_store(Mode::Shared, "fork")?;
-        let env_dir = self.layout.env_dir(name);
-        match std::fs::create_dir(&env_dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(Error::EnvExists { name: name.into() })
-            }
-            Err(e) => return Err(Error::Io(io_at(&env_dir, e))),
-        }
+        let env_dir = self.claim_env_dir(name)?;
         let result = (|| {
             fs_err::create_dir_all(mountpoint)?;
             let state = EnvState {

@@ -354,14 +354,7 @@ fn import_history(
     store.backend().make_durable(&written)?;
     failpoint::hit("import:after-nodes");
     // The environment is the commit point of the import.
-    let env_dir = store.layout().env_dir(name);
-    match std::fs::create_dir(&env_dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(Error::EnvExists { name: name.into() })
-        }
-        Err(e) => return Err(Error::Io(crate::store::io_at(&env_dir, e))),
-    }
+    let env_dir = store.claim_env_dir(name)?;
     fs_err::create_dir_all(dir)?;
     let state = EnvState {
         name: name.to_owned(),
