@@ -13,8 +13,8 @@ use crate::node::Node;
 use crate::store::Store;
 use crate::Result;
 
-/// The history of one environment: its own nodes plus their ancestors (which may belong to
-/// the environment it was forked from).
+/// The history of one environment: its own nodes, HEAD and its tagged nodes, plus their
+/// ancestors (which may belong to the environment it was forked from).
 #[derive(Debug, Clone, Serialize)]
 pub struct History {
     pub env: String,
@@ -88,6 +88,15 @@ impl Store {
             .map(|n| n.id.clone())
             .collect();
         wanted.insert(state.head.clone());
+        // Tagged nodes are part of the environment's history even off HEAD's line (an
+        // imported history, or a fork's tags).
+        wanted.extend(
+            state
+                .tags
+                .values()
+                .filter(|id| nodes.contains_key(*id))
+                .cloned(),
+        );
         for id in wanted.clone() {
             let mut p = nodes.get(&id).and_then(|n| n.parent.clone());
             while let Some(pid) = p {
