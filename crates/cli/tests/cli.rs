@@ -298,3 +298,36 @@ fn setup_btrfs_gives_a_btrfs_store() {
     // Undo as the report says (the test home's cleanup would also unmount it).
     agentbox_testkit::unmount_below(&t.path("home"));
 }
+
+#[test]
+fn imported_history_shows_its_tagged_nodes() {
+    if !agentbox_testkit::tier::require_root("imported_history_shows_its_tagged_nodes") {
+        return;
+    }
+    let t = Env::new();
+    let dir = t.path("orig");
+    write(&dir.join("f"), "1");
+    t.ok(&["env", dir.to_str().expect("utf8")]);
+    write(&dir.join("f"), "2");
+    let later = t.json(&["commit", "orig", "-m", "later"]);
+    t.ok(&["tag", "orig", "later-work", "HEAD"]);
+    t.ok(&["checkout", "orig", "HEAD~1"]);
+    let bundle = t.path("orig.bundle");
+    t.ok(&["export", "orig", "-o", bundle.to_str().expect("utf8")]);
+    // Into the same store: the nodes are shared, the new environment owns none of them.
+    t.ok(&[
+        "import",
+        bundle.to_str().expect("utf8"),
+        "--dir",
+        t.path("again").to_str().expect("utf8"),
+    ]);
+    let log = t.json(&["log", "again"]);
+    let ids: Vec<&str> = log["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["id"].as_str())
+        .collect();
+    assert!(ids.contains(&later["id"].as_str().expect("id")), "{log}");
+    assert_eq!(log["tags"]["later-work"], later["id"]);
+}
