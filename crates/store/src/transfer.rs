@@ -95,13 +95,18 @@ pub fn export(
                 1
             }
             BundleKind::Snapshot => {
+                let mut timer = agentbox_core::timing::Timer::start("export");
                 let mut node = target.clone();
                 node.parent = None;
-                let layer = bundle::layer_from_trees(None, &store.node_tree(&target)?)?;
+                let tree = store.node_tree(&target)?;
+                timer.lap("scan");
+                let layer = bundle::layer_from_trees(None, &tree)?;
                 let mut m = Manifest::new(kind, env, &target.id);
                 m.nodes.push(manifest_node(&node, None, &layer)?);
+                timer.lap("manifest");
                 w.write_manifest(&m)?;
                 w.write_layer(&target.id, &layer)?;
+                timer.lap("write");
                 1
             }
             BundleKind::History => {

@@ -118,6 +118,10 @@ fn list_dir(dir: &Path) -> Result<Vec<OsString>> {
 
 /// Every entry under `root` (the root itself included, with the empty relative path),
 /// never following symlinks. Overlay xattrs are kept: this reports a raw directory.
+///
+/// The walk goes level by level; the directories of a level are read by one thread per
+/// core, since reading metadata (lstat, xattrs) is most of the cost of exporting or diffing
+/// a large tree.
 pub fn scan_tree(root: &Path) -> Result<Tree> {
     let mut tree = Tree::default();
     let meta = read_meta(root)?;
@@ -130,31 +134,66 @@ pub fn scan_tree(root: &Path) -> Result<Tree> {
             meta,
         },
     );
-    if is_dir {
-        scan_dir(root, Path::new(""), &mut tree)?;
+    if !is_dir {
+        return Ok(tree);
+    }
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let mut level: Vec<(PathBuf, PathBuf)> = vec![(root.to_path_buf(), PathBuf::new())];
+    while !level.is_empty() {
+        let results: Vec<Result<Scanned>> = if workers == 1 || level.len() == 1 {
+            vec![scan_dirs(&level)]
+        } else {
+            let chunk = level.len().div_ceil(workers);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = level
+                    .chunks(chunk)
+                    .map(|dirs| s.spawn(move || scan_dirs(dirs)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .expect("a scan worker only returns errors, never panics")
+                    })
+                    .collect()
+            })
+        };
+        let mut next = Vec::new();
+        for result in results {
+            let (entries, dirs) = result?;
+            for e in entries {
+                tree.entries.insert(e.rel.clone(), e);
+            }
+            next.extend(dirs);
+        }
+        level = next;
     }
     Ok(tree)
 }
 
-fn scan_dir(abs: &Path, rel: &Path, tree: &mut Tree) -> Result<()> {
-    for name in list_dir(abs)? {
-        let child_abs = abs.join(&name);
-        let child_rel = rel.join(&name);
-        let meta = read_meta(&child_abs)?;
-        let is_dir = meta.is_dir();
-        tree.entries.insert(
-            child_rel.clone(),
-            Entry {
-                rel: child_rel.clone(),
-                src: child_abs.clone(),
+/// Entries found in some directories, and the subdirectories among them (absolute, relative).
+type Scanned = (Vec<Entry>, Vec<(PathBuf, PathBuf)>);
+
+/// The children of each directory `(absolute, relative)` of `dirs`.
+fn scan_dirs(dirs: &[(PathBuf, PathBuf)]) -> Result<Scanned> {
+    let mut entries = Vec::new();
+    let mut subdirs = Vec::new();
+    for (abs, rel) in dirs {
+        for name in list_dir(abs)? {
+            let child_abs = abs.join(&name);
+            let child_rel = rel.join(&name);
+            let meta = read_meta(&child_abs)?;
+            if meta.is_dir() {
+                subdirs.push((child_abs.clone(), child_rel.clone()));
+            }
+            entries.push(Entry {
+                rel: child_rel,
+                src: child_abs,
                 meta,
-            },
-        );
-        if is_dir {
-            scan_dir(&child_abs, &child_rel, tree)?;
+            });
         }
     }
-    Ok(())
+    Ok((entries, subdirs))
 }
 
 /// An overlayfs whiteout: a 0/0 character device, or (overlayfs ≥ 6.7) a regular file
@@ -189,6 +228,24 @@ pub fn scan_chain(layers: &[&Path]) -> Result<Tree> {
     let Some(top) = layers.first() else {
         return Ok(tree);
     };
+    if let [only] = layers {
+        // One layer merges with nothing: its tree minus whiteouts (which hide nothing and are
+        // not entries) and overlay bookkeeping. The parallel walk makes this the fast path
+        // for btrfs nodes and complete layers.
+        let mut tree = scan_tree(only)?;
+        if !tree.root().is_some_and(|r| r.meta.is_dir()) {
+            return Err(Error::Backend {
+                path: only.to_path_buf(),
+                message: "a layer root must be a directory".into(),
+            });
+        }
+        tree.entries
+            .retain(|rel, e| rel.as_os_str().is_empty() || !is_whiteout(&e.meta));
+        for e in tree.entries.values_mut() {
+            strip_overlay_xattrs(&mut e.meta);
+        }
+        return Ok(tree);
+    }
     let mut root_meta = read_meta(top)?;
     if !root_meta.is_dir() {
         return Err(Error::Backend {
