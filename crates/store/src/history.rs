@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::backend::BackendKind;
 use crate::fsops::diff::{diff_trees, Change};
-use crate::fsops::scan::{scan_chain, scan_tree};
+use crate::fsops::scan::{scan_chain, scan_tree, strip_overlay_xattrs};
 use crate::fsops::Tree;
 use crate::node::Node;
 use crate::store::Store;
@@ -162,7 +162,9 @@ impl Store {
             Some(b) => self.node_tree(&self.node(&self.resolve_in(&state, b)?)?)?,
             None => {
                 let mut t = scan_tree(&state.mountpoint)?;
-                strip_overlay_xattrs(&mut t);
+                for e in t.entries.values_mut() {
+                    strip_overlay_xattrs(&mut e.meta);
+                }
                 t
             }
         };
@@ -211,15 +213,5 @@ impl Store {
             logical_bytes: usage.logical_bytes,
             env,
         })
-    }
-}
-
-/// Remove overlayfs bookkeeping xattrs (`trusted.overlay.*`, `user.overlay.*`) from a scanned
-/// tree: they describe layers, not content.
-pub(crate) fn strip_overlay_xattrs(tree: &mut Tree) {
-    for e in tree.entries.values_mut() {
-        e.meta
-            .xattrs
-            .retain(|k, _| !k.starts_with("trusted.overlay.") && !k.starts_with("user.overlay."));
     }
 }

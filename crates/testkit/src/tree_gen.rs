@@ -303,30 +303,20 @@ fn raw_kind(privileged: bool) -> BoxedStrategy<RawKind> {
         });
     let symlink = prop::sample::select(LINK_TARGETS.to_vec()).prop_map(RawKind::Symlink);
     let hardlink = any::<Index>().prop_map(RawKind::Hardlink);
+    let mut kinds: Vec<(u32, BoxedStrategy<RawKind>)> = vec![
+        (3, Just(RawKind::Dir).boxed()),
+        (5, file.boxed()),
+        (1, sparse.boxed()),
+        (2, symlink.boxed()),
+        (2, hardlink.boxed()),
+        (1, Just(RawKind::Fifo).boxed()),
+        (1, Just(RawKind::Socket).boxed()),
+    ];
     if privileged {
-        prop_oneof![
-            3 => Just(RawKind::Dir),
-            5 => file,
-            1 => sparse,
-            2 => symlink,
-            2 => hardlink,
-            1 => Just(RawKind::Fifo),
-            1 => Just(RawKind::Socket),
-            1 => Just(RawKind::CharDev),
-        ]
-        .boxed()
-    } else {
-        prop_oneof![
-            3 => Just(RawKind::Dir),
-            5 => file,
-            1 => sparse,
-            2 => symlink,
-            2 => hardlink,
-            1 => Just(RawKind::Fifo),
-            1 => Just(RawKind::Socket),
-        ]
-        .boxed()
+        // Device nodes need CAP_MKNOD.
+        kinds.push((1, Just(RawKind::CharDev).boxed()));
     }
+    prop::strategy::Union::new_weighted(kinds).boxed()
 }
 
 fn raw_node(privileged: bool) -> impl Strategy<Value = RawNode> {

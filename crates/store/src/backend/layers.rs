@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendKind, LayerRecord, WorkDirs};
 use crate::fsops::copy::{copy_tree, CopyOpts};
-use crate::fsops::scan::{read_meta, scan_tree};
+use crate::fsops::scan::{read_meta, scan_tree, strip_overlay_xattrs};
 use crate::fsops::{Entry, Kind, Meta, Tree};
 use crate::store::io_at;
 use crate::{Error, Result};
@@ -159,7 +159,7 @@ impl LayersBackend {
         })?;
         let top_dir = self.layer_dir(&top.id);
         let mut meta = read_meta(&top_dir)?;
-        strip_overlay(&mut meta);
+        strip_overlay_xattrs(&mut meta);
         let mut tree = Tree::default();
         tree.entries.insert(
             PathBuf::new(),
@@ -186,7 +186,7 @@ impl LayersBackend {
         Mark {
             ino: meta.ino,
             ctime: (meta.ctime_sec, meta.ctime_nsec),
-            whiteout: is_whiteout(meta),
+            whiteout: meta.is_whiteout(),
             dir: meta.kind == Kind::Dir,
         }
     }
@@ -272,7 +272,7 @@ impl LayersBackend {
                 }
                 if marks.contains_key(a) {
                     let mut e = entry_of(a)?;
-                    strip_overlay(&mut e.meta);
+                    strip_overlay_xattrs(&mut e.meta);
                     tree.entries.insert(a.to_owned(), e);
                 }
             }
@@ -349,16 +349,6 @@ fn copy_opts() -> CopyOpts {
         reflink: true,
         ..CopyOpts::default()
     }
-}
-
-/// True for an overlayfs whiteout (char device 0/0).
-fn is_whiteout(meta: &Meta) -> bool {
-    meta.kind == Kind::CharDev && meta.rdev == 0
-}
-
-fn strip_overlay(meta: &mut Meta) {
-    meta.xattrs
-        .retain(|k, _| !k.starts_with("trusted.overlay.") && !k.starts_with("user.overlay."));
 }
 
 fn ensure_whiteout_template(path: &Path) -> Result<()> {
@@ -510,7 +500,7 @@ impl Backend for LayersBackend {
             fs_err::create_dir_all(&tmp)?;
             let mut tree = scan_tree(&dirs.mountpoint)?;
             for e in tree.entries.values_mut() {
-                strip_overlay(&mut e.meta);
+                strip_overlay_xattrs(&mut e.meta);
             }
             copy_tree(&tree, &tmp, &copy_opts())?;
             let upper = Self::scan_upper(dirs)?;

@@ -212,7 +212,9 @@ fn is_opaque(meta: &Meta) -> bool {
         .any(|k| meta.xattrs.get(*k).map(|v| v.as_slice()) == Some(b"y"))
 }
 
-fn strip_overlay_xattrs(meta: &mut Meta) {
+/// Remove overlayfs bookkeeping xattrs (`trusted.overlay.*`, `user.overlay.*`): they
+/// describe layers, not content.
+pub fn strip_overlay_xattrs(meta: &mut Meta) {
     meta.xattrs.retain(|k, _| !is_overlay_xattr(k));
 }
 
