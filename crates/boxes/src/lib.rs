@@ -1,0 +1,1 @@
+//! Boxes: records, the per-box supervisor, auto-capture and resource limits.

@@ -1,0 +1,1 @@
+//! Running processes in a box on Linux: namespaces, the box's root filesystem, PID 1, PTYs.
