@@ -310,7 +310,7 @@ fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
         store.config().backend
     ));
     let state = ctx.busy("copying the tree into the first node", || {
-        store.create_env(&name, &dir, source, &message)
+        store.create_env(&name, Some(&dir), source, &message)
     })?;
     ctx.out(
         &EnvCreated {
@@ -321,7 +321,7 @@ fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
         || {
             format!(
                 "{} is now versioned as environment {:?} (node {}).\nEdit it with any tool, then: agentbox commit {} -m \"what changed\"\n",
-                state.mountpoint.display(),
+                render::place(&state.mountpoint),
                 state.name,
                 render::short(&state.head),
                 state.name
@@ -340,12 +340,12 @@ fn list(ctx: &Ctx) -> CliResult {
                 "{:<20} {:<14} {:<8} {}\n",
                 e.name,
                 render::short(&e.head),
-                if agentbox_store::mounts::is_mountpoint(&e.mountpoint) {
-                    "yes"
-                } else {
-                    "no"
+                match &e.mountpoint {
+                    None => "-",
+                    Some(m) if agentbox_store::mounts::is_mountpoint(m) => "yes",
+                    Some(_) => "no",
                 },
-                e.mountpoint.display()
+                render::place(&e.mountpoint)
             ));
         }
         s
@@ -373,13 +373,15 @@ fn checkout(ctx: &Ctx, args: &[String]) -> CliResult {
     let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
     let node = store.checkout(&env, &rest[0])?;
     let state = store.env(&env)?;
-    if std::env::current_dir().is_ok_and(|cwd| cwd.starts_with(&state.mountpoint))
-        || std::env::var_os("PWD").is_some_and(|p| Path::new(&p).starts_with(&state.mountpoint))
-    {
+    let inside = |m: &Path| {
+        std::env::current_dir().is_ok_and(|cwd| cwd.starts_with(m))
+            || std::env::var_os("PWD").is_some_and(|p| Path::new(&p).starts_with(m))
+    };
+    if state.mountpoint.as_deref().is_some_and(inside) {
         // The working tree was remounted: a shell already inside it still sees the old one.
         ctx.note(format!(
             "note: {} was remounted; shells already inside it see the previous tree until they run: cd \"$PWD\"",
-            state.mountpoint.display()
+            render::place(&state.mountpoint)
         ));
     }
     ctx.out(&node, || {
@@ -556,7 +558,7 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             s.push_str(&format!(
                 "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",
                 e.name,
-                e.mountpoint.display(),
+                render::place(&e.mountpoint),
                 if e.mounted { "mounted" } else { "NOT mounted: run `agentbox mount`" },
                 render::short(&e.head),
                 e.nodes,
@@ -671,7 +673,7 @@ fn mount(ctx: &Ctx, args: &[String], mount: bool) -> CliResult {
         format!(
             "{} {}\n",
             if mount { "mounted" } else { "unmounted" },
-            state.mountpoint.display()
+            render::place(&state.mountpoint)
         )
     })
 }
@@ -689,7 +691,7 @@ fn destroy(ctx: &Ctx, args: &[String]) -> CliResult {
     ctx.out(&state, || {
         format!(
             "destroyed environment {env:?} ({} is unmounted; `agentbox gc` frees unreferenced data)\n",
-            state.mountpoint.display()
+            render::place(&state.mountpoint)
         )
     })
 }

@@ -150,3 +150,12 @@ pub fn changes(list: &[Change]) -> String {
     );
     out
 }
+
+/// Where an environment's working tree is visible: its directory, or "(box)" for a box,
+/// whose tree is visible only inside it.
+pub fn place(mountpoint: &Option<std::path::PathBuf>) -> String {
+    match mountpoint {
+        Some(m) => m.display().to_string(),
+        None => "(box)".to_owned(),
+    }
+}

@@ -67,7 +67,7 @@ pub struct Status {
 #[derive(Debug, Clone, Serialize)]
 pub struct EnvStatus {
     pub name: String,
-    pub mountpoint: PathBuf,
+    pub mountpoint: Option<PathBuf>,
     pub mounted: bool,
     pub head: String,
     pub nodes: usize,
@@ -158,10 +158,17 @@ impl Store {
     pub fn diff(&self, env: &str, a: &str, b: Option<&str>) -> Result<Vec<Change>> {
         let state = self.env(env)?;
         let old = self.node_tree(&self.node(&self.resolve_in(&state, a)?)?)?;
+        // Kept until the comparison has read the files it names.
+        let mut _view = None;
         let new = match b {
             Some(b) => self.node_tree(&self.node(&self.resolve_in(&state, b)?)?)?,
             None => {
-                let mut t = scan_tree(&state.mountpoint)?;
+                let head = self.node(&state.head)?;
+                let view = _view.insert(
+                    self.backend()
+                        .working_view(&self.work_dirs(&state), &self.chain(&head)?)?,
+                );
+                let mut t = scan_tree(&view.path)?;
                 for e in t.entries.values_mut() {
                     strip_overlay_xattrs(&mut e.meta);
                 }
@@ -190,7 +197,10 @@ impl Store {
                 let state = self.env(name)?;
                 let head = self.node(&state.head)?;
                 Some(EnvStatus {
-                    mounted: crate::mounts::is_mountpoint(&state.mountpoint),
+                    mounted: state
+                        .mountpoint
+                        .as_deref()
+                        .is_some_and(crate::mounts::is_mountpoint),
                     name: name.to_owned(),
                     mountpoint: state.mountpoint.clone(),
                     head: state.head.clone(),

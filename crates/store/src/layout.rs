@@ -60,10 +60,10 @@ impl Layout {
     pub fn env_lock(&self, name: &str) -> PathBuf {
         self.env_dir(name).join("lock")
     }
-    pub fn work_dirs(&self, name: &str, mountpoint: &Path) -> WorkDirs {
+    pub fn work_dirs(&self, name: &str, mountpoint: Option<&Path>) -> WorkDirs {
         WorkDirs {
             work: self.env_dir(name).join("work"),
-            mountpoint: mountpoint.to_owned(),
+            mountpoint: mountpoint.map(Path::to_owned),
         }
     }
     pub fn refs(&self) -> PathBuf {

@@ -51,8 +51,10 @@ pub struct StoreConfig {
 pub struct EnvState {
     pub name: String,
     pub created: DateTime<Utc>,
-    /// The user-visible directory.
-    pub mountpoint: PathBuf,
+    /// The user-visible directory; `None` for a box, whose working tree is mounted only
+    /// inside the box.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mountpoint: Option<PathBuf>,
     pub head: String,
     /// Sequence number the next commit gets; strictly increasing.
     pub next_seq: u64,
@@ -393,8 +395,8 @@ impl Store {
         Ok(self
             .envs()?
             .into_iter()
-            .filter(|e| path.starts_with(&e.mountpoint))
-            .max_by_key(|e| e.mountpoint.as_os_str().len()))
+            .filter(|e| e.mountpoint.as_ref().is_some_and(|m| path.starts_with(m)))
+            .max_by_key(|e| e.mountpoint.as_ref().map_or(0, |m| m.as_os_str().len())))
     }
 
     /// Claim environment name `name` by creating its directory: exactly one creator wins,
@@ -416,15 +418,16 @@ impl Store {
     }
 
     pub(crate) fn work_dirs(&self, state: &EnvState) -> WorkDirs {
-        self.layout.work_dirs(&state.name, &state.mountpoint)
+        self.layout
+            .work_dirs(&state.name, state.mountpoint.as_deref())
     }
 
-    /// Create environment `name` whose working tree is mounted at `mountpoint`, with a first
-    /// node holding `source`.
+    /// Create environment `name` whose working tree is mounted at `mountpoint` (none for a
+    /// box), with a first node holding `source`.
     pub fn create_env(
         &self,
         name: &str,
-        mountpoint: &Path,
+        mountpoint: Option<&Path>,
         source: Source,
         message: &str,
     ) -> Result<EnvState> {
@@ -451,23 +454,11 @@ impl Store {
     fn create_env_locked(
         &self,
         name: &str,
-        mountpoint: &Path,
+        mountpoint: Option<&Path>,
         source: Source,
         message: &str,
     ) -> Result<EnvState> {
-        fs_err::create_dir_all(mountpoint)?;
-        let mountpoint = fs_err::canonicalize(mountpoint)?;
-        if let Some(other) = self
-            .envs()?
-            .into_iter()
-            .find(|e| e.mountpoint == mountpoint)
-        {
-            return Err(Error::Refused {
-                action: "create an environment at",
-                id: mountpoint.display().to_string(),
-                reason: format!("environment {:?} is already mounted there", other.name),
-            });
-        }
+        let mountpoint = self.claim_mountpoint(mountpoint)?;
         let layer_id = new_id();
         let record = match source {
             Source::Empty => self.backend.empty_layer(&layer_id)?,
@@ -508,24 +499,45 @@ impl Store {
         Ok(state)
     }
 
+    /// Canonical form of a new environment's mount point, refused when another environment
+    /// is mounted there.
+    fn claim_mountpoint(&self, mountpoint: Option<&Path>) -> Result<Option<PathBuf>> {
+        let Some(mountpoint) = mountpoint else {
+            return Ok(None);
+        };
+        fs_err::create_dir_all(mountpoint)?;
+        let mountpoint = fs_err::canonicalize(mountpoint)?;
+        if let Some(other) = self
+            .envs()?
+            .into_iter()
+            .find(|e| e.mountpoint.as_ref() == Some(&mountpoint))
+        {
+            return Err(Error::Refused {
+                action: "create an environment at",
+                id: mountpoint.display().to_string(),
+                reason: format!("environment {:?} is already mounted there", other.name),
+            });
+        }
+        Ok(Some(mountpoint))
+    }
+
     /// Fork: a new environment whose HEAD is an existing node (no data is copied).
     pub fn fork_env(
         &self,
         from_env: &str,
         reference: &str,
         name: &str,
-        mountpoint: &Path,
+        mountpoint: Option<&Path>,
     ) -> Result<EnvState> {
         names::validate("environment", name)?;
         let node = self.node(&self.resolve(from_env, reference)?)?;
         let _store = self.lock_store(Mode::Shared, "fork")?;
         let env_dir = self.claim_env_dir(name)?;
         let result = (|| {
-            fs_err::create_dir_all(mountpoint)?;
             let state = EnvState {
                 name: name.to_owned(),
                 created: Utc::now(),
-                mountpoint: fs_err::canonicalize(mountpoint)?,
+                mountpoint: self.claim_mountpoint(mountpoint)?,
                 head: node.id.clone(),
                 next_seq: 1,
                 tags: BTreeMap::new(),

@@ -271,7 +271,7 @@ pub fn import(
                 let layer = only_tree(imported.layers, &file)?;
                 let state = store.create_env(
                     name,
-                    dir,
+                    Some(dir),
                     Source::Staged(layer),
                     &format!("imported from {src}"),
                 )?;
@@ -364,7 +364,7 @@ fn import_history(
     let state = EnvState {
         name: name.to_owned(),
         created: Utc::now(),
-        mountpoint: fs_err::canonicalize(dir)?,
+        mountpoint: Some(fs_err::canonicalize(dir)?),
         head: manifest.head.clone(),
         next_seq: max_seq + 1,
         tags: manifest.tags.clone(),

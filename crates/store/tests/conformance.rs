@@ -100,7 +100,7 @@ fn commit_checkout_round_trip() {
         write(&src.join("sub/b.txt"), "two");
         let dir = fx.dir("proj");
         let st = store
-            .create_env("proj", &dir, Source::Dir(src.clone()), "initial")
+            .create_env("proj", Some(&dir), Source::Dir(src.clone()), "initial")
             .expect("create");
         assert_eq!(read(&dir.join("a.txt")), "one");
         let root = st.head.clone();
@@ -157,7 +157,7 @@ fn refs_tags_and_errors() {
         let store = fx.store();
         let dir = fx.dir("t");
         store
-            .create_env("tenv", &dir, Source::Empty, "empty")
+            .create_env("tenv", Some(&dir), Source::Empty, "empty")
             .expect("create");
         write(&dir.join("f"), "1");
         let a = commit(&store, "tenv", "a");
@@ -224,12 +224,14 @@ fn fork_shares_nodes_and_envs_commit_independently() {
         let store = fx.store();
         let d1 = fx.dir("one");
         store
-            .create_env("one", &d1, Source::Empty, "e")
+            .create_env("one", Some(&d1), Source::Empty, "e")
             .expect("create");
         write(&d1.join("shared"), "base");
         let base = commit(&store, "one", "base");
         let d2 = fx.dir("two");
-        store.fork_env("one", &base, "two", &d2).expect("fork");
+        store
+            .fork_env("one", &base, "two", Some(&d2))
+            .expect("fork");
         assert_eq!(read(&d2.join("shared")), "base");
         // Two threads commit to two environments at once: no work is lost.
         let root = store.root().to_owned();
@@ -265,7 +267,7 @@ fn retention_keeps_structure_and_thins_the_tail() {
         let store = fx.store();
         let dir = fx.dir("r");
         store
-            .create_env("r", &dir, Source::Empty, "e")
+            .create_env("r", Some(&dir), Source::Empty, "e")
             .expect("create");
         let mut ids = Vec::new();
         for i in 0..120 {
@@ -301,7 +303,7 @@ fn export_import_history_round_trip() {
         write(&src.join("keep"), "k");
         write(&src.join("dir/inner"), "i");
         store
-            .create_env("x", &dir, Source::Dir(src), "initial")
+            .create_env("x", Some(&dir), Source::Dir(src), "initial")
             .expect("create");
         let refs = fx.base.join("xrefs");
         snapshot_copy(&dir, &refs.join("0"));
@@ -430,7 +432,7 @@ proptest::proptest! {
             let dir = fx.dir("rnd");
             let refs = fx.base.join("rndrefs");
             let _ = std::fs::remove_dir_all(&refs);
-            let st = store.create_env("rnd", &dir, Source::Empty, "empty").expect("create");
+            let st = store.create_env("rnd", Some(&dir), Source::Empty, "empty").expect("create");
             let mut nodes = vec![(st.head.clone(), refs.join("0"))];
             snapshot_copy(&dir, &nodes[0].1);
             for (i, op) in ops.iter().chain(std::iter::once(&Op::Commit)).enumerate() {
@@ -462,7 +464,7 @@ fn recreated_directory_keeps_later_additions() {
         write(&src.join("a/old"), "old");
         let dir = fx.dir("od");
         store
-            .create_env("od", &dir, Source::Dir(src), "initial")
+            .create_env("od", Some(&dir), Source::Dir(src), "initial")
             .expect("create");
         std::fs::remove_dir_all(dir.join("a")).expect("rm");
         write(&dir.join("a/new1"), "1");
@@ -493,7 +495,7 @@ proptest::proptest! {
             agentbox_testkit::tree_gen::materialize(&spec, &src);
             let store = fx.store();
             let dir = fx.dir("fid");
-            store.create_env("fid", &dir, Source::Dir(src.clone()), "tree").expect("create");
+            store.create_env("fid", Some(&dir), Source::Dir(src.clone()), "tree").expect("create");
             assert_same(&src, &dir, "created");
             write(&dir.join("extra-file"), "x");
             commit(&store, "fid", "extra");
@@ -525,11 +527,11 @@ fn gc_is_safe_during_commits() {
         let store = fx.store();
         let d1 = fx.dir("busy");
         store
-            .create_env("busy", &d1, Source::Empty, "e")
+            .create_env("busy", Some(&d1), Source::Empty, "e")
             .expect("create");
         let d2 = fx.dir("idle");
         store
-            .create_env("idle", &d2, Source::Empty, "e")
+            .create_env("idle", Some(&d2), Source::Empty, "e")
             .expect("create");
         for i in 0..5 {
             write(&d2.join("f"), &i.to_string());

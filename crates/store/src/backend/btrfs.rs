@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use agentbox_sys::btrfs;
 use rustix::fs::{Gid, Mode, Timespec, Timestamps, Uid};
 
-use super::{Backend, BackendKind, LayerRecord, WorkDirs};
+use super::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
 use crate::{Error, Result};
 
 const TMP_PREFIX: &str = ".tmp-";
@@ -224,17 +224,24 @@ impl BtrfsBackend {
     /// Whether the mount point currently shows the environment's working subvolume.
     fn is_mounted(dirs: &WorkDirs) -> Result<bool> {
         let tree = Self::tree(dirs);
-        let (Ok(mp), Ok(tr)) = (fs_err::metadata(&dirs.mountpoint), fs_err::metadata(&tree)) else {
+        let Some(mountpoint) = &dirs.mountpoint else {
+            return Ok(false);
+        };
+        let (Ok(mp), Ok(tr)) = (fs_err::metadata(mountpoint), fs_err::metadata(&tree)) else {
             return Ok(false);
         };
         Ok(mp.dev() == tr.dev() && mp.ino() == tr.ino())
     }
 
+    /// Bind the working subvolume at the mount point (nothing to do for a box).
     fn bind(dirs: &WorkDirs) -> Result<()> {
-        fs_err::create_dir_all(&dirs.mountpoint)?;
+        let Some(mountpoint) = &dirs.mountpoint else {
+            return Ok(());
+        };
+        fs_err::create_dir_all(mountpoint)?;
         let tree = Self::tree(dirs);
-        rustix::mount::mount_bind(&tree, &dirs.mountpoint).map_err(|e| Error::Backend {
-            path: dirs.mountpoint.clone(),
+        rustix::mount::mount_bind(&tree, mountpoint).map_err(|e| Error::Backend {
+            path: mountpoint.clone(),
             message: format!("bind-mount {}: {}", tree.display(), std::io::Error::from(e)),
         })
     }
@@ -321,30 +328,47 @@ impl Backend for BtrfsBackend {
         // Only ever our own bind mounts: a btrfs mount of the store's device at the mount
         // point. The user's directory may itself sit on some other mount. Stacked mounts
         // (from an interrupted earlier run) are all removed.
+        let Some(mountpoint) = &dirs.mountpoint else {
+            return Ok(());
+        };
         let store_source = crate::mounts::mount_containing(&self.store_dir).map(|m| m.source);
         let ours = || {
-            crate::mounts::top_mount(&dirs.mountpoint)
+            crate::mounts::top_mount(mountpoint)
                 .is_some_and(|m| m.fstype == "btrfs" && Some(&m.source) == store_source.as_ref())
         };
         for _ in 0..16 {
             if !ours() {
                 return Ok(());
             }
-            match rustix::mount::unmount(&dirs.mountpoint, rustix::mount::UnmountFlags::DETACH) {
+            match rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH) {
                 Ok(()) => continue,
                 Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => return Ok(()),
                 Err(e) => {
                     return Err(Error::Backend {
-                        path: dirs.mountpoint.clone(),
+                        path: mountpoint.clone(),
                         message: format!("unmount: {}", std::io::Error::from(e)),
                     })
                 }
             }
         }
         Err(Error::Backend {
-            path: dirs.mountpoint.clone(),
+            path: mountpoint.clone(),
             message: "still mounted after 16 unmounts".to_owned(),
         })
+    }
+
+    fn box_layers(&self, dirs: &WorkDirs, _chain: &[LayerRecord]) -> Result<BoxLayers> {
+        // Overlayfs needs its work directory in the same btrfs subvolume as the upper
+        // directory (it renames between them), and the working subvolume's root is the tree
+        // itself. Boxes therefore run on the `layers` backend for now.
+        Err(Error::Backend {
+            path: dirs.work.clone(),
+            message: "boxes are not supported on a btrfs store yet; use a store on another filesystem (AGENTBOX_HOME) or `--backend layers`".into(),
+        })
+    }
+
+    fn working_view(&self, dirs: &WorkDirs, _chain: &[LayerRecord]) -> Result<WorkingView> {
+        Ok(WorkingView::existing(Self::tree(dirs)))
     }
 
     fn remove_work(&self, dirs: &WorkDirs) -> Result<()> {

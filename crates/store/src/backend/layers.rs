@@ -28,7 +28,7 @@ use agentbox_core::failpoint;
 use rustix::mount::{MountFlags, UnmountFlags};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Backend, BackendKind, LayerRecord, WorkDirs};
+use crate::backend::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
 use crate::fsops::copy::{copy_tree, CopyOpts};
 use crate::fsops::scan::{read_meta, scan_tree, strip_overlay_xattrs};
 use crate::fsops::{Entry, Kind, Meta, Tree};
@@ -97,10 +97,10 @@ impl LayersBackend {
         dirs.work.join("captured.pending.json")
     }
 
-    fn mount_overlay(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+    /// The overlay `lowerdir=` value for `dirs` (top first).
+    fn lowerdir(dirs: &[PathBuf]) -> Result<String> {
         let mut lower = String::new();
-        for (i, l) in chain.iter().enumerate() {
-            let d = self.layer_dir(&l.id);
+        for (i, d) in dirs.iter().enumerate() {
             let s = d.to_str().ok_or_else(|| Error::Backend {
                 path: d.clone(),
                 message: "store paths must be UTF-8 to be used as overlay layers".into(),
@@ -116,19 +116,33 @@ impl LayersBackend {
             }
             lower.push_str(s);
         }
+        Ok(lower)
+    }
+
+    fn chain_dirs(&self, chain: &[LayerRecord]) -> Vec<PathBuf> {
+        chain.iter().map(|l| self.layer_dir(&l.id)).collect()
+    }
+
+    /// Mount the working overlay at the mount point (nothing to do for a box, whose overlay
+    /// lives in its own mount namespace).
+    fn mount_overlay(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        let Some(mountpoint) = &dirs.mountpoint else {
+            return Ok(());
+        };
+        let lower = Self::lowerdir(&self.chain_dirs(chain))?;
         let data = format!(
             "lowerdir={lower},upperdir={},workdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
             Self::upper(dirs).display(),
             Self::ovl(dirs).display()
         );
         let data = std::ffi::CString::new(data).map_err(|_| Error::Backend {
-            path: dirs.mountpoint.clone(),
+            path: mountpoint.clone(),
             message: "overlay options contain a NUL byte".into(),
         })?;
-        fs_err::create_dir_all(&dirs.mountpoint)?;
+        fs_err::create_dir_all(mountpoint)?;
         rustix::mount::mount(
             crate::mounts::OVERLAY_SOURCE,
-            &dirs.mountpoint,
+            mountpoint,
             "overlay",
             MountFlags::empty(),
             data.as_c_str(),
@@ -136,12 +150,12 @@ impl LayersBackend {
         .map_err(|e| {
             if e == rustix::io::Errno::PERM || e == rustix::io::Errno::ACCESS {
                 Error::NeedsRoot {
-                    operation: format!("mounting the overlay at {}", dirs.mountpoint.display()),
+                    operation: format!("mounting the overlay at {}", mountpoint.display()),
                     reason: "the layers backend mounts an overlay filesystem; run as root (or keep the store on btrfs)".into(),
                 }
             } else {
                 Error::Backend {
-                    path: dirs.mountpoint.clone(),
+                    path: mountpoint.clone(),
                     message: format!("mounting overlay failed: {e}"),
                 }
             }
@@ -486,11 +500,13 @@ impl Backend for LayersBackend {
             path: dirs.work.clone(),
             message: "commit without a HEAD layer".into(),
         })?;
-        if !crate::mounts::is_our_overlay(&dirs.mountpoint) {
-            return Err(Error::Backend {
-                path: dirs.mountpoint.clone(),
-                message: "the working tree is not mounted (run `agentbox mount` first)".into(),
-            });
+        if let Some(mountpoint) = &dirs.mountpoint {
+            if !crate::mounts::is_our_overlay(mountpoint) {
+                return Err(Error::Backend {
+                    path: mountpoint.clone(),
+                    message: "the working tree is not mounted (run `agentbox mount` first)".into(),
+                });
+            }
         }
         let now = if head.depth + 1 > self.max_depth {
             // Flatten: the new layer is the complete merged tree.
@@ -498,7 +514,8 @@ impl Backend for LayersBackend {
             let tmp = self.tmp_layer(id);
             self.remove_tree(&tmp)?;
             fs_err::create_dir_all(&tmp)?;
-            let mut tree = scan_tree(&dirs.mountpoint)?;
+            let view = self.working_view(dirs, chain)?;
+            let mut tree = scan_tree(&view.path)?;
             for e in tree.entries.values_mut() {
                 strip_overlay_xattrs(&mut e.meta);
             }
@@ -544,7 +561,11 @@ impl Backend for LayersBackend {
     }
 
     fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
-        if crate::mounts::is_our_overlay(&dirs.mountpoint) {
+        if dirs
+            .mountpoint
+            .as_deref()
+            .is_some_and(crate::mounts::is_our_overlay)
+        {
             return Ok(());
         }
         fs_err::create_dir_all(Self::upper(dirs))?;
@@ -554,11 +575,62 @@ impl Backend for LayersBackend {
 
     fn unmount(&self, dirs: &WorkDirs) -> Result<()> {
         // Only ever our own overlay: the user's directory may itself sit on another mount.
-        while crate::mounts::is_our_overlay(&dirs.mountpoint) {
-            rustix::mount::unmount(&dirs.mountpoint, UnmountFlags::DETACH)
-                .map_err(|e| Error::Io(io_at(&dirs.mountpoint, e.into())))?;
+        let Some(mountpoint) = &dirs.mountpoint else {
+            return Ok(());
+        };
+        while crate::mounts::is_our_overlay(mountpoint) {
+            rustix::mount::unmount(mountpoint, UnmountFlags::DETACH)
+                .map_err(|e| Error::Io(io_at(mountpoint, e.into())))?;
         }
         Ok(())
+    }
+
+    fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
+        fs_err::create_dir_all(Self::upper(dirs))?;
+        fs_err::create_dir_all(Self::ovl(dirs))?;
+        Ok(BoxLayers {
+            lowers: self.chain_dirs(chain),
+            upper: Self::upper(dirs),
+            workdir: Self::ovl(dirs),
+        })
+    }
+
+    /// The mount point, or (for a box) a read-only overlay of the upper directory over the
+    /// chain, mounted for as long as the view lives. Whiteouts of the box's base are not
+    /// part of that view: it shows the layer, not the box's whole root.
+    fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView> {
+        if let Some(mountpoint) = &dirs.mountpoint {
+            return Ok(WorkingView::existing(mountpoint.clone()));
+        }
+        let mut lowers = vec![Self::upper(dirs)];
+        // HEAD's chain is never empty, so this is at least the two lowers overlayfs needs.
+        lowers.extend(self.chain_dirs(chain));
+        let view = dirs.work.join(format!(
+            "view-{}-{}",
+            std::process::id(),
+            agentbox_core::id::new_id()
+        ));
+        fs_err::create_dir_all(&view)?;
+        let data = format!(
+            "lowerdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
+            Self::lowerdir(&lowers)?
+        );
+        let data = std::ffi::CString::new(data).map_err(|_| Error::Backend {
+            path: view.clone(),
+            message: "overlay options contain a NUL byte".into(),
+        })?;
+        rustix::mount::mount(
+            crate::mounts::OVERLAY_SOURCE,
+            &view,
+            "overlay",
+            MountFlags::RDONLY,
+            data.as_c_str(),
+        )
+        .map_err(|e| Error::Backend {
+            path: view.clone(),
+            message: format!("mounting a view of the working tree failed: {e}"),
+        })?;
+        Ok(WorkingView::mounted(view))
     }
 
     fn remove_work(&self, dirs: &WorkDirs) -> Result<()> {

@@ -68,8 +68,52 @@ pub struct LayerRecord {
 pub struct WorkDirs {
     /// `store/envs/<name>/work`: private to the backend.
     pub work: PathBuf,
-    /// The user-visible directory.
-    pub mountpoint: PathBuf,
+    /// The user-visible directory; `None` for a box, whose working tree is mounted only
+    /// inside the box's own mount namespace (see [`Backend::box_layers`]).
+    pub mountpoint: Option<PathBuf>,
+}
+
+/// The directories a box's root overlay is assembled from, above its base.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoxLayers {
+    /// Read-only layers, top first (HEAD's chain for `layers`; none for `btrfs`).
+    pub lowers: Vec<PathBuf>,
+    /// Where the box's writes go: the working tree.
+    pub upper: PathBuf,
+    /// The overlay work directory: empty, on the same filesystem as `upper`.
+    pub workdir: PathBuf,
+}
+
+/// A read-only view of an environment's working tree; unmounted on drop when it had to be
+/// mounted.
+#[derive(Debug)]
+pub struct WorkingView {
+    pub path: PathBuf,
+    mounted: bool,
+}
+
+impl WorkingView {
+    pub fn existing(path: PathBuf) -> WorkingView {
+        WorkingView {
+            path,
+            mounted: false,
+        }
+    }
+    pub fn mounted(path: PathBuf) -> WorkingView {
+        WorkingView {
+            path,
+            mounted: true,
+        }
+    }
+}
+
+impl Drop for WorkingView {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::DETACH);
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
 }
 
 /// A snapshot backend.
@@ -99,6 +143,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Unmount the mount point (no error when not mounted).
     fn unmount(&self, dirs: &WorkDirs) -> Result<()>;
+
+    /// The directories a box's root overlay is built from (environments without a mount
+    /// point). The working area must have been prepared by `reset_work` or `mount`.
+    fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers>;
+
+    /// A read-only view of the working tree: the mount point when there is one.
+    fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView>;
 
     /// Remove an environment's working area (after unmount).
     fn remove_work(&self, dirs: &WorkDirs) -> Result<()>;
