@@ -1,1 +1,85 @@
-//! Boxes: records, the per-box supervisor, auto-capture and resource limits.
+//! Boxes: records, the per-box supervisor, the client the CLI uses to talk to it.
+
+pub mod client;
+pub mod proto;
+pub mod record;
+pub mod supervisor;
+
+use std::path::{Path, PathBuf};
+
+/// Errors of box operations. Each names the box, path or process involved.
+#[derive(Debug, thiserror::Error)]
+pub enum BoxError {
+    #[error("no box named {name:?}")]
+    NoSuchBox { name: String },
+    #[error("a box named {name:?} already exists")]
+    BoxExists { name: String },
+    #[error("box {name:?} has no process {target}")]
+    NoSuchProcess { name: String, target: u64 },
+    #[error("box {name:?} could not start: {message}")]
+    Sandbox { name: String, message: String },
+    #[error("{message}")]
+    Command { message: String },
+    #[error("supervisor: {0}")]
+    Supervisor(String),
+    #[error("box {name:?}: the supervisor did not start: {message}")]
+    SupervisorStart { name: String, message: String },
+    #[error("{operation} needs root: {reason}")]
+    NeedsRoot { operation: String, reason: String },
+    #[error(transparent)]
+    Store(#[from] agentbox_store::Error),
+    #[error(transparent)]
+    Core(#[from] agentbox_core::Error),
+    #[error("{path}: {source}")]
+    Path {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl BoxError {
+    pub fn io(path: &Path, source: std::io::Error) -> BoxError {
+        BoxError::Path {
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    /// What the user can do about it.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            BoxError::NoSuchBox { .. } => Some("`agentbox list` shows the boxes".into()),
+            BoxError::BoxExists { .. } => {
+                Some("choose another name, or `agentbox destroy NAME` first".into())
+            }
+            BoxError::NoSuchProcess { name, .. } => {
+                Some(format!("`agentbox ps {name}` lists its processes"))
+            }
+            BoxError::Sandbox { name, .. } | BoxError::SupervisorStart { name, .. } => Some(
+                format!("the supervisor's log is in the box's directory; `agentbox start {name}` retries"),
+            ),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+/// A command line as a label: arguments quoted only where a shell would need it.
+pub fn render_command(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -22,8 +22,9 @@ pub struct Cli {
     /// Print machine-readable JSON on stdout.
     #[arg(long, global = true)]
     pub json: bool,
-    /// The environment to act on (instead of the first argument or the current directory).
-    #[arg(short = 'e', long = "env", global = true, value_name = "NAME")]
+    /// The box or environment to act on (instead of the first argument or the current
+    /// directory).
+    #[arg(short = 'b', long = "box", global = true, value_name = "NAME")]
     pub env: Option<String>,
     #[command(subcommand)]
     pub command: Command,
@@ -67,8 +68,118 @@ pub enum Command {
     Mount(Positional),
     /// Unmount an environment's directory (its state is kept): [ENV].
     Unmount(Positional),
-    /// Remove an environment (its nodes are freed by `gc` once unreferenced): ENV.
+    /// Remove a box or environment (its nodes are freed by `gc` once unreferenced): NAME.
     Destroy(Positional),
+    /// Create a box: an isolated copy of a directory at /workspace, on the host's tools.
+    Create(CreateArgs),
+    /// Run a command in a box and wait for it: BOX [--] CMD [ARGS...].
+    Exec(ExecArgs),
+    /// An interactive shell in a box (or CMD on a terminal): BOX [CMD...].
+    Shell(ShellArgs),
+    /// Start a background process in a box: BOX [--] CMD [ARGS...].
+    Spawn(SpawnArgs),
+    /// List a box's running processes: BOX.
+    Ps(BoxArg),
+    /// Output of a spawned process: BOX ID.
+    Logs(LogsArgs),
+    /// Signal a box's process (by id or PID): BOX ID.
+    Kill(KillArgs),
+    /// Start a box (its supervisor and PID 1): BOX.
+    Start(BoxArg),
+    /// Stop a box: every process is killed; the tree and history stay: BOX.
+    Stop(BoxArg),
+    /// Move a box back to HEAD's parent (processes are killed): BOX.
+    Undo(BoxArg),
+    #[command(name = "__box-init", hide = true)]
+    BoxInit { spec: String },
+    #[command(name = "__supervise", hide = true)]
+    Supervise { name: String },
+}
+
+#[derive(Debug, Args)]
+pub struct BoxArg {
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    pub name: String,
+    /// Directory copied to /workspace (default: an empty workspace).
+    #[arg(long, value_name = "DIR")]
+    pub from: Option<PathBuf>,
+    /// `host` (default: the host's network) or `none` (loopback only).
+    #[arg(long, default_value = "host")]
+    pub network: String,
+    /// Do not record a node after each command that changed something.
+    #[arg(long)]
+    pub no_capture: bool,
+    /// An environment variable set in every command of the box (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    pub name: String,
+    /// Environment variable for this command (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    /// Working directory inside the box (default: /workspace).
+    #[arg(short = 'w', long)]
+    pub workdir: Option<String>,
+    /// Do not record a node for this command.
+    #[arg(long)]
+    pub no_capture: bool,
+    /// Allocate a terminal even when stdin is not one (-t) or never (-T).
+    #[arg(short = 't', long, conflicts_with = "no_tty")]
+    pub tty: bool,
+    #[arg(short = 'T', long)]
+    pub no_tty: bool,
+    /// The command and its arguments, passed exactly.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    pub name: String,
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    #[arg(short = 'w', long)]
+    pub workdir: Option<String>,
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct SpawnArgs {
+    pub name: String,
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    #[arg(short = 'w', long)]
+    pub workdir: Option<String>,
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    pub name: String,
+    /// Process id (as `agentbox spawn` and `ps` show it).
+    pub id: u64,
+    /// Keep printing as the process writes, until it ends.
+    #[arg(short, long)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct KillArgs {
+    pub name: String,
+    /// Process id or PID inside the box.
+    pub id: u64,
+    /// Signal number or name (default TERM).
+    #[arg(short, long, default_value = "TERM")]
+    pub signal: String,
 }
 
 #[derive(Debug, Args)]

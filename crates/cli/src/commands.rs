@@ -8,15 +8,16 @@ use agentbox_store::{BackendKind, CommitOpts, Source, Store};
 use serde::Serialize;
 
 use crate::args::{Cli, Command};
+use crate::boxcmds;
 use crate::errors::CliError;
 use crate::render;
 use crate::CliResult;
 
 /// What every command gets.
-struct Ctx {
-    home: Home,
-    json: bool,
-    env: Option<String>,
+pub(crate) struct Ctx {
+    pub(crate) home: Home,
+    pub(crate) json: bool,
+    pub(crate) env: Option<String>,
 }
 
 impl Ctx {
@@ -38,7 +39,7 @@ impl Ctx {
     }
 
     /// Print `value` as JSON, or `human` as text, on stdout.
-    fn out<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> CliResult {
+    pub(crate) fn out<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> CliResult {
         let mut stdout = std::io::stdout().lock();
         let text = if self.json {
             let mut s = serde_json::to_string_pretty(value).map_err(|e| {
@@ -55,7 +56,7 @@ impl Ctx {
     }
 
     /// Status message on stderr (suppressed with --json, where stdout carries the result).
-    fn note(&self, msg: impl AsRef<str>) {
+    pub(crate) fn note(&self, msg: impl AsRef<str>) {
         if !self.json {
             eprintln!("{}", msg.as_ref());
         }
@@ -63,7 +64,7 @@ impl Ctx {
 
     /// Run long work under a spinner with the elapsed time on stderr (only on a terminal and
     /// without --json, so pipes and scripts see clean output).
-    fn busy<T>(&self, msg: &str, work: impl FnOnce() -> T) -> T {
+    pub(crate) fn busy<T>(&self, msg: &str, work: impl FnOnce() -> T) -> T {
         use std::io::IsTerminal;
         if self.json || !std::io::stderr().is_terminal() {
             return work();
@@ -174,6 +175,18 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Mount(a) => mount(&ctx, &a.args, true),
         Command::Unmount(a) => mount(&ctx, &a.args, false),
         Command::Destroy(a) => destroy(&ctx, &a.args),
+        Command::Create(a) => boxcmds::create(&ctx, a),
+        Command::Exec(a) => boxcmds::exec(&ctx, a),
+        Command::Shell(a) => boxcmds::shell(&ctx, a),
+        Command::Spawn(a) => boxcmds::spawn(&ctx, a),
+        Command::Ps(a) => boxcmds::ps(&ctx, &a.name),
+        Command::Logs(a) => boxcmds::logs(&ctx, a),
+        Command::Kill(a) => boxcmds::kill(&ctx, a),
+        Command::Start(a) => boxcmds::start(&ctx, &a.name),
+        Command::Stop(a) => boxcmds::stop(&ctx, &a.name),
+        Command::Undo(a) => checkout(&ctx, &[a.name, "HEAD~1".to_owned()]),
+        Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
+        Command::BoxInit { spec } => agentbox_sandbox::init::launcher_main(&spec),
     }
 }
 
@@ -355,14 +368,15 @@ fn list(ctx: &Ctx) -> CliResult {
 fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
     let store = ctx.store()?;
     let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
-    let node = store.commit(
-        &env,
-        CommitOpts {
-            message: a.message,
-            command: a.command,
-            ..CommitOpts::default()
-        },
-    )?;
+    let opts = CommitOpts {
+        message: a.message,
+        command: a.command,
+        ..CommitOpts::default()
+    };
+    let node = match boxcmds::commit_running(ctx, &env, &opts)? {
+        Some(id) => store.node(&id)?,
+        None => store.commit(&env, opts)?,
+    };
     ctx.out(&node, || {
         format!("[{env} {}] {}\n", render::short(&node.id), node.message)
     })
@@ -371,7 +385,18 @@ fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
 fn checkout(ctx: &Ctx, args: &[String]) -> CliResult {
     let store = ctx.store()?;
     let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
-    let node = store.checkout(&env, &rest[0])?;
+    let node = match boxcmds::checkout_running(ctx, &env, &rest[0])? {
+        Some((id, killed)) => {
+            if killed > 0 {
+                ctx.note(format!(
+                    "killed {killed} process{} of box {env:?}",
+                    if killed == 1 { "" } else { "es" }
+                ));
+            }
+            store.node(&id)?
+        }
+        None => store.checkout(&env, &rest[0])?,
+    };
     let state = store.env(&env)?;
     let inside = |m: &Path| {
         std::env::current_dir().is_ok_and(|cwd| cwd.starts_with(m))
@@ -686,6 +711,12 @@ fn destroy(ctx: &Ctx, args: &[String]) -> CliResult {
             "agentbox destroy NAME",
         ));
     };
+    if boxcmds::is_box(ctx, &env) {
+        boxcmds::destroy_box(ctx, &store, &env)?;
+        return ctx.out(&serde_json::json!({ "destroyed": env }), || {
+            format!("destroyed box {env:?} (`agentbox gc` frees unreferenced data)\n")
+        });
+    }
     let state = store.env(&env)?;
     store.remove_env(&env)?;
     ctx.out(&state, || {

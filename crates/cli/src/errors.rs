@@ -83,3 +83,26 @@ impl From<std::io::Error> for CliError {
         StoreError::Io(e).into()
     }
 }
+
+impl From<agentbox_boxes::BoxError> for CliError {
+    fn from(e: agentbox_boxes::BoxError) -> CliError {
+        use agentbox_boxes::BoxError as B;
+        match e {
+            B::Store(s) => s.into(),
+            B::Core(c) => c.into(),
+            other => {
+                let code = match &other {
+                    B::NoSuchBox { .. } | B::NoSuchProcess { .. } => 3,
+                    B::BoxExists { .. } => 4,
+                    B::NeedsRoot { .. } => 6,
+                    _ => 1,
+                };
+                CliError {
+                    code,
+                    hint: other.hint(),
+                    message: other.to_string(),
+                }
+            }
+        }
+    }
+}

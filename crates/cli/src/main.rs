@@ -5,6 +5,7 @@
 //! `errors`.
 
 mod args;
+mod boxcmds;
 mod commands;
 mod errors;
 mod render;

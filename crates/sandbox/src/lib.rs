@@ -1,1 +1,10 @@
 //! Running processes in a box on Linux: namespaces, the box's root filesystem, PID 1, PTYs.
+//!
+//! The supervisor (crate `boxes`) calls [`launch::launch`]; the binary's hidden
+//! `__box-init` command calls [`init::launcher_main`]. They talk over [`ipc`] with the
+//! messages of [`proto`].
+
+pub mod init;
+pub mod ipc;
+pub mod launch;
+pub mod proto;

@@ -587,6 +587,21 @@ impl Store {
 
     // ---- commit and checkout -----------------------------------------------------------
 
+    /// Paths changed in `env`'s working tree since its last commit or checkout (relative,
+    /// with whether each is a directory).
+    pub fn changed_paths(&self, env: &str) -> Result<Vec<(PathBuf, bool)>> {
+        let state = self.env(env)?;
+        self.backend.changed_paths(&self.work_dirs(&state))
+    }
+
+    /// The overlay layers a box runs on (HEAD's chain and the working directories).
+    pub fn box_layers(&self, env: &str) -> Result<crate::backend::BoxLayers> {
+        let state = self.env(env)?;
+        let head = self.node(&state.head)?;
+        self.backend
+            .box_layers(&self.work_dirs(&state), &self.chain(&head)?)
+    }
+
     /// Freeze the working tree of `env` as a child of HEAD and move HEAD to it.
     pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
         let mut timer = agentbox_core::timing::Timer::start("commit");

@@ -175,8 +175,9 @@ pub fn export(
     }
 }
 
-/// A fresh staging directory inside the store.
-fn staging(store: &Store, what: &str) -> Result<PathBuf> {
+/// A fresh staging directory path inside the store (not created; its parent is), which
+/// [`Source::Staged`](crate::Source::Staged) can adopt without copying.
+pub fn staging(store: &Store, what: &str) -> Result<PathBuf> {
     let dir = store.layout().tmp().join(format!("{what}-{}", new_id()));
     fs_err::create_dir_all(store.layout().tmp())?;
     Ok(dir)

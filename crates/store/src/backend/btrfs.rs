@@ -367,6 +367,13 @@ impl Backend for BtrfsBackend {
         })
     }
 
+    fn changed_paths(&self, dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
+        // Boxes (the only callers) do not run on btrfs yet; report the root as changed so a
+        // caller never skips a commit it needed.
+        let _ = dirs;
+        Ok(vec![(PathBuf::new(), true)])
+    }
+
     fn working_view(&self, dirs: &WorkDirs, _chain: &[LayerRecord]) -> Result<WorkingView> {
         Ok(WorkingView::existing(Self::tree(dirs)))
     }

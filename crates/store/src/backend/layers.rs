@@ -585,6 +585,28 @@ impl Backend for LayersBackend {
         Ok(())
     }
 
+    /// One `lstat` per entry of the upper directory, compared with the marks of the last
+    /// commit: O(what changed since checkout), like a commit.
+    fn changed_paths(&self, dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
+        let prev = Self::load_captured(dirs)?;
+        let now = scan_marks(&Self::upper(dirs))?;
+        let mut out = Vec::new();
+        for (rel, mark) in &now {
+            let Some(key) = rel.to_str().filter(|k| !k.is_empty()) else {
+                continue;
+            };
+            if prev.marks.get(key) != Some(mark) {
+                out.push((rel.clone(), mark.dir));
+            }
+        }
+        for (key, mark) in &prev.marks {
+            if !now.contains_key(Path::new(key)) {
+                out.push((PathBuf::from(key), mark.dir));
+            }
+        }
+        Ok(out)
+    }
+
     fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
         fs_err::create_dir_all(Self::upper(dirs))?;
         fs_err::create_dir_all(Self::ovl(dirs))?;

@@ -148,6 +148,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// point). The working area must have been prepared by `reset_work` or `mount`.
     fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers>;
 
+    /// Paths of the working tree changed since HEAD (relative, with whether each is a
+    /// directory). Cheap enough to run after every command of a box.
+    fn changed_paths(&self, dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>>;
+
     /// A read-only view of the working tree: the mount point when there is one.
     fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView>;
 

@@ -1,0 +1,320 @@
+//! The CLI side of a box: starting its supervisor on demand, requests, and running a
+//! command in the foreground (descriptor passing, signal forwarding, a PTY relay).
+
+use std::io::{IsTerminal, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentbox_core::home::Home;
+use agentbox_sandbox::ipc;
+use agentbox_sandbox::proto::WinSize;
+use std::os::unix::process::CommandExt;
+
+use crate::proto::{ProcKind, Reply, Request};
+use crate::record::{self, BoxDirs, ENV_ALLOW};
+use crate::{BoxError, Result};
+
+/// A connection to one box's supervisor.
+pub struct Client {
+    sock: OwnedFd,
+}
+
+fn connect_once(path: &std::path::Path) -> std::io::Result<OwnedFd> {
+    let sock = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let addr = rustix::net::SocketAddrUnix::new(path)?;
+    rustix::net::connect(&sock, &addr)?;
+    Ok(sock)
+}
+
+/// Whether box `name`'s supervisor is running (its socket answers).
+pub fn is_running(home: &Home, name: &str) -> bool {
+    connect_once(&BoxDirs::new(home, name).socket()).is_ok()
+}
+
+impl Client {
+    /// Connect to `name`'s supervisor, starting it (and the box) when it is not running and
+    /// `start` is set. `Ok(None)` when it is not running and `start` is not set.
+    pub fn connect(home: &Home, name: &str, start: bool) -> Result<Option<Client>> {
+        record::read(home, name)?;
+        let dirs = BoxDirs::new(home, name);
+        if let Ok(sock) = connect_once(&dirs.socket()) {
+            return Ok(Some(Client { sock }));
+        }
+        if !start {
+            return Ok(None);
+        }
+        let exe = std::env::current_exe()?;
+        let log = fs_err::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dirs.supervisor_log())?
+            .into_parts()
+            .0;
+        let before = log.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut child = Command::new(exe)
+            .arg("__supervise")
+            .arg(name)
+            .env("AGENTBOX_HOME", home.root())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| BoxError::SupervisorStart {
+                name: name.into(),
+                message: e.to_string(),
+            })?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(sock) = connect_once(&dirs.socket()) {
+                // Reaped by nobody: the supervisor outlives us, in its own session.
+                drop(child);
+                return Ok(Some(Client { sock }));
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                // Another supervisor may have won the race for the lock.
+                if let Ok(sock) = connect_once(&dirs.socket()) {
+                    return Ok(Some(Client { sock }));
+                }
+                let text = fs_err::read_to_string(dirs.supervisor_log()).unwrap_or_default();
+                let tail = text
+                    .get(before as usize..)
+                    .unwrap_or("")
+                    .lines()
+                    .rfind(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned();
+                return Err(BoxError::SupervisorStart {
+                    name: name.into(),
+                    message: if tail.is_empty() {
+                        format!("it exited with {status}")
+                    } else {
+                        tail
+                    },
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(BoxError::SupervisorStart {
+                    name: name.into(),
+                    message: "it did not answer within 30 s".into(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Send one request and read one reply.
+    pub fn request(&self, req: &Request) -> Result<Reply> {
+        self.send(req, &[])?;
+        self.recv().map(|(r, _)| r)
+    }
+
+    fn send(&self, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<()> {
+        ipc::send(&self.sock, req, fds).map_err(|e| BoxError::Supervisor(e.to_string()))
+    }
+
+    fn recv(&self) -> Result<(Reply, Vec<OwnedFd>)> {
+        match ipc::recv::<Reply>(&self.sock) {
+            Ok((Reply::Error { message, .. }, _)) => Err(BoxError::Command { message }),
+            Ok(r) => Ok(r),
+            Err(ipc::IpcError::Closed) => Err(BoxError::Supervisor(
+                "the supervisor closed the connection (the box was stopped?)".into(),
+            )),
+            Err(e) => Err(BoxError::Supervisor(e.to_string())),
+        }
+    }
+}
+
+/// How a foreground command ended.
+#[derive(Debug, Clone)]
+pub struct ExecOutcome {
+    pub status: i32,
+    pub node: Option<String>,
+    pub killed_by_checkout: bool,
+}
+
+/// The caller's environment variables that pass into a box, plus `extra` (`KEY=VALUE`).
+pub fn caller_env(extra: &[String]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| ENV_ALLOW.contains(&k.as_str()) || k.starts_with("LC_"))
+        // The host's HOME is hidden in the box; the box has its own.
+        .filter(|(k, _)| k != "HOME" && k != "USER" && k != "LOGNAME")
+        .collect();
+    for kv in extra {
+        if let Some((k, v)) = kv.split_once('=') {
+            env.push((k.to_owned(), v.to_owned()));
+        }
+    }
+    env
+}
+
+/// Run `argv` in the box in the foreground: a PTY when stdin is a terminal, otherwise the
+/// caller's own descriptors. Signals the CLI receives are forwarded to the command.
+pub fn exec(
+    client: &Client,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: Option<String>,
+    kind: ProcKind,
+    capture: bool,
+    force_tty: Option<bool>,
+) -> Result<ExecOutcome> {
+    let stdin = std::io::stdin();
+    let tty = force_tty.unwrap_or_else(|| stdin.is_terminal());
+    let size = if tty {
+        rustix::termios::tcgetwinsize(stdin.as_fd())
+            .ok()
+            .map(|w| WinSize {
+                rows: w.ws_row,
+                cols: w.ws_col,
+            })
+            .or(Some(WinSize { rows: 24, cols: 80 }))
+    } else {
+        None
+    };
+    let req = Request::Exec {
+        argv,
+        env,
+        cwd,
+        tty: size,
+        kind,
+        capture,
+    };
+    if size.is_some() {
+        client.send(&req, &[])?;
+    } else {
+        let out = std::io::stdout();
+        let err = std::io::stderr();
+        client.send(&req, &[stdin.as_fd(), out.as_fd(), err.as_fd()])?;
+    }
+    let (_, mut fds) = client.recv()?;
+    let master = if size.is_some() {
+        Some(
+            fds.pop()
+                .ok_or_else(|| BoxError::Supervisor("no terminal came back from the box".into()))?,
+        )
+    } else {
+        None
+    };
+    forward_signals(client, master.is_some())?;
+    let relayed = match &master {
+        Some(m) => Some(relay(m)?),
+        None => None,
+    };
+    loop {
+        match client.recv()? {
+            (
+                Reply::Exited {
+                    status,
+                    node,
+                    killed_by_checkout,
+                },
+                _,
+            ) => {
+                if let Some((_raw, drained)) = &relayed {
+                    // Let the last output through before the terminal is restored.
+                    let _ = drained.recv_timeout(Duration::from_millis(500));
+                }
+                return Ok(ExecOutcome {
+                    status,
+                    node,
+                    killed_by_checkout,
+                });
+            }
+            _ => continue,
+        }
+    }
+}
+
+/// Forward SIGINT/SIGTERM/SIGHUP/SIGQUIT (and SIGWINCH handling for terminals) to the
+/// command. With a PTY, Ctrl-C arrives as a byte through the terminal instead.
+fn forward_signals(client: &Client, tty: bool) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut sigs = vec![SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];
+    if !tty {
+        sigs.extend([SIGINT, SIGQUIT]);
+    }
+    let mut signals = signal_hook::iterator::Signals::new(&sigs)?;
+    let sock = client.sock.try_clone()?;
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            if ipc::send(&sock, &Request::Signal { signal }, &[]).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Restores the terminal's mode when dropped.
+struct RawMode {
+    saved: rustix::termios::Termios,
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(
+            std::io::stdin(),
+            rustix::termios::OptionalActions::Now,
+            &self.saved,
+        );
+    }
+}
+
+/// Put the caller's terminal in raw mode and copy bytes both ways between it and the box's
+/// terminal; window size changes follow.
+fn relay(master: &OwnedFd) -> Result<(Option<RawMode>, std::sync::mpsc::Receiver<()>)> {
+    let stdin = std::io::stdin();
+    let raw = match rustix::termios::tcgetattr(&stdin) {
+        Ok(saved) => {
+            let mut t = saved.clone();
+            t.make_raw();
+            rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Now, &t)
+                .map_err(std::io::Error::from)?;
+            Some(RawMode { saved })
+        }
+        Err(_) => None,
+    };
+    let to_box = master.try_clone()?;
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        let mut input = std::io::stdin();
+        let mut out = std::fs::File::from(to_box);
+        while let Ok(n) = input.read(&mut buf) {
+            if n == 0 || out.write_all(&buf[..n]).is_err() {
+                return;
+            }
+        }
+    });
+    let from_box = master.try_clone()?;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _done = done_tx;
+        let mut buf = [0u8; 8192];
+        let mut input = std::fs::File::from(from_box);
+        let mut out = std::io::stdout();
+        // EIO once the last process holding the terminal's other side is gone.
+        while let Ok(n) = input.read(&mut buf) {
+            if n == 0 || out.write_all(&buf[..n]).is_err() || out.flush().is_err() {
+                return;
+            }
+        }
+    });
+    let winch = master.try_clone()?;
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGWINCH])?;
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            if let Ok(ws) = rustix::termios::tcgetwinsize(std::io::stdin()) {
+                let _ = rustix::termios::tcsetwinsize(&winch, ws);
+            }
+        }
+    });
+    Ok((raw, done_rx))
+}

@@ -1,0 +1,99 @@
+//! What the CLI and a box's supervisor say to each other (one JSON message per
+//! `SOCK_SEQPACKET` packet, see `agentbox_sandbox::ipc`).
+
+use agentbox_sandbox::proto::WinSize;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcKind {
+    Exec,
+    Shell,
+    Spawn,
+}
+
+/// CLI → supervisor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Run a command in the foreground. Without `tty` the message carries the caller's
+    /// stdin, stdout and stderr; with `tty` the reply carries a terminal's master side.
+    /// Replies: `Started`, then `Exited` once it ends (after its node, if any, exists).
+    Exec {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+        tty: Option<WinSize>,
+        kind: ProcKind,
+        capture: bool,
+    },
+    /// On an `Exec` connection: deliver a signal to the command's process group.
+    Signal {
+        signal: i32,
+    },
+    /// Start a background process (output to its log). Reply: `Started`.
+    Spawn {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+    },
+    Ps,
+    /// Signal a process by its id or box PID.
+    Kill {
+        target: u64,
+        signal: i32,
+    },
+    Commit {
+        message: String,
+        command: Option<String>,
+    },
+    /// Move the box to `reference`: its processes are killed, the box restarts on the
+    /// node's tree.
+    Checkout {
+        reference: String,
+    },
+    Stop,
+    Ping,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    /// Id within this supervisor's lifetime (log file name for spawned processes).
+    pub id: u64,
+    /// PID inside the box.
+    pub pid: i32,
+    pub kind: ProcKind,
+    pub argv: Vec<String>,
+    pub started: DateTime<Utc>,
+}
+
+/// Supervisor → CLI.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    Started {
+        id: u64,
+        pid: i32,
+    },
+    Exited {
+        status: i32,
+        /// The node auto-capture made for this command, if it changed something.
+        node: Option<String>,
+        /// Set when a checkout of the box killed the command.
+        killed_by_checkout: bool,
+    },
+    Procs {
+        procs: Vec<ProcInfo>,
+    },
+    /// A commit or checkout: the node HEAD is now on (`None` when nothing changed).
+    Node {
+        node: Option<String>,
+        killed: usize,
+    },
+    Ok,
+    Error {
+        message: String,
+        hint: Option<String>,
+    },
+}

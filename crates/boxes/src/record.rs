@@ -1,0 +1,222 @@
+//! Box records and the per-box directory.
+//!
+//! On disk (`<home>/boxes/<name>/`):
+//! * `box.json` — the [`BoxRecord`] (written atomically; the box exists once it is there);
+//! * `sock` — the supervisor's socket (present while it runs);
+//! * `supervisor.json` — the running supervisor's PID, for `stop` and recovery;
+//! * `supervisor.log` — what the supervisor and the box's PID 1 printed;
+//! * `logs/<id>.log` — output of spawned processes;
+//! * `scratch/` — empty; PID 1 mounts its private tmpfs there (in its own namespace).
+//!
+//! The box's filesystem history is the store environment of the same name.
+
+use std::path::{Path, PathBuf};
+
+use agentbox_core::atomic::{read_json_opt, write_json};
+use agentbox_core::home::Home;
+use agentbox_sandbox::proto::Network;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{BoxError, Result};
+
+/// Where the project copy lives inside a box, and where commands start.
+pub const WORKSPACE: &str = "/workspace";
+
+/// Environment variables passed from the caller into a box by default.
+pub const ENV_ALLOW: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TERM",
+    "LANG",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TZ",
+    "COLORTERM",
+];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxRecord {
+    pub name: String,
+    pub created: DateTime<Utc>,
+    /// The directory the box's workspace was copied from, if any (hidden inside the box).
+    pub source: Option<PathBuf>,
+    pub network: Network,
+    /// Auto-capture: a node after every command that changed something.
+    pub capture: bool,
+    /// Extra environment variables set in every command (`KEY=VALUE`).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Paths (relative to the box root) whose changes alone never make a node.
+    #[serde(default)]
+    pub ignore: Vec<String>,
+}
+
+/// Paths of one box's directory.
+#[derive(Debug, Clone)]
+pub struct BoxDirs {
+    pub dir: PathBuf,
+}
+
+impl BoxDirs {
+    pub fn new(home: &Home, name: &str) -> BoxDirs {
+        BoxDirs {
+            dir: boxes_dir(home).join(name),
+        }
+    }
+    pub fn record(&self) -> PathBuf {
+        self.dir.join("box.json")
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("sock")
+    }
+    pub fn supervisor(&self) -> PathBuf {
+        self.dir.join("supervisor.json")
+    }
+    pub fn supervisor_log(&self) -> PathBuf {
+        self.dir.join("supervisor.log")
+    }
+    pub fn logs(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+    pub fn log(&self, id: u64) -> PathBuf {
+        self.logs().join(format!("{id}.log"))
+    }
+    pub fn scratch(&self) -> PathBuf {
+        self.dir.join("scratch")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join("lock")
+    }
+}
+
+pub fn boxes_dir(home: &Home) -> PathBuf {
+    home.root().join("boxes")
+}
+
+/// `supervisor.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SupervisorInfo {
+    pub pid: u32,
+    pub started: DateTime<Utc>,
+}
+
+pub fn read(home: &Home, name: &str) -> Result<BoxRecord> {
+    let dirs = BoxDirs::new(home, name);
+    read_json_opt(&dirs.record())?.ok_or_else(|| BoxError::NoSuchBox { name: name.into() })
+}
+
+pub fn write(home: &Home, rec: &BoxRecord) -> Result<()> {
+    Ok(write_json(&BoxDirs::new(home, &rec.name).record(), rec)?)
+}
+
+/// Every box, by name.
+pub fn list(home: &Home) -> Result<Vec<BoxRecord>> {
+    let dir = boxes_dir(home);
+    let mut out = Vec::new();
+    let Ok(entries) = fs_err::read_dir(&dir) else {
+        return Ok(out);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(rec) = read_json_opt::<BoxRecord>(&BoxDirs::new(home, &name).record())? {
+            out.push(rec);
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Whether `rel` (relative to the box root) is ignored by `patterns`: a pattern names a
+/// path and everything below it (`var/cache`), or with a leading `**/` such a path at any
+/// depth (`**/node_modules/.cache`).
+pub fn is_ignored(patterns: &[String], rel: &Path) -> bool {
+    patterns.iter().any(|p| {
+        let p = p.trim_start_matches('/');
+        if let Some(tail) = p.strip_prefix("**/") {
+            let tail = Path::new(tail);
+            let comps: Vec<_> = rel.components().collect();
+            let n = tail.components().count();
+            (0..comps.len()).any(|i| {
+                comps.len() >= i + n
+                    && comps[i..i + n]
+                        .iter()
+                        .map(|c| c.as_os_str())
+                        .eq(tail.components().map(|c| c.as_os_str()))
+            })
+        } else {
+            rel.starts_with(p)
+        }
+    })
+}
+
+/// Changes that count for auto-capture: files and links not ignored, and directories not
+/// ignored with no counted change below them (a directory copied up only because
+/// something below it changed is not a change of its own).
+pub fn counted_changes(patterns: &[String], changed: &[(PathBuf, bool)]) -> Vec<PathBuf> {
+    let kept: Vec<&(PathBuf, bool)> = changed
+        .iter()
+        .filter(|(p, _)| !is_ignored(patterns, p))
+        .collect();
+    let touched_below = |dir: &Path| changed.iter().any(|(p, _)| p != dir && p.starts_with(dir));
+    kept.into_iter()
+        .filter(|(p, is_dir)| !*is_dir || !touched_below(p))
+        .map(|(p, _)| p.clone())
+        .collect()
+}
+
+/// Default auto-capture ignore list.
+pub fn default_ignore() -> Vec<String> {
+    [
+        "tmp",
+        "var/tmp",
+        "var/cache",
+        "var/log",
+        "root/.cache",
+        "**/.cache",
+        "**/__pycache__",
+        "**/node_modules/.cache",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ignore_patterns() {
+        let p = default_ignore();
+        assert!(is_ignored(&p, Path::new("var/cache/apt/x")));
+        assert!(is_ignored(
+            &p,
+            Path::new("workspace/a/node_modules/.cache/y")
+        ));
+        assert!(is_ignored(&p, Path::new("workspace/__pycache__")));
+        assert!(!is_ignored(&p, Path::new("workspace/src/main.rs")));
+        assert!(!is_ignored(&p, Path::new("var/cachex")));
+    }
+
+    #[test]
+    fn copied_up_parents_do_not_count() {
+        let p = default_ignore();
+        let changed = vec![
+            (PathBuf::from("var"), true),
+            (PathBuf::from("var/cache"), true),
+            (PathBuf::from("var/cache/apt"), true),
+            (PathBuf::from("var/cache/apt/pkg"), false),
+        ];
+        assert!(counted_changes(&p, &changed).is_empty());
+        let changed = vec![
+            (PathBuf::from("workspace"), true),
+            (PathBuf::from("workspace/new-dir"), true),
+        ];
+        assert_eq!(
+            counted_changes(&p, &changed),
+            vec![PathBuf::from("workspace/new-dir")]
+        );
+    }
+}

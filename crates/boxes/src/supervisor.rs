@@ -1,0 +1,636 @@
+//! The per-box supervisor: a detached host process (`agentbox __supervise BOX`) that owns the
+//! box's namespaces (through its PID 1), the process table, auto-capture, the logs of
+//! spawned processes and the socket the CLI talks to.
+//!
+//! Threads: the main thread starts (and restarts) the box, because the box's launcher dies
+//! with the thread that forked it; one thread accepts connections and one serves each;
+//! one reads PID 1's events per box generation. `ops` serialises everything that changes
+//! the box's tree or history (auto-capture, commit, checkout, stop).
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agentbox_core::home::Home;
+use agentbox_core::lock::{FileLock, Mode};
+use agentbox_sandbox::ipc;
+use agentbox_sandbox::launch::{launch, Running};
+use agentbox_sandbox::proto::{Bind, BoxSpec, FromInit, ToInit};
+use agentbox_store::{CommitOpts, Store};
+use chrono::Utc;
+
+use crate::proto::{ProcInfo, ProcKind, Reply, Request};
+use crate::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
+use crate::{BoxError, Result};
+
+/// Where the agentbox binary appears inside every box.
+pub const BOX_BINARY: &str = "/run/agentbox/bin/agentbox";
+
+/// How a process ended, as told to whoever waits for it.
+#[derive(Debug, Clone, Copy)]
+struct ExitNote {
+    status: i32,
+    by_checkout: bool,
+}
+
+struct ProcEntry {
+    info: ProcInfo,
+    exit_tx: Option<Sender<ExitNote>>,
+}
+
+/// A spawn sent to PID 1 and not yet answered.
+struct Pending {
+    started: Sender<std::result::Result<(i32, Vec<OwnedFd>), String>>,
+    info: ProcInfo,
+    exit_tx: Option<Sender<ExitNote>>,
+}
+
+struct Generation {
+    running: Running,
+    ctl: Arc<OwnedFd>,
+    number: u64,
+}
+
+type LaunchReply = Sender<Result<()>>;
+
+struct Shared {
+    name: String,
+    home: Home,
+    store: Store,
+    rec: BoxRecord,
+    dirs: BoxDirs,
+    exe: PathBuf,
+    box_: Mutex<Option<Generation>>,
+    procs: Mutex<BTreeMap<i32, ProcEntry>>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    generation: AtomicU64,
+    ops: Mutex<()>,
+    launch_tx: Mutex<Sender<LaunchReply>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking handler thread must not take the whole box down with it.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Run the supervisor of box `name` until it is stopped. Detaches from the caller's session.
+pub fn run(home: Home, name: &str) -> Result<()> {
+    let _ = rustix::process::setsid();
+    let dirs = BoxDirs::new(&home, name);
+    let rec = record::read(&home, name)?;
+    // One supervisor per box: the lock is held for the process's lifetime.
+    let _lock = FileLock::acquire(
+        &dirs.lock(),
+        Mode::TryExclusive,
+        &format!("box {name:?}"),
+        "supervise",
+    )?;
+    let store = Store::open(&home.store_dir())?;
+    let exe = std::env::current_exe()?;
+    fs_err::create_dir_all(dirs.logs())?;
+    let (launch_tx, launch_rx) = channel::<LaunchReply>();
+    let shared = Arc::new(Shared {
+        name: name.to_owned(),
+        home,
+        store,
+        rec,
+        dirs: dirs.clone(),
+        exe,
+        box_: Mutex::new(None),
+        procs: Mutex::new(BTreeMap::new()),
+        pending: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(1),
+        generation: AtomicU64::new(0),
+        ops: Mutex::new(()),
+        launch_tx: Mutex::new(launch_tx),
+    });
+    start_box(&shared)?;
+    let listener = listen(&dirs.socket())?;
+    agentbox_core::atomic::write_json(
+        &dirs.supervisor(),
+        &SupervisorInfo {
+            pid: std::process::id(),
+            started: Utc::now(),
+        },
+    )?;
+    eprintln!(
+        "supervisor of box {name:?} ready (pid {})",
+        std::process::id()
+    );
+    {
+        let shared = shared.clone();
+        std::thread::spawn(move || accept_loop(shared, listener));
+    }
+    launcher_loop(&shared, launch_rx);
+    Ok(())
+}
+
+fn listen(path: &std::path::Path) -> Result<OwnedFd> {
+    let _ = fs_err::remove_file(path);
+    let sock = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| BoxError::io(path, e.into()))?;
+    let addr = rustix::net::SocketAddrUnix::new(path).map_err(|e| BoxError::io(path, e.into()))?;
+    rustix::net::bind(&sock, &addr).map_err(|e| BoxError::io(path, e.into()))?;
+    rustix::net::listen(&sock, 64).map_err(|e| BoxError::io(path, e.into()))?;
+    Ok(sock)
+}
+
+/// The main thread: (re)starts the box whenever asked, so that the box's launcher has a
+/// parent thread that lives as long as the supervisor.
+fn launcher_loop(shared: &Arc<Shared>, rx: Receiver<LaunchReply>) {
+    while let Ok(reply) = rx.recv() {
+        let _ = reply.send(start_box(shared));
+    }
+}
+
+fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
+    let mut hide = vec![
+        PathBuf::from("/root"),
+        PathBuf::from("/home"),
+        PathBuf::from("/var/lib/docker"),
+        PathBuf::from("/var/lib/containerd"),
+        PathBuf::from("/etc/docker"),
+    ];
+    for p in [shared.home.root(), shared.home.store_dir().as_path()] {
+        hide.push(p.to_owned());
+        if let Ok(c) = fs_err::canonicalize(p) {
+            hide.push(c);
+        }
+    }
+    if let Some(src) = &shared.rec.source {
+        hide.push(src.clone());
+    }
+    hide
+}
+
+fn start_box(shared: &Arc<Shared>) -> Result<()> {
+    let layers = shared.store.box_layers(&shared.name)?;
+    fs_err::create_dir_all(shared.dirs.scratch())?;
+    let spec = BoxSpec {
+        hostname: shared.name.clone(),
+        base: PathBuf::from("/"),
+        lowers: layers.lowers,
+        upper: layers.upper,
+        workdir: layers.workdir,
+        scratch: shared.dirs.scratch(),
+        hide: hidden_paths(shared),
+        network: shared.rec.network,
+        binds: vec![Bind {
+            src: shared.exe.clone(),
+            dst: PathBuf::from(BOX_BINARY),
+            readonly: true,
+        }],
+    };
+    let log = fs_err::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(shared.dirs.supervisor_log())?
+        .into_parts()
+        .0;
+    let running = launch(&shared.exe, &spec, Some(log)).map_err(|e| BoxError::Sandbox {
+        name: shared.name.clone(),
+        message: e.to_string(),
+    })?;
+    let ctl = Arc::new(
+        running
+            .ctl
+            .try_clone()
+            .map_err(|e| BoxError::io(&shared.dirs.dir, e))?,
+    );
+    let number = shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
+    {
+        let shared = shared.clone();
+        let ctl = ctl.clone();
+        std::thread::spawn(move || read_events(shared, ctl, number));
+    }
+    *lock(&shared.box_) = Some(Generation {
+        running,
+        ctl,
+        number,
+    });
+    Ok(())
+}
+
+/// Ask the main thread to start the box again, and wait.
+fn restart_box(shared: &Shared) -> Result<()> {
+    let (tx, rx) = channel();
+    lock(&shared.launch_tx)
+        .send(tx)
+        .map_err(|_| BoxError::Supervisor("the supervisor is shutting down".into()))?;
+    rx.recv()
+        .map_err(|_| BoxError::Supervisor("the supervisor is shutting down".into()))?
+}
+
+/// Kill every process of the box (and the box's PID 1); tell their waiters. Returns how many
+/// tracked processes were running.
+fn kill_box(shared: &Shared, by_checkout: bool) -> usize {
+    let gen = lock(&shared.box_).take();
+    let procs = std::mem::take(&mut *lock(&shared.procs));
+    if let Some(g) = gen {
+        g.running.kill();
+    }
+    let n = procs.len();
+    for (_, p) in procs {
+        if let Some(tx) = p.exit_tx {
+            let _ = tx.send(ExitNote {
+                status: 128 + libc::SIGKILL,
+                by_checkout,
+            });
+        }
+    }
+    n
+}
+
+fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
+    loop {
+        match ipc::recv::<FromInit>(&*ctl) {
+            Ok((FromInit::Started { id, pid }, fds)) => {
+                if let Some(p) = lock(&shared.pending).remove(&id) {
+                    let mut info = p.info;
+                    info.pid = pid;
+                    lock(&shared.procs).insert(
+                        pid,
+                        ProcEntry {
+                            info,
+                            exit_tx: p.exit_tx,
+                        },
+                    );
+                    let _ = p.started.send(Ok((pid, fds)));
+                }
+            }
+            Ok((FromInit::Failed { id, error }, _)) => {
+                if let Some(p) = lock(&shared.pending).remove(&id) {
+                    let _ = p.started.send(Err(error));
+                }
+            }
+            Ok((FromInit::Exited { pid, code, signal }, _)) => {
+                if let Some(p) = lock(&shared.procs).remove(&pid) {
+                    if let Some(tx) = p.exit_tx {
+                        let _ = tx.send(ExitNote {
+                            status: FromInit::status(code, signal),
+                            by_checkout: false,
+                        });
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(ipc::IpcError::Malformed(e)) => eprintln!("ignoring a malformed event: {e}"),
+            Err(_) => {
+                // PID 1 is gone. Unless this generation was replaced on purpose, the box died
+                // under us (killed from outside): end the supervisor so the next command
+                // starts a fresh one.
+                let current = lock(&shared.box_).as_ref().map(|g| g.number);
+                if current == Some(number) {
+                    eprintln!("the box's PID 1 ended unexpectedly; supervisor exits");
+                    shutdown(&shared);
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn shutdown(shared: &Shared) -> ! {
+    kill_box(shared, false);
+    let _ = fs_err::remove_file(shared.dirs.socket());
+    let _ = fs_err::remove_file(shared.dirs.supervisor());
+    std::process::exit(0)
+}
+
+fn accept_loop(shared: Arc<Shared>, listener: OwnedFd) {
+    loop {
+        match rustix::net::accept_with(&listener, rustix::net::SocketFlags::CLOEXEC) {
+            Ok(conn) => {
+                let shared = shared.clone();
+                std::thread::spawn(move || serve(shared, conn));
+            }
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                eprintln!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn reply(conn: &OwnedFd, r: &Reply, fds: &[BorrowedFd<'_>]) {
+    let _ = ipc::send(conn, r, fds);
+}
+
+fn error_reply(e: &BoxError) -> Reply {
+    Reply::Error {
+        message: e.to_string(),
+        hint: e.hint(),
+    }
+}
+
+fn serve(shared: Arc<Shared>, conn: OwnedFd) {
+    let Ok((req, fds)) = ipc::recv::<Request>(&conn) else {
+        return;
+    };
+    let result = match req {
+        Request::Exec {
+            argv,
+            env,
+            cwd,
+            tty,
+            kind,
+            capture,
+        } => exec(&shared, &conn, argv, env, cwd, tty, kind, capture, fds),
+        Request::Spawn { argv, env, cwd } => spawn_bg(&shared, &conn, argv, env, cwd),
+        Request::Ps => {
+            let procs = lock(&shared.procs)
+                .values()
+                .map(|p| p.info.clone())
+                .collect();
+            reply(&conn, &Reply::Procs { procs }, &[]);
+            Ok(())
+        }
+        Request::Kill { target, signal } => kill_one(&shared, &conn, target, signal),
+        Request::Commit { message, command } => {
+            let _ops = lock(&shared.ops);
+            shared
+                .store
+                .commit(
+                    &shared.name,
+                    CommitOpts {
+                        message,
+                        command,
+                        ..CommitOpts::default()
+                    },
+                )
+                .map_err(BoxError::from)
+                .map(|node| {
+                    reply(
+                        &conn,
+                        &Reply::Node {
+                            node: Some(node.id),
+                            killed: 0,
+                        },
+                        &[],
+                    )
+                })
+        }
+        Request::Checkout { reference } => checkout(&shared, &conn, &reference),
+        Request::Stop => {
+            let _ops = lock(&shared.ops);
+            reply(&conn, &Reply::Ok, &[]);
+            shutdown(&shared);
+        }
+        Request::Ping => {
+            reply(&conn, &Reply::Ok, &[]);
+            Ok(())
+        }
+        Request::Signal { .. } => Err(BoxError::Supervisor(
+            "a signal can only follow an exec on the same connection".into(),
+        )),
+    };
+    if let Err(e) = result {
+        reply(&conn, &error_reply(&e), &[]);
+    }
+}
+
+/// The environment of a command: the caller's allow-listed variables, the box's own, then
+/// the request's extras; `PATH` gains the directory of the box's agentbox binary.
+fn command_env(shared: &Shared, given: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert("HOME".into(), "/root".into());
+    env.insert(
+        "PATH".into(),
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+    );
+    for (k, v) in given {
+        env.insert(k, v);
+    }
+    for kv in &shared.rec.env {
+        if let Some((k, v)) = kv.split_once('=') {
+            env.insert(k.to_owned(), v.to_owned());
+        }
+    }
+    env.insert("AGENTBOX_BOX".into(), shared.name.clone());
+    if let Some(path) = env.get_mut("PATH") {
+        *path = format!("/run/agentbox/bin:{path}");
+    }
+    env.into_iter().collect()
+}
+
+/// Send a spawn to PID 1 and wait for its answer.
+fn start_process(
+    shared: &Shared,
+    info: ProcInfo,
+    env: Vec<(String, String)>,
+    cwd: Option<String>,
+    pty: Option<agentbox_sandbox::proto::WinSize>,
+    fds: &[BorrowedFd<'_>],
+    exit_tx: Option<Sender<ExitNote>>,
+) -> Result<(i32, Vec<OwnedFd>)> {
+    let ctl = lock(&shared.box_)
+        .as_ref()
+        .map(|g| g.ctl.clone())
+        .ok_or_else(|| BoxError::Supervisor("the box is restarting; try again".into()))?;
+    let id = info.id;
+    let argv = info.argv.clone();
+    let (tx, rx) = channel();
+    lock(&shared.pending).insert(
+        id,
+        Pending {
+            started: tx,
+            info,
+            exit_tx,
+        },
+    );
+    let msg = ToInit::Spawn {
+        id,
+        argv,
+        env: command_env(shared, env),
+        cwd: cwd.unwrap_or_else(|| WORKSPACE.to_owned()),
+        pty,
+    };
+    if let Err(e) = ipc::send(&*ctl, &msg, fds) {
+        lock(&shared.pending).remove(&id);
+        return Err(BoxError::Supervisor(format!(
+            "the box did not take the command: {e}"
+        )));
+    }
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(started)) => Ok(started),
+        Ok(Err(message)) => Err(BoxError::Command { message }),
+        Err(_) => {
+            lock(&shared.pending).remove(&id);
+            Err(BoxError::Supervisor(
+                "the box did not start the command".into(),
+            ))
+        }
+    }
+}
+
+fn new_info(shared: &Shared, kind: ProcKind, argv: Vec<String>) -> ProcInfo {
+    ProcInfo {
+        id: shared.next_id.fetch_add(1, Ordering::SeqCst),
+        pid: 0,
+        kind,
+        argv,
+        started: Utc::now(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn exec(
+    shared: &Arc<Shared>,
+    conn: &OwnedFd,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: Option<String>,
+    tty: Option<agentbox_sandbox::proto::WinSize>,
+    kind: ProcKind,
+    capture: bool,
+    fds: Vec<OwnedFd>,
+) -> Result<()> {
+    if tty.is_none() && fds.len() != 3 {
+        return Err(BoxError::Supervisor(format!(
+            "exec needs the caller's stdin, stdout and stderr (got {} descriptors)",
+            fds.len()
+        )));
+    }
+    let label = crate::render_command(&argv);
+    let info = new_info(shared, kind, argv);
+    let id = info.id;
+    let (exit_tx, exit_rx) = channel();
+    let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+    let (pid, master) = start_process(shared, info, env, cwd, tty, &borrowed, Some(exit_tx))?;
+    drop(fds);
+    let attached: Vec<BorrowedFd<'_>> = master.iter().map(|f| f.as_fd()).collect();
+    reply(conn, &Reply::Started { id, pid }, &attached);
+    drop(master);
+    // Signals from the caller; a caller that goes away hangs the command up, as a terminal
+    // would.
+    if let Ok(conn2) = conn.try_clone() {
+        let shared = shared.clone();
+        std::thread::spawn(move || loop {
+            let signal = match ipc::recv::<Request>(&conn2) {
+                Ok((Request::Signal { signal }, _)) => signal,
+                Ok(_) => continue,
+                Err(_) => libc::SIGHUP,
+            };
+            let ctl = lock(&shared.box_).as_ref().map(|g| g.ctl.clone());
+            if !lock(&shared.procs).contains_key(&pid) {
+                return;
+            }
+            if let Some(ctl) = ctl {
+                let _ = ipc::send(&*ctl, &ToInit::Signal { pid, signal }, &[]);
+            }
+            if signal == libc::SIGHUP {
+                return;
+            }
+        });
+    }
+    let note = exit_rx.recv().unwrap_or(ExitNote {
+        status: 128 + libc::SIGKILL,
+        by_checkout: false,
+    });
+    let node = if capture && shared.rec.capture && !note.by_checkout {
+        auto_capture(shared, &label).unwrap_or_else(|e| {
+            eprintln!("auto-capture after {label:?} failed: {e}");
+            None
+        })
+    } else {
+        None
+    };
+    reply(
+        conn,
+        &Reply::Exited {
+            status: note.status,
+            node,
+            killed_by_checkout: note.by_checkout,
+        },
+        &[],
+    );
+    Ok(())
+}
+
+/// Commit the box if something not ignored changed; the node is labelled `label`.
+fn auto_capture(shared: &Shared, label: &str) -> Result<Option<String>> {
+    let _ops = lock(&shared.ops);
+    let changed = shared.store.changed_paths(&shared.name)?;
+    let mut patterns = record::default_ignore();
+    patterns.extend(shared.rec.ignore.iter().cloned());
+    if record::counted_changes(&patterns, &changed).is_empty() {
+        return Ok(None);
+    }
+    let node = shared.store.commit(
+        &shared.name,
+        CommitOpts {
+            message: label.to_owned(),
+            command: Some(label.to_owned()),
+            ..CommitOpts::default()
+        },
+    )?;
+    Ok(Some(node.id))
+}
+
+fn spawn_bg(
+    shared: &Arc<Shared>,
+    conn: &OwnedFd,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: Option<String>,
+) -> Result<()> {
+    let info = new_info(shared, ProcKind::Spawn, argv);
+    let id = info.id;
+    let log_path = shared.dirs.log(id);
+    let log = fs_err::File::create(&log_path)?.into_parts().0;
+    let null = fs_err::File::open("/dev/null")?.into_parts().0;
+    let fds = [null.as_fd(), log.as_fd(), log.as_fd()];
+    let (pid, _) = start_process(shared, info, env, cwd, None, &fds, None)?;
+    reply(conn, &Reply::Started { id, pid }, &[]);
+    Ok(())
+}
+
+fn kill_one(shared: &Shared, conn: &OwnedFd, target: u64, signal: i32) -> Result<()> {
+    let pid = lock(&shared.procs)
+        .values()
+        .find(|p| p.info.id == target || p.info.pid as u64 == target)
+        .map(|p| p.info.pid)
+        .ok_or_else(|| BoxError::NoSuchProcess {
+            name: shared.name.clone(),
+            target,
+        })?;
+    let ctl = lock(&shared.box_).as_ref().map(|g| g.ctl.clone());
+    if let Some(ctl) = ctl {
+        ipc::send(&*ctl, &ToInit::Signal { pid, signal }, &[])
+            .map_err(|e| BoxError::Supervisor(e.to_string()))?;
+    }
+    reply(conn, &Reply::Ok, &[]);
+    Ok(())
+}
+
+fn checkout(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Result<()> {
+    let _ops = lock(&shared.ops);
+    // Resolve first: a bad reference must not kill anything.
+    shared.store.resolve(&shared.name, reference)?;
+    let killed = kill_box(shared, true);
+    let result = shared.store.checkout(&shared.name, reference);
+    // Whatever happened, the box runs again (on the old tree if the checkout failed).
+    let restarted = restart_box(shared);
+    let node = result?;
+    restarted?;
+    reply(
+        conn,
+        &Reply::Node {
+            node: Some(node.id),
+            killed,
+        },
+        &[],
+    );
+    Ok(())
+}

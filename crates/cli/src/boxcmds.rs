@@ -1,0 +1,463 @@
+//! Commands that run boxes: create, exec, shell, spawn, ps, logs, kill, start, stop, undo.
+
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use agentbox_boxes::client::{self, Client};
+use agentbox_boxes::proto::{ProcKind, Reply, Request};
+use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
+use agentbox_sandbox::proto::Network;
+use agentbox_store::{CommitOpts, Source, Store};
+use chrono::Utc;
+use serde::Serialize;
+
+use crate::args::{CreateArgs, ExecArgs, KillArgs, LogsArgs, ShellArgs, SpawnArgs};
+use crate::commands::Ctx;
+use crate::errors::CliError;
+use crate::render;
+use crate::CliResult;
+
+fn need_root(operation: &str) -> CliResult {
+    if !rustix::process::geteuid().is_root() {
+        return Err(CliError::new(
+            6,
+            format!("{operation} needs root in this version"),
+            Some("boxes mount overlay filesystems and create namespaces; run it with sudo".into()),
+        ));
+    }
+    Ok(())
+}
+
+fn connect(ctx: &Ctx, name: &str) -> CliResult<Client> {
+    need_root("running a box")?;
+    Ok(Client::connect(&ctx.home, name, true)?
+        .expect("connect with start=true either connects or fails"))
+}
+
+fn running(ctx: &Ctx, name: &str) -> CliResult<Option<Client>> {
+    Ok(Client::connect(&ctx.home, name, false)?)
+}
+
+#[derive(Serialize)]
+struct Created<'a> {
+    #[serde(flatten)]
+    record: &'a BoxRecord,
+    head: String,
+}
+
+pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
+    need_root("creating a box")?;
+    agentbox_store::names::validate("box", &a.name)?;
+    let network = match a.network.as_str() {
+        "host" => Network::Host,
+        "none" => Network::None,
+        other => {
+            return Err(CliError::usage(
+                format!("unknown network {other:?}"),
+                "use --network host or --network none",
+            ))
+        }
+    };
+    for kv in &a.vars {
+        if !kv.contains('=') {
+            return Err(CliError::usage(
+                format!("--env {kv:?} is not KEY=VALUE"),
+                "for example --env NODE_ENV=development",
+            ));
+        }
+    }
+    let source = match &a.from {
+        Some(d) => {
+            let d = fs_err::canonicalize(d)?;
+            if !d.is_dir() {
+                return Err(CliError::usage(
+                    format!("{} is not a directory", d.display()),
+                    "--from takes the directory to copy into /workspace",
+                ));
+            }
+            Some(d)
+        }
+        None => None,
+    };
+    let store = Store::open_or_init(&ctx.home.store_dir(), None)?;
+    let dirs = BoxDirs::new(&ctx.home, &a.name);
+    if dirs.record().exists() || store.env(&a.name).is_ok() {
+        return Err(agentbox_boxes::BoxError::BoxExists { name: a.name }.into());
+    }
+    // The first node: the box's root layer, holding the workspace copy.
+    let staged = agentbox_store::transfer::staging(&store, "box")?;
+    fs_err::create_dir_all(&staged)?;
+    fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
+    let ws = staged.join("workspace");
+    let copied = ctx.busy("copying the workspace", || -> CliResult {
+        match &source {
+            Some(src) => {
+                agentbox_store::fsops::copy::copy_dir(src, &ws, &Default::default())?;
+            }
+            None => fs_err::create_dir(&ws)?,
+        }
+        Ok(())
+    });
+    if let Err(e) = copied {
+        let _ = fs_err::remove_dir_all(&staged);
+        return Err(e);
+    }
+    let message = match &source {
+        Some(s) => format!("box created from {}", s.display()),
+        None => "box created".to_owned(),
+    };
+    let state = store.create_env(&a.name, None, Source::Staged(staged), &message)?;
+    let rec = BoxRecord {
+        name: a.name.clone(),
+        created: Utc::now(),
+        source,
+        network,
+        capture: !a.no_capture,
+        env: a.vars,
+        ignore: Vec::new(),
+    };
+    fs_err::create_dir_all(&dirs.dir)?;
+    if let Err(e) = record::write(&ctx.home, &rec) {
+        let _ = store.remove_env(&a.name);
+        let _ = fs_err::remove_dir_all(&dirs.dir);
+        return Err(e.into());
+    }
+    ctx.out(
+        &Created {
+            record: &rec,
+            head: state.head.clone(),
+        },
+        || {
+            format!(
+                "box {:?} created (node {}); its workspace is /workspace.\nRun something: agentbox exec {} -- ls\n",
+                rec.name,
+                render::short(&state.head),
+                rec.name
+            )
+        },
+    )
+}
+
+#[derive(Serialize)]
+struct ExecResult {
+    status: i32,
+    node: Option<String>,
+    killed_by_checkout: bool,
+}
+
+fn finish_exec(ctx: &Ctx, outcome: client::ExecOutcome) -> CliResult {
+    if let Some(n) = &outcome.node {
+        ctx.note(format!("agentbox: recorded node {}", render::short(n)));
+    }
+    if outcome.killed_by_checkout {
+        ctx.note("agentbox: the command was killed by a checkout of its box");
+    }
+    if ctx.json {
+        ctx.out(
+            &ExecResult {
+                status: outcome.status,
+                node: outcome.node.clone(),
+                killed_by_checkout: outcome.killed_by_checkout,
+            },
+            String::new,
+        )?;
+    }
+    let _ = std::io::stdout().flush();
+    // The command's own status is ours.
+    std::process::exit(outcome.status)
+}
+
+pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
+    let client = connect(ctx, &a.name)?;
+    let tty = if a.tty {
+        Some(true)
+    } else if a.no_tty || ctx.json {
+        Some(false)
+    } else {
+        None
+    };
+    let outcome = client::exec(
+        &client,
+        a.argv,
+        client::caller_env(&a.vars),
+        a.workdir,
+        ProcKind::Exec,
+        !a.no_capture,
+        tty,
+    )?;
+    finish_exec(ctx, outcome)
+}
+
+pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {
+    let client = connect(ctx, &a.name)?;
+    let argv = if a.argv.is_empty() {
+        // bash when the base has it; `-l` would read the host's profile, so it is not used.
+        vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            "if command -v bash >/dev/null; then exec bash -i; else exec sh -i; fi".to_owned(),
+        ]
+    } else {
+        a.argv
+    };
+    let outcome = client::exec(
+        &client,
+        argv,
+        client::caller_env(&a.vars),
+        a.workdir,
+        ProcKind::Shell,
+        true,
+        Some(true),
+    )?;
+    finish_exec(ctx, outcome)
+}
+
+#[derive(Serialize)]
+struct Spawned {
+    id: u64,
+    pid: i32,
+    log: std::path::PathBuf,
+}
+
+pub fn spawn(ctx: &Ctx, a: SpawnArgs) -> CliResult {
+    let client = connect(ctx, &a.name)?;
+    let reply = client.request(&Request::Spawn {
+        argv: a.argv,
+        env: client::caller_env(&a.vars),
+        cwd: a.workdir,
+    })?;
+    let Reply::Started { id, pid } = reply else {
+        return Err(unexpected(&reply));
+    };
+    let out = Spawned {
+        id,
+        pid,
+        log: BoxDirs::new(&ctx.home, &a.name).log(id),
+    };
+    ctx.out(&out, || {
+        format!(
+            "started process {id} (pid {pid} in the box)\nOutput: agentbox logs {} {id} -f\n",
+            a.name
+        )
+    })
+}
+
+fn unexpected(r: &Reply) -> CliError {
+    CliError::new(
+        1,
+        format!("unexpected answer from the supervisor: {r:?}"),
+        None,
+    )
+}
+
+pub fn ps(ctx: &Ctx, name: &str) -> CliResult {
+    let procs = match running(ctx, name)? {
+        Some(c) => match c.request(&Request::Ps)? {
+            Reply::Procs { procs } => procs,
+            other => return Err(unexpected(&other)),
+        },
+        None => Vec::new(),
+    };
+    ctx.out(&procs, || {
+        let mut s = format!(
+            "{:<5} {:<7} {:<6} {:<20} COMMAND\n",
+            "ID", "PID", "KIND", "STARTED"
+        );
+        for p in &procs {
+            s.push_str(&format!(
+                "{:<5} {:<7} {:<6} {:<20} {}\n",
+                p.id,
+                p.pid,
+                format!("{:?}", p.kind).to_lowercase(),
+                p.started.format("%Y-%m-%d %H:%M:%S"),
+                agentbox_boxes::render_command(&p.argv)
+            ));
+        }
+        s
+    })
+}
+
+pub fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {
+    record::read(&ctx.home, &a.name)?;
+    let path = BoxDirs::new(&ctx.home, &a.name).log(a.id);
+    let mut f = fs_err::File::open(&path).map_err(|_| {
+        CliError::new(
+            3,
+            format!("box {:?} has no log for process {}", a.name, a.id),
+            Some(format!(
+                "`agentbox ps {}` lists running processes; logs exist for spawned ones",
+                a.name
+            )),
+        )
+    })?;
+    let mut out = std::io::stdout();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n > 0 {
+            if out.write_all(&buf[..n]).is_err() {
+                return Ok(());
+            }
+            continue;
+        }
+        let _ = out.flush();
+        if !a.follow {
+            return Ok(());
+        }
+        let alive = match running(ctx, &a.name)? {
+            Some(c) => {
+                matches!(c.request(&Request::Ps)?, Reply::Procs { procs } if procs.iter().any(|p| p.id == a.id))
+            }
+            None => false,
+        };
+        if !alive {
+            // One last read: it may have written just before it ended.
+            let pos = f.stream_position()?;
+            let _ = pos;
+            let n = f.read(&mut buf)?;
+            let _ = out.write_all(&buf[..n]);
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn parse_signal(s: &str) -> CliResult<i32> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Ok(n);
+    }
+    let name = s.trim_start_matches("SIG").to_ascii_uppercase();
+    Ok(match name.as_str() {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "TERM" => libc::SIGTERM,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "STOP" => libc::SIGSTOP,
+        "CONT" => libc::SIGCONT,
+        _ => {
+            return Err(CliError::usage(
+                format!("unknown signal {s:?}"),
+                "use a number or one of HUP INT QUIT KILL TERM USR1 USR2 STOP CONT",
+            ))
+        }
+    })
+}
+
+pub fn kill(ctx: &Ctx, a: KillArgs) -> CliResult {
+    let signal = parse_signal(&a.signal)?;
+    let Some(c) = running(ctx, &a.name)? else {
+        return Err(CliError::new(
+            3,
+            format!("box {:?} is not running", a.name),
+            Some(format!("`agentbox ps {}` lists its processes", a.name)),
+        ));
+    };
+    c.request(&Request::Kill {
+        target: a.id,
+        signal,
+    })?;
+    ctx.out(
+        &serde_json::json!({"signalled": a.id, "signal": signal}),
+        || format!("sent signal {signal} to process {}\n", a.id),
+    )
+}
+
+pub fn start(ctx: &Ctx, name: &str) -> CliResult {
+    let c = connect(ctx, name)?;
+    c.request(&Request::Ping)?;
+    ctx.out(&serde_json::json!({"box": name, "running": true}), || {
+        format!("box {name:?} is running\n")
+    })
+}
+
+pub fn stop(ctx: &Ctx, name: &str) -> CliResult {
+    record::read(&ctx.home, name)?;
+    let was = match running(ctx, name)? {
+        Some(c) => {
+            // The supervisor answers, then ends; the box's processes die with it.
+            let _ = c.request(&Request::Stop);
+            wait_stopped(ctx, name);
+            true
+        }
+        None => false,
+    };
+    ctx.out(
+        &serde_json::json!({"box": name, "was_running": was}),
+        || {
+            if was {
+                format!("box {name:?} stopped\n")
+            } else {
+                format!("box {name:?} was not running\n")
+            }
+        },
+    )
+}
+
+fn wait_stopped(ctx: &Ctx, name: &str) {
+    for _ in 0..500 {
+        if !client::is_running(&ctx.home, name) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Checkout of a box: through its supervisor when it runs (which kills its processes).
+/// Returns the node and how many processes were killed; `None` when the box is not running.
+pub fn checkout_running(
+    ctx: &Ctx,
+    name: &str,
+    reference: &str,
+) -> CliResult<Option<(String, usize)>> {
+    let Some(c) = running(ctx, name)? else {
+        return Ok(None);
+    };
+    match c.request(&Request::Checkout {
+        reference: reference.to_owned(),
+    })? {
+        Reply::Node {
+            node: Some(node),
+            killed,
+        } => Ok(Some((node, killed))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// Commit of a running box goes through its supervisor, which serialises it with
+/// auto-capture.
+pub fn commit_running(ctx: &Ctx, name: &str, opts: &CommitOpts) -> CliResult<Option<String>> {
+    let Some(c) = running(ctx, name)? else {
+        return Ok(None);
+    };
+    match c.request(&Request::Commit {
+        message: opts.message.clone(),
+        command: opts.command.clone(),
+    })? {
+        Reply::Node { node, .. } => Ok(node),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// Remove a box: stop it, then its environment and its directory.
+pub fn destroy_box(ctx: &Ctx, store: &Store, name: &str) -> CliResult {
+    if let Some(c) = running(ctx, name)? {
+        let _ = c.request(&Request::Stop);
+        wait_stopped(ctx, name);
+    }
+    if store.env(name).is_ok() {
+        store.remove_env(name)?;
+    }
+    let dirs = BoxDirs::new(&ctx.home, name);
+    // The record goes first: without it the box no longer exists.
+    let _ = fs_err::remove_file(dirs.record());
+    fs_err::remove_dir_all(&dirs.dir)?;
+    Ok(())
+}
+
+pub fn is_box(ctx: &Ctx, name: &str) -> bool {
+    BoxDirs::new(&ctx.home, name).record().exists()
+}

@@ -1,0 +1,703 @@
+//! The box's first processes: the launcher (creates the namespaces, forks PID 1, waits for
+//! it) and PID 1 (builds the root filesystem, pivots into it, then starts the processes the
+//! supervisor asks for and reaps every zombie).
+//!
+//! Process tree and lifetimes: supervisor → launcher (`agentbox __box-init`, new mount,
+//! UTS, IPC and optionally network namespaces) → PID 1 (new PID namespace) → box
+//! processes. The launcher dies with the supervisor thread that started it and PID 1 dies
+//! with the launcher (`PR_SET_PDEATHSIG`); when PID 1 dies the kernel kills everything in
+//! its PID namespace, and the mount namespace (with the box's overlay) goes away with the
+//! last of them. A killed supervisor therefore never leaks box processes or mounts.
+//!
+//! Everything here runs single-threaded: `unshare` and `fork` are only sound that way.
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
+
+use crate::ipc;
+use crate::proto::{Bind, BoxSpec, FromInit, Network, ToInit};
+
+/// Descriptor number of the control socket in the launcher.
+pub const CTL_FD: RawFd = 3;
+
+/// Device nodes bound from the host into the box's private `/dev`.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Entry point of `agentbox __box-init SPEC_JSON`. Never returns.
+pub fn launcher_main(spec_json: &str) -> ! {
+    // SAFETY: the supervisor placed the control socket at CTL_FD before exec; nothing else
+    // in this fresh process owns it.
+    let ctl = unsafe { OwnedFd::from_raw_fd(CTL_FD) };
+    // dup2 cleared close-on-exec; no box process may inherit the control socket.
+    let _ = rustix::io::fcntl_setfd(&ctl, rustix::io::FdFlags::CLOEXEC);
+    let spec: BoxSpec = match serde_json::from_str(spec_json) {
+        Ok(s) => s,
+        Err(e) => fail(&ctl, format!("bad box specification: {e}")),
+    };
+    let mut flags =
+        libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
+    if spec.network == Network::None {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: plain syscall; this process is single-threaded.
+    if unsafe { libc::unshare(flags) } != 0 {
+        fail(
+            &ctl,
+            format!(
+                "creating the box's namespaces failed: {}",
+                std::io::Error::last_os_error()
+            ),
+        );
+    }
+    // SAFETY: single-threaded, so the child may run arbitrary code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        fail(&ctl, format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        pid1(spec, ctl);
+    }
+    let _ = ipc::send(&ctl, &FromInit::Pid1 { host_pid: pid }, &[]);
+    // Only PID 1 keeps the socket: its end-of-file then means PID 1 is gone.
+    drop(ctl);
+    let mut status = 0;
+    loop {
+        // SAFETY: waiting for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    std::process::exit(0)
+}
+
+fn fail(ctl: &OwnedFd, error: String) -> ! {
+    let _ = ipc::send(ctl, &FromInit::SetupFailed { error }, &[]);
+    std::process::exit(1)
+}
+
+fn pid1(spec: BoxSpec, ctl: OwnedFd) -> ! {
+    // SAFETY: plain prctl; dies with the launcher, which dies with the supervisor.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    if let Err(e) = setup_root(&spec) {
+        fail(&ctl, e);
+    }
+    let sfd = match block_sigchld() {
+        Ok(fd) => fd,
+        Err(e) => fail(&ctl, format!("signalfd: {e}")),
+    };
+    if ipc::send(&ctl, &FromInit::Ready, &[]).is_err() {
+        std::process::exit(1);
+    }
+    serve(&ctl, &sfd);
+}
+
+// ---- the root filesystem ---------------------------------------------------------------
+
+fn err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+fn mount(
+    src: &str,
+    target: &Path,
+    fstype: &str,
+    flags: MountFlags,
+    data: &str,
+) -> Result<(), String> {
+    let data = CString::new(data).map_err(|e| err("mount options", e))?;
+    rustix::mount::mount(src, target, fstype, flags, data.as_c_str()).map_err(|e| {
+        err(
+            format!(
+                "mounting {fstype} at {} ({})",
+                target.display(),
+                data.to_string_lossy()
+            ),
+            std::io::Error::from(e),
+        )
+    })
+}
+
+fn path_str(p: &Path) -> Result<&str, String> {
+    let s = p.to_str().ok_or_else(|| {
+        format!(
+            "{} is not UTF-8; overlay layers need UTF-8 paths",
+            p.display()
+        )
+    })?;
+    if s.contains([',', ':', '\\']) {
+        return Err(format!(
+            "{s} contains ',', ':' or '\\', which overlayfs cannot take in a layer path"
+        ));
+    }
+    Ok(s)
+}
+
+fn mkdir_p(p: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(p).map_err(|e| err(format!("creating {}", p.display()), e))
+}
+
+/// `rel` below `root`, refusing anything but plain components.
+fn under(root: &Path, abs: &Path) -> Result<PathBuf, String> {
+    let mut out = root.to_owned();
+    for c in abs.components() {
+        match c {
+            Component::RootDir => {}
+            Component::Normal(n) => out.push(n),
+            _ => return Err(format!("{} is not a plain absolute path", abs.display())),
+        }
+    }
+    Ok(out)
+}
+
+/// Build the box's root and pivot into it.
+fn setup_root(spec: &BoxSpec) -> Result<(), String> {
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(|e| err("making mounts private", std::io::Error::from(e)))?;
+    let scratch = &spec.scratch;
+    mkdir_p(scratch)?;
+    mount(
+        "agentbox",
+        scratch,
+        "tmpfs",
+        MountFlags::empty(),
+        "mode=755",
+    )?;
+    let (empty, base, root) = (scratch.join("e"), scratch.join("b"), scratch.join("r"));
+    for d in [&empty, &base, &root] {
+        mkdir_p(d)?;
+    }
+    hide_dirs(&empty, &spec.base, &spec.hide)?;
+    // The base goes through a read-only overlay of its own (an empty tmpfs layer over it):
+    // overlayfs refuses a lower layer that is an ancestor of another layer's directory, and
+    // the store usually lives on the base's filesystem. The wrapper is a new filesystem,
+    // so the box's layers are no longer below any layer root. It also carries the opaque
+    // directories that hide host paths.
+    mount(
+        "agentbox",
+        &base,
+        "overlay",
+        MountFlags::RDONLY,
+        &format!("lowerdir={}:{}", path_str(&empty)?, path_str(&spec.base)?),
+    )?;
+    let mut lower = String::new();
+    for l in &spec.lowers {
+        lower.push_str(path_str(l)?);
+        lower.push(':');
+    }
+    lower.push_str(path_str(&base)?);
+    mount(
+        "agentbox",
+        &root,
+        "overlay",
+        MountFlags::empty(),
+        &format!(
+            "lowerdir={lower},upperdir={},workdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
+            path_str(&spec.upper)?,
+            path_str(&spec.workdir)?
+        ),
+    )?;
+    let resolv = std::fs::read("/etc/resolv.conf").ok();
+    special_mounts(&root, spec)?;
+    if let Some(content) = resolv {
+        provide_resolv_conf(&root, &content)?;
+    }
+    rustix::system::sethostname(spec.hostname.as_bytes())
+        .map_err(|e| err("setting the host name", std::io::Error::from(e)))?;
+    if spec.network == Network::None {
+        loopback_up()?;
+    }
+    rustix::process::chdir(&root)
+        .map_err(|e| err("chdir to the new root", std::io::Error::from(e)))?;
+    // Stack the old root on the new one, then detach it: no directory for the old root is
+    // needed inside the box.
+    rustix::process::pivot_root(".", ".")
+        .map_err(|e| err("pivot_root", std::io::Error::from(e)))?;
+    rustix::mount::unmount(".", UnmountFlags::DETACH)
+        .map_err(|e| err("detaching the host's root", std::io::Error::from(e)))?;
+    rustix::process::chdir("/").map_err(|e| err("chdir /", std::io::Error::from(e)))?;
+    Ok(())
+}
+
+/// Create, in the empty top layer of the base, an opaque directory for every hidden path
+/// that is a directory of the base, with the host directory's owner and mode (and the same
+/// for the directories above it, whose attributes the overlay now takes from this layer).
+fn hide_dirs(empty: &Path, base: &Path, hide: &[PathBuf]) -> Result<(), String> {
+    for h in hide {
+        let host = under(base, h)?;
+        let Ok(md) = std::fs::metadata(&host) else {
+            continue;
+        };
+        if !md.is_dir() || h.parent().is_none() {
+            continue;
+        }
+        let mut host_dir = base.to_owned();
+        let mut dir = empty.to_owned();
+        for c in h.components().skip(1) {
+            host_dir.push(c);
+            dir.push(c);
+            if dir.exists() {
+                continue;
+            }
+            mkdir_p(&dir)?;
+            if let Ok(m) = std::fs::metadata(&host_dir) {
+                let _ = rustix::fs::chown(
+                    &dir,
+                    Some(rustix::fs::Uid::from_raw(m.uid())),
+                    Some(rustix::fs::Gid::from_raw(m.gid())),
+                );
+                let _ = std::fs::set_permissions(
+                    &dir,
+                    std::fs::Permissions::from_mode(m.mode() & 0o7777),
+                );
+            }
+        }
+        rustix::fs::setxattr(
+            &dir,
+            "trusted.overlay.opaque",
+            b"y",
+            rustix::fs::XattrFlags::empty(),
+        )
+        .map_err(|e| err(format!("hiding {}", h.display()), std::io::Error::from(e)))?;
+    }
+    Ok(())
+}
+
+/// `/proc`, `/sys`, a minimal `/dev`, private `/tmp` and `/run`, and the binds.
+fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
+    let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
+    let proc_ = root.join("proc");
+    mkdir_p(&proc_)?;
+    mount("proc", &proc_, "proc", nosuid | MountFlags::NOEXEC, "")?;
+    let sys = root.join("sys");
+    mkdir_p(&sys)?;
+    mount(
+        "sysfs",
+        &sys,
+        "sysfs",
+        nosuid | MountFlags::NOEXEC | MountFlags::RDONLY,
+        "",
+    )?;
+    let dev = root.join("dev");
+    mkdir_p(&dev)?;
+    mount(
+        "agentbox",
+        &dev,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        "mode=755,size=1m",
+    )?;
+    for name in DEVICES {
+        let host = Path::new("/dev").join(name);
+        let inside = dev.join(name);
+        std::fs::File::create(&inside)
+            .map_err(|e| err(format!("creating {}", inside.display()), e))?;
+        rustix::mount::mount_bind(&host, &inside).map_err(|e| {
+            err(
+                format!("binding {}", host.display()),
+                std::io::Error::from(e),
+            )
+        })?;
+    }
+    let pts = dev.join("pts");
+    mkdir_p(&pts)?;
+    mount(
+        "devpts",
+        &pts,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        "newinstance,ptmxmode=0666,mode=620",
+    )?;
+    let shm = dev.join("shm");
+    mkdir_p(&shm)?;
+    mount("shm", &shm, "tmpfs", nosuid, "mode=1777")?;
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(link))
+            .map_err(|e| err(format!("creating /dev/{link}"), e))?;
+    }
+    let tmp = root.join("tmp");
+    mkdir_p(&tmp)?;
+    mount("tmp", &tmp, "tmpfs", nosuid, "mode=1777")?;
+    let run = root.join("run");
+    mkdir_p(&run)?;
+    mount("run", &run, "tmpfs", nosuid, "mode=755")?;
+    for b in &spec.binds {
+        bind(root, b)?;
+    }
+    Ok(())
+}
+
+fn bind(root: &Path, b: &Bind) -> Result<(), String> {
+    if !b.dst.starts_with("/run/") {
+        return Err(format!("bind target {} is not below /run", b.dst.display()));
+    }
+    let target = under(root, &b.dst)?;
+    let is_dir = std::fs::metadata(&b.src)
+        .map_err(|e| err(format!("bind source {}", b.src.display()), e))?
+        .is_dir();
+    if let Some(parent) = target.parent() {
+        mkdir_p(parent)?;
+    }
+    if is_dir {
+        mkdir_p(&target)?;
+    } else {
+        std::fs::File::create(&target)
+            .map_err(|e| err(format!("creating {}", target.display()), e))?;
+    }
+    rustix::mount::mount_bind(&b.src, &target).map_err(|e| {
+        err(
+            format!("binding {}", b.src.display()),
+            std::io::Error::from(e),
+        )
+    })?;
+    if b.readonly {
+        rustix::mount::mount_remount(
+            &target,
+            MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+            "",
+        )
+        .map_err(|e| {
+            err(
+                format!("making {} read-only", b.dst.display()),
+                std::io::Error::from(e),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `/etc/resolv.conf` is often a symlink into `/run` (systemd-resolved), which is private in
+/// the box: recreate its target there with the host's content.
+fn provide_resolv_conf(root: &Path, content: &[u8]) -> Result<(), String> {
+    let etc = root.join("etc/resolv.conf");
+    if std::fs::metadata(&etc).is_ok() {
+        return Ok(());
+    }
+    let Ok(target) = std::fs::read_link(&etc) else {
+        return Ok(());
+    };
+    let abs = if target.is_absolute() {
+        target
+    } else {
+        Path::new("/etc").join(target)
+    };
+    if !abs.starts_with("/run/") {
+        return Ok(());
+    }
+    let inside = under(root, &abs)?;
+    if let Some(parent) = inside.parent() {
+        mkdir_p(parent)?;
+    }
+    std::fs::write(&inside, content).map_err(|e| err(format!("writing {}", inside.display()), e))
+}
+
+/// Bring up `lo` in a fresh network namespace.
+fn loopback_up() -> Result<(), String> {
+    // SAFETY: a datagram socket and two ioctls on a zeroed, correctly sized ifreq.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(err("socket", std::io::Error::last_os_error()));
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo\0".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        let r = libc::ioctl(s, libc::SIOCGIFFLAGS, &mut req);
+        if r == 0 {
+            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
+        }
+        let e = std::io::Error::last_os_error();
+        libc::close(s);
+        if r != 0 {
+            return Err(err("bringing up the loopback interface", e));
+        }
+    }
+    Ok(())
+}
+
+// ---- serving the supervisor -------------------------------------------------------------
+
+fn block_sigchld() -> std::io::Result<OwnedFd> {
+    // SAFETY: signal-mask manipulation and signalfd on a properly initialised sigset.
+    unsafe {
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut mask);
+        libc::sigaddset(&mut mask, libc::SIGCHLD);
+        if libc::sigprocmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let fd = libc::signalfd(-1, &mask, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+fn serve(ctl: &OwnedFd, sfd: &OwnedFd) -> ! {
+    let mut tracked = std::collections::BTreeSet::new();
+    loop {
+        let mut fds = [
+            rustix::event::PollFd::new(ctl, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(sfd, rustix::event::PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => std::process::exit(1),
+        }
+        let (ctl_ready, sig_ready) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
+        if sig_ready {
+            let mut buf = [0u8; 128];
+            while rustix::io::read(sfd, &mut buf).is_ok_and(|n| n > 0) {}
+            reap(ctl, &mut tracked);
+        }
+        if ctl_ready {
+            match ipc::recv::<ToInit>(ctl) {
+                Ok((msg, fds)) => handle(ctl, msg, fds, &mut tracked),
+                // The supervisor is gone: so is the box.
+                Err(ipc::IpcError::Closed) | Err(ipc::IpcError::Io(_)) => std::process::exit(0),
+                Err(ipc::IpcError::Malformed(_)) => {}
+            }
+        }
+    }
+}
+
+fn reap(ctl: &OwnedFd, tracked: &mut std::collections::BTreeSet<i32>) {
+    loop {
+        let mut status = 0;
+        // SAFETY: reaping any child without blocking.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        // Orphans re-parented to PID 1 are reaped silently; only spawned processes report.
+        if tracked.remove(&pid) {
+            let (code, signal) = if libc::WIFEXITED(status) {
+                (Some(libc::WEXITSTATUS(status)), None)
+            } else if libc::WIFSIGNALED(status) {
+                (None, Some(libc::WTERMSIG(status)))
+            } else {
+                continue;
+            };
+            let _ = ipc::send(ctl, &FromInit::Exited { pid, code, signal }, &[]);
+        }
+    }
+}
+
+fn handle(
+    ctl: &OwnedFd,
+    msg: ToInit,
+    fds: Vec<OwnedFd>,
+    tracked: &mut std::collections::BTreeSet<i32>,
+) {
+    match msg {
+        ToInit::Signal { pid, signal } => {
+            // SAFETY: plain kill; the group first, the process itself when it has none.
+            unsafe {
+                if libc::kill(-pid, signal) != 0 {
+                    libc::kill(pid, signal);
+                }
+            }
+        }
+        ToInit::Spawn {
+            id,
+            argv,
+            env,
+            cwd,
+            pty,
+        } => match spawn(&argv, &env, &cwd, pty, fds) {
+            Ok((pid, master)) => {
+                tracked.insert(pid);
+                let attached: Vec<_> = master.iter().map(|m| m.as_fd()).collect();
+                let _ = ipc::send(ctl, &FromInit::Started { id, pid }, &attached);
+            }
+            Err(error) => {
+                let _ = ipc::send(ctl, &FromInit::Failed { id, error }, &[]);
+            }
+        },
+    }
+}
+
+fn cstring(s: impl AsRef<OsStr>) -> Result<CString, String> {
+    CString::new(s.as_ref().as_bytes()).map_err(|_| "an argument contains a NUL byte".to_owned())
+}
+
+/// Candidate executables for `argv0`: itself when it has a slash, else each `PATH` entry.
+fn candidates(argv0: &str, env: &[(String, String)]) -> Result<Vec<CString>, String> {
+    if argv0.contains('/') {
+        return Ok(vec![cstring(argv0)?]);
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| cstring(Path::new(d).join(argv0)))
+        .collect()
+}
+
+/// Fork and exec one process in its own session. Returns its PID and, with a PTY, the
+/// terminal's master side.
+fn spawn(
+    argv: &[String],
+    env: &[(String, String)],
+    cwd: &str,
+    pty: Option<crate::proto::WinSize>,
+    fds: Vec<OwnedFd>,
+) -> Result<(i32, Option<OwnedFd>), String> {
+    let argv0 = argv.first().ok_or("empty command")?;
+    // Everything the child needs is prepared before fork.
+    let c_argv = argv.iter().map(cstring).collect::<Result<Vec<_>, _>>()?;
+    let c_env = env
+        .iter()
+        .map(|(k, v)| cstring(format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let paths = candidates(argv0, env)?;
+    let c_cwd = cstring(cwd)?;
+    let mut argv_ptrs: Vec<*const libc::c_char> = c_argv.iter().map(|c| c.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut env_ptrs: Vec<*const libc::c_char> = c_env.iter().map(|c| c.as_ptr()).collect();
+    env_ptrs.push(std::ptr::null());
+
+    let (master, slave_path) = match pty {
+        Some(size) => {
+            let master = rustix::pty::openpt(
+                rustix::pty::OpenptFlags::RDWR
+                    | rustix::pty::OpenptFlags::NOCTTY
+                    | rustix::pty::OpenptFlags::CLOEXEC,
+            )
+            .map_err(|e| err("opening a terminal", std::io::Error::from(e)))?;
+            rustix::pty::grantpt(&master).map_err(|e| err("grantpt", std::io::Error::from(e)))?;
+            rustix::pty::unlockpt(&master).map_err(|e| err("unlockpt", std::io::Error::from(e)))?;
+            let name = rustix::pty::ptsname(&master, Vec::new())
+                .map_err(|e| err("ptsname", std::io::Error::from(e)))?;
+            let _ = rustix::termios::tcsetwinsize(
+                &master,
+                rustix::termios::Winsize {
+                    ws_row: size.rows,
+                    ws_col: size.cols,
+                    ws_xpixel: 0,
+                    ws_ypixel: 0,
+                },
+            );
+            (Some(master), Some(name))
+        }
+        None => {
+            if fds.len() != 3 {
+                return Err(format!("expected 3 descriptors, got {}", fds.len()));
+            }
+            (None, None)
+        }
+    };
+    let stdio: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| err("pipe", std::io::Error::from(e)))?;
+
+    // SAFETY: PID 1 is single-threaded; the child only makes syscalls on data prepared above
+    // and leaves by exec or _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(err("fork", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: see above.
+        unsafe {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // The runtime ignores SIGPIPE; commands expect the default.
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
+            libc::setsid();
+            if let Some(name) = &slave_path {
+                let fd = libc::open(name.as_ptr(), libc::O_RDWR);
+                if fd < 0 {
+                    child_fail(err_w.as_raw_fd());
+                }
+                libc::ioctl(fd, libc::TIOCSCTTY, 0);
+                for target in 0..3 {
+                    libc::dup2(fd, target);
+                }
+                if fd > 2 {
+                    libc::close(fd);
+                }
+            } else {
+                // Move the sources above 2 first so no dup2 overwrites a later source.
+                let mut moved = [0; 3];
+                for (i, fd) in stdio.iter().enumerate() {
+                    moved[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10);
+                }
+                for (target, fd) in moved.iter().enumerate() {
+                    if *fd < 0 || libc::dup2(*fd, target as i32) < 0 {
+                        child_fail(err_w.as_raw_fd());
+                    }
+                }
+            }
+            if libc::chdir(c_cwd.as_ptr()) != 0 {
+                libc::chdir(c"/".as_ptr());
+            }
+            let mut last = libc::ENOENT;
+            for p in &paths {
+                libc::execve(p.as_ptr(), argv_ptrs.as_ptr(), env_ptrs.as_ptr());
+                let e = *libc::__errno_location();
+                // Keep the most telling error: a permission problem beats "not found".
+                if e != libc::ENOENT || last == libc::ENOENT {
+                    last = e;
+                }
+            }
+            *libc::__errno_location() = last;
+            child_fail(err_w.as_raw_fd());
+        }
+    }
+    drop(err_w);
+    drop(fds);
+    let mut buf = [0u8; 4];
+    let n = rustix::io::read(&err_r, &mut buf).unwrap_or(0);
+    if n == 4 {
+        let errno = i32::from_ne_bytes(buf);
+        let mut status = 0;
+        // SAFETY: reaping the child that failed to exec.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        let e = std::io::Error::from_raw_os_error(errno);
+        return Err(if errno == libc::ENOENT {
+            format!("{argv0}: command not found in the box")
+        } else {
+            format!("cannot run {argv0}: {e}")
+        });
+    }
+    Ok((pid, master))
+}
+
+/// In a forked child: report errno through the pipe and exit 127.
+unsafe fn child_fail(fd: RawFd) -> ! {
+    // SAFETY: async-signal-safe calls only.
+    unsafe {
+        let e = (*libc::__errno_location()).to_ne_bytes();
+        libc::write(fd, e.as_ptr().cast(), 4);
+        libc::_exit(127)
+    }
+}
