@@ -87,10 +87,9 @@ impl Client {
                     .get(before as usize..)
                     .unwrap_or("")
                     .lines()
-                    .rfind(|l| !l.trim().is_empty())
-                    .unwrap_or("")
-                    .trim()
-                    .to_owned();
+                    .rfind(|l| l.starts_with("agentbox: error: "))
+                    .map(|l| l.trim_start_matches("agentbox: error: ").trim().to_owned())
+                    .unwrap_or_default();
                 return Err(BoxError::SupervisorStart {
                     name: name.into(),
                     message: if tail.is_empty() {
@@ -107,6 +106,25 @@ impl Client {
                 });
             }
             std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Connect to the supervisor of the box this process runs in, when it runs in one.
+    pub fn inside_box() -> Option<Client> {
+        std::env::var_os("AGENTBOX_BOX")?;
+        let path = std::path::Path::new(record::INBOX_DIR).join(record::INBOX_SOCKET);
+        connect_once(&path).ok().map(|sock| Client { sock })
+    }
+
+    /// From inside a box: run `agentbox ARGS` through the supervisor, with this process's
+    /// stdio. Returns the exit status.
+    pub fn forward_cli(&self, args: Vec<String>) -> Result<i32> {
+        let (i, o, e) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+        self.send(&Request::Cli { args }, &[i.as_fd(), o.as_fd(), e.as_fd()])?;
+        loop {
+            if let (Reply::Exited { status, .. }, _) = self.recv()? {
+                return Ok(status);
+            }
         }
     }
 

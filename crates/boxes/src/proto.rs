@@ -55,6 +55,10 @@ pub enum Request {
     },
     Stop,
     Ping,
+    /// From inside the box only: run `agentbox ARGS` on the box's behalf, restricted to the
+    /// box's own history commands. Carries the caller's stdin, stdout and stderr; replies
+    /// `Exited`.
+    Cli { args: Vec<String> },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,6 +23,11 @@ use crate::{BoxError, Result};
 /// Where the project copy lives inside a box, and where commands start.
 pub const WORKSPACE: &str = "/workspace";
 
+/// Where the supervisor's in-box socket directory appears inside the box.
+pub const INBOX_DIR: &str = "/run/agentbox/ctl";
+/// The in-box socket's file name.
+pub const INBOX_SOCKET: &str = "sock";
+
 /// Environment variables passed from the caller into a box by default.
 pub const ENV_ALLOW: &[&str] = &[
     "PATH",
@@ -82,6 +87,10 @@ impl BoxDirs {
     }
     pub fn log(&self, id: u64) -> PathBuf {
         self.logs().join(format!("{id}.log"))
+    }
+    /// Directory holding the in-box socket (bound at [`INBOX_DIR`] inside the box).
+    pub fn inbox(&self) -> PathBuf {
+        self.dir.join("inbox")
     }
     pub fn scratch(&self) -> PathBuf {
         self.dir.join("scratch")

@@ -30,6 +30,10 @@ use crate::{BoxError, Result};
 /// Where the agentbox binary appears inside every box.
 pub const BOX_BINARY: &str = "/run/agentbox/bin/agentbox";
 
+/// Set for an `agentbox` the supervisor runs on behalf of a command inside box `NAME`: the
+/// CLI then allows only that box's own history commands.
+pub const INBOX_ENV: &str = "AGENTBOX_INBOX_BOX";
+
 /// How a process ended, as told to whoever waits for it.
 #[derive(Debug, Clone, Copy)]
 struct ExitNote {
@@ -109,8 +113,10 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         ops: Mutex::new(()),
         launch_tx: Mutex::new(launch_tx),
     });
+    fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;
     let listener = listen(&dirs.socket())?;
+    let inbox = listen(&dirs.inbox().join(record::INBOX_SOCKET))?;
     agentbox_core::atomic::write_json(
         &dirs.supervisor(),
         &SupervisorInfo {
@@ -124,7 +130,11 @@ pub fn run(home: Home, name: &str) -> Result<()> {
     );
     {
         let shared = shared.clone();
-        std::thread::spawn(move || accept_loop(shared, listener));
+        std::thread::spawn(move || accept_loop(shared, listener, false));
+    }
+    {
+        let shared = shared.clone();
+        std::thread::spawn(move || accept_loop(shared, inbox, true));
     }
     launcher_loop(&shared, launch_rx);
     Ok(())
@@ -185,11 +195,18 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         scratch: shared.dirs.scratch(),
         hide: hidden_paths(shared),
         network: shared.rec.network,
-        binds: vec![Bind {
-            src: shared.exe.clone(),
-            dst: PathBuf::from(BOX_BINARY),
-            readonly: true,
-        }],
+        binds: vec![
+            Bind {
+                src: shared.exe.clone(),
+                dst: PathBuf::from(BOX_BINARY),
+                readonly: true,
+            },
+            Bind {
+                src: shared.dirs.inbox(),
+                dst: PathBuf::from(record::INBOX_DIR),
+                readonly: true,
+            },
+        ],
     };
     let log = fs_err::OpenOptions::new()
         .create(true)
@@ -307,12 +324,13 @@ fn shutdown(shared: &Shared) -> ! {
     std::process::exit(0)
 }
 
-fn accept_loop(shared: Arc<Shared>, listener: OwnedFd) {
+/// Accept connections; `inbox` marks the socket reachable from inside the box.
+fn accept_loop(shared: Arc<Shared>, listener: OwnedFd, inbox: bool) {
     loop {
         match rustix::net::accept_with(&listener, rustix::net::SocketFlags::CLOEXEC) {
             Ok(conn) => {
                 let shared = shared.clone();
-                std::thread::spawn(move || serve(shared, conn));
+                std::thread::spawn(move || serve(shared, conn, inbox));
             }
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => {
@@ -334,11 +352,23 @@ fn error_reply(e: &BoxError) -> Reply {
     }
 }
 
-fn serve(shared: Arc<Shared>, conn: OwnedFd) {
+fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
     let Ok((req, fds)) = ipc::recv::<Request>(&conn) else {
         return;
     };
+    // Inside the box, only the box's own CLI commands are served.
     let result = match req {
+        Request::Cli { args } if inbox => cli_for_box(&shared, &conn, args, fds),
+        Request::Ping if inbox => {
+            reply(&conn, &Reply::Ok, &[]);
+            Ok(())
+        }
+        _ if inbox => Err(BoxError::Supervisor(
+            "only agentbox commands are served inside a box".into(),
+        )),
+        Request::Cli { .. } => Err(BoxError::Supervisor(
+            "CLI forwarding is for commands inside the box".into(),
+        )),
         Request::Exec {
             argv,
             env,
@@ -611,6 +641,38 @@ fn kill_one(shared: &Shared, conn: &OwnedFd, target: u64, signal: i32) -> Result
             .map_err(|e| BoxError::Supervisor(e.to_string()))?;
     }
     reply(conn, &Reply::Ok, &[]);
+    Ok(())
+}
+
+/// Run `agentbox ARGS` on the host for a command inside the box, with its stdio. The CLI
+/// sees [`INBOX_ENV`] and refuses anything but this box's own history commands.
+fn cli_for_box(shared: &Shared, conn: &OwnedFd, args: Vec<String>, fds: Vec<OwnedFd>) -> Result<()> {
+    let [stdin, stdout, stderr]: [OwnedFd; 3] = fds.try_into().map_err(|_| {
+        BoxError::Supervisor("agentbox in a box must pass its stdin, stdout and stderr".into())
+    })?;
+    let status = std::process::Command::new(&shared.exe)
+        .args(args)
+        .env_clear()
+        .env("AGENTBOX_HOME", shared.home.root())
+        .env(INBOX_ENV, &shared.name)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(stderr)
+        .status()?;
+    use std::os::unix::process::ExitStatusExt;
+    let status = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    reply(
+        conn,
+        &Reply::Exited {
+            status,
+            node: None,
+            killed_by_checkout: false,
+        },
+        &[],
+    );
     Ok(())
 }
 

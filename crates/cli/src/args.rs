@@ -91,7 +91,7 @@ pub enum Command {
     /// Move a box back to HEAD's parent (processes are killed): BOX.
     Undo(BoxArg),
     #[command(name = "__box-init", hide = true)]
-    BoxInit { spec: String },
+    BoxInit,
     #[command(name = "__supervise", hide = true)]
     Supervise { name: String },
 }

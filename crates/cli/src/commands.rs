@@ -93,7 +93,12 @@ impl Ctx {
         max_rest: usize,
     ) -> CliResult<(String, Vec<String>)> {
         let (env, rest) = if let Some(e) = &self.env {
-            (e.clone(), args.to_vec())
+            // Naming the same environment again as the first argument is harmless.
+            if args.len() > min_rest && args.first() == Some(e) {
+                (e.clone(), args[1..].to_vec())
+            } else {
+                (e.clone(), args.to_vec())
+            }
         } else if args.len() > min_rest && store.env(&args[0]).is_ok() {
             (args[0].clone(), args[1..].to_vec())
         } else {
@@ -145,7 +150,41 @@ impl Ctx {
     }
 }
 
-pub fn run(cli: Cli) -> CliResult {
+/// For a command run on behalf of box `name` (from inside it): only the box's own history
+/// commands, only on that box.
+fn restrict_to_box(cli: &mut Cli, name: &str) -> CliResult {
+    let refuse = |what: String| {
+        CliError::new(
+            4,
+            what,
+            Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps — on this box only".into()),
+        )
+    };
+    if cli.env.as_deref().is_some_and(|e| e != name) {
+        return Err(refuse(format!("this box is {name:?}; other boxes are not reachable from inside it")));
+    }
+    cli.env = Some(name.to_owned());
+    match &cli.command {
+        Command::Log(_)
+        | Command::Show(_)
+        | Command::Diff(_)
+        | Command::Status(_)
+        | Command::Commit(_)
+        | Command::Checkout(_)
+        | Command::Tag(_) => Ok(()),
+        Command::Undo(a) | Command::Ps(a) if a.name == name => Ok(()),
+        Command::Undo(a) | Command::Ps(a) => Err(refuse(format!(
+            "this box is {name:?}; box {:?} is not reachable from inside it",
+            a.name
+        ))),
+        _ => Err(refuse("that command is not available inside a box".into())),
+    }
+}
+
+pub fn run(mut cli: Cli) -> CliResult {
+    if let Ok(name) = std::env::var(agentbox_boxes::supervisor::INBOX_ENV) {
+        restrict_to_box(&mut cli, &name)?;
+    }
     let home = match &cli.home {
         Some(h) => Home::at(h.clone()),
         None => Home::from_env()?,
@@ -186,7 +225,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Stop(a) => boxcmds::stop(&ctx, &a.name),
         Command::Undo(a) => checkout(&ctx, &[a.name, "HEAD~1".to_owned()]),
         Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
-        Command::BoxInit { spec } => agentbox_sandbox::init::launcher_main(&spec),
+        Command::BoxInit => agentbox_sandbox::init::launcher_main(),
     }
 }
 

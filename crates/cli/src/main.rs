@@ -16,6 +16,18 @@ use crate::args::Cli;
 use crate::errors::CliError;
 
 fn main() {
+    // Inside a box, agentbox is a thin client: the box's supervisor runs the command on the
+    // host side, restricted to this box.
+    if let Some(client) = agentbox_boxes::client::Client::inside_box() {
+        let args = std::env::args().skip(1).collect();
+        match client.forward_cli(args) {
+            Ok(status) => std::process::exit(status),
+            Err(e) => {
+                eprintln!("agentbox: error: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     let cli = Cli::parse();
     let json = cli.json;
     match commands::run(cli) {

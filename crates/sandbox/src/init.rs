@@ -28,16 +28,18 @@ pub const CTL_FD: RawFd = 3;
 /// Device nodes bound from the host into the box's private `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
-/// Entry point of `agentbox __box-init SPEC_JSON`. Never returns.
-pub fn launcher_main(spec_json: &str) -> ! {
+/// Entry point of `agentbox __box-init`. The box's spec arrives as the first message on the
+/// control socket (not in argv, where every process could read it in `/proc/1/cmdline`).
+/// Never returns.
+pub fn launcher_main() -> ! {
     // SAFETY: the supervisor placed the control socket at CTL_FD before exec; nothing else
     // in this fresh process owns it.
     let ctl = unsafe { OwnedFd::from_raw_fd(CTL_FD) };
     // dup2 cleared close-on-exec; no box process may inherit the control socket.
     let _ = rustix::io::fcntl_setfd(&ctl, rustix::io::FdFlags::CLOEXEC);
-    let spec: BoxSpec = match serde_json::from_str(spec_json) {
-        Ok(s) => s,
-        Err(e) => fail(&ctl, format!("bad box specification: {e}")),
+    let spec: BoxSpec = match ipc::recv(&ctl) {
+        Ok((s, _)) => s,
+        Err(e) => fail(&ctl, format!("reading the box specification: {e}")),
     };
     let mut flags =
         libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;

@@ -40,9 +40,8 @@ pub fn launch(
 ) -> Result<Running, SandboxError> {
     let (ours, theirs) = ipc::pair()?;
     let raw = theirs.as_raw_fd();
-    let spec_json = serde_json::to_string(spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("__box-init").arg(spec_json).stdin(Stdio::null());
+    cmd.arg("__box-init").stdin(Stdio::null());
     match log {
         Some(f) => {
             let f2 = f.try_clone().map_err(SandboxError::Spawn)?;
@@ -70,6 +69,7 @@ pub fn launch(
     }
     let mut launcher = cmd.spawn().map_err(SandboxError::Spawn)?;
     drop(theirs);
+    ipc::send(&ours, spec, &[])?;
     let mut pid1_host = None;
     loop {
         match ipc::recv::<FromInit>(&ours) {
