@@ -464,10 +464,7 @@ fn start_process(
     fds: &[BorrowedFd<'_>],
     exit_tx: Option<Sender<ExitNote>>,
 ) -> Result<(i32, Vec<OwnedFd>)> {
-    let ctl = lock(&shared.box_)
-        .as_ref()
-        .map(|g| g.ctl.clone())
-        .ok_or_else(|| BoxError::Supervisor("the box is restarting; try again".into()))?;
+    let ctl = current_ctl(shared)?;
     let id = info.id;
     let argv = info.argv.clone();
     let (tx, rx) = channel();
@@ -501,6 +498,22 @@ fn start_process(
                 "the box did not start the command".into(),
             ))
         }
+    }
+}
+
+/// The running box's control socket, waiting out a restart (a checkout in progress).
+fn current_ctl(shared: &Shared) -> Result<Arc<OwnedFd>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(ctl) = lock(&shared.box_).as_ref().map(|g| g.ctl.clone()) {
+            return Ok(ctl);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(BoxError::Supervisor(
+                "the box did not come back from a restart within 30 s".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

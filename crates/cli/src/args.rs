@@ -74,6 +74,9 @@ pub enum Command {
     Create(CreateArgs),
     /// Run a command in a box and wait for it: BOX [--] CMD [ARGS...].
     Exec(ExecArgs),
+    /// Run an agent (any command) in a box; with --supervise, relaunch it whenever a
+    /// checkout of the box killed it (not when it exits by itself): BOX [--] CMD [ARGS...].
+    Run(RunArgs),
     /// An interactive shell in a box (or CMD on a terminal): BOX [CMD...].
     Shell(ShellArgs),
     /// Start a background process in a box: BOX [--] CMD [ARGS...].
@@ -136,6 +139,20 @@ pub struct ExecArgs {
     #[arg(short = 'T', long)]
     pub no_tty: bool,
     /// The command and its arguments, passed exactly.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    pub name: String,
+    /// Relaunch the command after a checkout (rollback) of the box killed it.
+    #[arg(long)]
+    pub supervise: bool,
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub vars: Vec<String>,
+    #[arg(short = 'w', long)]
+    pub workdir: Option<String>,
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub argv: Vec<String>,
 }

@@ -12,7 +12,7 @@ use agentbox_store::{CommitOpts, Source, Store};
 use chrono::Utc;
 use serde::Serialize;
 
-use crate::args::{CreateArgs, ExecArgs, KillArgs, LogsArgs, ShellArgs, SpawnArgs};
+use crate::args::{CreateArgs, ExecArgs, KillArgs, LogsArgs, RunArgs, ShellArgs, SpawnArgs};
 use crate::commands::Ctx;
 use crate::errors::CliError;
 use crate::render;
@@ -187,6 +187,33 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
         tty,
     )?;
     finish_exec(ctx, outcome)
+}
+
+pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
+    let mut launches = 0u32;
+    loop {
+        let client = connect(ctx, &a.name)?;
+        launches += 1;
+        let outcome = client::exec(
+            &client,
+            a.argv.clone(),
+            client::caller_env(&a.vars),
+            a.workdir.clone(),
+            ProcKind::Exec,
+            true,
+            None,
+        )?;
+        if a.supervise && outcome.killed_by_checkout {
+            ctx.note(format!(
+                "agentbox: box {:?} was rolled back; relaunching {} (launch {})",
+                a.name,
+                agentbox_boxes::render_command(&a.argv),
+                launches + 1
+            ));
+            continue;
+        }
+        return finish_exec(ctx, outcome);
+    }
 }
 
 pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {

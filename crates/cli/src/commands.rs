@@ -217,6 +217,7 @@ pub fn run(mut cli: Cli) -> CliResult {
         Command::Create(a) => boxcmds::create(&ctx, a),
         Command::Exec(a) => boxcmds::exec(&ctx, a),
         Command::Shell(a) => boxcmds::shell(&ctx, a),
+        Command::Run(a) => boxcmds::run(&ctx, a),
         Command::Spawn(a) => boxcmds::spawn(&ctx, a),
         Command::Ps(a) => boxcmds::ps(&ctx, &a.name),
         Command::Logs(a) => boxcmds::logs(&ctx, a),
