@@ -1,0 +1,435 @@
+//! Boxes end to end, with the real binary, real namespaces, overlays and processes (root).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentbox_testkit::tier::require_root;
+use common::{code, stderr, write, Env};
+
+/// A temporary home whose box supervisors are killed when the test ends (which, through
+/// the parent-death signals, ends every box process too).
+struct Boxes {
+    env: Env,
+}
+
+impl Boxes {
+    fn new() -> Boxes {
+        Boxes { env: Env::new() }
+    }
+
+    fn create(&self, name: &str, from: &Path, extra: &[&str]) {
+        let from = from.to_str().expect("utf-8 path");
+        let mut args = vec!["create", name, "--from", from];
+        args.extend_from_slice(extra);
+        self.env.ok(&args);
+    }
+
+    /// `agentbox exec BOX -- sh -c SCRIPT` → (status, stdout, stderr).
+    fn sh(&self, name: &str, script: &str) -> (i32, String, String) {
+        let out = self.env.run(&["exec", name, "--", "sh", "-c", script]);
+        (
+            code(&out).unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr(&out),
+        )
+    }
+
+    fn sh_ok(&self, name: &str, script: &str) -> String {
+        let (status, out, err) = self.sh(name, script);
+        assert_eq!(status, 0, "{script:?} failed: {err}");
+        out
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentbox"));
+        cmd.env("AGENTBOX_HOME", self.env.path("home")).args(args);
+        cmd
+    }
+
+    fn node_count(&self, name: &str) -> usize {
+        self.env.json(&["log", name])["nodes"]
+            .as_array()
+            .map_or(0, |a| a.len())
+    }
+
+    fn supervisor_pid(&self, name: &str) -> Option<i32> {
+        let p = self.env.path("home/boxes").join(name).join("supervisor.json");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
+        v["pid"].as_i64().map(|p| p as i32)
+    }
+}
+
+impl Drop for Boxes {
+    fn drop(&mut self) {
+        let Ok(dir) = std::fs::read_dir(self.env.path("home/boxes")) else {
+            return;
+        };
+        for e in dir.flatten() {
+            if let Some(pid) = self.supervisor_pid(&e.file_name().to_string_lossy()) {
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(pid).expect("pid > 0"),
+                    rustix::process::Signal::KILL,
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Host processes whose command line contains `marker`, other than agentbox itself.
+fn host_processes_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd);
+            if cmd.contains(marker) && !cmd.contains("agentbox") {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn project(root: &Path) -> PathBuf {
+    let p = root.join("proj");
+    write(&p.join("src/main.js"), "console.log('hi')\n");
+    write(&p.join("README"), "readme\n");
+    p
+}
+
+#[test]
+fn exec_passes_arguments_stdio_and_status_exactly() {
+    if !require_root("exec_passes_arguments_stdio_and_status_exactly") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("web", &proj, &[]);
+
+    // Arguments arrive exactly: no extra `--`, no re-splitting, no expansion.
+    let out = b.env.ok(&[
+        "exec", "web", "--", "printf", "[%s]\n", "--", "-m", "a b", "$HOME", "",
+    ]);
+    assert_eq!(out, "[--]\n[-m]\n[a b]\n[$HOME]\n[]\n");
+
+    // The exit status passes through.
+    assert_eq!(b.sh("web", "exit 7").0, 7);
+    // A signal's death is 128 + signal.
+    assert_eq!(b.sh("web", "kill -TERM $$").0, 128 + 15);
+
+    // stdin is the caller's.
+    let mut child = b
+        .command(&["exec", "web", "--", "tr", "a-z", "A-Z"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"hello box\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "HELLO BOX\n");
+
+    // Start directory, host name, the project copy, PID namespace.
+    let out = b.sh_ok("web", "pwd; hostname; cat src/main.js; echo $$");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "/workspace");
+    assert_eq!(lines[1], "web");
+    assert_eq!(lines[2], "console.log('hi')");
+    let pid: i32 = lines[3].parse().expect("pid");
+    assert!(pid < 100, "the box has its own PID namespace (got pid {pid})");
+
+    // A command that does not exist.
+    let out = b.env.run(&["exec", "web", "--", "no-such-command-xyz"]);
+    assert_ne!(code(&out), Some(0));
+    assert!(stderr(&out).contains("no-such-command-xyz"), "{}", stderr(&out));
+
+    // Only allow-listed variables pass, plus --env.
+    let out = b
+        .command(&["exec", "web", "--env", "EXTRA=1", "--", "env"])
+        .env("SECRET_TOKEN", "hunter2")
+        .output()
+        .expect("run");
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(env.contains("EXTRA=1"), "{env}");
+    assert!(!env.contains("hunter2"), "{env}");
+    assert!(env.contains("HOME=/root"), "{env}");
+}
+
+#[test]
+fn host_paths_are_hidden_and_unwritable() {
+    if !require_root("host_paths_are_hidden_and_unwritable") {
+        return;
+    }
+    let b = Boxes::new();
+    let tag = format!("agentbox-test-{}", std::process::id());
+    let proj = project(b.env.home.path());
+    // The host project is a git repository: its .git must be out of reach.
+    assert!(Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&proj)
+        .status()
+        .expect("git")
+        .success());
+    let secrets = [
+        PathBuf::from(format!("/root/{tag}")),
+        PathBuf::from(format!("/home/{tag}/secret")),
+        b.env.path(&format!("home/{tag}")),
+        proj.join(".git/config"),
+    ];
+    for s in &secrets[..3] {
+        write(s, "secret\n");
+    }
+    // A container-engine style socket on the host.
+    let sock_path = PathBuf::from(format!("/run/{tag}.sock"));
+    let _sock = std::os::unix::net::UnixListener::bind(&sock_path).expect("bind socket");
+
+    b.create("one", &proj, &[]);
+    b.create("two", &proj, &[]);
+    b.sh_ok("two", "echo private > /workspace/two-only");
+    let two_upper = b.env.path("home/store/envs/two/work/upper/workspace/two-only");
+    assert!(two_upper.exists(), "box two's write lands in its own layer");
+
+    let mut targets: Vec<PathBuf> = secrets.to_vec();
+    targets.push(sock_path.clone());
+    targets.push(two_upper.clone());
+    targets.push(b.env.path("home/store/store.json"));
+    for t in &targets {
+        let t = t.display();
+        let (status, out, _) = b.sh("one", &format!("cat '{t}'"));
+        assert_ne!(status, 0, "{t} is readable inside the box: {out}");
+        // Writing either fails or lands inside the box; the host copy never changes.
+        let _ = b.sh("one", &format!("mkdir -p \"$(dirname '{t}')\" && echo pwned > '{t}'"));
+    }
+    for s in &secrets[..3] {
+        assert_eq!(std::fs::read_to_string(s).expect("read"), "secret\n", "{}", s.display());
+    }
+    assert!(!std::fs::read_to_string(proj.join(".git/config"))
+        .expect("config")
+        .contains("pwned"));
+    assert_eq!(std::fs::read_to_string(&two_upper).expect("two"), "private\n");
+    // Home directories look empty; the engine socket does not exist.
+    let out = b.sh_ok("one", &format!("ls -A /root /home | grep -c {tag} || true; test -S /run/{tag}.sock && echo socket || echo nosocket"));
+    assert!(out.contains("nosocket"), "{out}");
+    // Changes inside never reach the host project.
+    b.sh_ok("one", "echo changed > /workspace/README; rm /workspace/src/main.js");
+    assert_eq!(std::fs::read_to_string(proj.join("README")).expect("readme"), "readme\n");
+    assert!(proj.join("src/main.js").exists());
+    // /proc is the box's own, /sys read-only, /dev minimal, /tmp private.
+    let out = b.sh_ok(
+        "one",
+        "ls /proc | grep -c '^[0-9]'; touch /sys/x 2>/dev/null && echo sys-writable; ls /dev | tr '\\n' ' '; ls -A /tmp | wc -l",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].parse::<u32>().expect("count") < 10, "{out}");
+    assert!(!out.contains("sys-writable"));
+    for dev in ["null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm"] {
+        assert!(lines[1].split(' ').any(|d| d == dev), "/dev lacks {dev}: {}", lines[1]);
+    }
+    assert!(!lines[1].split(' ').any(|d| d == "vda" || d == "sda" || d == "mem"), "{}", lines[1]);
+    let _ = std::fs::remove_file(&sock_path);
+    let _ = std::fs::remove_file(&secrets[0]);
+    let _ = std::fs::remove_dir_all(format!("/home/{tag}"));
+}
+
+#[test]
+fn network_none_has_only_loopback() {
+    if !require_root("network_none_has_only_loopback") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("offline", &proj, &["--network", "none"]);
+    let out = b.sh_ok("offline", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+    assert_eq!(out.trim(), "lo");
+}
+
+#[test]
+fn commands_that_change_something_become_nodes() {
+    if !require_root("commands_that_change_something_become_nodes") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("hist", &proj, &[]);
+    assert_eq!(b.node_count("hist"), 1);
+    b.sh_ok("hist", "true");
+    assert_eq!(b.node_count("hist"), 1, "a command that changed nothing makes no node");
+    b.sh_ok("hist", "mkdir -p /var/cache/x /root/.cache && echo c > /var/cache/x/f && echo c > /root/.cache/f");
+    assert_eq!(b.node_count("hist"), 1, "changes to ignored paths alone make no node");
+    b.sh_ok("hist", "echo v2 > /workspace/README");
+    b.sh_ok("hist", "mkdir -p /opt/tool && echo bin > /opt/tool/run");
+    let log = b.env.json(&["log", "hist"]);
+    let nodes = log["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3);
+    let text = serde_json::to_string(&log).expect("json");
+    assert!(text.contains("sh -c 'echo v2 > /workspace/README'"), "{text}");
+    // Roll back one step: the system install is gone, the README edit stays.
+    b.env.ok(&["undo", "hist"]);
+    let out = b.sh_ok("hist", "cat README; test -e /opt/tool/run && echo tool || echo notool");
+    assert_eq!(out, "v2\nnotool\n");
+    b.env.ok(&["undo", "hist"]);
+    assert_eq!(b.sh_ok("hist", "cat README"), "readme\n");
+    // --no-capture.
+    b.env.ok(&["exec", "hist", "--no-capture", "--", "touch", "/workspace/x"]);
+    assert_eq!(b.node_count("hist"), 3);
+    // A manual commit through the running box, and a diff against the working tree.
+    b.env.ok(&["commit", "hist", "-m", "-m"]);
+    let log = serde_json::to_string(&b.env.json(&["log", "hist"])).expect("json");
+    assert!(log.contains("\"message\":\"-m\""), "{log}");
+}
+
+#[test]
+fn checkout_kills_every_process_of_the_box() {
+    if !require_root("checkout_kills_every_process_of_the_box") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("k", &proj, &[]);
+    let marker = format!("{}", 900_000 + std::process::id() % 99_999);
+    b.env.ok(&["spawn", "k", "--", "sleep", &format!("{marker}1")]);
+    b.env.ok(&["spawn", "k", "--", "sh", "-c", &format!("sleep {marker}2; true")]);
+    let mut fg = b
+        .command(&["exec", "k", "--", "sleep", &format!("{marker}3")])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn exec");
+    wait_until("the foreground command", || {
+        !host_processes_with(&format!("{marker}3")).is_empty()
+    });
+    let ps = b.env.json(&["ps", "k"]);
+    assert_eq!(ps.as_array().map_or(0, |a| a.len()), 3, "{ps}");
+
+    let out = b.env.run(&["checkout", "k", "HEAD"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("killed 3 processes"), "{}", stderr(&out));
+    let status = fg.wait().expect("wait");
+    assert_eq!(status.code(), Some(137), "the foreground exec was killed too");
+    assert!(host_processes_with(&marker).is_empty());
+    assert_eq!(b.env.json(&["ps", "k"]).as_array().map_or(1, |a| a.len()), 0);
+    // The box is running again.
+    assert_eq!(b.sh_ok("k", "echo alive"), "alive\n");
+}
+
+#[test]
+fn a_killed_supervisor_leaks_nothing_and_the_box_restarts() {
+    if !require_root("a_killed_supervisor_leaks_nothing_and_the_box_restarts") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("crash", &proj, &[]);
+    b.sh_ok("crash", "echo kept > /workspace/kept");
+    let marker = format!("{}", 800_000 + std::process::id() % 99_999);
+    b.env.ok(&["spawn", "crash", "--", "sleep", &marker]);
+    wait_until("the spawned process", || !host_processes_with(&marker).is_empty());
+    let pid = b.supervisor_pid("crash").expect("supervisor pid");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill supervisor");
+    wait_until("the box's processes to die", || host_processes_with(&marker).is_empty());
+    let upper = b.env.path("home/store/envs/crash/work/upper");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(!mounts.contains(upper.to_str().expect("utf-8")), "a box mount leaked");
+    b.env.ok(&["start", "crash"]);
+    assert_eq!(b.sh_ok("crash", "cat /workspace/kept"), "kept\n");
+    assert_eq!(b.node_count("crash"), 2);
+}
+
+#[test]
+fn agentbox_inside_a_box_reaches_only_its_own_box() {
+    if !require_root("agentbox_inside_a_box_reaches_only_its_own_box") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("self", &proj, &[]);
+    b.create("other", &proj, &[]);
+    let out = b.sh_ok(
+        "self",
+        "echo x > /workspace/x && agentbox commit -m 'from inside' && agentbox log --json",
+    );
+    assert!(out.contains("from inside"), "{out}");
+    for refused in ["agentbox list", "agentbox -b other log", "agentbox destroy other", "agentbox ps other"] {
+        let (status, _, err) = b.sh("self", refused);
+        assert_ne!(status, 0, "{refused} was allowed");
+        assert!(err.contains("inside a box"), "{refused}: {err}");
+    }
+    assert_eq!(b.node_count("other"), 1);
+}
+
+#[test]
+fn supervise_relaunches_after_a_rollback_but_not_after_an_exit() {
+    if !require_root("supervise_relaunches_after_a_rollback_but_not_after_an_exit") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("agent", &proj, &["--no-capture"]);
+    let mut run = b
+        .command(&[
+            "run",
+            "agent",
+            "--supervise",
+            "--",
+            "sh",
+            "-c",
+            "echo launched; while [ ! -e /workspace/stop ]; do sleep 0.05; done; echo finished",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn run");
+    let mut lines = BufReader::new(run.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("line").expect("read"), "launched");
+    b.env.ok(&["checkout", "agent", "HEAD"]);
+    assert_eq!(lines.next().expect("line").expect("read"), "launched");
+    b.env.ok(&["exec", "agent", "--", "touch", "/workspace/stop"]);
+    assert_eq!(lines.next().expect("line").expect("read"), "finished");
+    assert!(lines.next().is_none(), "no relaunch after the agent exited by itself");
+    assert_eq!(run.wait().expect("wait").code(), Some(0));
+}
+
+#[test]
+fn box_errors_are_clear() {
+    if !require_root("box_errors_are_clear") {
+        return;
+    }
+    let b = Boxes::new();
+    let out = b.env.run(&["exec", "nope", "--", "true"]);
+    assert_eq!(code(&out), Some(3));
+    assert!(stderr(&out).contains("no box named \"nope\""), "{}", stderr(&out));
+    let proj = project(b.env.home.path());
+    b.create("dup", &proj, &[]);
+    let out = b.env.run(&["create", "dup", "--from", proj.to_str().expect("utf-8")]);
+    assert_eq!(code(&out), Some(4), "{}", stderr(&out));
+    let out = b.env.run(&["checkout", "dup", "no-such-ref"]);
+    assert_eq!(code(&out), Some(3), "{}", stderr(&out));
+    let out = b.env.run(&["logs", "dup", "42"]);
+    assert_eq!(code(&out), Some(3), "{}", stderr(&out));
+    b.env.ok(&["destroy", "dup"]);
+    assert!(!b.env.path("home/boxes/dup").exists());
+    let out = b.env.run(&["exec", "dup", "--", "true"]);
+    assert_eq!(code(&out), Some(3));
+}
