@@ -179,7 +179,11 @@ fn host_paths_are_hidden_and_unwritable() {
     if !require_root("host_paths_are_hidden_and_unwritable") {
         return;
     }
-    let b = Boxes::new();
+    // Outside /tmp, which is private in a box anyway: the home and the project must be
+    // hidden on their own merits.
+    let b = Boxes {
+        env: Env::new_in(Path::new("/var/tmp")),
+    };
     let tag = format!("agentbox-test-{}", std::process::id());
     let proj = project(b.env.home.path());
     // The host project is a git repository: its .git must be out of reach.

@@ -24,6 +24,11 @@ impl TempHome {
         let base = std::env::var_os("AGENTBOX_TEST_TMP")
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);
+        TempHome::new_in(&base)
+    }
+
+    /// A new home under `base`.
+    pub fn new_in(base: &Path) -> TempHome {
         let dir = tempfile::Builder::new()
             .prefix("agentbox-test-")
             .tempdir_in(base)

@@ -18,6 +18,13 @@ impl Env {
         }
     }
 
+    /// A home under `base` (for paths a box must hide that are not under the private /tmp).
+    pub fn new_in(base: &Path) -> Env {
+        Env {
+            home: TempHome::new_in(base),
+        }
+    }
+
     pub fn path(&self, p: &str) -> PathBuf {
         self.home.path().join(p)
     }
