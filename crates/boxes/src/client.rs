@@ -189,6 +189,7 @@ pub fn exec(
     let size = if tty {
         rustix::termios::tcgetwinsize(stdin.as_fd())
             .ok()
+            .filter(|w| w.ws_row > 0 && w.ws_col > 0)
             .map(|w| WinSize {
                 rows: w.ws_row,
                 cols: w.ws_col,

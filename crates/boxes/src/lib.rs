@@ -1,6 +1,7 @@
 //! Boxes: records, the per-box supervisor, the client the CLI uses to talk to it.
 
 pub mod client;
+pub mod images;
 pub mod proto;
 pub mod record;
 pub mod supervisor;
@@ -14,6 +15,12 @@ pub enum BoxError {
     NoSuchBox { name: String },
     #[error("a box named {name:?} already exists")]
     BoxExists { name: String },
+    #[error("no image named {name:?}")]
+    NoSuchImage { name: String },
+    #[error("an image named {name:?} already exists")]
+    ImageExists { name: String },
+    #[error("image {name:?} is used by box {by:?}")]
+    ImageInUse { name: String, by: String },
     #[error("box {name:?} has no process {target}")]
     NoSuchProcess { name: String, target: u64 },
     #[error("box {name:?} could not start: {message}")]
@@ -51,6 +58,11 @@ impl BoxError {
     pub fn hint(&self) -> Option<String> {
         match self {
             BoxError::NoSuchBox { .. } => Some("`agentbox list` shows the boxes".into()),
+            BoxError::NoSuchImage { .. } => Some("`agentbox image list` shows the images".into()),
+            BoxError::ImageExists { name } => {
+                Some(format!("`agentbox image rm {name}` first, or choose another name"))
+            }
+            BoxError::ImageInUse { by, .. } => Some(format!("destroy box {by:?} first")),
             BoxError::BoxExists { .. } => {
                 Some("choose another name, or `agentbox destroy NAME` first".into())
             }

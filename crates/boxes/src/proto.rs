@@ -58,7 +58,9 @@ pub enum Request {
     /// From inside the box only: run `agentbox ARGS` on the box's behalf, restricted to the
     /// box's own history commands. Carries the caller's stdin, stdout and stderr; replies
     /// `Exited`.
-    Cli { args: Vec<String> },
+    Cli {
+        args: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -48,6 +48,9 @@ pub struct BoxRecord {
     /// The directory the box's workspace was copied from, if any (hidden inside the box).
     pub source: Option<PathBuf>,
     pub network: Network,
+    /// The base image; `None` for the host's own `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Auto-capture: a node after every command that changed something.
     pub capture: bool,
     /// Extra environment variables set in every command (`KEY=VALUE`).
@@ -186,6 +189,10 @@ pub fn default_ignore() -> Vec<String> {
         "**/.cache",
         "**/__pycache__",
         "**/node_modules/.cache",
+        "**/.bash_history",
+        "**/.python_history",
+        "**/.lesshst",
+        "**/.viminfo",
     ]
     .iter()
     .map(|s| s.to_string())

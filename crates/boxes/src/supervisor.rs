@@ -186,14 +186,18 @@ fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
 fn start_box(shared: &Arc<Shared>) -> Result<()> {
     let layers = shared.store.box_layers(&shared.name)?;
     fs_err::create_dir_all(shared.dirs.scratch())?;
+    let (base, hide) = match &shared.rec.image {
+        Some(image) => (crate::images::rootfs(&shared.home, image), Vec::new()),
+        None => (PathBuf::from("/"), hidden_paths(shared)),
+    };
     let spec = BoxSpec {
         hostname: shared.name.clone(),
-        base: PathBuf::from("/"),
+        base,
         lowers: layers.lowers,
         upper: layers.upper,
         workdir: layers.workdir,
         scratch: shared.dirs.scratch(),
-        hide: hidden_paths(shared),
+        hide,
         network: shared.rec.network,
         binds: vec![
             Bind {
@@ -545,7 +549,10 @@ fn exec(
             fds.len()
         )));
     }
-    let label = crate::render_command(&argv);
+    let label = match kind {
+        ProcKind::Shell => "shell session".to_owned(),
+        _ => crate::render_command(&argv),
+    };
     let info = new_info(shared, kind, argv);
     let id = info.id;
     let (exit_tx, exit_rx) = channel();
@@ -659,7 +666,12 @@ fn kill_one(shared: &Shared, conn: &OwnedFd, target: u64, signal: i32) -> Result
 
 /// Run `agentbox ARGS` on the host for a command inside the box, with its stdio. The CLI
 /// sees [`INBOX_ENV`] and refuses anything but this box's own history commands.
-fn cli_for_box(shared: &Shared, conn: &OwnedFd, args: Vec<String>, fds: Vec<OwnedFd>) -> Result<()> {
+fn cli_for_box(
+    shared: &Shared,
+    conn: &OwnedFd,
+    args: Vec<String>,
+    fds: Vec<OwnedFd>,
+) -> Result<()> {
     let [stdin, stdout, stderr]: [OwnedFd; 3] = fds.try_into().map_err(|_| {
         BoxError::Supervisor("agentbox in a box must pass its stdin, stdout and stderr".into())
     })?;

@@ -74,6 +74,9 @@ pub enum Command {
     Create(CreateArgs),
     /// Run a command in a box and wait for it: BOX [--] CMD [ARGS...].
     Exec(ExecArgs),
+    /// Base images for boxes: import a rootfs tarball (`docker export`), list, remove.
+    #[command(subcommand)]
+    Image(ImageCmd),
     /// Run an agent (any command) in a box; with --supervise, relaunch it whenever a
     /// checkout of the box killed it (not when it exits by itself): BOX [--] CMD [ARGS...].
     Run(RunArgs),
@@ -99,6 +102,16 @@ pub enum Command {
     Supervise { name: String },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ImageCmd {
+    /// Import a rootfs tarball (file, URL, or - for stdin) as image NAME.
+    Import { name: String, source: String },
+    /// List images.
+    List,
+    /// Remove an image no box uses.
+    Rm { name: String },
+}
+
 #[derive(Debug, Args)]
 pub struct BoxArg {
     pub name: String,
@@ -110,6 +123,9 @@ pub struct CreateArgs {
     /// Directory copied to /workspace (default: an empty workspace).
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
+    /// Run on an imported image instead of the host's own `/` (see `agentbox image`).
+    #[arg(long, value_name = "NAME")]
+    pub image: Option<String>,
     /// `host` (default: the host's network) or `none` (loopback only).
     #[arg(long, default_value = "host")]
     pub network: String,

@@ -12,7 +12,9 @@ use agentbox_store::{CommitOpts, Source, Store};
 use chrono::Utc;
 use serde::Serialize;
 
-use crate::args::{CreateArgs, ExecArgs, KillArgs, LogsArgs, RunArgs, ShellArgs, SpawnArgs};
+use crate::args::{
+    CreateArgs, ExecArgs, ImageCmd, KillArgs, LogsArgs, RunArgs, ShellArgs, SpawnArgs,
+};
 use crate::commands::Ctx;
 use crate::errors::CliError;
 use crate::render;
@@ -81,6 +83,9 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         None => None,
     };
     let store = Store::open_or_init(&ctx.home.store_dir(), None)?;
+    if let Some(image) = &a.image {
+        agentbox_boxes::images::get(&ctx.home, image)?;
+    }
     let dirs = BoxDirs::new(&ctx.home, &a.name);
     if dirs.record().exists() || store.env(&a.name).is_ok() {
         return Err(agentbox_boxes::BoxError::BoxExists { name: a.name }.into());
@@ -113,6 +118,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         created: Utc::now(),
         source,
         network,
+        image: a.image,
         capture: !a.no_capture,
         env: a.vars,
         ignore: Vec::new(),
@@ -483,6 +489,46 @@ pub fn destroy_box(ctx: &Ctx, store: &Store, name: &str) -> CliResult {
     let _ = fs_err::remove_file(dirs.record());
     fs_err::remove_dir_all(&dirs.dir)?;
     Ok(())
+}
+
+pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
+    use agentbox_boxes::images;
+    match cmd {
+        ImageCmd::Import { name, source } => {
+            need_root("importing an image")?;
+            let store = Store::open_or_init(&ctx.home.store_dir(), None)?;
+            let img = ctx.busy("unpacking the image", || {
+                images::import(&ctx.home, &store, &name, &source)
+            })?;
+            ctx.out(&img, || {
+                format!(
+                    "imported image {name:?}\nUse it: agentbox create BOX --image {name} --from DIR\n"
+                )
+            })
+        }
+        ImageCmd::List => {
+            let list = images::list(&ctx.home)?;
+            ctx.out(&list, || {
+                let mut s = format!("{:<20} {:<20} SOURCE\n", "NAME", "IMPORTED");
+                for i in &list {
+                    s.push_str(&format!(
+                        "{:<20} {:<20} {}\n",
+                        i.name,
+                        i.imported.format("%Y-%m-%d %H:%M:%S"),
+                        i.source
+                    ));
+                }
+                s
+            })
+        }
+        ImageCmd::Rm { name } => {
+            let store = ctx.store()?;
+            images::remove(&ctx.home, &store, &name)?;
+            ctx.out(&serde_json::json!({ "removed": name }), || {
+                format!("removed image {name:?}\n")
+            })
+        }
+    }
 }
 
 pub fn is_box(ctx: &Ctx, name: &str) -> bool {

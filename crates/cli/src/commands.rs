@@ -26,7 +26,7 @@ impl Ctx {
     }
 
     /// Open the existing store.
-    fn store(&self) -> CliResult<Store> {
+    pub(crate) fn store(&self) -> CliResult<Store> {
         let dir = self.store_dir();
         if !dir.join("store.json").exists() {
             return Err(CliError::new(
@@ -161,7 +161,9 @@ fn restrict_to_box(cli: &mut Cli, name: &str) -> CliResult {
         )
     };
     if cli.env.as_deref().is_some_and(|e| e != name) {
-        return Err(refuse(format!("this box is {name:?}; other boxes are not reachable from inside it")));
+        return Err(refuse(format!(
+            "this box is {name:?}; other boxes are not reachable from inside it"
+        )));
     }
     cli.env = Some(name.to_owned());
     match &cli.command {
@@ -218,6 +220,7 @@ pub fn run(mut cli: Cli) -> CliResult {
         Command::Exec(a) => boxcmds::exec(&ctx, a),
         Command::Shell(a) => boxcmds::shell(&ctx, a),
         Command::Run(a) => boxcmds::run(&ctx, a),
+        Command::Image(a) => boxcmds::image(&ctx, a),
         Command::Spawn(a) => boxcmds::spawn(&ctx, a),
         Command::Ps(a) => boxcmds::ps(&ctx, &a.name),
         Command::Logs(a) => boxcmds::logs(&ctx, a),

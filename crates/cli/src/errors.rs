@@ -92,8 +92,8 @@ impl From<agentbox_boxes::BoxError> for CliError {
             B::Core(c) => c.into(),
             other => {
                 let code = match &other {
-                    B::NoSuchBox { .. } | B::NoSuchProcess { .. } => 3,
-                    B::BoxExists { .. } => 4,
+                    B::NoSuchBox { .. } | B::NoSuchProcess { .. } | B::NoSuchImage { .. } => 3,
+                    B::BoxExists { .. } | B::ImageExists { .. } | B::ImageInUse { .. } => 4,
                     B::NeedsRoot { .. } => 6,
                     _ => 1,
                 };

@@ -57,7 +57,11 @@ impl Boxes {
     }
 
     fn supervisor_pid(&self, name: &str) -> Option<i32> {
-        let p = self.env.path("home/boxes").join(name).join("supervisor.json");
+        let p = self
+            .env
+            .path("home/boxes")
+            .join(name)
+            .join("supervisor.json");
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
         v["pid"].as_i64().map(|p| p as i32)
     }
@@ -155,12 +159,19 @@ fn exec_passes_arguments_stdio_and_status_exactly() {
     assert_eq!(lines[1], "web");
     assert_eq!(lines[2], "console.log('hi')");
     let pid: i32 = lines[3].parse().expect("pid");
-    assert!(pid < 100, "the box has its own PID namespace (got pid {pid})");
+    assert!(
+        pid < 100,
+        "the box has its own PID namespace (got pid {pid})"
+    );
 
     // A command that does not exist.
     let out = b.env.run(&["exec", "web", "--", "no-such-command-xyz"]);
     assert_ne!(code(&out), Some(0));
-    assert!(stderr(&out).contains("no-such-command-xyz"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no-such-command-xyz"),
+        "{}",
+        stderr(&out)
+    );
 
     // Only allow-listed variables pass, plus --env.
     let out = b
@@ -209,7 +220,9 @@ fn host_paths_are_hidden_and_unwritable() {
     b.create("one", &proj, &[]);
     b.create("two", &proj, &[]);
     b.sh_ok("two", "echo private > /workspace/two-only");
-    let two_upper = b.env.path("home/store/envs/two/work/upper/workspace/two-only");
+    let two_upper = b
+        .env
+        .path("home/store/envs/two/work/upper/workspace/two-only");
     assert!(two_upper.exists(), "box two's write lands in its own layer");
 
     let mut targets: Vec<PathBuf> = secrets.to_vec();
@@ -221,21 +234,38 @@ fn host_paths_are_hidden_and_unwritable() {
         let (status, out, _) = b.sh("one", &format!("cat '{t}'"));
         assert_ne!(status, 0, "{t} is readable inside the box: {out}");
         // Writing either fails or lands inside the box; the host copy never changes.
-        let _ = b.sh("one", &format!("mkdir -p \"$(dirname '{t}')\" && echo pwned > '{t}'"));
+        let _ = b.sh(
+            "one",
+            &format!("mkdir -p \"$(dirname '{t}')\" && echo pwned > '{t}'"),
+        );
     }
     for s in &secrets[..3] {
-        assert_eq!(std::fs::read_to_string(s).expect("read"), "secret\n", "{}", s.display());
+        assert_eq!(
+            std::fs::read_to_string(s).expect("read"),
+            "secret\n",
+            "{}",
+            s.display()
+        );
     }
     assert!(!std::fs::read_to_string(proj.join(".git/config"))
         .expect("config")
         .contains("pwned"));
-    assert_eq!(std::fs::read_to_string(&two_upper).expect("two"), "private\n");
+    assert_eq!(
+        std::fs::read_to_string(&two_upper).expect("two"),
+        "private\n"
+    );
     // Home directories look empty; the engine socket does not exist.
     let out = b.sh_ok("one", &format!("ls -A /root /home | grep -c {tag} || true; test -S /run/{tag}.sock && echo socket || echo nosocket"));
     assert!(out.contains("nosocket"), "{out}");
     // Changes inside never reach the host project.
-    b.sh_ok("one", "echo changed > /workspace/README; rm /workspace/src/main.js");
-    assert_eq!(std::fs::read_to_string(proj.join("README")).expect("readme"), "readme\n");
+    b.sh_ok(
+        "one",
+        "echo changed > /workspace/README; rm /workspace/src/main.js",
+    );
+    assert_eq!(
+        std::fs::read_to_string(proj.join("README")).expect("readme"),
+        "readme\n"
+    );
     assert!(proj.join("src/main.js").exists());
     // /proc is the box's own, /sys read-only, /dev minimal, /tmp private.
     let out = b.sh_ok(
@@ -245,10 +275,22 @@ fn host_paths_are_hidden_and_unwritable() {
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].parse::<u32>().expect("count") < 10, "{out}");
     assert!(!out.contains("sys-writable"));
-    for dev in ["null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm"] {
-        assert!(lines[1].split(' ').any(|d| d == dev), "/dev lacks {dev}: {}", lines[1]);
+    for dev in [
+        "null", "zero", "full", "random", "urandom", "tty", "pts", "ptmx", "shm",
+    ] {
+        assert!(
+            lines[1].split(' ').any(|d| d == dev),
+            "/dev lacks {dev}: {}",
+            lines[1]
+        );
     }
-    assert!(!lines[1].split(' ').any(|d| d == "vda" || d == "sda" || d == "mem"), "{}", lines[1]);
+    assert!(
+        !lines[1]
+            .split(' ')
+            .any(|d| d == "vda" || d == "sda" || d == "mem"),
+        "{}",
+        lines[1]
+    );
     let _ = std::fs::remove_file(&sock_path);
     let _ = std::fs::remove_file(&secrets[0]);
     let _ = std::fs::remove_dir_all(format!("/home/{tag}"));
@@ -262,7 +304,10 @@ fn network_none_has_only_loopback() {
     let b = Boxes::new();
     let proj = project(b.env.home.path());
     b.create("offline", &proj, &["--network", "none"]);
-    let out = b.sh_ok("offline", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+    let out = b.sh_ok(
+        "offline",
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+    );
     assert_eq!(out.trim(), "lo");
 }
 
@@ -276,24 +321,48 @@ fn commands_that_change_something_become_nodes() {
     b.create("hist", &proj, &[]);
     assert_eq!(b.node_count("hist"), 1);
     b.sh_ok("hist", "true");
-    assert_eq!(b.node_count("hist"), 1, "a command that changed nothing makes no node");
-    b.sh_ok("hist", "mkdir -p /var/cache/x /root/.cache && echo c > /var/cache/x/f && echo c > /root/.cache/f");
-    assert_eq!(b.node_count("hist"), 1, "changes to ignored paths alone make no node");
+    assert_eq!(
+        b.node_count("hist"),
+        1,
+        "a command that changed nothing makes no node"
+    );
+    b.sh_ok(
+        "hist",
+        "mkdir -p /var/cache/x /root/.cache && echo c > /var/cache/x/f && echo c > /root/.cache/f",
+    );
+    assert_eq!(
+        b.node_count("hist"),
+        1,
+        "changes to ignored paths alone make no node"
+    );
     b.sh_ok("hist", "echo v2 > /workspace/README");
     b.sh_ok("hist", "mkdir -p /opt/tool && echo bin > /opt/tool/run");
     let log = b.env.json(&["log", "hist"]);
     let nodes = log["nodes"].as_array().expect("nodes");
     assert_eq!(nodes.len(), 3);
     let text = serde_json::to_string(&log).expect("json");
-    assert!(text.contains("sh -c 'echo v2 > /workspace/README'"), "{text}");
+    assert!(
+        text.contains("sh -c 'echo v2 > /workspace/README'"),
+        "{text}"
+    );
     // Roll back one step: the system install is gone, the README edit stays.
     b.env.ok(&["undo", "hist"]);
-    let out = b.sh_ok("hist", "cat README; test -e /opt/tool/run && echo tool || echo notool");
+    let out = b.sh_ok(
+        "hist",
+        "cat README; test -e /opt/tool/run && echo tool || echo notool",
+    );
     assert_eq!(out, "v2\nnotool\n");
     b.env.ok(&["undo", "hist"]);
     assert_eq!(b.sh_ok("hist", "cat README"), "readme\n");
     // --no-capture.
-    b.env.ok(&["exec", "hist", "--no-capture", "--", "touch", "/workspace/x"]);
+    b.env.ok(&[
+        "exec",
+        "hist",
+        "--no-capture",
+        "--",
+        "touch",
+        "/workspace/x",
+    ]);
     assert_eq!(b.node_count("hist"), 3);
     // A manual commit through the running box, and a diff against the working tree.
     b.env.ok(&["commit", "hist", "-m", "-m"]);
@@ -310,8 +379,16 @@ fn checkout_kills_every_process_of_the_box() {
     let proj = project(b.env.home.path());
     b.create("k", &proj, &[]);
     let marker = format!("{}", 900_000 + std::process::id() % 99_999);
-    b.env.ok(&["spawn", "k", "--", "sleep", &format!("{marker}1")]);
-    b.env.ok(&["spawn", "k", "--", "sh", "-c", &format!("sleep {marker}2; true")]);
+    b.env
+        .ok(&["spawn", "k", "--", "sleep", &format!("{marker}1")]);
+    b.env.ok(&[
+        "spawn",
+        "k",
+        "--",
+        "sh",
+        "-c",
+        &format!("sleep {marker}2; true"),
+    ]);
     let mut fg = b
         .command(&["exec", "k", "--", "sleep", &format!("{marker}3")])
         .stdout(Stdio::null())
@@ -325,11 +402,22 @@ fn checkout_kills_every_process_of_the_box() {
 
     let out = b.env.run(&["checkout", "k", "HEAD"]);
     assert_eq!(code(&out), Some(0), "{}", stderr(&out));
-    assert!(stderr(&out).contains("killed 3 processes"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("killed 3 processes"),
+        "{}",
+        stderr(&out)
+    );
     let status = fg.wait().expect("wait");
-    assert_eq!(status.code(), Some(137), "the foreground exec was killed too");
+    assert_eq!(
+        status.code(),
+        Some(137),
+        "the foreground exec was killed too"
+    );
     assert!(host_processes_with(&marker).is_empty());
-    assert_eq!(b.env.json(&["ps", "k"]).as_array().map_or(1, |a| a.len()), 0);
+    assert_eq!(
+        b.env.json(&["ps", "k"]).as_array().map_or(1, |a| a.len()),
+        0
+    );
     // The box is running again.
     assert_eq!(b.sh_ok("k", "echo alive"), "alive\n");
 }
@@ -345,17 +433,24 @@ fn a_killed_supervisor_leaks_nothing_and_the_box_restarts() {
     b.sh_ok("crash", "echo kept > /workspace/kept");
     let marker = format!("{}", 800_000 + std::process::id() % 99_999);
     b.env.ok(&["spawn", "crash", "--", "sleep", &marker]);
-    wait_until("the spawned process", || !host_processes_with(&marker).is_empty());
+    wait_until("the spawned process", || {
+        !host_processes_with(&marker).is_empty()
+    });
     let pid = b.supervisor_pid("crash").expect("supervisor pid");
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(pid).expect("pid"),
         rustix::process::Signal::KILL,
     )
     .expect("kill supervisor");
-    wait_until("the box's processes to die", || host_processes_with(&marker).is_empty());
+    wait_until("the box's processes to die", || {
+        host_processes_with(&marker).is_empty()
+    });
     let upper = b.env.path("home/store/envs/crash/work/upper");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(!mounts.contains(upper.to_str().expect("utf-8")), "a box mount leaked");
+    assert!(
+        !mounts.contains(upper.to_str().expect("utf-8")),
+        "a box mount leaked"
+    );
     b.env.ok(&["start", "crash"]);
     assert_eq!(b.sh_ok("crash", "cat /workspace/kept"), "kept\n");
     assert_eq!(b.node_count("crash"), 2);
@@ -375,7 +470,12 @@ fn agentbox_inside_a_box_reaches_only_its_own_box() {
         "echo x > /workspace/x && agentbox commit -m 'from inside' && agentbox log --json",
     );
     assert!(out.contains("from inside"), "{out}");
-    for refused in ["agentbox list", "agentbox -b other log", "agentbox destroy other", "agentbox ps other"] {
+    for refused in [
+        "agentbox list",
+        "agentbox -b other log",
+        "agentbox destroy other",
+        "agentbox ps other",
+    ] {
         let (status, _, err) = b.sh("self", refused);
         assert_ne!(status, 0, "{refused} was allowed");
         assert!(err.contains("inside a box"), "{refused}: {err}");
@@ -409,9 +509,13 @@ fn supervise_relaunches_after_a_rollback_but_not_after_an_exit() {
     assert_eq!(lines.next().expect("line").expect("read"), "launched");
     b.env.ok(&["checkout", "agent", "HEAD"]);
     assert_eq!(lines.next().expect("line").expect("read"), "launched");
-    b.env.ok(&["exec", "agent", "--", "touch", "/workspace/stop"]);
+    b.env
+        .ok(&["exec", "agent", "--", "touch", "/workspace/stop"]);
     assert_eq!(lines.next().expect("line").expect("read"), "finished");
-    assert!(lines.next().is_none(), "no relaunch after the agent exited by itself");
+    assert!(
+        lines.next().is_none(),
+        "no relaunch after the agent exited by itself"
+    );
     assert_eq!(run.wait().expect("wait").code(), Some(0));
 }
 
@@ -423,10 +527,16 @@ fn box_errors_are_clear() {
     let b = Boxes::new();
     let out = b.env.run(&["exec", "nope", "--", "true"]);
     assert_eq!(code(&out), Some(3));
-    assert!(stderr(&out).contains("no box named \"nope\""), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no box named \"nope\""),
+        "{}",
+        stderr(&out)
+    );
     let proj = project(b.env.home.path());
     b.create("dup", &proj, &[]);
-    let out = b.env.run(&["create", "dup", "--from", proj.to_str().expect("utf-8")]);
+    let out = b
+        .env
+        .run(&["create", "dup", "--from", proj.to_str().expect("utf-8")]);
     assert_eq!(code(&out), Some(4), "{}", stderr(&out));
     let out = b.env.run(&["checkout", "dup", "no-such-ref"]);
     assert_eq!(code(&out), Some(3), "{}", stderr(&out));
@@ -436,4 +546,52 @@ fn box_errors_are_clear() {
     assert!(!b.env.path("home/boxes/dup").exists());
     let out = b.env.run(&["exec", "dup", "--", "true"]);
     assert_eq!(code(&out), Some(3));
+}
+
+#[test]
+fn a_box_runs_on_an_imported_image() {
+    if !require_root("a_box_runs_on_an_imported_image") {
+        return;
+    }
+    let b = Boxes::new();
+    let tar = b.env.path("rootfs.tar");
+    agentbox_testkit::rootfs::build_tar(b.env.home.path(), &tar);
+    b.env
+        .ok(&["image", "import", "mini", tar.to_str().expect("utf-8")]);
+    let list = b.env.json(&["image", "list"]);
+    assert_eq!(list[0]["name"], "mini");
+    let proj = project(b.env.home.path());
+    b.create("onimage", &proj, &["--image", "mini"]);
+    let out = b.sh_ok(
+        "onimage",
+        "cat /etc/os-release; ls /usr/bin | wc -l; cat /workspace/README",
+    );
+    assert_eq!(
+        out.lines().next(),
+        Some("ID=agentbox-test-rootfs"),
+        "the image is the base, not the host: {out}"
+    );
+    assert!(out.ends_with("readme\n"), "{out}");
+    // Writes go to the box's layer; the image stays as imported.
+    b.sh_ok("onimage", "echo changed > /etc/os-release");
+    let img = b.env.path("home/images/mini/rootfs/etc/os-release");
+    assert_eq!(
+        std::fs::read_to_string(img).expect("read"),
+        "ID=agentbox-test-rootfs\n"
+    );
+    // In use: refused; after the box is gone: removed.
+    assert_eq!(code(&b.env.run(&["image", "rm", "mini"])), Some(4));
+    b.env.ok(&["destroy", "onimage"]);
+    b.env.ok(&["image", "rm", "mini"]);
+    // A bad archive leaves nothing.
+    let bad = b.env.path("bad.tar");
+    write(&bad, "not a tar at all");
+    assert_ne!(
+        code(
+            &b.env
+                .run(&["image", "import", "bad", bad.to_str().expect("utf-8")])
+        ),
+        Some(0)
+    );
+    assert!(!b.env.path("home/images/bad").exists());
 }

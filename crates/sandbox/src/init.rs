@@ -212,7 +212,12 @@ fn setup_root(spec: &BoxSpec) -> Result<(), String> {
     )?;
     let resolv = std::fs::read("/etc/resolv.conf").ok();
     special_mounts(&root, spec)?;
-    if let Some(content) = resolv {
+    if spec.base != Path::new("/") && spec.network == Network::Host {
+        // An image's own name-service files describe some other machine's network.
+        for file in ["etc/resolv.conf", "etc/hosts"] {
+            share_host_file(scratch, &root, file)?;
+        }
+    } else if let Some(content) = resolv {
         provide_resolv_conf(&root, &content)?;
     }
     rustix::system::sethostname(spec.hostname.as_bytes())
@@ -383,6 +388,28 @@ fn bind(root: &Path, b: &Bind) -> Result<(), String> {
         })?;
     }
     Ok(())
+}
+
+/// Show the host's `/<file>` at the same place in the box (a read-only bind of a private
+/// copy, so the box can neither change the host's file nor see later host edits).
+fn share_host_file(scratch: &Path, root: &Path, file: &str) -> Result<(), String> {
+    let Ok(content) = std::fs::read(Path::new("/").join(file)) else {
+        return Ok(());
+    };
+    let copy = scratch.join(file.replace('/', "_"));
+    std::fs::write(&copy, content).map_err(|e| err(format!("writing {}", copy.display()), e))?;
+    let target = root.join(file);
+    if std::fs::symlink_metadata(&target).is_ok_and(|m| m.file_type().is_symlink()) {
+        std::fs::remove_file(&target).map_err(|e| err(format!("replacing /{file}"), e))?;
+    }
+    if !target.exists() {
+        if let Some(parent) = target.parent() {
+            mkdir_p(parent)?;
+        }
+        std::fs::File::create(&target).map_err(|e| err(format!("creating /{file}"), e))?;
+    }
+    rustix::mount::mount_bind(&copy, &target)
+        .map_err(|e| err(format!("binding /{file}"), std::io::Error::from(e)))
 }
 
 /// `/etc/resolv.conf` is often a symlink into `/run` (systemd-resolved), which is private in

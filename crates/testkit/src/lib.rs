@@ -8,6 +8,7 @@
 //! * [`loopfs::LoopFs`]: a throwaway btrfs or ext4 on a loop device (root only).
 
 pub mod loopfs;
+pub mod rootfs;
 pub mod tier;
 pub mod tree_gen;
 
