@@ -252,3 +252,28 @@ EOF
 # ab_field KEY < x.json    first value of KEY found anywhere in the document
 ab_ids() { python3 "$BENCH_DIR/abjson.py" ids; }
 ab_field() { python3 "$BENCH_DIR/abjson.py" field "$1"; }
+
+# ---------------------------------------------------------------------------------------
+# Docker (for comparisons): docker_up starts dockerd when needed; sets DOCKER_NOTE on failure
+# ---------------------------------------------------------------------------------------
+DOCKER_NOTE=
+DOCKERD_PID=
+docker_up() {
+    if [[ -n ${BENCH_NO_DOCKER:-} ]]; then DOCKER_NOTE="BENCH_NO_DOCKER set"; return 1; fi
+    command -v docker >/dev/null || { DOCKER_NOTE="docker CLI not installed (apt-get install docker.io)"; return 1; }
+    docker info >/dev/null 2>&1 && return 0
+    command -v dockerd >/dev/null || { DOCKER_NOTE="dockerd not installed"; return 1; }
+    log "starting dockerd (log: /tmp/dockerd.log)"
+    dockerd >/tmp/dockerd.log 2>&1 &
+    DOCKERD_PID=$!
+    on_cleanup "kill $DOCKERD_PID; wait $DOCKERD_PID"
+    local i
+    for i in $(seq 1 30); do
+        docker info >/dev/null 2>&1 && return 0
+        kill -0 "$DOCKERD_PID" 2>/dev/null || break
+        sleep 1
+    done
+    DOCKER_NOTE="dockerd did not come up: $(tail -1 /tmp/dockerd.log 2>/dev/null)"
+    return 1
+}
+

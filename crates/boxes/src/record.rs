@@ -59,7 +59,14 @@ pub struct BoxRecord {
     /// Paths (relative to the box root) whose changes alone never make a node.
     #[serde(default)]
     pub ignore: Vec<String>,
+    /// Retention after automatic nodes: the newest this many nodes stay (default
+    /// [`DEFAULT_KEEP`]); older ones are thinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<u64>,
 }
+
+/// Default number of recent nodes retention keeps after automatic nodes.
+pub const DEFAULT_KEEP: u64 = 100;
 
 /// Paths of one box's directory.
 #[derive(Debug, Clone)]

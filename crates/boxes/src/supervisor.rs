@@ -625,6 +625,14 @@ fn auto_capture(shared: &Shared, label: &str) -> Result<Option<String>> {
             ..CommitOpts::default()
         },
     )?;
+    // Automatic nodes accumulate: thin old ones (stable positions; tags, branch points and
+    // the newest `keep` stay). Only once the history is longer than what is kept anyway.
+    let keep = shared.rec.keep.unwrap_or(record::DEFAULT_KEEP);
+    if node.seq > keep {
+        if let Err(e) = shared.store.retain(&shared.name, keep) {
+            eprintln!("retention after an automatic node failed: {e}");
+        }
+    }
     Ok(Some(node.id))
 }
 

@@ -135,6 +135,13 @@ pub struct CreateArgs {
     /// An environment variable set in every command of the box (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
+    /// A path (relative to the box root, `**/` for any depth) whose changes alone never
+    /// make a node, besides the defaults (caches, /tmp, logs, shell histories). Repeatable.
+    #[arg(long, value_name = "PATTERN")]
+    pub ignore: Vec<String>,
+    /// Keep the newest N nodes when thinning after automatic nodes (default 100).
+    #[arg(long, value_name = "N")]
+    pub keep: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -121,7 +121,8 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         image: a.image,
         capture: !a.no_capture,
         env: a.vars,
-        ignore: Vec::new(),
+        ignore: a.ignore,
+        keep: a.keep,
     };
     fs_err::create_dir_all(&dirs.dir)?;
     if let Err(e) = record::write(&ctx.home, &rec) {

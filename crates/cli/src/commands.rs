@@ -386,22 +386,68 @@ fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
     )
 }
 
+/// One row of `list`: an environment, and whether it is a box or a versioned directory.
+#[derive(Serialize)]
+struct Listed {
+    #[serde(flatten)]
+    env: agentbox_store::EnvState,
+    /// "box" or "directory".
+    kind: &'static str,
+    /// Boxes: "running" or "stopped"; directories: "mounted" or "unmounted".
+    state: &'static str,
+    /// Boxes: the directory the workspace was copied from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<PathBuf>,
+}
+
 fn list(ctx: &Ctx) -> CliResult {
     let store = ctx.store()?;
-    let envs = store.envs()?;
-    ctx.out(&envs, || {
-        let mut s = format!("{:<20} {:<14} {:<8} DIRECTORY\n", "NAME", "HEAD", "MOUNTED");
-        for e in &envs {
-            s.push_str(&format!(
-                "{:<20} {:<14} {:<8} {}\n",
-                e.name,
-                render::short(&e.head),
-                match &e.mountpoint {
-                    None => "-",
-                    Some(m) if agentbox_store::mounts::is_mountpoint(m) => "yes",
-                    Some(_) => "no",
+    let rows: Vec<Listed> = store
+        .envs()?
+        .into_iter()
+        .map(|env| match &env.mountpoint {
+            Some(m) => Listed {
+                state: if agentbox_store::mounts::is_mountpoint(m) {
+                    "mounted"
+                } else {
+                    "unmounted"
                 },
-                render::place(&e.mountpoint)
+                kind: "directory",
+                source: None,
+                env,
+            },
+            None => Listed {
+                state: if agentbox_boxes::client::is_running(&ctx.home, &env.name) {
+                    "running"
+                } else {
+                    "stopped"
+                },
+                kind: "box",
+                source: agentbox_boxes::record::read(&ctx.home, &env.name)
+                    .ok()
+                    .and_then(|r| r.source),
+                env,
+            },
+        })
+        .collect();
+    ctx.out(&rows, || {
+        let mut s = format!(
+            "{:<20} {:<10} {:<14} {:<10} WHERE\n",
+            "NAME", "KIND", "HEAD", "STATE"
+        );
+        for r in &rows {
+            let place = match (&r.env.mountpoint, &r.source) {
+                (Some(m), _) => m.display().to_string(),
+                (None, Some(src)) => format!("/workspace (from {})", src.display()),
+                (None, None) => "/workspace".to_owned(),
+            };
+            s.push_str(&format!(
+                "{:<20} {:<10} {:<14} {:<10} {}\n",
+                r.env.name,
+                r.kind,
+                render::short(&r.env.head),
+                r.state,
+                place
             ));
         }
         s
