@@ -122,7 +122,10 @@ impl WatchError {
 /// live, so those are expected while walking it.
 fn vanished(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound
-        || matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP))
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+        )
 }
 
 // ------------------------------------------------------------------------------------------
@@ -426,8 +429,10 @@ impl Watcher {
     /// inside them before the watch existed were missed). On a queue overflow
     /// (`IN_Q_OVERFLOW`) the watches are re-added by rescanning the tree and `overflowed` is
     /// set. Errors: [`WatchError::WatchLimit`] when a new directory cannot be watched,
-    /// [`WatchError::RootGone`] when the root was removed; either way the caller should fall
-    /// back to [`fingerprint`] polling.
+    /// [`WatchError::RootGone`] when the root was removed, moved or unmounted (as when a
+    /// checkout replaces the layer: build a new watcher on the new one). After an error the
+    /// watcher no longer covers the whole tree: drop it, and fall back to [`fingerprint`]
+    /// polling (or build a new watcher).
     pub fn poll(&mut self, timeout: Duration) -> Result<Seen, WatchError> {
         let mut seen = Seen::default();
         if !self.wait(timeout)? {
@@ -556,7 +561,10 @@ impl Watcher {
                 if event.mask.contains(EventMask::MOVED_FROM) {
                     self.forget_subtree(&rel);
                 }
-                if event.mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
+                if event
+                    .mask
+                    .intersects(EventMask::CREATE | EventMask::MOVED_TO)
+                {
                     appeared.push(rel);
                 }
             }
@@ -596,20 +604,7 @@ impl Watcher {
                 self.dirs.insert(self.root_wd, (wd, PathBuf::new()));
                 Ok(())
             }
-            Err(e) => Err(self.add_error(&self.root, e)),
-        }
-    }
-
-    fn add_error(&self, path: &Path, source: io::Error) -> WatchError {
-        if source.raw_os_error() == Some(libc::ENOSPC) {
-            WatchError::WatchLimit {
-                path: path.to_owned(),
-            }
-        } else {
-            WatchError::Watch {
-                path: path.to_owned(),
-                source,
-            }
+            Err(e) => Err(add_error(&self.root, e)),
         }
     }
 
@@ -617,38 +612,32 @@ impl Watcher {
     /// below it. A directory's watch is added before the directory is listed (see
     /// [`Watcher::new`]); directories that vanish meanwhile are skipped. Returns the number
     /// of non-ignored entries found below the `todo` directories when `count` is set.
-    fn watch_dirs(&mut self, mut todo: Vec<PathBuf>, count: bool) -> Result<usize, WatchError> {
+    ///
+    /// The root (the empty path) is listed but not watched here: see `watch_root`.
+    fn watch_dirs(&mut self, todo: Vec<PathBuf>, count: bool) -> Result<usize, WatchError> {
+        if todo.is_empty() {
+            return Ok(0);
+        }
         let mask = change_mask() | WatchMask::DONT_FOLLOW;
-        let mut found = 0;
-        while let Some(rel) = todo.pop() {
-            let abs = self.root.join(&rel);
-            if !rel.as_os_str().is_empty() {
-                match self.inotify.watches().add(&abs, mask) {
-                    Ok(wd) => {
-                        self.dirs.insert(wd.get_watch_descriptor_id(), (wd, rel.clone()));
-                    }
-                    Err(e) if vanished(&e) => continue,
-                    Err(e) => return Err(self.add_error(&abs, e)),
+        let watches = self.inotify.watches();
+        let (root, ignore) = (&self.root, &self.ignore);
+        let visited = walk_levels(todo, |rel: &Path| {
+            let abs = root.join(rel);
+            let watch = if rel.as_os_str().is_empty() {
+                None
+            } else {
+                match watches.clone().add(&abs, mask) {
+                    Ok(wd) => Some((wd, rel.to_owned())),
+                    Err(e) if vanished(&e) => return Ok((Vec::new(), (None, 0))),
+                    Err(e) => return Err(add_error(&abs, e)),
                 }
-            }
-            let entries = match fs_err::read_dir(&abs) {
-                Ok(entries) => entries,
-                Err(e) if vanished(&e) => continue,
-                Err(source) => return Err(WatchError::Io { path: abs, source }),
             };
-            for entry in entries {
-                let entry = match entry {
-                    Ok(entry) => entry,
-                    Err(e) if vanished(&e) => continue,
-                    Err(source) => return Err(WatchError::Io { path: abs, source }),
-                };
-                let child = rel.join(entry.file_name());
-                if self.ignore.is_ignored(&child) {
-                    continue;
-                }
+            let mut subdirs = Vec::new();
+            let mut found = 0;
+            let listed = list_dir(&abs, rel, ignore, |child, entry| {
                 found += 1;
                 match entry.file_type() {
-                    Ok(kind) if kind.is_dir() => todo.push(child),
+                    Ok(kind) if kind.is_dir() => subdirs.push(child),
                     Ok(_) => {}
                     Err(e) if vanished(&e) => {}
                     Err(source) => {
@@ -658,7 +647,21 @@ impl Watcher {
                         })
                     }
                 }
+                Ok(())
+            });
+            match listed {
+                Ok(()) => Ok((subdirs, (watch, found))),
+                // Gone after its watch was added: the watch goes with it (IN_IGNORED).
+                Err(ListError::Vanished) => Ok((Vec::new(), (watch, 0))),
+                Err(ListError::Failed(e)) => Err(e),
             }
+        })?;
+        let mut found = 0;
+        for (watch, n) in visited {
+            if let Some((wd, rel)) = watch {
+                self.dirs.insert(wd.get_watch_descriptor_id(), (wd, rel));
+            }
+            found += n;
         }
         Ok(if count { found } else { 0 })
     }
@@ -680,6 +683,146 @@ impl Watcher {
 }
 
 // ------------------------------------------------------------------------------------------
+// Walking
+// ------------------------------------------------------------------------------------------
+
+/// Maps an `inotify_add_watch` failure to an error (ENOSPC: the watch limit).
+fn add_error(path: &Path, source: io::Error) -> WatchError {
+    if source.raw_os_error() == Some(libc::ENOSPC) {
+        WatchError::WatchLimit {
+            path: path.to_owned(),
+        }
+    } else {
+        WatchError::Watch {
+            path: path.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Why listing a directory stopped.
+enum ListError {
+    /// The directory vanished or is not a directory any more.
+    Vanished,
+    Failed(WatchError),
+}
+
+/// Calls `each(child, entry)` for every non-ignored entry of directory `abs` (whose path
+/// relative to the root is `rel`), `child` being the entry's relative path. Entries that
+/// vanish while being listed are skipped.
+fn list_dir(
+    abs: &Path,
+    rel: &Path,
+    ignore: &IgnoreSet,
+    mut each: impl FnMut(PathBuf, &fs_err::DirEntry) -> Result<(), WatchError>,
+) -> Result<(), ListError> {
+    let entries = match fs_err::read_dir(abs) {
+        Ok(entries) => entries,
+        Err(e) if vanished(&e) => return Err(ListError::Vanished),
+        Err(source) => {
+            return Err(ListError::Failed(WatchError::Io {
+                path: abs.to_owned(),
+                source,
+            }))
+        }
+    };
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) if vanished(&e) => continue,
+            Err(source) => {
+                return Err(ListError::Failed(WatchError::Io {
+                    path: abs.to_owned(),
+                    source,
+                }))
+            }
+        };
+        let child = rel.join(entry.file_name());
+        if ignore.is_ignored(&child) {
+            continue;
+        }
+        each(child, &entry).map_err(ListError::Failed)?;
+    }
+    Ok(())
+}
+
+/// Levels with fewer directories than this are walked by the calling thread alone.
+const PARALLEL_LEVEL: usize = 16;
+
+/// Visits the directories `start` and, level by level, the subdirectories `visit` returns
+/// for each, collecting what `visit` returns besides. The directories of a level with at
+/// least [`PARALLEL_LEVEL`] of them are shared among one thread per core (at most 8), each
+/// taking the next unvisited one, since listing and `lstat` calls are most of the cost of a
+/// big tree. The first error stops the walk and is returned.
+fn walk_levels<T, F>(start: Vec<PathBuf>, visit: F) -> Result<Vec<T>, WatchError>
+where
+    T: Send,
+    F: Fn(&Path) -> Result<(Vec<PathBuf>, T), WatchError> + Sync,
+{
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let mut out = Vec::new();
+    let mut level = start;
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        if workers == 1 || level.len() < PARALLEL_LEVEL {
+            for rel in &level {
+                let (subdirs, t) = visit(rel)?;
+                next.extend(subdirs);
+                out.push(t);
+            }
+        } else {
+            let cursor = AtomicUsize::new(0);
+            let failed = AtomicBool::new(false);
+            let (level, visit) = (&level, &visit);
+            let (cursor, failed) = (&cursor, &failed);
+            let results = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..workers)
+                    .map(|_| {
+                        s.spawn(move || {
+                            let mut subdirs = Vec::new();
+                            let mut ts = Vec::new();
+                            while !failed.load(Ordering::Relaxed) {
+                                let Some(rel) = level.get(cursor.fetch_add(1, Ordering::Relaxed))
+                                else {
+                                    break;
+                                };
+                                match visit(rel) {
+                                    Ok((dirs, t)) => {
+                                        subdirs.extend(dirs);
+                                        ts.push(t);
+                                    }
+                                    Err(e) => {
+                                        failed.store(true, Ordering::Relaxed);
+                                        return Err(e);
+                                    }
+                                }
+                            }
+                            Ok((subdirs, ts))
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect::<Vec<_>>()
+            });
+            for result in results {
+                let (subdirs, ts) = result?;
+                next.extend(subdirs);
+                out.extend(ts);
+            }
+        }
+        level = next;
+    }
+    Ok(out)
+}
+
+// ------------------------------------------------------------------------------------------
 // Fingerprint
 // ------------------------------------------------------------------------------------------
 
@@ -689,7 +832,8 @@ impl Watcher {
 ///
 /// It hashes, for every non-ignored entry (never following symlinks, reading metadata with
 /// `lstat` only, never file contents): its relative path, inode number and mode, plus
-/// size, mtime and ctime (to the nanosecond) for non-directories, and owner for directories.
+/// size, mtime and ctime (to the nanosecond) for non-directories, and owner for directories
+/// (the root included).
 /// A directory's own size and times are left out on purpose: they change whenever an
 /// ignored entry inside it is created or removed, and every change of a non-ignored entry
 /// already shows in that entry's own path or metadata.
@@ -698,32 +842,17 @@ impl Watcher {
 /// hasher with fixed keys); do not store it across upgrades. Entries that vanish during the
 /// walk are skipped; a root that cannot be read is an error.
 pub fn fingerprint(root: &Path, ignore: &IgnoreSet) -> Result<u64, WatchError> {
-    // Order-independent combination (a wrapping sum of per-entry hashes), so the walk order
-    // does not matter.
-    let mut sum: u64 = 0;
-    let mut entries: u64 = 0;
-    let mut todo = vec![PathBuf::new()];
-    while let Some(rel) = todo.pop() {
-        let abs = root.join(&rel);
-        let listing = match fs_err::read_dir(&abs) {
-            Ok(listing) => listing,
-            Err(e) if vanished(&e) && !rel.as_os_str().is_empty() => continue,
-            Err(source) => return Err(WatchError::Io { path: abs, source }),
-        };
-        for entry in listing {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(e) if vanished(&e) => continue,
-                Err(source) => return Err(WatchError::Io { path: abs, source }),
-            };
-            let child = rel.join(entry.file_name());
-            if ignore.is_ignored(&child) {
-                continue;
-            }
+    // Order-independent combination (a wrapping sum of per-entry hashes), so the order in
+    // which the (parallel) walk visits entries does not matter.
+    let sums = walk_levels(vec![PathBuf::new()], |rel: &Path| {
+        let abs = root.join(rel);
+        let (mut sum, mut entries) = (0u64, 0u64);
+        let mut subdirs = Vec::new();
+        let listed = list_dir(&abs, rel, ignore, |child, entry| {
             // `DirEntry::metadata` is an lstat relative to the open directory.
             let meta = match entry.metadata() {
                 Ok(meta) => meta,
-                Err(e) if vanished(&e) => continue,
+                Err(e) if vanished(&e) => return Ok(()),
                 Err(source) => {
                     return Err(WatchError::Io {
                         path: entry.path(),
@@ -734,12 +863,30 @@ pub fn fingerprint(root: &Path, ignore: &IgnoreSet) -> Result<u64, WatchError> {
             sum = sum.wrapping_add(entry_hash(&child, &meta));
             entries += 1;
             if meta.is_dir() {
-                todo.push(child);
+                subdirs.push(child);
             }
+            Ok(())
+        });
+        match listed {
+            Ok(()) => Ok((subdirs, (sum, entries))),
+            Err(ListError::Vanished) if !rel.as_os_str().is_empty() => Ok((Vec::new(), (0, 0))),
+            Err(ListError::Vanished) => Err(WatchError::Io {
+                path: abs,
+                source: io::ErrorKind::NotFound.into(),
+            }),
+            Err(ListError::Failed(e)) => Err(e),
         }
-    }
+    })?;
+    let (sum, entries) = sums.into_iter().fold((0u64, 0u64), |(s, n), (ds, dn)| {
+        (s.wrapping_add(ds), n + dn)
+    });
+    // The root's own identity and permissions (a chmod of the box's `/` lands there).
+    let top = fs_err::metadata(root).map_err(|source| WatchError::Io {
+        path: root.to_owned(),
+        source,
+    })?;
     let mut total = DefaultHasher::new();
-    (sum, entries).hash(&mut total);
+    (sum, entries, entry_hash(Path::new(""), &top)).hash(&mut total);
     Ok(total.finish())
 }
 
@@ -850,7 +997,10 @@ impl Debouncer {
     /// clean; an instant in the past when already due). Use it as the poll timeout.
     pub fn next_deadline(&self) -> Option<Instant> {
         let (first, last) = (self.first?, self.last?);
-        match (last.checked_add(self.quiet), first.checked_add(self.max_delay)) {
+        match (
+            last.checked_add(self.quiet),
+            first.checked_add(self.max_delay),
+        ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -885,10 +1035,25 @@ mod tests {
     #[test]
     fn anchored_patterns_cover_the_directory_and_below() {
         let s = set(&["tmp", "/var/tmp", "root/.cache/"]);
-        for p in ["tmp", "tmp/x", "/tmp/a/b", "var/tmp", "var/tmp/q", "root/.cache/pip/x"] {
+        for p in [
+            "tmp",
+            "tmp/x",
+            "/tmp/a/b",
+            "var/tmp",
+            "var/tmp/q",
+            "root/.cache/pip/x",
+        ] {
             assert!(s.is_ignored(Path::new(p)), "{p}");
         }
-        for p in ["tmpx", "a/tmp", "var", "var/tmpfoo", "root/.cachex", "root", ""] {
+        for p in [
+            "tmpx",
+            "a/tmp",
+            "var",
+            "var/tmpfoo",
+            "root/.cachex",
+            "root",
+            "",
+        ] {
             assert!(!s.is_ignored(Path::new(p)), "{p}");
         }
     }
@@ -1034,7 +1199,10 @@ mod tests {
             }
         }
         assert_eq!(captures, vec![ms(10_000), ms(20_100)]);
-        assert!(d.is_dirty(), "the changes after the last capture are pending");
+        assert!(
+            d.is_dirty(),
+            "the changes after the last capture are pending"
+        );
     }
 
     #[test]
@@ -1072,8 +1240,12 @@ mod tests {
         assert!(d.is_dirty());
         assert!(!d.due(t0 + ms(2500)));
         assert!(d.due(t0 + ms(3000)));
-        // The max delay counts from the capture.
         assert_eq!(d.next_deadline(), Some(t0 + ms(3000)));
+        // Under a stream, the max delay counts from the capture.
+        d.change(t0 + ms(2900));
+        d.change(t0 + ms(11_000));
+        assert!(!d.due(t0 + ms(11_499)));
+        assert!(d.due(t0 + ms(11_500)));
     }
 
     #[test]
