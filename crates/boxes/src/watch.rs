@@ -314,7 +314,8 @@ impl IgnoreSet {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Seen {
     /// Events about non-ignored paths, plus the non-ignored entries found inside
-    /// directories that appeared (created or moved in) since the previous call.
+    /// directories that appeared (created or moved in) since the previous call. A count of
+    /// events, not of distinct paths: one write is typically two (MODIFY, CLOSE_WRITE).
     pub changed: usize,
     /// The kernel's event queue overflowed: events were lost, so the tree changed by an
     /// unknown amount. The watcher has re-added its watches by rescanning the tree.
@@ -392,8 +393,9 @@ impl Watcher {
     /// Safe against a tree changing meanwhile: each directory gets its watch before it is
     /// listed, so an entry created after the listing raises an event and one created before
     /// is in the listing; directories that vanish (or are replaced by files) during the walk
-    /// are skipped. Fails with [`WatchError::WatchLimit`] when the inotify watch limit is
-    /// reached; the caller then uses [`fingerprint`] polling instead.
+    /// are skipped. The directories of one depth are shared among one thread per core.
+    /// Fails with [`WatchError::WatchLimit`] when the inotify watch limit is reached; the
+    /// caller then uses [`fingerprint`] polling instead.
     pub fn new(root: &Path, ignore: IgnoreSet) -> Result<Watcher, WatchError> {
         let inotify = Inotify::init().map_err(|source| WatchError::Init {
             path: root.to_owned(),
