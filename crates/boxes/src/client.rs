@@ -198,6 +198,9 @@ pub fn exec(
     } else {
         None
     };
+    // Catch signals before the command starts, so none arriving early kills us instead of
+    // reaching it; they are delivered once it runs.
+    let signals = catch_signals(size.is_some())?;
     let req = Request::Exec {
         argv,
         env,
@@ -222,7 +225,7 @@ pub fn exec(
     } else {
         None
     };
-    forward_signals(client, master.is_some())?;
+    forward_signals(client, signals)?;
     let relayed = match &master {
         Some(m) => Some(relay(m)?),
         None => None,
@@ -252,15 +255,19 @@ pub fn exec(
     }
 }
 
-/// Forward SIGINT/SIGTERM/SIGHUP/SIGQUIT (and SIGWINCH handling for terminals) to the
-/// command. With a PTY, Ctrl-C arrives as a byte through the terminal instead.
-fn forward_signals(client: &Client, tty: bool) -> Result<()> {
+/// The signals forwarded to a foreground command: SIGTERM, SIGHUP, SIGUSR1/2, and without
+/// a PTY also SIGINT and SIGQUIT (with one, Ctrl-C travels as a byte through the terminal).
+fn catch_signals(tty: bool) -> Result<signal_hook::iterator::Signals> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
     let mut sigs = vec![SIGTERM, SIGHUP, SIGUSR1, SIGUSR2];
     if !tty {
         sigs.extend([SIGINT, SIGQUIT]);
     }
-    let mut signals = signal_hook::iterator::Signals::new(&sigs)?;
+    Ok(signal_hook::iterator::Signals::new(&sigs)?)
+}
+
+/// Forward caught signals to the command.
+fn forward_signals(client: &Client, mut signals: signal_hook::iterator::Signals) -> Result<()> {
     let sock = client.sock.try_clone()?;
     std::thread::spawn(move || {
         for signal in signals.forever() {

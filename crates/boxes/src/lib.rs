@@ -1,10 +1,12 @@
 //! Boxes: records, the per-box supervisor, the client the CLI uses to talk to it.
 
+pub mod capture;
 pub mod client;
 pub mod images;
 pub mod proto;
 pub mod record;
 pub mod supervisor;
+pub mod watch;
 
 use std::path::{Path, PathBuf};
 

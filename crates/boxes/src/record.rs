@@ -18,6 +18,7 @@ use agentbox_sandbox::proto::Network;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::watch::IgnoreSet;
 use crate::{BoxError, Result};
 
 /// Where the project copy lives inside a box, and where commands start.
@@ -147,63 +148,24 @@ pub fn list(home: &Home) -> Result<Vec<BoxRecord>> {
     Ok(out)
 }
 
-/// Whether `rel` (relative to the box root) is ignored by `patterns`: a pattern names a
-/// path and everything below it (`var/cache`), or with a leading `**/` such a path at any
-/// depth (`**/node_modules/.cache`).
-pub fn is_ignored(patterns: &[String], rel: &Path) -> bool {
-    patterns.iter().any(|p| {
-        let p = p.trim_start_matches('/');
-        if let Some(tail) = p.strip_prefix("**/") {
-            let tail = Path::new(tail);
-            let comps: Vec<_> = rel.components().collect();
-            let n = tail.components().count();
-            (0..comps.len()).any(|i| {
-                comps.len() >= i + n
-                    && comps[i..i + n]
-                        .iter()
-                        .map(|c| c.as_os_str())
-                        .eq(tail.components().map(|c| c.as_os_str()))
-            })
-        } else {
-            rel.starts_with(p)
-        }
-    })
+/// The box's auto-capture ignore set: the defaults plus the box's own patterns.
+pub fn ignore_set(rec: &BoxRecord) -> IgnoreSet {
+    let mut patterns = IgnoreSet::default_patterns();
+    patterns.extend(rec.ignore.iter().cloned());
+    IgnoreSet::new(&patterns)
 }
 
 /// Changes that count for auto-capture: files and links not ignored, and directories not
-/// ignored with no counted change below them (a directory copied up only because
-/// something below it changed is not a change of its own).
-pub fn counted_changes(patterns: &[String], changed: &[(PathBuf, bool)]) -> Vec<PathBuf> {
-    let kept: Vec<&(PathBuf, bool)> = changed
-        .iter()
-        .filter(|(p, _)| !is_ignored(patterns, p))
-        .collect();
+/// ignored with no change below them (a directory copied up only because something below
+/// it changed is not a change of its own).
+pub fn counted_changes(ignore: &IgnoreSet, changed: &[(PathBuf, bool)]) -> Vec<PathBuf> {
     let touched_below = |dir: &Path| changed.iter().any(|(p, _)| p != dir && p.starts_with(dir));
-    kept.into_iter()
+    changed
+        .iter()
+        .filter(|(p, _)| !ignore.is_ignored(p))
         .filter(|(p, is_dir)| !*is_dir || !touched_below(p))
         .map(|(p, _)| p.clone())
         .collect()
-}
-
-/// Default auto-capture ignore list.
-pub fn default_ignore() -> Vec<String> {
-    [
-        "tmp",
-        "var/tmp",
-        "var/cache",
-        "var/log",
-        "root/.cache",
-        "**/.cache",
-        "**/__pycache__",
-        "**/node_modules/.cache",
-        "**/.bash_history",
-        "**/.python_history",
-        "**/.lesshst",
-        "**/.viminfo",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
 }
 
 #[cfg(test)]
@@ -211,21 +173,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ignore_patterns() {
-        let p = default_ignore();
-        assert!(is_ignored(&p, Path::new("var/cache/apt/x")));
-        assert!(is_ignored(
-            &p,
-            Path::new("workspace/a/node_modules/.cache/y")
-        ));
-        assert!(is_ignored(&p, Path::new("workspace/__pycache__")));
-        assert!(!is_ignored(&p, Path::new("workspace/src/main.rs")));
-        assert!(!is_ignored(&p, Path::new("var/cachex")));
-    }
-
-    #[test]
     fn copied_up_parents_do_not_count() {
-        let p = default_ignore();
+        let p = IgnoreSet::new(&IgnoreSet::default_patterns());
         let changed = vec![
             (PathBuf::from("var"), true),
             (PathBuf::from("var/cache"), true),

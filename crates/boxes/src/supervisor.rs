@@ -57,6 +57,8 @@ struct Generation {
     running: Running,
     ctl: Arc<OwnedFd>,
     number: u64,
+    /// Where this generation's writes land (watched by auto-capture).
+    upper: PathBuf,
 }
 
 type LaunchReply = Sender<Result<()>>;
@@ -75,6 +77,7 @@ struct Shared {
     generation: AtomicU64,
     ops: Mutex<()>,
     launch_tx: Mutex<Sender<LaunchReply>>,
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -112,6 +115,7 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         generation: AtomicU64::new(0),
         ops: Mutex::new(()),
         launch_tx: Mutex::new(launch_tx),
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;
@@ -135,6 +139,13 @@ pub fn run(home: Home, name: &str) -> Result<()> {
     {
         let shared = shared.clone();
         std::thread::spawn(move || accept_loop(shared, inbox, true));
+    }
+    if shared.rec.capture {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            let ignore = record::ignore_set(&shared.rec);
+            crate::capture::run(&*shared, &ignore)
+        });
     }
     launcher_loop(&shared, launch_rx);
     Ok(())
@@ -185,6 +196,7 @@ fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
 
 fn start_box(shared: &Arc<Shared>) -> Result<()> {
     let layers = shared.store.box_layers(&shared.name)?;
+    let upper = layers.upper.clone();
     fs_err::create_dir_all(shared.dirs.scratch())?;
     let (base, hide) = match &shared.rec.image {
         Some(image) => (crate::images::rootfs(&shared.home, image), Vec::new()),
@@ -238,6 +250,7 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         running,
         ctl,
         number,
+        upper,
     });
     Ok(())
 }
@@ -322,6 +335,7 @@ fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
 }
 
 fn shutdown(shared: &Shared) -> ! {
+    shared.stopping.store(true, Ordering::SeqCst);
     kill_box(shared, false);
     let _ = fs_err::remove_file(shared.dirs.socket());
     let _ = fs_err::remove_file(shared.dirs.supervisor());
@@ -589,7 +603,7 @@ fn exec(
         by_checkout: false,
     });
     let node = if capture && shared.rec.capture && !note.by_checkout {
-        auto_capture(shared, &label).unwrap_or_else(|e| {
+        auto_capture(shared, &label, Some(&label)).unwrap_or_else(|e| {
             eprintln!("auto-capture after {label:?} failed: {e}");
             None
         })
@@ -608,20 +622,18 @@ fn exec(
     Ok(())
 }
 
-/// Commit the box if something not ignored changed; the node is labelled `label`.
-fn auto_capture(shared: &Shared, label: &str) -> Result<Option<String>> {
+/// Commit the box if something not ignored changed; the node gets `message` and `command`.
+fn auto_capture(shared: &Shared, message: &str, command: Option<&str>) -> Result<Option<String>> {
     let _ops = lock(&shared.ops);
     let changed = shared.store.changed_paths(&shared.name)?;
-    let mut patterns = record::default_ignore();
-    patterns.extend(shared.rec.ignore.iter().cloned());
-    if record::counted_changes(&patterns, &changed).is_empty() {
+    if record::counted_changes(&record::ignore_set(&shared.rec), &changed).is_empty() {
         return Ok(None);
     }
     let node = shared.store.commit(
         &shared.name,
         CommitOpts {
-            message: label.to_owned(),
-            command: Some(label.to_owned()),
+            message: message.to_owned(),
+            command: command.map(str::to_owned),
             ..CommitOpts::default()
         },
     )?;
@@ -728,4 +740,41 @@ fn checkout(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Result<()>
         &[],
     );
     Ok(())
+}
+
+impl crate::capture::Capturer for Shared {
+    fn layer_dir(&self) -> Option<(u64, PathBuf)> {
+        lock(&self.box_)
+            .as_ref()
+            .map(|g| (g.number, g.upper.clone()))
+    }
+
+    fn capture(&self) -> std::result::Result<(), String> {
+        // Label the node with what was running: background processes first (they are the
+        // usual authors of unattended changes), else the foreground commands.
+        let label = {
+            let procs = lock(&self.procs);
+            let mut spawned = procs.values().filter(|p| p.info.kind == ProcKind::Spawn);
+            let mut others = procs.values().filter(|p| p.info.kind != ProcKind::Spawn);
+            match (spawned.next(), others.next()) {
+                (Some(p), _) => format!(
+                    "auto: while {} ran{}",
+                    crate::render_command(&p.info.argv),
+                    match spawned.count() {
+                        0 => String::new(),
+                        n => format!(" (and {n} more)"),
+                    }
+                ),
+                (None, Some(p)) => format!("auto: during {}", crate::render_command(&p.info.argv)),
+                (None, None) => "auto: changes".to_owned(),
+            }
+        };
+        auto_capture(self, &label, None)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn alive(&self) -> bool {
+        !self.stopping.load(Ordering::SeqCst)
+    }
 }

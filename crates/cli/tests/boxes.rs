@@ -595,3 +595,93 @@ fn a_box_runs_on_an_imported_image() {
     );
     assert!(!b.env.path("home/images/bad").exists());
 }
+
+/// Messages of the box's nodes, oldest first.
+fn messages(b: &Boxes, name: &str) -> Vec<String> {
+    b.env.json(&["log", name])["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["message"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn background_changes_are_captured_once_they_settle() {
+    if !require_root("background_changes_are_captured_once_they_settle") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("bg", &proj, &[]);
+    // Only ignored paths: no node, even after the quiet period has long passed.
+    b.env.ok(&[
+        "spawn",
+        "bg",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /var/cache/t && echo x > /var/cache/t/f; sleep 1000",
+    ]);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(b.node_count("bg"), 1, "{:?}", messages(&b, "bg"));
+    // A burst of writes, then quiet: one node, labelled with the background command.
+    b.env.ok(&[
+        "spawn",
+        "bg",
+        "--",
+        "sh",
+        "-c",
+        "for i in 1 2 3; do echo $i >> /workspace/burst; sleep 0.1; done; sleep 1000",
+    ]);
+    wait_until("a node for the burst", || b.node_count("bg") == 2);
+    let msgs = messages(&b, "bg");
+    assert!(msgs[1].starts_with("auto: while "), "{msgs:?}");
+    let shown = b.env.ok(&["show", "bg", "HEAD"]);
+    assert!(shown.contains("workspace/burst"), "{shown}");
+    // A stream that never settles is still captured: the maximum delay bounds it.
+    b.env.ok(&[
+        "spawn",
+        "bg",
+        "--",
+        "sh",
+        "-c",
+        "while true; do date >> /workspace/stream; sleep 0.1; done",
+    ]);
+    wait_until("a node while the stream continues", || {
+        b.node_count("bg") >= 3
+    });
+    let shown = b.env.ok(&["show", "bg", "HEAD"]);
+    assert!(shown.contains("workspace/stream"), "{shown}");
+}
+
+#[test]
+fn exec_forwards_signals_to_the_command() {
+    if !require_root("exec_forwards_signals_to_the_command") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create("sig", &proj, &[]);
+    let mut child = b
+        .command(&[
+            "exec",
+            "sig",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got-int; exit 42' INT; echo ready; while true; do sleep 0.05; done",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("line").expect("read"), "ready");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).expect("pid"),
+        rustix::process::Signal::INT,
+    )
+    .expect("signal");
+    assert_eq!(lines.next().expect("line").expect("read"), "got-int");
+    assert_eq!(child.wait().expect("wait").code(), Some(42));
+}
