@@ -37,7 +37,12 @@ fn connect(ctx: &Ctx, name: &str) -> CliResult<Client> {
         .expect("connect with start=true either connects or fails"))
 }
 
+/// The running supervisor of `name`; `None` when it is not running or `name` is not a box
+/// (a versioned directory).
 fn running(ctx: &Ctx, name: &str) -> CliResult<Option<Client>> {
+    if !is_box(ctx, name) {
+        return Ok(None);
+    }
     Ok(Client::connect(&ctx.home, name, false)?)
 }
 
@@ -286,6 +291,7 @@ fn unexpected(r: &Reply) -> CliError {
 }
 
 pub fn ps(ctx: &Ctx, name: &str) -> CliResult {
+    record::read(&ctx.home, name)?;
     let procs = match running(ctx, name)? {
         Some(c) => match c.request(&Request::Ps)? {
             Reply::Procs { procs } => procs,
@@ -383,6 +389,7 @@ fn parse_signal(s: &str) -> CliResult<i32> {
 
 pub fn kill(ctx: &Ctx, a: KillArgs) -> CliResult {
     let signal = parse_signal(&a.signal)?;
+    record::read(&ctx.home, &a.name)?;
     let Some(c) = running(ctx, &a.name)? else {
         return Err(CliError::new(
             3,
