@@ -610,7 +610,7 @@ fn ensure_dir(dir: &Path, limits: &Limits) -> Result<bool, CgroupError> {
         Err(e) if is_permission(&e) => Err(cannot_create(
             limits,
             dir,
-            format!("this user may not create cgroups here ({e})"),
+            format!("this user may not create cgroups here ({})", e.kind()),
         )),
         Err(e) => Err(CgroupError::io("creating a cgroup", dir, e)),
     }
@@ -840,6 +840,12 @@ impl BoxCgroup {
     /// empty, for a bounded number of rounds ([`CgroupError::NotEmpty`] after that). The
     /// caller must not be inside the box ([`CgroupError::ContainsSelf`]).
     pub fn kill_all(&self) -> Result<(), CgroupError> {
+        self.kill_all_with(true)
+    }
+
+    /// [`BoxCgroup::kill_all`], using `cgroup.kill` only when `use_kill_file` (so the freezer
+    /// path can be exercised on kernels that have both).
+    fn kill_all_with(&self, use_kill_file: bool) -> Result<(), CgroupError> {
         let me = std::process::id();
         for round in 0..KILL_ROUNDS {
             let pids = self.pids()?;
@@ -853,7 +859,7 @@ impl BoxCgroup {
                 });
             }
             let kill_file = self.primary().join("cgroup.kill");
-            if self.version == 2 && kill_file.exists() {
+            if use_kill_file && self.version == 2 && kill_file.exists() {
                 write_file(&kill_file, "1", "killing every process of the box", "")?;
             } else {
                 self.freeze(true)?;
@@ -1047,9 +1053,19 @@ fn read_v2_max(path: &Path) -> Result<Option<u64>, CgroupError> {
     Ok(read_file(path)?.trim().parse().ok())
 }
 
+/// The parent cgroup's directory in the hierarchy mounted at `mount` (`parent` is relative;
+/// empty for the root, which then gets no trailing separator in messages).
+fn under(mount: &Path, parent: &Path) -> PathBuf {
+    if parent.as_os_str().is_empty() {
+        mount.to_owned()
+    } else {
+        mount.join(parent)
+    }
+}
+
 /// `<mount>/<parent>/agentbox/<name>`.
 fn box_dir(mount: &Path, parent: &Path, name: &str) -> PathBuf {
-    mount.join(parent).join(GROUP_DIR).join(name)
+    under(mount, parent).join(GROUP_DIR).join(name)
 }
 
 /// The distinct v1 mounts with the controllers of interest bound to each.
@@ -1101,7 +1117,7 @@ fn create_v1(
     for (mount, controllers) in v1_groups(mounts) {
         let path = box_dir(&mount, parent, name);
         if controllers.iter().any(|c| wanted.contains(c)) || is_dir(&path) {
-            let base = mount.join(parent);
+            let base = under(&mount, parent);
             if !is_dir(&base) {
                 return Err(missing_parent(parent, &base));
             }
@@ -1272,7 +1288,7 @@ fn create_v2(
     mount: &Path,
     parent: &Path,
 ) -> Result<BoxCgroup, CgroupError> {
-    let base = mount.join(parent);
+    let base = under(mount, parent);
     if !is_dir(&base) {
         return Err(missing_parent(parent, &base));
     }
@@ -1426,11 +1442,11 @@ pub fn available() -> Result<(), CgroupError> {
             }
             v1_groups(mounts)
                 .into_iter()
-                .map(|(m, _)| m.join(&parent))
+                .map(|(m, _)| under(&m, &parent))
                 .collect()
         }
         Layout::V2 { mount } => {
-            let base = mount.join(&parent);
+            let base = under(mount, &parent);
             if !is_dir(&base) {
                 return Err(missing_parent(&parent, &base));
             }
@@ -1644,6 +1660,93 @@ mod tests {
             &"x".repeat(129),
         ] {
             assert!(validate_name(bad).is_err(), "{bad:?} must be rejected");
+        }
+    }
+
+    /// The v2 code path on the machine's cgroup2 mount, even on a hybrid machine where it has
+    /// no controllers: processes are listed, killed (with `cgroup.kill`, and by freezing) and
+    /// the group removed.
+    #[test]
+    fn v2_lifecycle_on_the_unified_mount() {
+        use std::io::{BufRead, Write};
+        use std::os::unix::process::ExitStatusExt;
+        use std::process::{Command, Stdio};
+
+        if !agentbox_testkit::tier::require_root("v2_lifecycle_on_the_unified_mount") {
+            return;
+        }
+        let text = fs_err::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let Some(mount) = parse_mountinfo(&text)
+            .into_iter()
+            .find(|e| e.fstype == "cgroup2" && e.root == "/")
+            .map(|e| e.mount_point)
+        else {
+            eprintln!("SKIP v2_lifecycle_on_the_unified_mount: no cgroup2 mount here");
+            return;
+        };
+
+        struct Remove(BoxCgroup);
+        impl Drop for Remove {
+            fn drop(&mut self) {
+                let _ = self.0.clone().remove();
+            }
+        }
+
+        for use_kill_file in [true, false] {
+            let name = format!("unit-{}-v2-{use_kill_file}", std::process::id());
+            let cg = create_v2(&name, &Limits::default(), &mount, Path::new("")).expect("create");
+            let _remove = Remove(cg.clone());
+            assert_eq!(cg.version(), 2);
+            assert_eq!(cg.dirs(), vec![mount.join("agentbox").join(&name)]);
+
+            let mut sh = Command::new("sh")
+                .arg("-c")
+                .arg("read go; sleep 600 & sleep 600 & echo ready; wait")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn sh");
+            cg.add(sh.id()).expect("add");
+            sh.stdin
+                .take()
+                .expect("stdin")
+                .write_all(b"go\n")
+                .expect("go");
+            let mut line = String::new();
+            std::io::BufReader::new(sh.stdout.take().expect("stdout"))
+                .read_line(&mut line)
+                .expect("ready");
+            assert_eq!(line.trim(), "ready");
+            assert_eq!(cg.pids().expect("pids").len(), 3);
+
+            cg.kill_all_with(use_kill_file).expect("kill_all");
+            assert_eq!(cg.pids().expect("pids"), Vec::<u32>::new());
+            assert_eq!(sh.wait().expect("wait").signal(), Some(9));
+            let dir = cg.dirs()[0].to_owned();
+            cg.remove().expect("remove");
+            assert!(!dir.exists());
+        }
+
+        // A limit whose controller the mount does not offer is refused, naming it.
+        let offered = v2_controller_list(&mount.join("cgroup.controllers")).expect("controllers");
+        if !offered.iter().any(|c| c == "pids") {
+            let name = format!("unit-{}-v2-pids", std::process::id());
+            let limits = Limits {
+                pids: Some(3),
+                ..Limits::default()
+            };
+            let e = create_v2(&name, &limits, &mount, Path::new("")).expect_err("no pids");
+            assert!(
+                matches!(
+                    e,
+                    CgroupError::ControllerMissing {
+                        controller: "pids",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+            assert!(!mount.join("agentbox").join(&name).exists());
         }
     }
 
