@@ -794,7 +794,9 @@ impl BoxCgroup {
     }
 
     /// Move process `pid` (with all its threads) into the box, in every hierarchy. Its
-    /// children forked afterwards follow it; children it already has stay where they are.
+    /// children forked afterwards follow it; children it already has stay where they are. On
+    /// error the process may already be in some of the box's hierarchies; [`BoxCgroup::pids`]
+    /// and [`BoxCgroup::kill_all`] still find it, since they look in every one.
     pub fn add(&self, pid: u32) -> Result<(), CgroupError> {
         for g in &self.groups {
             let procs = g.path.join("cgroup.procs");
@@ -1196,11 +1198,17 @@ fn finish(
     result: Result<(), CgroupError>,
 ) -> Result<BoxCgroup, CgroupError> {
     match result {
-        Ok(()) => Ok(BoxCgroup {
-            name: name.to_owned(),
-            version,
-            groups,
-        }),
+        Ok(()) => {
+            let cg = BoxCgroup {
+                name: name.to_owned(),
+                version,
+                groups,
+            };
+            // A crash between freezing and thawing in kill_all leaves the box frozen, and any
+            // process added to it would then hang; an adopted box always starts thawed.
+            cg.freeze(false)?;
+            Ok(cg)
+        }
         Err(e) => {
             for dir in created.iter().rev() {
                 let _ = fs_err::remove_dir(dir);

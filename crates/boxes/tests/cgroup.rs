@@ -380,6 +380,15 @@ fn create_twice_adopts() {
     sh.go();
     assert_eq!(sh.line(), "ready");
 
+    // Left frozen, as by a crash in the middle of kill_all.
+    let (freeze_file, frozen, thawed) = if first.version() == 2 {
+        ("cgroup.freeze", "1", "0")
+    } else {
+        ("freezer.state", "FROZEN", "THAWED")
+    };
+    let freeze_path = dir_with(&first, freeze_file).join(freeze_file);
+    std::fs::write(&freeze_path, frozen).expect("freeze");
+
     // The second create takes the existing box over: same directories (plus those the new
     // limits need), the process stays inside, and the new limits replace the old ones.
     let second_limits = Limits {
@@ -402,6 +411,8 @@ fn create_twice_adopts() {
         );
     }
     assert_eq!(second.limits().expect("limits"), second_limits);
+    let state = std::fs::read_to_string(&freeze_path).expect("freezer state");
+    assert_eq!(state.trim(), thawed, "an adopted box is thawed");
 
     let opened = BoxCgroup::open(&name).expect("open").expect("exists");
     let mut a: Vec<&Path> = opened.dirs();
