@@ -130,7 +130,10 @@ median() { stats "$@" | cut -d' ' -f1; }
 # commands that change state); sets MEASURE_MS to the median in ms.
 measure() {
     local name=$1 runs=$2 cmd=$3 prepare=${4:-} json=$BENCH_OUT/$1.json
-    local args=(--runs "$runs" --export-json "$json" --style none --shell=bash)
+    local args=(--runs "$runs" --export-json "$json" --style none)
+    # MEASURE_NO_SHELL=1: run the command directly (for commands of a few ms, where a shell's
+    # startup would dominate); it must then be a plain command line without quoting.
+    if [[ -n ${MEASURE_NO_SHELL:-} ]]; then args+=(-N); else args+=(--shell=bash); fi
     [[ -n $prepare ]] && args+=(--prepare "$prepare")
     [[ -z $prepare ]] && args+=(--warmup 1)
     if ! hyperfine "${args[@]}" "$cmd" >>"$BENCH_OUT/cmd.log" 2>&1; then

@@ -1,6 +1,7 @@
 //! Boxes: records, the per-box supervisor, the client the CLI uses to talk to it.
 
 pub mod capture;
+pub mod cgroup;
 pub mod client;
 pub mod images;
 pub mod proto;
