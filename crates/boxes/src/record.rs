@@ -18,6 +18,7 @@ use agentbox_sandbox::proto::Network;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::Limits;
 use crate::watch::IgnoreSet;
 use crate::{BoxError, Result};
 
@@ -60,6 +61,9 @@ pub struct BoxRecord {
     /// Paths (relative to the box root) whose changes alone never make a node.
     #[serde(default)]
     pub ignore: Vec<String>,
+    /// Resource limits (memory, processes, CPU) of the box's cgroup.
+    #[serde(default, skip_serializing_if = "Limits::is_empty")]
+    pub limits: Limits,
     /// Retention after automatic nodes: the newest this many nodes stay (default
     /// [`DEFAULT_KEEP`]); older ones are thinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,6 +113,13 @@ impl BoxDirs {
     pub fn lock(&self) -> PathBuf {
         self.dir.join("lock")
     }
+}
+
+/// Name of box `name`'s cgroup: unique per agentbox home, so boxes of the same name in two
+/// homes never share one.
+pub fn cgroup_name(home: &Home, name: &str) -> String {
+    let h = blake3::hash(home.root().as_os_str().as_encoded_bytes());
+    format!("{name}-{}", &h.to_hex()[..8])
 }
 
 pub fn boxes_dir(home: &Home) -> PathBuf {

@@ -230,7 +230,12 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         .open(shared.dirs.supervisor_log())?
         .into_parts()
         .0;
-    let running = launch(&shared.exe, &spec, Some(log)).map_err(|e| BoxError::Sandbox {
+    let cgroup = box_cgroup(shared)?;
+    let running = launch(&shared.exe, &spec, Some(log), |pid| match &cgroup {
+        Some(cg) => cg.add(pid).map_err(|e| e.to_string()),
+        None => Ok(()),
+    })
+    .map_err(|e| BoxError::Sandbox {
         name: shared.name.clone(),
         message: e.to_string(),
     })?;
@@ -253,6 +258,33 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         upper,
     });
     Ok(())
+}
+
+/// The box's cgroup, with its limits applied; `None` where cgroups are unavailable and no
+/// limit was asked for (a limit that cannot be enforced is an error, never ignored).
+fn box_cgroup(shared: &Shared) -> Result<Option<crate::cgroup::BoxCgroup>> {
+    let name = record::cgroup_name(&shared.home, &shared.name);
+    match crate::cgroup::BoxCgroup::create(&name, &shared.rec.limits) {
+        Ok(cg) => Ok(Some(cg)),
+        Err(e) if e.is_unavailable() => Ok(None),
+        Err(e) => Err(BoxError::Sandbox {
+            name: shared.name.clone(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Remove the box's cgroup (after its processes are gone).
+pub fn remove_cgroup(home: &Home, name: &str) {
+    match crate::cgroup::BoxCgroup::open(&record::cgroup_name(home, name)) {
+        Ok(Some(cg)) => {
+            if let Err(e) = cg.remove() {
+                eprintln!("removing the box's cgroup: {e}");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => eprintln!("finding the box's cgroup: {e}"),
+    }
 }
 
 /// Ask the main thread to start the box again, and wait.
@@ -337,6 +369,7 @@ fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
 fn shutdown(shared: &Shared) -> ! {
     shared.stopping.store(true, Ordering::SeqCst);
     kill_box(shared, false);
+    remove_cgroup(&shared.home, &shared.name);
     let _ = fs_err::remove_file(shared.dirs.socket());
     let _ = fs_err::remove_file(shared.dirs.supervisor());
     std::process::exit(0)

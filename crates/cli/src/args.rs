@@ -139,6 +139,15 @@ pub struct CreateArgs {
     /// make a node, besides the defaults (caches, /tmp, logs, shell histories). Repeatable.
     #[arg(long, value_name = "PATTERN")]
     pub ignore: Vec<String>,
+    /// Memory limit of the box (RAM and swap together), e.g. 512M, 2G.
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Most processes (and threads) the box may run at once.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// CPU time limit in cores, e.g. 1.5.
+    #[arg(long, value_name = "CORES")]
+    pub cpus: Option<f64>,
     /// Keep the newest N nodes when thinning after automatic nodes (default 100).
     #[arg(long, value_name = "N")]
     pub keep: Option<u64>,

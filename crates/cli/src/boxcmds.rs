@@ -74,6 +74,31 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
             ));
         }
     }
+    let limits = agentbox_boxes::cgroup::Limits {
+        memory_bytes: a
+            .memory
+            .as_deref()
+            .map(agentbox_boxes::cgroup::Limits::parse_memory)
+            .transpose()
+            .map_err(|e| CliError::usage(e.to_string(), "for example --memory 512M"))?,
+        pids: a.pids,
+        cpus: a.cpus,
+    };
+    limits
+        .validate()
+        .map_err(|e| CliError::usage(e.to_string(), "see `agentbox create --help`"))?;
+    if !limits.is_empty() {
+        agentbox_boxes::cgroup::available().map_err(|e| {
+            CliError::new(
+                6,
+                format!("resource limits cannot be enforced here: {e}"),
+                Some(
+                    "create the box without --memory/--pids/--cpus, or on a machine with cgroups"
+                        .into(),
+                ),
+            )
+        })?;
+    }
     let source = match &a.from {
         Some(d) => {
             let d = fs_err::canonicalize(d)?;
@@ -127,6 +152,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         capture: !a.no_capture,
         env: a.vars,
         ignore: a.ignore,
+        limits,
         keep: a.keep,
     };
     fs_err::create_dir_all(&dirs.dir)?;
@@ -489,6 +515,7 @@ pub fn destroy_box(ctx: &Ctx, store: &Store, name: &str) -> CliResult {
         let _ = c.request(&Request::Stop);
         wait_stopped(ctx, name);
     }
+    agentbox_boxes::supervisor::remove_cgroup(&ctx.home, name);
     if store.env(name).is_ok() {
         store.remove_env(name)?;
     }

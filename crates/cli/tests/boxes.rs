@@ -586,14 +586,16 @@ fn a_box_runs_on_an_imported_image() {
     // A bad archive leaves nothing.
     let bad = b.env.path("bad.tar");
     write(&bad, "not a tar at all");
-    assert_ne!(
-        code(
-            &b.env
-                .run(&["image", "import", "bad", bad.to_str().expect("utf-8")])
-        ),
-        Some(0)
-    );
-    assert!(!b.env.path("home/images/bad").exists());
+    let out = b
+        .env
+        .run(&["image", "import", "broken", bad.to_str().expect("utf-8")]);
+    assert_eq!(code(&out), Some(8), "{}", stderr(&out));
+    assert!(!b.env.path("home/images/broken").exists());
+    assert!(b
+        .env
+        .json(&["image", "list"])
+        .as_array()
+        .is_some_and(|a| a.is_empty()));
 }
 
 /// Messages of the box's nodes, oldest first.
@@ -684,4 +686,80 @@ fn exec_forwards_signals_to_the_command() {
     .expect("signal");
     assert_eq!(lines.next().expect("line").expect("read"), "got-int");
     assert_eq!(child.wait().expect("wait").code(), Some(42));
+}
+
+#[test]
+fn resource_limits_are_enforced() {
+    if !require_root("resource_limits_are_enforced") {
+        return;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    b.create(
+        "small",
+        &proj,
+        &["--memory", "32M", "--pids", "20", "--cpus", "0.5"],
+    );
+    // Memory: a process that needs far more than 32 MiB is killed.
+    let (status, _, _) = b.sh("small", "head -c 200M /dev/zero | tail > /dev/null");
+    assert_ne!(
+        status, 0,
+        "a 200 MiB allocation succeeded under a 32 MiB limit"
+    );
+    // Processes: at most 20 at once; the kernel counts the refusals.
+    let _ = b.sh(
+        "small",
+        "for i in $(seq 1 40); do sleep 30 >/dev/null 2>&1 & done 2>/dev/null; true",
+    );
+    // The box's pids cgroup, as the kernel reports it for a process of the box.
+    let marker = format!("{}", 700_000 + std::process::id() % 99_999);
+    b.env.ok(&["spawn", "small", "--", "sleep", &marker]);
+    wait_until("the marker process", || {
+        !host_processes_with(&marker).is_empty()
+    });
+    let pid = host_processes_with(&marker)[0];
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+    let rel = cgroups
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+            (ctrl.split(',').any(|c| c == "pids") || ctrl.is_empty()).then(|| path.to_owned())
+        })
+        .expect("a pids cgroup");
+    let cg = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
+        .iter()
+        .map(|m| Path::new(m).join(rel.trim_start_matches('/')))
+        .find(|p| p.join("pids.current").exists())
+        .expect("the box's pids cgroup directory");
+    assert!(rel.contains("/agentbox/small-"), "{rel}");
+    let current: u32 = std::fs::read_to_string(cg.join("pids.current"))
+        .expect("pids.current")
+        .trim()
+        .parse()
+        .expect("number");
+    assert!(current <= 20, "{current} processes under a limit of 20");
+    let events = std::fs::read_to_string(cg.join("pids.events")).expect("pids.events");
+    assert!(events.trim() != "max 0", "no fork was refused: {events}");
+    b.env.ok(&["checkout", "small", "HEAD"]);
+    // The box still works afterwards, and stop removes its cgroup.
+    assert_eq!(b.sh_ok("small", "echo ok"), "ok\n");
+    b.env.ok(&["stop", "small"]);
+    assert!(
+        !cg.exists(),
+        "stop leaves the cgroup {}: {}",
+        cg.display(),
+        std::fs::read_to_string(b.env.path("home/boxes/small/supervisor.log")).unwrap_or_default()
+    );
+    // Bad values are refused before anything is made.
+    let out = b.env.run(&[
+        "create",
+        "limited",
+        "--from",
+        proj.to_str().expect("utf-8"),
+        "--memory",
+        "lots",
+    ]);
+    assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+    assert!(!b.env.path("home/boxes/limited").exists());
 }

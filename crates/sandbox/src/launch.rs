@@ -33,10 +33,14 @@ pub struct Running {
 ///
 /// The launcher is killed when the *thread* calling this exits (`PR_SET_PDEATHSIG` follows
 /// the parent thread), so call it from a thread that lives as long as the box should.
+///
+/// `prepare` runs with the launcher's PID before the launcher does anything (it waits for
+/// the spec): whatever it sets up, such as cgroup membership, every box process inherits.
 pub fn launch(
     exe: &Path,
     spec: &BoxSpec,
     log: Option<std::fs::File>,
+    prepare: impl FnOnce(u32) -> Result<(), String>,
 ) -> Result<Running, SandboxError> {
     let (ours, theirs) = ipc::pair()?;
     let raw = theirs.as_raw_fd();
@@ -69,6 +73,11 @@ pub fn launch(
     }
     let mut launcher = cmd.spawn().map_err(SandboxError::Spawn)?;
     drop(theirs);
+    if let Err(e) = prepare(launcher.id()) {
+        let _ = launcher.kill();
+        let _ = launcher.wait();
+        return Err(SandboxError::Setup(e));
+    }
     ipc::send(&ours, spec, &[])?;
     let mut pid1_host = None;
     loop {
