@@ -140,7 +140,18 @@ impl Client {
 
     fn recv(&self) -> Result<(Reply, Vec<OwnedFd>)> {
         match ipc::recv::<Reply>(&self.sock) {
-            Ok((Reply::Error { message, .. }, _)) => Err(BoxError::Command { message }),
+            Ok((
+                Reply::Error {
+                    message,
+                    hint,
+                    code,
+                },
+                _,
+            )) => Err(BoxError::Remote {
+                message,
+                hint,
+                code,
+            }),
             Ok(r) => Ok(r),
             Err(ipc::IpcError::Closed) => Err(BoxError::Supervisor(
                 "the supervisor closed the connection (the box was stopped?)".into(),
@@ -185,7 +196,9 @@ pub fn exec(
     force_tty: Option<bool>,
 ) -> Result<ExecOutcome> {
     let stdin = std::io::stdin();
-    let tty = force_tty.unwrap_or_else(|| stdin.is_terminal());
+    // A terminal only when both ends are one: output redirected to a file must not get a
+    // terminal's line endings.
+    let tty = force_tty.unwrap_or_else(|| stdin.is_terminal() && std::io::stdout().is_terminal());
     let size = if tty {
         rustix::termios::tcgetwinsize(stdin.as_fd())
             .ok()

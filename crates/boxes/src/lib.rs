@@ -28,8 +28,17 @@ pub enum BoxError {
     NoSuchProcess { name: String, target: u64 },
     #[error("box {name:?} could not start: {message}")]
     Sandbox { name: String, message: String },
+    /// A command that could not be started in the box; `status` is the shell's (127 when
+    /// it does not exist, else 126).
     #[error("{message}")]
-    Command { message: String },
+    Command { message: String, status: i32 },
+    /// An error the supervisor reported, with its exit-code class.
+    #[error("{message}")]
+    Remote {
+        message: String,
+        hint: Option<String>,
+        code: i32,
+    },
     #[error("supervisor: {0}")]
     Supervisor(String),
     #[error("box {name:?}: the supervisor did not start: {message}")]
@@ -57,6 +66,24 @@ impl BoxError {
         }
     }
 
+    /// The stable exit-code class (see the CLI's table).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BoxError::Store(e) => e.exit_code(),
+            BoxError::Core(agentbox_core::Error::Locked { .. }) => 5,
+            BoxError::NoSuchBox { .. }
+            | BoxError::NoSuchProcess { .. }
+            | BoxError::NoSuchImage { .. } => 3,
+            BoxError::BoxExists { .. }
+            | BoxError::ImageExists { .. }
+            | BoxError::ImageInUse { .. } => 4,
+            BoxError::NeedsRoot { .. } => 6,
+            BoxError::Remote { code, .. } => *code,
+            BoxError::Command { status, .. } => *status,
+            _ => 1,
+        }
+    }
+
     /// What the user can do about it.
     pub fn hint(&self) -> Option<String> {
         match self {
@@ -72,6 +99,7 @@ impl BoxError {
             BoxError::NoSuchProcess { name, .. } => {
                 Some(format!("`agentbox ps {name}` lists its processes"))
             }
+            BoxError::Remote { hint, .. } => hint.clone(),
             BoxError::Sandbox { name, .. } | BoxError::SupervisorStart { name, .. } => Some(
                 format!("the supervisor's log is in the box's directory; `agentbox start {name}` retries"),
             ),

@@ -101,5 +101,12 @@ pub enum Reply {
     Error {
         message: String,
         hint: Option<String>,
+        /// Exit-code class of the error (see `BoxError::exit_code`).
+        #[serde(default = "one")]
+        code: i32,
     },
+}
+
+fn one() -> i32 {
+    1
 }

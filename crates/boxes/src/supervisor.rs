@@ -48,7 +48,8 @@ struct ProcEntry {
 
 /// A spawn sent to PID 1 and not yet answered.
 struct Pending {
-    started: Sender<std::result::Result<(i32, Vec<OwnedFd>), String>>,
+    /// The process's PID and descriptors, or why it did not start and the shell status.
+    started: Sender<std::result::Result<(i32, Vec<OwnedFd>), (String, i32)>>,
     info: ProcInfo,
     exit_tx: Option<Sender<ExitNote>>,
 }
@@ -334,9 +335,9 @@ fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
                     let _ = p.started.send(Ok((pid, fds)));
                 }
             }
-            Ok((FromInit::Failed { id, error }, _)) => {
+            Ok((FromInit::Failed { id, error, status }, _)) => {
                 if let Some(p) = lock(&shared.pending).remove(&id) {
-                    let _ = p.started.send(Err(error));
+                    let _ = p.started.send(Err((error, status)));
                 }
             }
             Ok((FromInit::Exited { pid, code, signal }, _)) => {
@@ -400,6 +401,7 @@ fn error_reply(e: &BoxError) -> Reply {
     Reply::Error {
         message: e.to_string(),
         hint: e.hint(),
+        code: e.exit_code(),
     }
 }
 
@@ -542,7 +544,7 @@ fn start_process(
     }
     match rx.recv_timeout(Duration::from_secs(30)) {
         Ok(Ok(started)) => Ok(started),
-        Ok(Err(message)) => Err(BoxError::Command { message }),
+        Ok(Err((message, status))) => Err(BoxError::Command { message, status }),
         Err(_) => {
             lock(&shared.pending).remove(&id);
             Err(BoxError::Supervisor(

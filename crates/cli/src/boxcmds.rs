@@ -434,8 +434,13 @@ pub fn kill(ctx: &Ctx, a: KillArgs) -> CliResult {
 }
 
 pub fn start(ctx: &Ctx, name: &str) -> CliResult {
-    let c = connect(ctx, name)?;
-    c.request(&Request::Ping)?;
+    // A supervisor killed a moment ago may still accept connections while its last threads
+    // exit; asking again reaches its successor.
+    let answered = connect(ctx, name)?.request(&Request::Ping).is_ok();
+    if !answered {
+        std::thread::sleep(Duration::from_millis(100));
+        connect(ctx, name)?.request(&Request::Ping)?;
+    }
     ctx.out(&serde_json::json!({"box": name, "running": true}), || {
         format!("box {name:?} is running\n")
     })
@@ -564,6 +569,61 @@ pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
             })
         }
     }
+}
+
+/// What `status BOX` adds for a box.
+#[derive(Serialize)]
+pub struct BoxStatus {
+    pub state: &'static str,
+    pub processes: usize,
+    pub base: String,
+    pub network: &'static str,
+    pub capture: bool,
+    pub limits: String,
+    /// Paths changed in the box's layer since HEAD (what the next node would hold).
+    pub changed: usize,
+}
+
+pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> {
+    let rec = record::read(&ctx.home, name)?;
+    let (state, processes) = match running(ctx, name)? {
+        Some(c) => match c.request(&Request::Ps)? {
+            Reply::Procs { procs } => ("running", procs.len()),
+            other => return Err(unexpected(&other)),
+        },
+        None => ("stopped", 0),
+    };
+    let l = &rec.limits;
+    let mut limits = Vec::new();
+    if let Some(m) = l.memory_bytes {
+        limits.push(format!("memory {}", render::bytes(m)));
+    }
+    if let Some(p) = l.pids {
+        limits.push(format!("{p} processes"));
+    }
+    if let Some(c) = l.cpus {
+        limits.push(format!("{c} CPUs"));
+    }
+    Ok(BoxStatus {
+        state,
+        processes,
+        base: match &rec.image {
+            Some(i) => format!("image {i}"),
+            None => "the host's /".to_owned(),
+        },
+        network: match rec.network {
+            Network::Host => "host",
+            Network::None => "none (loopback only)",
+        },
+        capture: rec.capture,
+        limits: if limits.is_empty() {
+            "none".to_owned()
+        } else {
+            limits.join(", ")
+        },
+        changed: record::counted_changes(&record::ignore_set(&rec), &store.changed_paths(name)?)
+            .len(),
+    })
 }
 
 pub fn is_box(ctx: &Ctx, name: &str) -> bool {

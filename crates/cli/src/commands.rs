@@ -656,7 +656,22 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             .map(|e| e.name)
     };
     let st = store.status(env.as_deref())?;
-    ctx.out(&st, || {
+    let boxed = match &env {
+        Some(name) if boxcmds::is_box(ctx, name) => Some(boxcmds::box_status(ctx, &store, name)?),
+        _ => None,
+    };
+    #[derive(Serialize)]
+    struct Out<'a> {
+        #[serde(flatten)]
+        store: &'a agentbox_store::history::Status,
+        #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
+        boxed: Option<&'a boxcmds::BoxStatus>,
+    }
+    let out = Out {
+        store: &st,
+        boxed: boxed.as_ref(),
+    };
+    ctx.out(&out, || {
         let mut s = format!(
             "store:        {}\nbackend:      {} ({})\nenvironments: {}\nnodes:        {}\nlayers:       {}\ndisk usage:   {} (shared data counted once; {} apparent)\n",
             st.store.display(),
@@ -668,7 +683,24 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             render::bytes(st.disk_bytes),
             render::bytes(st.logical_bytes),
         );
-        if let Some(e) = &st.env {
+        if let (Some(e), Some(b)) = (&st.env, &boxed) {
+            s.push_str(&format!(
+                "\nbox:          {}\nstate:        {}\nprocesses:    {}\nbase:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} path(s) since HEAD\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",
+                e.name,
+                b.state,
+                b.processes,
+                b.base,
+                b.network,
+                if b.capture { "on" } else { "off" },
+                b.limits,
+                b.changed,
+                render::short(&e.head),
+                e.nodes,
+                e.leaves,
+                e.tags,
+                e.chain_depth
+            ));
+        } else if let Some(e) = &st.env {
             s.push_str(&format!(
                 "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",
                 e.name,

@@ -45,25 +45,25 @@ impl CliError {
 impl From<StoreError> for CliError {
     fn from(e: StoreError) -> CliError {
         let message = e.to_string();
-        let (code, hint): (i32, Option<&str>) = match &e {
-            StoreError::UnknownEnv { .. } => (3, Some("`agentbox list` shows the environments")),
-            StoreError::UnknownRef { .. } => (
-                3,
-                Some("`agentbox log` shows node ids and tags; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix of 4+ characters"),
+        let hint: Option<&str> = match &e {
+            StoreError::UnknownEnv { .. } => Some("`agentbox list` shows the environments"),
+            StoreError::UnknownRef { .. } => Some(
+                "`agentbox log` shows node ids and tags; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix of 4+ characters",
             ),
-            StoreError::NoStore { .. } => (3, Some("create one with `agentbox env DIR`")),
-            StoreError::EnvExists { .. } => (4, Some("choose another --name, or `agentbox destroy NAME` first")),
-            StoreError::AmbiguousRef { .. } => (4, Some("give more characters of the id")),
-            StoreError::InvalidName { .. } => (4, None),
-            StoreError::Refused { .. } => (4, None),
-            StoreError::NeedsRoot { .. } => (6, Some("run it with sudo")),
-            StoreError::Corrupt { .. } => (7, Some("run `agentbox fsck --repair`")),
-            StoreError::Bundle { .. } => (8, Some("the archive was not written by `agentbox export` or is damaged; nothing was imported")),
-            StoreError::Core(agentbox_core::Error::Locked { .. }) => {
-                (5, Some("wait for that process to finish, or stop it"))
+            StoreError::NoStore { .. } => Some("create one with `agentbox env DIR`"),
+            StoreError::EnvExists { .. } => {
+                Some("choose another --name, or `agentbox destroy NAME` first")
             }
-            _ => (1, None),
+            StoreError::AmbiguousRef { .. } => Some("give more characters of the id"),
+            StoreError::NeedsRoot { .. } => Some("run it with sudo"),
+            StoreError::Corrupt { .. } => Some("run `agentbox fsck --repair`"),
+            StoreError::Bundle { .. } => Some("the archive was not written by `agentbox export` or is damaged; nothing was imported"),
+            StoreError::Core(agentbox_core::Error::Locked { .. }) => {
+                Some("wait for that process to finish, or stop it")
+            }
+            _ => None,
         };
+        let code = e.exit_code();
         CliError {
             code,
             message,
@@ -90,19 +90,11 @@ impl From<agentbox_boxes::BoxError> for CliError {
         match e {
             B::Store(s) => s.into(),
             B::Core(c) => c.into(),
-            other => {
-                let code = match &other {
-                    B::NoSuchBox { .. } | B::NoSuchProcess { .. } | B::NoSuchImage { .. } => 3,
-                    B::BoxExists { .. } | B::ImageExists { .. } | B::ImageInUse { .. } => 4,
-                    B::NeedsRoot { .. } => 6,
-                    _ => 1,
-                };
-                CliError {
-                    code,
-                    hint: other.hint(),
-                    message: other.to_string(),
-                }
-            }
+            other => CliError {
+                code: other.exit_code(),
+                hint: other.hint(),
+                message: other.to_string(),
+            },
         }
     }
 }

@@ -559,8 +559,16 @@ fn handle(
                 let attached: Vec<_> = master.iter().map(|m| m.as_fd()).collect();
                 let _ = ipc::send(ctl, &FromInit::Started { id, pid }, &attached);
             }
-            Err(error) => {
-                let _ = ipc::send(ctl, &FromInit::Failed { id, error }, &[]);
+            Err(SpawnError { message, status }) => {
+                let _ = ipc::send(
+                    ctl,
+                    &FromInit::Failed {
+                        id,
+                        error: message,
+                        status,
+                    },
+                    &[],
+                );
             }
         },
     }
@@ -586,6 +594,27 @@ fn candidates(argv0: &str, env: &[(String, String)]) -> Result<Vec<CString>, Str
         .collect()
 }
 
+/// Why a spawn failed, with the status a shell would give it (127: not found, else 126).
+struct SpawnError {
+    message: String,
+    status: i32,
+}
+
+impl From<String> for SpawnError {
+    fn from(message: String) -> Self {
+        SpawnError {
+            message,
+            status: 126,
+        }
+    }
+}
+
+impl From<&str> for SpawnError {
+    fn from(message: &str) -> Self {
+        message.to_owned().into()
+    }
+}
+
 /// Fork and exec one process in its own session. Returns its PID and, with a PTY, the
 /// terminal's master side.
 fn spawn(
@@ -594,7 +623,7 @@ fn spawn(
     cwd: &str,
     pty: Option<crate::proto::WinSize>,
     fds: Vec<OwnedFd>,
-) -> Result<(i32, Option<OwnedFd>), String> {
+) -> Result<(i32, Option<OwnedFd>), SpawnError> {
     let argv0 = argv.first().ok_or("empty command")?;
     // Everything the child needs is prepared before fork.
     let c_argv = argv.iter().map(cstring).collect::<Result<Vec<_>, _>>()?;
@@ -634,7 +663,7 @@ fn spawn(
         }
         None => {
             if fds.len() != 3 {
-                return Err(format!("expected 3 descriptors, got {}", fds.len()));
+                return Err(format!("expected 3 descriptors, got {}", fds.len()).into());
             }
             (None, None)
         }
@@ -647,7 +676,7 @@ fn spawn(
     // and leaves by exec or _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(err("fork", std::io::Error::last_os_error()));
+        return Err(err("fork", std::io::Error::last_os_error()).into());
     }
     if pid == 0 {
         // SAFETY: see above.
@@ -713,9 +742,12 @@ fn spawn(
         unsafe { libc::waitpid(pid, &mut status, 0) };
         let e = std::io::Error::from_raw_os_error(errno);
         return Err(if errno == libc::ENOENT {
-            format!("{argv0}: command not found in the box")
+            SpawnError {
+                message: format!("{argv0}: command not found in the box"),
+                status: 127,
+            }
         } else {
-            format!("cannot run {argv0}: {e}")
+            format!("cannot run {argv0}: {e}").into()
         });
     }
     Ok((pid, master))

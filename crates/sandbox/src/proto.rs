@@ -82,7 +82,12 @@ pub enum FromInit {
     /// A `Spawn` succeeded (a PTY master accompanies it when one was asked for).
     Started { id: u64, pid: i32 },
     /// A `Spawn` failed (for example, the command does not exist).
-    Failed { id: u64, error: String },
+    Failed {
+        id: u64,
+        error: String,
+        /// The shell's status for it: 127 when the command does not exist, else 126.
+        status: i32,
+    },
     /// A spawned process ended: `code` when it exited, `signal` when a signal killed it.
     Exited {
         pid: i32,

@@ -39,4 +39,23 @@ pub enum Error {
     NeedsRoot { operation: String, reason: String },
 }
 
+impl Error {
+    /// The stable exit-code class of the error (the CLI's table): 3 not found, 4 refused or
+    /// conflicting, 5 locked, 6 needs root, 7 inconsistent store, 8 bad bundle, 1 other.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::UnknownEnv { .. } | Error::UnknownRef { .. } | Error::NoStore { .. } => 3,
+            Error::EnvExists { .. }
+            | Error::AmbiguousRef { .. }
+            | Error::InvalidName { .. }
+            | Error::Refused { .. } => 4,
+            Error::Core(agentbox_core::Error::Locked { .. }) => 5,
+            Error::NeedsRoot { .. } => 6,
+            Error::Corrupt { .. } => 7,
+            Error::Bundle { .. } => 8,
+            _ => 1,
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
