@@ -46,10 +46,14 @@ struct ProcEntry {
     exit_tx: Option<Sender<ExitNote>>,
 }
 
+/// PID 1's answer to a spawn: the box PID and any descriptors, or the error and the status
+/// a shell would give it.
+type SpawnOutcome = std::result::Result<(i32, Vec<OwnedFd>), (String, i32)>;
+
 /// A spawn sent to PID 1 and not yet answered.
 struct Pending {
     /// The process's PID and descriptors, or why it did not start and the shell status.
-    started: Sender<std::result::Result<(i32, Vec<OwnedFd>), (String, i32)>>,
+    started: Sender<SpawnOutcome>,
     info: ProcInfo,
     exit_tx: Option<Sender<ExitNote>>,
 }
