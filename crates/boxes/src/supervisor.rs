@@ -96,12 +96,7 @@ pub fn run(home: Home, name: &str) -> Result<()> {
     let dirs = BoxDirs::new(&home, name);
     let rec = record::read(&home, name)?;
     // One supervisor per box: the lock is held for the process's lifetime.
-    let _lock = FileLock::acquire(
-        &dirs.lock(),
-        Mode::TryExclusive,
-        &format!("box {name:?}"),
-        "supervise",
-    )?;
+    let _lock = lock_box(&dirs, name)?;
     let store = Store::open(&home.store_dir())?;
     let exe = std::env::current_exe()?;
     fs_err::create_dir_all(dirs.logs())?;
@@ -153,6 +148,38 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         });
     }
     launcher_loop(&shared, launch_rx);
+    Ok(())
+}
+
+/// Take the box's supervisor lock. A supervisor that was just stopped may still be exiting:
+/// wait for it a few seconds before giving up.
+fn lock_box(dirs: &BoxDirs, name: &str) -> Result<FileLock> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match FileLock::acquire(
+            &dirs.lock(),
+            Mode::TryExclusive,
+            &format!("box {name:?}"),
+            "supervise",
+        ) {
+            Ok(l) => return Ok(l),
+            Err(agentbox_core::Error::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Wait until no supervisor of the box runs (its lock is free).
+pub fn wait_gone(home: &Home, name: &str) -> Result<()> {
+    let dirs = BoxDirs::new(home, name);
+    drop(FileLock::acquire(
+        &dirs.lock(),
+        Mode::Exclusive,
+        &format!("box {name:?}"),
+        "wait",
+    )?);
     Ok(())
 }
 

@@ -122,7 +122,11 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     }
     // The first node: the box's root layer, holding the workspace copy.
     let staged = agentbox_store::transfer::staging(&store, "box")?;
-    fs_err::create_dir_all(&staged)?;
+    // A staging directory the backend can adopt without a copy (a subvolume on btrfs).
+    match store.backend().staging_dir_maker() {
+        Some(make) => make(&staged).map_err(|e| CliError::from(agentbox_store::Error::Io(e)))?,
+        None => fs_err::create_dir_all(&staged)?,
+    }
     fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
     let ws = staged.join("workspace");
     let copied = ctx.busy("copying the workspace", || -> CliResult {
@@ -469,12 +473,12 @@ pub fn stop(ctx: &Ctx, name: &str) -> CliResult {
     )
 }
 
+/// Wait until the supervisor has exited (it holds the box's lock until then).
 fn wait_stopped(ctx: &Ctx, name: &str) {
-    for _ in 0..500 {
-        if !client::is_running(&ctx.home, name) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if let Err(e) = agentbox_boxes::supervisor::wait_gone(&ctx.home, name) {
+        ctx.note(format!(
+            "agentbox: waiting for the supervisor of {name:?} to exit: {e}"
+        ));
     }
 }
 

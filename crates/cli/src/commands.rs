@@ -32,7 +32,7 @@ impl Ctx {
             return Err(CliError::new(
                 3,
                 format!("no agentbox store at {}", dir.display()),
-                Some("create a versioned directory first: `agentbox env DIR`".into()),
+                Some("create a box first: `agentbox create NAME --from DIR` (or version a directory: `agentbox env DIR`)".into()),
             ));
         }
         Ok(Store::open(&dir)?)
@@ -135,12 +135,12 @@ impl Ctx {
             1 => Ok(envs[0].name.clone()),
             0 => Err(CliError::new(
                 3,
-                "there are no environments",
-                Some("create one with `agentbox env DIR`".into()),
+                "there are no boxes or environments",
+                Some("create a box with `agentbox create NAME --from DIR` (or version a directory with `agentbox env DIR`)".into()),
             )),
             _ => Err(CliError::usage(
                 format!(
-                    "which environment? there are {}: {}",
+                    "which box or environment? there are {}: {}",
                     envs.len(),
                     envs.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")
                 ),

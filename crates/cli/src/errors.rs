@@ -50,7 +50,7 @@ impl From<StoreError> for CliError {
             StoreError::UnknownRef { .. } => Some(
                 "`agentbox log` shows node ids and tags; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix of 4+ characters",
             ),
-            StoreError::NoStore { .. } => Some("create one with `agentbox env DIR`"),
+            StoreError::NoStore { .. } => Some("create a box with `agentbox create NAME --from DIR` (or version a directory with `agentbox env DIR`)"),
             StoreError::EnvExists { .. } => {
                 Some("choose another --name, or `agentbox destroy NAME` first")
             }

@@ -554,10 +554,14 @@ fn box_errors_are_clear() {
     assert_eq!(code(&out), Some(3), "{}", stderr(&out));
     let out = b.env.run(&["logs", "dup", "42"]);
     assert_eq!(code(&out), Some(3), "{}", stderr(&out));
+    b.sh_ok("dup", "echo x > /workspace/x");
     b.env.ok(&["destroy", "dup"]);
     assert!(!b.env.path("home/boxes/dup").exists());
     let out = b.env.run(&["exec", "dup", "--", "true"]);
     assert_eq!(code(&out), Some(3));
+    // A new box of the same name starts with its own history only.
+    b.create("dup", &proj, &[]);
+    assert_eq!(b.node_count("dup"), 1);
 }
 
 #[test]
@@ -815,4 +819,66 @@ fn spawned_processes_have_logs_ps_and_kill() {
     b.env.ok(&["stop", "svc"]);
     assert_eq!(b.env.json(&["status", "svc"])["box"]["state"], "stopped");
     assert_eq!(b.env.json(&["list"])[0]["state"], "stopped");
+}
+
+#[test]
+fn boxes_run_on_a_btrfs_store() {
+    if !require_root("boxes_run_on_a_btrfs_store") {
+        return;
+    }
+    let Some(fs) = agentbox_testkit::loopfs::LoopFs::btrfs(768 << 20) else {
+        return;
+    };
+    let b = Boxes::new();
+    std::os::unix::fs::symlink(fs.path(), b.env.path("home")).expect("symlink home");
+    let proj = project(b.env.home.path());
+    b.create("onbtrfs", &proj, &[]);
+    assert_eq!(b.env.json(&["status", "onbtrfs"])["backend"], "btrfs");
+    b.sh_ok("onbtrfs", "echo v2 > /workspace/README");
+    // Deleting a file of the base (the host's /) and replacing a base directory: the
+    // layer keeps the overlay markers, across commits and restarts.
+    b.sh_ok(
+        "onbtrfs",
+        "rm /etc/os-release; rm -rf /opt; mkdir /opt; echo mine > /opt/only",
+    );
+    b.sh_ok("onbtrfs", "echo v3 > /workspace/README");
+    assert_eq!(
+        b.node_count("onbtrfs"),
+        4,
+        "{}",
+        std::fs::read_to_string(b.env.path("home/boxes/onbtrfs/supervisor.log"))
+            .unwrap_or_default()
+    );
+    b.env.ok(&["stop", "onbtrfs"]);
+    let out = b.sh_ok(
+        "onbtrfs",
+        "cat README; test -e /etc/os-release && echo base-file || echo gone; ls -A /opt",
+    );
+    assert_eq!(out, "v3\ngone\nonly\n");
+    b.env.ok(&["undo", "onbtrfs"]);
+    b.env.ok(&["undo", "onbtrfs"]);
+    let out = b.sh_ok(
+        "onbtrfs",
+        "cat README; test -e /etc/os-release && echo base-file || echo gone",
+    );
+    assert_eq!(out, "v2\nbase-file\n");
+    let diff = b.env.ok(&["diff", "onbtrfs", "HEAD~1", "HEAD"]);
+    assert!(diff.contains("workspace/README"), "{diff}");
+    // Background writes are captured on btrfs too.
+    b.env.ok(&[
+        "spawn",
+        "onbtrfs",
+        "--",
+        "sh",
+        "-c",
+        "echo bg > /workspace/bg; sleep 1000",
+    ]);
+    wait_until("a node for the background write", || {
+        b.node_count("onbtrfs") == 5
+    });
+    assert!(b
+        .env
+        .ok(&["show", "onbtrfs", "HEAD"])
+        .contains("workspace/bg"));
+    b.env.ok(&["destroy", "onbtrfs"]);
 }

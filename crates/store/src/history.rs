@@ -82,9 +82,11 @@ impl Store {
     pub fn history(&self, env: &str) -> Result<History> {
         let state = self.env(env)?;
         let nodes = self.nodes()?;
+        // Nodes made by this environment. One of an earlier, destroyed environment of the
+        // same name (not yet collected by GC) predates this one and stays out.
         let mut wanted: BTreeSet<String> = nodes
             .values()
-            .filter(|n| n.env == env)
+            .filter(|n| n.env == env && n.created >= state.created)
             .map(|n| n.id.clone())
             .collect();
         wanted.insert(state.head.clone());

@@ -364,7 +364,13 @@ fn import_history(
     fs_err::create_dir_all(dir)?;
     let state = EnvState {
         name: name.to_owned(),
-        created: Utc::now(),
+        // As old as its oldest node: the environment's history is its nodes made since.
+        created: manifest
+            .nodes
+            .iter()
+            .map(|n| n.created)
+            .min()
+            .unwrap_or_else(Utc::now),
         mountpoint: Some(fs_err::canonicalize(dir)?),
         head: manifest.head.clone(),
         next_seq: max_seq + 1,

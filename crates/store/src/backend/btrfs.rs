@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use agentbox_sys::btrfs;
 use rustix::fs::{Gid, Mode, Timespec, Timestamps, Uid};
 
+use super::layers::LayersBackend;
 use super::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
 use crate::{Error, Result};
 
@@ -217,6 +218,28 @@ impl BtrfsBackend {
         Ok(dir)
     }
 
+    /// Commit of a box: a writable snapshot of HEAD's layer, plus what changed in the box's
+    /// upper directory since the last commit (reflinked), sealed read-only. The running
+    /// overlay keeps its lower (the layer it started on): the upper directory holds every
+    /// change since then, so HEAD's layer plus the latest changes is exactly the box's tree.
+    /// Overlay markers are kept literally: a box's layer sits on top of its base.
+    fn commit_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {
+        let top = self.top_layer(chain)?;
+        let (layers, tmp_name) = self.prepare_layer(id)?;
+        let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        // The applied changes are ordinary writes: they need the store's sync.
+        self.durability.mark_unsynced();
+        let diff = dirs.work.join(format!("capture-{id}"));
+        remove_any(&diff)?;
+        fs_err::create_dir_all(&diff)?;
+        let result = LayersBackend::capture_into(dirs, &diff)
+            .and_then(|now| crate::backend::apply::apply_overlay_layer(&diff, &tmp).map(|()| now));
+        remove_any(&diff)?;
+        let now = result?;
+        LayersBackend::stage_marks(dirs, &now)?;
+        self.publish_layer(&layers, &tmp_name, id)
+    }
+
     fn tree(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join(TREE)
     }
@@ -279,6 +302,13 @@ impl Backend for BtrfsBackend {
 
     fn reset_work(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
         let top = self.top_layer(chain)?;
+        if dirs.mountpoint.is_none() {
+            // A box: HEAD's layer is the overlay's read-only lower; the working state is an
+            // empty upper directory. O(1), and nothing to snapshot.
+            LayersBackend::discard_work_dirs(dirs, &|p| remove_any(p))?;
+            fs_err::create_dir_all(LayersBackend::ovl(dirs))?;
+            return LayersBackend::fresh_upper_from(dirs, &top);
+        }
         self.unmount(dirs)?;
         fs_err::create_dir_all(&dirs.work)?;
         let tmp = dirs.work.join(TMP_TREE);
@@ -291,7 +321,10 @@ impl Backend for BtrfsBackend {
         Self::bind(dirs)
     }
 
-    fn commit(&self, dirs: &WorkDirs, _chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {
+    fn commit(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {
+        if dirs.mountpoint.is_none() {
+            return self.commit_box(dirs, chain, id);
+        }
         let tree = Self::tree(dirs);
         if !btrfs::is_subvolume(&tree)? {
             return Err(Error::Corrupt {
@@ -314,6 +347,12 @@ impl Backend for BtrfsBackend {
     }
 
     fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        if dirs.mountpoint.is_none() {
+            if !LayersBackend::upper(dirs).is_dir() {
+                return self.reset_work(dirs, chain);
+            }
+            return Ok(());
+        }
         if !btrfs::is_subvolume(&Self::tree(dirs)).unwrap_or(false) {
             // Lost (a crash during a reset): rebuild it from HEAD's layer.
             return self.reset_work(dirs, chain);
@@ -357,25 +396,26 @@ impl Backend for BtrfsBackend {
         })
     }
 
-    fn box_layers(&self, dirs: &WorkDirs, _chain: &[LayerRecord]) -> Result<BoxLayers> {
-        // Overlayfs needs its work directory in the same btrfs subvolume as the upper
-        // directory (it renames between them), and the working subvolume's root is the tree
-        // itself. Boxes therefore run on the `layers` backend for now.
-        Err(Error::Backend {
-            path: dirs.work.clone(),
-            message: "boxes are not supported on a btrfs store yet; use a store on another filesystem (AGENTBOX_HOME) or `--backend layers`".into(),
-        })
+    fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
+        LayersBackend::box_layers_over(dirs, vec![self.top_layer(chain)?])
     }
 
     fn changed_paths(&self, dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
-        // Boxes (the only callers) do not run on btrfs yet; report the root as changed so a
-        // caller never skips a commit it needed.
-        let _ = dirs;
-        Ok(vec![(PathBuf::new(), true)])
+        LayersBackend::changed_in_upper(dirs)
     }
 
-    fn working_view(&self, dirs: &WorkDirs, _chain: &[LayerRecord]) -> Result<WorkingView> {
+    fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView> {
+        if dirs.mountpoint.is_none() {
+            return LayersBackend::box_view(dirs, vec![self.top_layer(chain)?]);
+        }
         Ok(WorkingView::existing(Self::tree(dirs)))
+    }
+
+    fn committed(&self, dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {
+        if dirs.mountpoint.is_none() {
+            return LayersBackend::adopt_marks(dirs);
+        }
+        Ok(())
     }
 
     fn remove_work(&self, dirs: &WorkDirs) -> Result<()> {

@@ -47,11 +47,20 @@ struct Mark {
     dir: bool,
 }
 
+impl Mark {
+    /// Whether the entry is unchanged. A whiteout is a whiteout: overlayfs may share one
+    /// inode among all of them and its ctime moves whenever any whiteout comes or goes (or
+    /// a mount cleans the work directory), which changes nothing in the tree.
+    fn same(&self, other: &Mark) -> bool {
+        (self.whiteout && other.whiteout) || self == other
+    }
+}
+
 /// `work/captured.json`: the mark of every upper entry at the last commit, by relative
 /// path. Paths that are not UTF-8 are not recorded, so they are simply captured again by
 /// every commit (correct, only slower).
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Captured {
+pub(super) struct Captured {
     marks: BTreeMap<String, Mark>,
 }
 
@@ -84,10 +93,10 @@ impl LayersBackend {
         Ok(dst)
     }
 
-    fn upper(dirs: &WorkDirs) -> PathBuf {
+    pub(super) fn upper(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join("upper")
     }
-    fn ovl(dirs: &WorkDirs) -> PathBuf {
+    pub(super) fn ovl(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join("ovl")
     }
     fn captured_path(dirs: &WorkDirs) -> PathBuf {
@@ -95,6 +104,23 @@ impl LayersBackend {
     }
     fn pending_path(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join("captured.pending.json")
+    }
+
+    /// Record `now` as the marks to adopt once the commit is durable (see `committed`).
+    pub(super) fn stage_marks(dirs: &WorkDirs, now: &Captured) -> Result<()> {
+        // Made durable by the store's sync with the rest of the commit; losing it only
+        // means the next commit captures these changes again.
+        write_json_unsynced(&Self::pending_path(dirs), now)?;
+        Ok(())
+    }
+
+    /// The commit is durable: its marks become the reference for the next one.
+    pub(super) fn adopt_marks(dirs: &WorkDirs) -> Result<()> {
+        let pending = Self::pending_path(dirs);
+        if pending.exists() {
+            fs_err::rename(&pending, Self::captured_path(dirs))?;
+        }
+        Ok(())
     }
 
     /// The overlay `lowerdir=` value for `dirs` (top first).
@@ -166,12 +192,17 @@ impl LayersBackend {
     /// Overlayfs shows a merged directory with the upper directory's attributes, so without
     /// this the root's mode, owner and mtime would be those of the moment of checkout.
     fn fresh_upper(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
-        let upper = Self::upper(dirs);
         let top = chain.first().ok_or_else(|| Error::Backend {
             path: dirs.work.clone(),
             message: "checkout of an empty chain".into(),
         })?;
-        let top_dir = self.layer_dir(&top.id);
+        Self::fresh_upper_from(dirs, &self.layer_dir(&top.id))
+    }
+
+    /// [`Self::fresh_upper`] for a chain whose top layer is `top_dir`.
+    pub(super) fn fresh_upper_from(dirs: &WorkDirs, top_dir: &Path) -> Result<()> {
+        let upper = Self::upper(dirs);
+        let top_dir = top_dir.to_owned();
         let mut meta = read_meta(&top_dir)?;
         strip_overlay_xattrs(&mut meta);
         let mut tree = Tree::default();
@@ -208,6 +239,17 @@ impl LayersBackend {
     /// Build the layer that brings HEAD's chain up to the current upper directory, in
     /// `self.tmp_layer(id)`. Returns the marks to record once the commit is durable.
     fn capture_changes(&self, dirs: &WorkDirs, id: &str) -> Result<Captured> {
+        let dst = self.tmp_layer(id);
+        self.remove_tree(&dst)?;
+        fs_err::create_dir_all(&dst)?;
+        Self::capture_into(dirs, &dst)
+    }
+
+    /// Write into the empty directory `dst` the overlay-format layer of what changed in the
+    /// upper directory since the last commit: changed entries as they are, whiteouts for
+    /// what vanished, opaque markers for directories captured the first time after they
+    /// replaced a lower one. Returns the marks to record once the commit is durable.
+    pub(super) fn capture_into(dirs: &WorkDirs, dst: &Path) -> Result<Captured> {
         let mut timer = agentbox_core::timing::Timer::start("capture");
         let prev = Self::load_captured(dirs)?;
         timer.lap("load marks");
@@ -240,7 +282,7 @@ impl LayersBackend {
             }
             let key = rel.to_str().map(str::to_owned);
             let before = key.as_ref().and_then(|k| prev.marks.get(k));
-            if before != Some(mark) {
+            if !before.is_some_and(|b| b.same(mark)) {
                 changed.insert(rel.clone());
                 // Opaque only the first time the directory is captured: later layers merge
                 // with the layer that already hid the lower contents.
@@ -318,15 +360,40 @@ impl LayersBackend {
                 },
             );
         }
-        let dst = self.tmp_layer(id);
-        self.remove_tree(&dst)?;
-        fs_err::create_dir_all(&dst)?;
         timer.lap("plan");
-        copy_tree(&tree, &dst, &copy_opts())?;
+        copy_tree(&tree, dst, &copy_opts())?;
         timer.lap("copy");
-        write_out(&tree, &dst)?;
+        write_out(&tree, dst)?;
         timer.lap("write out");
         Ok(now)
+    }
+}
+
+impl LayersBackend {
+    /// Discard an environment's working area (upper directory, overlay work directory, marks):
+    /// moved aside first so a crash never leaves a half-deleted upper directory under the live
+    /// name, then removed with `remove` (along with what an interrupted earlier reset left).
+    pub(super) fn discard_work_dirs(
+        dirs: &WorkDirs,
+        remove: &dyn Fn(&Path) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(env_dir) = dirs.work.parent() {
+            for entry in fs_err::read_dir(env_dir)? {
+                let entry = entry?;
+                if entry.file_name().to_string_lossy().starts_with("work.old-") {
+                    remove(&entry.path())?;
+                }
+            }
+        }
+        if dirs.work.exists() {
+            let trash = dirs
+                .work
+                .with_extension(format!("old-{}", std::process::id()));
+            remove(&trash)?;
+            fs_err::rename(&dirs.work, &trash)?;
+            remove(&trash)?;
+        }
+        Ok(())
     }
 }
 
@@ -471,25 +538,7 @@ impl Backend for LayersBackend {
     fn reset_work(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
         self.unmount(dirs)?;
         failpoint::hit("checkout:after-unmount");
-        // Discard the old working state: move it aside first so a crash never leaves a
-        // half-deleted upper directory under the live name.
-        // Trash an interrupted checkout left behind.
-        if let Some(env_dir) = dirs.work.parent() {
-            for entry in fs_err::read_dir(env_dir)? {
-                let entry = entry?;
-                if entry.file_name().to_string_lossy().starts_with("work.old-") {
-                    self.remove_tree(&entry.path())?;
-                }
-            }
-        }
-        if dirs.work.exists() {
-            let trash = dirs
-                .work
-                .with_extension(format!("old-{}", std::process::id()));
-            self.remove_tree(&trash)?;
-            fs_err::rename(&dirs.work, &trash)?;
-            self.remove_tree(&trash)?;
-        }
+        Self::discard_work_dirs(dirs, &|p| self.remove_tree(p))?;
         fs_err::create_dir_all(Self::ovl(dirs))?;
         self.fresh_upper(dirs, chain)?;
         self.mount_overlay(dirs, chain)
@@ -532,9 +581,7 @@ impl Backend for LayersBackend {
             self.capture_changes(dirs, id)?
         };
         failpoint::hit("commit:after-copy");
-        // Made durable by the store's syncfs with the rest of the commit; losing it only
-        // means the next commit captures these changes again.
-        write_json_unsynced(&Self::pending_path(dirs), &now)?;
+        Self::stage_marks(dirs, &now)?;
         self.publish(id)?;
         let flattened = head.depth + 1 > self.max_depth;
         Ok(LayerRecord {
@@ -553,11 +600,7 @@ impl Backend for LayersBackend {
     }
 
     fn committed(&self, dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {
-        let pending = Self::pending_path(dirs);
-        if pending.exists() {
-            fs_err::rename(&pending, Self::captured_path(dirs))?;
-        }
-        Ok(())
+        Self::adopt_marks(dirs)
     }
 
     fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
@@ -588,6 +631,35 @@ impl Backend for LayersBackend {
     /// One `lstat` per entry of the upper directory, compared with the marks of the last
     /// commit: O(what changed since checkout), like a commit.
     fn changed_paths(&self, dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
+        Self::changed_in_upper(dirs)
+    }
+
+    fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
+        Self::box_layers_over(dirs, self.chain_dirs(chain))
+    }
+
+    /// The mount point, or (for a box) a read-only overlay of the upper directory over the
+    /// chain, mounted for as long as the view lives. Whiteouts of the box's base are not
+    /// part of that view: it shows the layer, not the box's whole root.
+    fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView> {
+        if let Some(mountpoint) = &dirs.mountpoint {
+            return Ok(WorkingView::existing(mountpoint.clone()));
+        }
+        Self::box_view(dirs, self.chain_dirs(chain))
+    }
+
+    fn remove_work(&self, dirs: &WorkDirs) -> Result<()> {
+        self.remove_tree(&dirs.work)
+    }
+
+    fn remove_layer(&self, id: &str) -> Result<()> {
+        self.remove_tree(&self.layer_dir(id))
+    }
+}
+
+impl LayersBackend {
+    /// Paths of the upper directory changed since the last commit's marks.
+    pub(super) fn changed_in_upper(dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
         let prev = Self::load_captured(dirs)?;
         let now = scan_marks(&Self::upper(dirs))?;
         let mut out = Vec::new();
@@ -595,7 +667,7 @@ impl Backend for LayersBackend {
             let Some(key) = rel.to_str().filter(|k| !k.is_empty()) else {
                 continue;
             };
-            if prev.marks.get(key) != Some(mark) {
+            if !prev.marks.get(key).is_some_and(|b| b.same(mark)) {
                 out.push((rel.clone(), mark.dir));
             }
         }
@@ -607,26 +679,23 @@ impl Backend for LayersBackend {
         Ok(out)
     }
 
-    fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
+    /// A box's overlay layers: `lowers` (top first) under the working upper directory.
+    pub(super) fn box_layers_over(dirs: &WorkDirs, lowers: Vec<PathBuf>) -> Result<BoxLayers> {
         fs_err::create_dir_all(Self::upper(dirs))?;
         fs_err::create_dir_all(Self::ovl(dirs))?;
         Ok(BoxLayers {
-            lowers: self.chain_dirs(chain),
+            lowers,
             upper: Self::upper(dirs),
             workdir: Self::ovl(dirs),
         })
     }
 
-    /// The mount point, or (for a box) a read-only overlay of the upper directory over the
-    /// chain, mounted for as long as the view lives. Whiteouts of the box's base are not
-    /// part of that view: it shows the layer, not the box's whole root.
-    fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView> {
-        if let Some(mountpoint) = &dirs.mountpoint {
-            return Ok(WorkingView::existing(mountpoint.clone()));
-        }
-        let mut lowers = vec![Self::upper(dirs)];
-        // HEAD's chain is never empty, so this is at least the two lowers overlayfs needs.
-        lowers.extend(self.chain_dirs(chain));
+    /// A read-only overlay of a box's upper directory over `lowers`, mounted while the view
+    /// lives.
+    pub(super) fn box_view(dirs: &WorkDirs, lowers: Vec<PathBuf>) -> Result<WorkingView> {
+        let mut all = vec![Self::upper(dirs)];
+        // A chain is never empty, so this is at least the two lowers overlayfs needs.
+        all.extend(lowers);
         let view = dirs.work.join(format!(
             "view-{}-{}",
             std::process::id(),
@@ -635,7 +704,7 @@ impl Backend for LayersBackend {
         fs_err::create_dir_all(&view)?;
         let data = format!(
             "lowerdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
-            Self::lowerdir(&lowers)?
+            Self::lowerdir(&all)?
         );
         let data = std::ffi::CString::new(data).map_err(|_| Error::Backend {
             path: view.clone(),
@@ -653,14 +722,6 @@ impl Backend for LayersBackend {
             message: format!("mounting a view of the working tree failed: {e}"),
         })?;
         Ok(WorkingView::mounted(view))
-    }
-
-    fn remove_work(&self, dirs: &WorkDirs) -> Result<()> {
-        self.remove_tree(&dirs.work)
-    }
-
-    fn remove_layer(&self, id: &str) -> Result<()> {
-        self.remove_tree(&self.layer_dir(id))
     }
 }
 

@@ -32,7 +32,7 @@
 
 mod compress;
 mod format;
-mod fsutil;
+pub(crate) mod fsutil;
 mod layer;
 mod read;
 mod write;
