@@ -366,29 +366,6 @@ struct MountEntry {
     super_options: Vec<String>,
 }
 
-/// Undo the octal escapes (`\040` for a space, …) the kernel uses in mountinfo paths.
-fn unescape_mount_path(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() {
-            let oct = &bytes[i + 1..i + 4];
-            if oct.iter().all(|b| (b'0'..=b'7').contains(b)) {
-                let oct = String::from_utf8_lossy(oct);
-                if let Ok(v) = u8::from_str_radix(&oct, 8) {
-                    out.push(v);
-                    i += 4;
-                    continue;
-                }
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Parse mountinfo text, keeping only cgroup (v1 and v2) mounts. Malformed lines are skipped:
 /// the kernel writes this file, and a line we cannot read is a line we cannot use anyway.
 fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
@@ -407,8 +384,8 @@ fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             continue;
         }
         out.push(MountEntry {
-            root: unescape_mount_path(left[3]),
-            mount_point: PathBuf::from(unescape_mount_path(left[4])),
+            root: agentbox_store::mounts::unescape(left[3]),
+            mount_point: PathBuf::from(agentbox_store::mounts::unescape(left[4])),
             fstype: fstype.to_owned(),
             super_options: right[2].split(',').map(str::to_owned).collect(),
         });
@@ -1647,9 +1624,9 @@ mod tests {
 
     #[test]
     fn unescape() {
-        assert_eq!(unescape_mount_path(r"/a\040b\134c"), r"/a b\c");
-        assert_eq!(unescape_mount_path(r"/a\04"), r"/a\04");
-        assert_eq!(unescape_mount_path(r"\"), r"\");
+        assert_eq!(agentbox_store::mounts::unescape(r"/a\040b\134c"), r"/a b\c");
+        assert_eq!(agentbox_store::mounts::unescape(r"/a\04"), r"/a\04");
+        assert_eq!(agentbox_store::mounts::unescape(r"\"), r"\");
     }
 
     #[test]

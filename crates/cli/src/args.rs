@@ -153,15 +153,22 @@ pub struct CreateArgs {
     pub keep: Option<u64>,
 }
 
+/// Options of every command started in a box.
 #[derive(Debug, Args)]
-pub struct ExecArgs {
-    pub name: String,
+pub struct CommandOpts {
     /// Environment variable for this command (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
     /// Working directory inside the box (default: /workspace).
     #[arg(short = 'w', long)]
     pub workdir: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    pub name: String,
+    #[command(flatten)]
+    pub opts: CommandOpts,
     /// Do not record a node for this command.
     #[arg(long)]
     pub no_capture: bool,
@@ -181,10 +188,8 @@ pub struct RunArgs {
     /// Relaunch the command after a checkout (rollback) of the box killed it.
     #[arg(long)]
     pub supervise: bool,
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    pub vars: Vec<String>,
-    #[arg(short = 'w', long)]
-    pub workdir: Option<String>,
+    #[command(flatten)]
+    pub opts: CommandOpts,
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub argv: Vec<String>,
 }
@@ -192,10 +197,8 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct ShellArgs {
     pub name: String,
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    pub vars: Vec<String>,
-    #[arg(short = 'w', long)]
-    pub workdir: Option<String>,
+    #[command(flatten)]
+    pub opts: CommandOpts,
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub argv: Vec<String>,
 }
@@ -203,10 +206,8 @@ pub struct ShellArgs {
 #[derive(Debug, Args)]
 pub struct SpawnArgs {
     pub name: String,
-    #[arg(long = "env", value_name = "KEY=VALUE")]
-    pub vars: Vec<String>,
-    #[arg(short = 'w', long)]
-    pub workdir: Option<String>,
+    #[command(flatten)]
+    pub opts: CommandOpts,
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub argv: Vec<String>,
 }

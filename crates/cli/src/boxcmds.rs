@@ -222,8 +222,8 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
     let outcome = client::exec(
         &client,
         a.argv,
-        client::caller_env(&a.vars),
-        a.workdir,
+        client::caller_env(&a.opts.vars),
+        a.opts.workdir,
         ProcKind::Exec,
         !a.no_capture,
         tty,
@@ -239,8 +239,8 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
         let outcome = client::exec(
             &client,
             a.argv.clone(),
-            client::caller_env(&a.vars),
-            a.workdir.clone(),
+            client::caller_env(&a.opts.vars),
+            a.opts.workdir.clone(),
             ProcKind::Exec,
             true,
             None,
@@ -273,8 +273,8 @@ pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {
     let outcome = client::exec(
         &client,
         argv,
-        client::caller_env(&a.vars),
-        a.workdir,
+        client::caller_env(&a.opts.vars),
+        a.opts.workdir,
         ProcKind::Shell,
         true,
         Some(true),
@@ -293,8 +293,8 @@ pub fn spawn(ctx: &Ctx, a: SpawnArgs) -> CliResult {
     let client = connect(ctx, &a.name)?;
     let reply = client.request(&Request::Spawn {
         argv: a.argv,
-        env: client::caller_env(&a.vars),
-        cwd: a.workdir,
+        env: client::caller_env(&a.opts.vars),
+        cwd: a.opts.workdir,
     })?;
     let Reply::Started { id, pid } = reply else {
         return Err(unexpected(&reply));

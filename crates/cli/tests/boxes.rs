@@ -109,6 +109,16 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// A root-tier test's boxes and a small project to copy into them (`None`: skipped).
+fn boxes(test: &str) -> Option<(Boxes, PathBuf)> {
+    if !require_root(test) {
+        return None;
+    }
+    let b = Boxes::new();
+    let proj = project(b.env.home.path());
+    Some((b, proj))
+}
+
 fn project(root: &Path) -> PathBuf {
     let p = root.join("proj");
     write(&p.join("src/main.js"), "console.log('hi')\n");
@@ -118,11 +128,9 @@ fn project(root: &Path) -> PathBuf {
 
 #[test]
 fn exec_passes_arguments_stdio_and_status_exactly() {
-    if !require_root("exec_passes_arguments_stdio_and_status_exactly") {
+    let Some((b, proj)) = boxes("exec_passes_arguments_stdio_and_status_exactly") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("web", &proj, &[]);
 
     // Arguments arrive exactly: no extra `--`, no re-splitting, no expansion.
@@ -298,11 +306,9 @@ fn host_paths_are_hidden_and_unwritable() {
 
 #[test]
 fn network_none_has_only_loopback() {
-    if !require_root("network_none_has_only_loopback") {
+    let Some((b, proj)) = boxes("network_none_has_only_loopback") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("offline", &proj, &["--network", "none"]);
     let out = b.sh_ok(
         "offline",
@@ -313,11 +319,9 @@ fn network_none_has_only_loopback() {
 
 #[test]
 fn commands_that_change_something_become_nodes() {
-    if !require_root("commands_that_change_something_become_nodes") {
+    let Some((b, proj)) = boxes("commands_that_change_something_become_nodes") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("hist", &proj, &[]);
     assert_eq!(b.node_count("hist"), 1);
     b.sh_ok("hist", "true");
@@ -372,11 +376,9 @@ fn commands_that_change_something_become_nodes() {
 
 #[test]
 fn checkout_kills_every_process_of_the_box() {
-    if !require_root("checkout_kills_every_process_of_the_box") {
+    let Some((b, proj)) = boxes("checkout_kills_every_process_of_the_box") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("k", &proj, &[]);
     let marker = format!("{}", 900_000 + std::process::id() % 99_999);
     b.env
@@ -424,11 +426,9 @@ fn checkout_kills_every_process_of_the_box() {
 
 #[test]
 fn a_killed_supervisor_leaks_nothing_and_the_box_restarts() {
-    if !require_root("a_killed_supervisor_leaks_nothing_and_the_box_restarts") {
+    let Some((b, proj)) = boxes("a_killed_supervisor_leaks_nothing_and_the_box_restarts") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("crash", &proj, &[]);
     b.sh_ok("crash", "echo kept > /workspace/kept");
     let marker = format!("{}", 800_000 + std::process::id() % 99_999);
@@ -470,11 +470,9 @@ fn a_killed_supervisor_leaks_nothing_and_the_box_restarts() {
 
 #[test]
 fn agentbox_inside_a_box_reaches_only_its_own_box() {
-    if !require_root("agentbox_inside_a_box_reaches_only_its_own_box") {
+    let Some((b, proj)) = boxes("agentbox_inside_a_box_reaches_only_its_own_box") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("self", &proj, &[]);
     b.create("other", &proj, &[]);
     let out = b.sh_ok(
@@ -497,11 +495,10 @@ fn agentbox_inside_a_box_reaches_only_its_own_box() {
 
 #[test]
 fn supervise_relaunches_after_a_rollback_but_not_after_an_exit() {
-    if !require_root("supervise_relaunches_after_a_rollback_but_not_after_an_exit") {
+    let Some((b, proj)) = boxes("supervise_relaunches_after_a_rollback_but_not_after_an_exit")
+    else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("agent", &proj, &["--no-capture"]);
     let mut run = b
         .command(&[
@@ -626,11 +623,9 @@ fn messages(b: &Boxes, name: &str) -> Vec<String> {
 
 #[test]
 fn background_changes_are_captured_once_they_settle() {
-    if !require_root("background_changes_are_captured_once_they_settle") {
+    let Some((b, proj)) = boxes("background_changes_are_captured_once_they_settle") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("bg", &proj, &[]);
     // Only ignored paths: no node, even after the quiet period has long passed.
     b.env.ok(&[
@@ -675,11 +670,9 @@ fn background_changes_are_captured_once_they_settle() {
 
 #[test]
 fn exec_forwards_signals_to_the_command() {
-    if !require_root("exec_forwards_signals_to_the_command") {
+    let Some((b, proj)) = boxes("exec_forwards_signals_to_the_command") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("sig", &proj, &[]);
     let mut child = b
         .command(&[
@@ -706,11 +699,9 @@ fn exec_forwards_signals_to_the_command() {
 
 #[test]
 fn resource_limits_are_enforced() {
-    if !require_root("resource_limits_are_enforced") {
+    let Some((b, proj)) = boxes("resource_limits_are_enforced") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create(
         "small",
         &proj,
@@ -782,11 +773,9 @@ fn resource_limits_are_enforced() {
 
 #[test]
 fn spawned_processes_have_logs_ps_and_kill() {
-    if !require_root("spawned_processes_have_logs_ps_and_kill") {
+    let Some((b, proj)) = boxes("spawned_processes_have_logs_ps_and_kill") else {
         return;
-    }
-    let b = Boxes::new();
-    let proj = project(b.env.home.path());
+    };
     b.create("svc", &proj, &["--no-capture"]);
     let started = b.env.json(&[
         "spawn",

@@ -61,7 +61,7 @@ pub fn is_our_overlay(path: &Path) -> bool {
 
 /// Decode the `\040`-style octal escapes mountinfo uses for spaces, tabs, newlines and
 /// backslashes; anything else (a lone backslash) is kept as is.
-fn unescape(field: &str) -> String {
+pub fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
