@@ -865,9 +865,13 @@ fn boxes_run_on_a_btrfs_store() {
     wait_until("a node for the background write", || {
         b.node_count("onbtrfs") == 5
     });
-    assert!(b
-        .env
-        .ok(&["show", "onbtrfs", "HEAD"])
-        .contains("workspace/bg"));
+    let msgs = messages(&b, "onbtrfs");
+    assert!(msgs[4].starts_with("auto: while"), "{msgs:?}");
+    let shown = b.env.ok(&["show", "onbtrfs", "HEAD"]);
+    assert!(
+        shown.contains("workspace/bg"),
+        "{shown}\n{msgs:?}\n{}",
+        std::fs::read_to_string(b.env.path("home/boxes/onbtrfs/supervisor.log")).unwrap_or_default()
+    );
     b.env.ok(&["destroy", "onbtrfs"]);
 }
