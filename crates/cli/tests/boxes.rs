@@ -871,7 +871,8 @@ fn boxes_run_on_a_btrfs_store() {
     assert!(
         shown.contains("workspace/bg"),
         "{shown}\n{msgs:?}\n{}",
-        std::fs::read_to_string(b.env.path("home/boxes/onbtrfs/supervisor.log")).unwrap_or_default()
+        std::fs::read_to_string(b.env.path("home/boxes/onbtrfs/supervisor.log"))
+            .unwrap_or_default()
     );
     b.env.ok(&["destroy", "onbtrfs"]);
 }
