@@ -50,6 +50,9 @@ pub struct BoxRecord {
     /// The directory the box's workspace was copied from, if any (hidden inside the box).
     pub source: Option<PathBuf>,
     pub network: Network,
+    /// Made by a normal user: runs in a user namespace (see `BoxSpec::rootless`).
+    #[serde(default)]
+    pub rootless: bool,
     /// The base image; `None` for the host's own `/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -232,6 +232,14 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
     fs_err::create_dir_all(shared.dirs.scratch())?;
     let (base, hide) = match &shared.rec.image {
         Some(image) => (crate::images::rootfs(&shared.home, image), Vec::new()),
+        // A rootless box has its own /root and /home (the host's are never bound).
+        None if shared.rec.rootless => (
+            PathBuf::from("/"),
+            hidden_paths(shared)
+                .into_iter()
+                .filter(|p| p != Path::new("/root") && p != Path::new("/home"))
+                .collect(),
+        ),
         None => (PathBuf::from("/"), hidden_paths(shared)),
     };
     let spec = BoxSpec {
@@ -255,6 +263,7 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
                 readonly: true,
             },
         ],
+        rootless: shared.rec.rootless,
     };
     let log = fs_err::OpenOptions::new()
         .create(true)

@@ -32,7 +32,6 @@ fn need_root(operation: &str) -> CliResult {
 }
 
 fn connect(ctx: &Ctx, name: &str) -> CliResult<Client> {
-    need_root("running a box")?;
     Ok(Client::connect(&ctx.home, name, true)?
         .expect("connect with start=true either connects or fails"))
 }
@@ -54,8 +53,18 @@ struct Created<'a> {
 }
 
 pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
-    need_root("creating a box")?;
     agentbox_store::names::validate("box", &a.name)?;
+    let rootless = !rustix::process::geteuid().is_root();
+    if rootless && a.image.is_some() {
+        return Err(CliError::new(
+            6,
+            "a box on an image needs root in this version",
+            Some(
+                "run it with sudo, or create the box on the host's own tools (without --image)"
+                    .into(),
+            ),
+        ));
+    }
     let network = match a.network.as_str() {
         "host" => Network::Host,
         "none" => Network::None,
@@ -130,6 +139,10 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
     let ws = staged.join("workspace");
     let copied = ctx.busy("copying the workspace", || -> CliResult {
+        if rootless {
+            // Mount points for the host's directories, bound read-only into the box.
+            agentbox_sandbox::init::host_skeleton(&staged)?;
+        }
         match &source {
             Some(src) => {
                 agentbox_store::fsops::copy::copy_dir(src, &ws, &Default::default())?;
@@ -152,6 +165,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         created: Utc::now(),
         source,
         network,
+        rootless,
         image: a.image,
         capture: !a.no_capture,
         env: a.vars,

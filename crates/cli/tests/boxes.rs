@@ -3,6 +3,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -875,4 +876,83 @@ fn boxes_run_on_a_btrfs_store() {
             .unwrap_or_default()
     );
     b.env.ok(&["destroy", "onbtrfs"]);
+}
+
+/// `agentbox ARGS` as the unprivileged user `nobody`, with `home` as its agentbox home
+/// (and a copy of the binary there, where `nobody` can reach it whatever the checkout's
+/// permissions).
+fn as_nobody(home: &Path, args: &[&str]) -> std::process::Output {
+    let exe = home.join("agentbox");
+    if !exe.exists() {
+        std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), &exe).expect("copy the binary");
+    }
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&exe)
+        .args(args)
+        .env("AGENTBOX_HOME", home)
+        .env("HOME", home)
+        .current_dir("/")
+        .output()
+        .expect("run setpriv")
+}
+
+#[test]
+fn a_normal_user_gets_a_rootless_box() {
+    let Some((b, proj)) = boxes("a_normal_user_gets_a_rootless_box") else {
+        return;
+    };
+    let root = b.env.home.path();
+    let chown = |p: &Path| {
+        assert!(Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(p)
+            .status()
+            .expect("chown")
+            .success());
+    };
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let home = root.join("nobody-home");
+    std::fs::create_dir(&home).expect("mkdir");
+    chown(&home);
+    chown(&proj);
+    let ok = |args: &[&str]| {
+        let out = as_nobody(&home, args);
+        assert_eq!(code(&out), Some(0), "{args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ok(&["create", "mine", "--from", proj.to_str().expect("utf-8")]);
+    let out = ok(&["exec", "mine", "--", "sh", "-c", "id -u; cat /proc/self/uid_map | tr -s ' '; echo v2 > README; touch /usr/x 2>/dev/null && echo usr-writable; ls -A /root | wc -l"]);
+    assert_eq!(
+        out, "0\n 0 65534 1\n0\n",
+        "root inside, mapped to the user outside; /usr read-only; an empty /root"
+    );
+    let log = ok(&["--json", "log", "mine"]);
+    assert!(log.contains("echo v2 > README"), "{log}");
+    // Deletions and replaced directories use the unprivileged overlay attributes.
+    ok(&[
+        "exec",
+        "mine",
+        "--",
+        "sh",
+        "-c",
+        "rm -rf src && mkdir src && echo new > src/only",
+    ]);
+    ok(&["undo", "mine"]);
+    assert_eq!(ok(&["exec", "mine", "--", "ls", "src"]), "main.js\n");
+    ok(&["checkout", "mine", "HEAD~1"]);
+    assert_eq!(ok(&["exec", "mine", "--", "cat", "README"]), "readme\n");
+    ok(&["spawn", "mine", "--", "sleep", "1000"]);
+    assert!(ok(&["ps", "mine"]).contains("sleep 1000"));
+    ok(&["stop", "mine"]);
+    ok(&["destroy", "mine"]);
+    // Written by the user, never by root.
+    for e in walkdir::WalkDir::new(&home)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.path() != home.join("agentbox"))
+    {
+        let uid = std::os::unix::fs::MetadataExt::uid(&e.metadata().expect("lstat"));
+        assert_eq!(uid, 65534, "{} belongs to uid {uid}", e.path().display());
+    }
 }

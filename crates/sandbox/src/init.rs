@@ -46,15 +46,34 @@ pub fn launcher_main() -> ! {
     if spec.network == Network::None {
         flags |= libc::CLONE_NEWNET;
     }
+    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    if spec.rootless {
+        flags |= libc::CLONE_NEWUSER;
+    }
     // SAFETY: plain syscall; this process is single-threaded.
     if unsafe { libc::unshare(flags) } != 0 {
+        let e = std::io::Error::last_os_error();
+        let why = if spec.rootless {
+            crate::userns::blocked_reason()
+        } else {
+            String::new()
+        };
         fail(
             &ctl,
-            format!(
-                "creating the box's namespaces failed: {}",
-                std::io::Error::last_os_error()
-            ),
+            format!("creating the box's namespaces failed: {e}{why}"),
         );
+    }
+    if spec.rootless {
+        // Ourselves as root inside: the only mapping an unprivileged process may write.
+        for (file, content) in [
+            ("/proc/self/setgroups", "deny".to_owned()),
+            ("/proc/self/uid_map", format!("0 {} 1", uid.as_raw())),
+            ("/proc/self/gid_map", format!("0 {} 1", gid.as_raw())),
+        ] {
+            if let Err(e) = std::fs::write(file, content) {
+                fail(&ctl, format!("writing {file}: {e}"));
+            }
+        }
     }
     // SAFETY: single-threaded, so the child may run arbitrary code.
     let pid = unsafe { libc::fork() };
@@ -89,7 +108,12 @@ fn fail(ctl: &OwnedFd, error: String) -> ! {
 fn pid1(spec: BoxSpec, ctl: OwnedFd) -> ! {
     // SAFETY: plain prctl; dies with the launcher, which dies with the supervisor.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
-    if let Err(e) = setup_root(&spec) {
+    let setup = if spec.rootless {
+        setup_root_rootless(&spec)
+    } else {
+        setup_root(&spec)
+    };
+    if let Err(e) = setup {
         fail(&ctl, e);
     }
     let sfd = match block_sigchld() {
@@ -237,6 +261,134 @@ fn setup_root(spec: &BoxSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// Directories of `/` a rootless box does not take from the host: its own (`/workspace`,
+/// `/root`, `/home`) and the ones it mounts fresh.
+const NOT_BOUND: &[&str] = &[
+    "proc",
+    "sys",
+    "dev",
+    "tmp",
+    "run",
+    "root",
+    "home",
+    "workspace",
+    "lost+found",
+];
+
+/// The root of a rootless box: the box's layer as an overlay (`userxattr`: its markers are
+/// `user.overlay.*`), with the host's top-level directories bound read-only on the mount
+/// points its first layer holds (see [`host_skeleton`]).
+fn setup_root_rootless(spec: &BoxSpec) -> Result<(), String> {
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(|e| err("making mounts private", std::io::Error::from(e)))?;
+    let scratch = &spec.scratch;
+    mkdir_p(scratch)?;
+    mount(
+        "agentbox",
+        scratch,
+        "tmpfs",
+        MountFlags::empty(),
+        "mode=755",
+    )?;
+    let root = scratch.join("r");
+    mkdir_p(&root)?;
+    let lower = spec
+        .lowers
+        .iter()
+        .map(|l| path_str(l))
+        .collect::<Result<Vec<_>, _>>()?
+        .join(":");
+    mount(
+        "agentbox",
+        &root,
+        "overlay",
+        MountFlags::empty(),
+        &format!(
+            // userxattr already keeps redirects and metacopy off (and refuses them as options).
+            "lowerdir={lower},upperdir={},workdir={},userxattr,index=off,xino=off",
+            path_str(&spec.upper)?,
+            path_str(&spec.workdir)?
+        ),
+    )?;
+    for entry in std::fs::read_dir("/")
+        .map_err(|e| err("reading /", e))?
+        .flatten()
+    {
+        let name = entry.file_name();
+        let Some(n) = name.to_str() else { continue };
+        let host = Path::new("/").join(n);
+        let target = root.join(n);
+        if NOT_BOUND.contains(&n) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        // Only where the layer has the mount point: nothing is written to make one.
+        if !std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        rustix::mount::mount(&host, &target, "", MountFlags::BIND | MountFlags::REC, c"").map_err(
+            |e| {
+                err(
+                    format!("binding {}", host.display()),
+                    std::io::Error::from(e),
+                )
+            },
+        )?;
+        // Read-only where the kernel lets us change it (a mount locked read-write stays so;
+        // the user could write there on the host anyway).
+        let _ = rustix::mount::mount_remount(&target, MountFlags::BIND | MountFlags::RDONLY, "");
+    }
+    for h in &spec.hide {
+        let inside = under(&root, h)?;
+        if h.parent().is_some() && std::fs::metadata(&inside).is_ok_and(|m| m.is_dir()) {
+            mount("agentbox", &inside, "tmpfs", MountFlags::RDONLY, "size=4k")?;
+        }
+    }
+    special_mounts(&root, spec)?;
+    rustix::system::sethostname(spec.hostname.as_bytes())
+        .map_err(|e| err("setting the host name", std::io::Error::from(e)))?;
+    if spec.network == Network::None {
+        loopback_up()?;
+    }
+    rustix::process::chdir(&root)
+        .map_err(|e| err("chdir to the new root", std::io::Error::from(e)))?;
+    rustix::process::pivot_root(".", ".")
+        .map_err(|e| err("pivot_root", std::io::Error::from(e)))?;
+    rustix::mount::unmount(".", UnmountFlags::DETACH)
+        .map_err(|e| err("detaching the host's root", std::io::Error::from(e)))?;
+    rustix::process::chdir("/").map_err(|e| err("chdir /", std::io::Error::from(e)))?;
+    Ok(())
+}
+
+/// The skeleton a rootless box's first layer needs, made in `dir`: an empty directory for
+/// every top-level directory of the host (mount points for the host's directories and for
+/// `/proc`, `/dev`, …) and the host's top-level symlinks (`/bin -> usr/bin`).
+pub fn host_skeleton(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir("/")?.flatten() {
+        let name = entry.file_name();
+        let Some(n) = name.to_str() else { continue };
+        let target = dir.join(n);
+        if n == "lost+found" || std::fs::symlink_metadata(&target).is_ok() {
+            continue;
+        }
+        let ft = entry.file_type()?;
+        if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+        } else if ft.is_dir() {
+            std::fs::create_dir(&target)?;
+            let mode = match n {
+                "tmp" => 0o1777,
+                "root" => 0o700,
+                _ => 0o755,
+            };
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
+        }
+    }
+    Ok(())
+}
+
 /// Create, in the empty top layer of the base, an opaque directory for every hidden path
 /// that is a directory of the base, with the host directory's owner and mode (and the same
 /// for the directories above it, whose attributes the overlay now takes from this layer).
@@ -289,13 +441,26 @@ fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
     mount("proc", &proc_, "proc", nosuid | MountFlags::NOEXEC, "")?;
     let sys = root.join("sys");
     mkdir_p(&sys)?;
-    mount(
-        "sysfs",
-        &sys,
-        "sysfs",
-        nosuid | MountFlags::NOEXEC | MountFlags::RDONLY,
-        "",
-    )?;
+    if spec.rootless && spec.network == Network::Host {
+        // A fresh sysfs needs a network namespace of our own: show the host's, read-only.
+        rustix::mount::mount(
+            Path::new("/sys"),
+            &sys,
+            "",
+            MountFlags::BIND | MountFlags::REC,
+            c"",
+        )
+        .map_err(|e| err("binding /sys", std::io::Error::from(e)))?;
+        let _ = rustix::mount::mount_remount(&sys, MountFlags::BIND | MountFlags::RDONLY, "");
+    } else {
+        mount(
+            "sysfs",
+            &sys,
+            "sysfs",
+            nosuid | MountFlags::NOEXEC | MountFlags::RDONLY,
+            "",
+        )?;
+    }
     let dev = root.join("dev");
     mkdir_p(&dev)?;
     mount(

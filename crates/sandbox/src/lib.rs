@@ -8,3 +8,4 @@ pub mod init;
 pub mod ipc;
 pub mod launch;
 pub mod proto;
+pub mod userns;

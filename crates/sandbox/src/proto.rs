@@ -25,6 +25,13 @@ pub struct BoxSpec {
     pub network: Network,
     /// Host paths made visible inside the box (below `/run`, which is private).
     pub binds: Vec<Bind>,
+    /// Run without root: a user namespace maps the caller to root inside; the base is the
+    /// host's directories bound read-only over the box's layer (the kernel does not let an
+    /// unprivileged overlay use the host's `/`, which has locked mounts below it), so only
+    /// the box's own paths — `/workspace`, `/root`, new top-level directories — are writable
+    /// and versioned.
+    #[serde(default)]
+    pub rootless: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

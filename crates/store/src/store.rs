@@ -44,6 +44,30 @@ pub struct StoreConfig {
     pub chosen: String,
     pub max_depth: u32,
     pub created: DateTime<Utc>,
+    /// The xattr namespace of overlay markers in layers: `trusted.overlay.*` for a store
+    /// made by root (what a root overlay mount reads), `user.overlay.*` for one made by a
+    /// normal user (what an overlay mounted in a user namespace with `userxattr` reads).
+    #[serde(default)]
+    pub overlay_xattrs: OverlayXattrs,
+}
+
+/// See [`StoreConfig::overlay_xattrs`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverlayXattrs {
+    #[default]
+    Trusted,
+    User,
+}
+
+impl OverlayXattrs {
+    /// The opaque-directory attribute in this namespace.
+    pub fn opaque(self) -> &'static str {
+        match self {
+            OverlayXattrs::Trusted => "trusted.overlay.opaque",
+            OverlayXattrs::User => "user.overlay.opaque",
+        }
+    }
 }
 
 /// `envs/<name>/env.json`: the mutable state of one environment.
@@ -151,6 +175,11 @@ impl Store {
             },
             max_depth: DEFAULT_MAX_DEPTH,
             created: Utc::now(),
+            overlay_xattrs: if rustix::process::geteuid().is_root() {
+                OverlayXattrs::Trusted
+            } else {
+                OverlayXattrs::User
+            },
         };
         if config.backend == BackendKind::Btrfs && auto != BackendKind::Btrfs {
             return Err(Error::Backend {
@@ -177,7 +206,12 @@ impl Store {
                 ),
             });
         }
-        let backend = backend::open(config.backend, root, config.max_depth);
+        let backend = backend::open(
+            config.backend,
+            root,
+            config.max_depth,
+            config.overlay_xattrs,
+        );
         let store = Store {
             layout,
             config,

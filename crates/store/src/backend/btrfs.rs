@@ -232,7 +232,7 @@ impl BtrfsBackend {
         let diff = dirs.work.join(format!("capture-{id}"));
         remove_any(&diff)?;
         fs_err::create_dir_all(&diff)?;
-        let result = LayersBackend::capture_into(dirs, &diff)
+        let result = LayersBackend::capture_into(dirs, &diff, "trusted.overlay.opaque")
             .and_then(|now| crate::backend::apply::apply_overlay_layer(&diff, &tmp).map(|()| now));
         remove_any(&diff)?;
         let now = result?;

@@ -70,6 +70,8 @@ pub struct LayersBackend {
     layers: PathBuf,
     max_depth: u32,
     durability: super::Durability,
+    /// Name of the opaque-directory attribute in this store's layers.
+    opaque: &'static str,
 }
 
 impl LayersBackend {
@@ -78,7 +80,14 @@ impl LayersBackend {
             layers: store_dir.join("layers"),
             max_depth: max_depth.max(2),
             durability: super::Durability::default(),
+            opaque: OPAQUE_XATTR,
         }
+    }
+
+    /// Use the overlay attributes of namespace `xattrs` (see `StoreConfig::overlay_xattrs`).
+    pub fn with_xattrs(mut self, xattrs: crate::store::OverlayXattrs) -> LayersBackend {
+        self.opaque = xattrs.opaque();
+        self
     }
 
     fn tmp_layer(&self, id: &str) -> PathBuf {
@@ -242,14 +251,14 @@ impl LayersBackend {
         let dst = self.tmp_layer(id);
         self.remove_tree(&dst)?;
         fs_err::create_dir_all(&dst)?;
-        Self::capture_into(dirs, &dst)
+        Self::capture_into(dirs, &dst, self.opaque)
     }
 
     /// Write into the empty directory `dst` the overlay-format layer of what changed in the
     /// upper directory since the last commit: changed entries as they are, whiteouts for
     /// what vanished, opaque markers for directories captured the first time after they
     /// replaced a lower one. Returns the marks to record once the commit is durable.
-    pub(super) fn capture_into(dirs: &WorkDirs, dst: &Path) -> Result<Captured> {
+    pub(super) fn capture_into(dirs: &WorkDirs, dst: &Path, opaque: &str) -> Result<Captured> {
         let mut timer = agentbox_core::timing::Timer::start("capture");
         let prev = Self::load_captured(dirs)?;
         timer.lap("load marks");
@@ -289,7 +298,7 @@ impl LayersBackend {
                 let first_time = before.is_none_or(|b| b.ino != mark.ino || !b.dir);
                 if mark.dir && first_time {
                     let e = entry_of(rel)?;
-                    if e.meta.xattrs.get(OPAQUE_XATTR).map(|v| v.as_slice()) == Some(b"y") {
+                    if e.meta.xattrs.get(opaque).map(|v| v.as_slice()) == Some(b"y") {
                         new_opaque.insert(rel.clone());
                     }
                 }
@@ -340,7 +349,7 @@ impl LayersBackend {
             // The entry itself is taken as is (its parents were added without opaque marks).
             if new_opaque.contains(rel) {
                 if let Some(e) = tree.entries.get_mut(rel) {
-                    e.meta.xattrs.insert(OPAQUE_XATTR.into(), b"y".to_vec());
+                    e.meta.xattrs.insert(opaque.into(), b"y".to_vec());
                 }
             }
         }

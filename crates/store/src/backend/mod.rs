@@ -217,11 +217,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Remove a directory tree the backend may have created (staging, work areas), including
     /// any subvolumes inside it.
     fn remove_tree(&self, path: &Path) -> Result<()> {
-        match std::fs::symlink_metadata(path) {
-            Ok(_) => Ok(fs_err::remove_dir_all(path)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(crate::Error::Io(crate::store::io_at(path, e))),
-        }
+        // Directories without write permission (an overlay's `work/work`, made mode 000 by
+        // the kernel) are opened up first when removal needs it.
+        crate::bundle::fsutil::remove_any(path)
+            .map_err(|e| crate::Error::Io(crate::store::io_at(path, e)))
     }
 }
 
@@ -275,9 +274,16 @@ pub(crate) fn fsync_with_dirs(files: &[PathBuf]) -> Result<()> {
 }
 
 /// The backend of a store of kind `kind` rooted at `store_dir`.
-pub fn open(kind: BackendKind, store_dir: &Path, max_depth: u32) -> Box<dyn Backend> {
+pub fn open(
+    kind: BackendKind,
+    store_dir: &Path,
+    max_depth: u32,
+    xattrs: crate::store::OverlayXattrs,
+) -> Box<dyn Backend> {
     match kind {
         BackendKind::Btrfs => Box::new(btrfs::BtrfsBackend::new(store_dir)),
-        BackendKind::Layers => Box::new(layers::LayersBackend::new(store_dir, max_depth)),
+        BackendKind::Layers => {
+            Box::new(layers::LayersBackend::new(store_dir, max_depth).with_xattrs(xattrs))
+        }
     }
 }

@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::format::{OPAQUE_MARKER, OVERLAY_OPAQUE_XATTR, OVERLAY_XATTR_PREFIX, WHITEOUT_PREFIX};
+use super::format::{OPAQUE_MARKER, OVERLAY_OPAQUE_XATTR, WHITEOUT_PREFIX};
 use super::fsutil;
 use crate::fsops::copy::{copy_entry, CopyOpts};
 use crate::fsops::diff::same_bytes;
@@ -607,11 +607,15 @@ pub fn layer_source_from_overlay(layer_dir: &Path) -> Result<LayerSource> {
             out.whiteouts.push(rel);
             continue;
         }
-        if meta.is_dir() && meta.xattrs.get(OVERLAY_OPAQUE_XATTR).map(Vec::as_slice) == Some(b"y") {
+        // Either namespace: layers of a store made by a normal user carry `user.overlay.*`.
+        let opaque = [OVERLAY_OPAQUE_XATTR, "user.overlay.opaque"]
+            .iter()
+            .any(|x| meta.xattrs.get(*x).map(Vec::as_slice) == Some(b"y"));
+        if meta.is_dir() && opaque {
             out.opaque_dirs.push(rel);
         }
         meta.xattrs
-            .retain(|k, _| !k.starts_with(OVERLAY_XATTR_PREFIX));
+            .retain(|k, _| !crate::fsops::scan::is_overlay_xattr(k));
         out.entries.push(entry);
     }
     Ok(out)
