@@ -648,11 +648,14 @@ fn background_changes_are_captured_once_they_settle() {
         "-c",
         "for i in 1 2 3; do echo $i >> /workspace/burst; sleep 0.1; done; sleep 1000",
     ]);
-    wait_until("a node for the burst", || b.node_count("bg") == 2);
+    // (A slow machine may split the burst over two nodes; the last one holds it whole.)
+    let head_shows = |path: &str| b.env.ok(&["show", "bg", "HEAD"]).contains(path);
+    wait_until("a node for the burst", || head_shows("workspace/burst"));
     let msgs = messages(&b, "bg");
-    assert!(msgs[1].starts_with("auto: while "), "{msgs:?}");
-    let shown = b.env.ok(&["show", "bg", "HEAD"]);
-    assert!(shown.contains("workspace/burst"), "{shown}");
+    assert!(
+        msgs.last().is_some_and(|m| m.starts_with("auto: while ")),
+        "{msgs:?}"
+    );
     // A stream that never settles is still captured: the maximum delay bounds it.
     b.env.ok(&[
         "spawn",
@@ -663,10 +666,8 @@ fn background_changes_are_captured_once_they_settle() {
         "while true; do date >> /workspace/stream; sleep 0.1; done",
     ]);
     wait_until("a node while the stream continues", || {
-        b.node_count("bg") >= 3
+        head_shows("workspace/stream")
     });
-    let shown = b.env.ok(&["show", "bg", "HEAD"]);
-    assert!(shown.contains("workspace/stream"), "{shown}");
 }
 
 #[test]
@@ -864,16 +865,14 @@ fn boxes_run_on_a_btrfs_store() {
         "echo bg > /workspace/bg; sleep 1000",
     ]);
     wait_until("a node for the background write", || {
-        b.node_count("onbtrfs") == 5
+        b.env
+            .ok(&["show", "onbtrfs", "HEAD"])
+            .contains("workspace/bg")
     });
     let msgs = messages(&b, "onbtrfs");
-    assert!(msgs[4].starts_with("auto: while"), "{msgs:?}");
-    let shown = b.env.ok(&["show", "onbtrfs", "HEAD"]);
     assert!(
-        shown.contains("workspace/bg"),
-        "{shown}\n{msgs:?}\n{}",
-        std::fs::read_to_string(b.env.path("home/boxes/onbtrfs/supervisor.log"))
-            .unwrap_or_default()
+        msgs.last().is_some_and(|m| m.starts_with("auto: while")),
+        "{msgs:?}"
     );
     b.env.ok(&["destroy", "onbtrfs"]);
 }
