@@ -6,6 +6,7 @@ pub mod client;
 pub mod images;
 pub mod proto;
 pub mod record;
+pub mod restore;
 pub mod supervisor;
 pub mod watch;
 

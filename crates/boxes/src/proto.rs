@@ -52,6 +52,10 @@ pub enum Request {
     /// node's tree.
     Checkout {
         reference: String,
+        /// Restore the tree under the running processes instead of killing them (a new node
+        /// with the reference's tree; HEAD moves there).
+        #[serde(default)]
+        keep_processes: bool,
     },
     Stop,
     Ping,

@@ -504,7 +504,14 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
                     )
                 })
         }
-        Request::Checkout { reference } => checkout(&shared, &conn, &reference),
+        Request::Checkout {
+            reference,
+            keep_processes: false,
+        } => checkout(&shared, &conn, &reference),
+        Request::Checkout {
+            reference,
+            keep_processes: true,
+        } => restore_in_place(&shared, &conn, &reference),
         Request::Stop => {
             let _ops = lock(&shared.ops);
             reply(&conn, &Reply::Ok, &[]);
@@ -852,4 +859,71 @@ impl crate::capture::Capturer for Shared {
     fn alive(&self) -> bool {
         !self.stopping.load(Ordering::SeqCst)
     }
+}
+
+/// `checkout --keep-processes`: make the running box's tree that of `reference` by writing
+/// the differences through the box's root, then record the result as a new node (a child of
+/// HEAD, with the reference's tree). The processes keep running and see the change.
+fn restore_in_place(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Result<()> {
+    use agentbox_store::fsops::diff::ChangeKind;
+    let _ops = lock(&shared.ops);
+    let target = shared
+        .store
+        .node(&shared.store.resolve(&shared.name, reference)?)?;
+    let tree = shared.store.node_tree(&target)?;
+    // From the target to the working tree: what to undo.
+    let changes = shared.store.diff(&shared.name, &target.id, None)?;
+    let pid1 = lock(&shared.box_)
+        .as_ref()
+        .map(|g| g.running.pid1_host)
+        .ok_or_else(|| BoxError::Supervisor("the box is restarting; try again".into()))?;
+    let root = crate::restore::BoxRoot::of_pid(pid1)?;
+    let failed =
+        |path: &std::path::Path, e: std::io::Error| BoxError::io(&PathBuf::from("/").join(path), e);
+    // Paths only in the working tree go, deepest first.
+    for c in changes.iter().rev().filter(|c| c.kind == ChangeKind::Added) {
+        root.remove(&c.path).map_err(|e| failed(&c.path, e))?;
+    }
+    // The rest takes the target's entry, parents first.
+    let mut dirs = Vec::new();
+    for c in changes.iter().filter(|c| c.kind != ChangeKind::Added) {
+        let Some(e) = tree.entries.get(&c.path) else {
+            continue;
+        };
+        root.put(&c.path, &e.src, &e.meta)
+            .map_err(|err| failed(&c.path, err))?;
+        if let Some(parent) = c.path.parent() {
+            dirs.push(parent.to_owned());
+        }
+        if e.meta.kind == agentbox_store::fsops::Kind::Dir {
+            dirs.push(c.path.clone());
+        }
+    }
+    dirs.sort();
+    dirs.dedup();
+    for d in dirs.iter().rev() {
+        if let Some(e) = tree.entries.get(d) {
+            root.settle_dir(d, &e.meta).map_err(|err| failed(d, err))?;
+        }
+    }
+    let node = shared.store.commit(
+        &shared.name,
+        CommitOpts {
+            message: format!(
+                "restored {} (processes kept)",
+                &target.id[..12.min(target.id.len())]
+            ),
+            command: None,
+            ..CommitOpts::default()
+        },
+    )?;
+    reply(
+        conn,
+        &Reply::Node {
+            node: Some(node.id),
+            killed: 0,
+        },
+        &[],
+    );
+    Ok(())
 }

@@ -41,7 +41,7 @@ pub enum Command {
     /// Freeze the working tree as a new node (child of HEAD).
     Commit(CommitArgs),
     /// Make the working tree hold a node's tree and move HEAD there: [ENV] REF.
-    Checkout(Positional),
+    Checkout(CheckoutArgs),
     /// Show the history as a tree, HEAD marked: [ENV].
     Log(LogArgs),
     /// What a node changed relative to its parent: [ENV] [REF].
@@ -276,6 +276,15 @@ pub struct CommitArgs {
 #[derive(Debug, Args)]
 pub struct Positional {
     pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckoutArgs {
+    pub args: Vec<String>,
+    /// A running box: restore the tree under its running processes instead of killing
+    /// them; the result is a new node holding REF's tree (for an agent rolling itself back).
+    #[arg(long)]
+    pub keep_processes: bool,
 }
 
 #[derive(Debug, Args)]

@@ -502,12 +502,14 @@ pub fn checkout_running(
     ctx: &Ctx,
     name: &str,
     reference: &str,
+    keep_processes: bool,
 ) -> CliResult<Option<(String, usize)>> {
     let Some(c) = running(ctx, name)? else {
         return Ok(None);
     };
     match c.request(&Request::Checkout {
         reference: reference.to_owned(),
+        keep_processes,
     })? {
         Reply::Node {
             node: Some(node),

@@ -201,7 +201,7 @@ pub fn run(mut cli: Cli) -> CliResult {
         Command::Env(a) => env(&ctx, a),
         Command::List => list(&ctx),
         Command::Commit(a) => commit(&ctx, a),
-        Command::Checkout(a) => checkout(&ctx, &a.args),
+        Command::Checkout(a) => checkout(&ctx, &a.args, a.keep_processes),
         Command::Log(a) => log(&ctx, a),
         Command::Show(a) => show(&ctx, &a.args),
         Command::Diff(a) => diff(&ctx, &a.args),
@@ -227,7 +227,7 @@ pub fn run(mut cli: Cli) -> CliResult {
         Command::Kill(a) => boxcmds::kill(&ctx, a),
         Command::Start(a) => boxcmds::start(&ctx, &a.name),
         Command::Stop(a) => boxcmds::stop(&ctx, &a.name),
-        Command::Undo(a) => checkout(&ctx, &[a.name, "HEAD~1".to_owned()]),
+        Command::Undo(a) => checkout(&ctx, &[a.name, "HEAD~1".to_owned()], false),
         Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
     }
@@ -471,10 +471,10 @@ fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
     })
 }
 
-fn checkout(ctx: &Ctx, args: &[String]) -> CliResult {
+fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliResult {
     let store = ctx.store()?;
     let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
-    let node = match boxcmds::checkout_running(ctx, &env, &rest[0])? {
+    let node = match boxcmds::checkout_running(ctx, &env, &rest[0], keep_processes)? {
         Some((id, killed)) => {
             if killed > 0 {
                 ctx.note(format!(

@@ -955,3 +955,40 @@ fn a_normal_user_gets_a_rootless_box() {
         assert_eq!(uid, 65534, "{} belongs to uid {uid}", e.path().display());
     }
 }
+
+#[test]
+fn checkout_can_keep_the_processes_running() {
+    let Some((b, proj)) = boxes("checkout_can_keep_the_processes_running") else {
+        return;
+    };
+    b.create("self", &proj, &[]);
+    b.sh_ok("self", "echo v1 > f");
+    // Mistakes, including a symlink where the target has a directory: restoring must
+    // replace it, never write through it.
+    b.sh_ok(
+        "self",
+        "echo v2 > f; mkdir gone; echo g > gone/x; rm -rf src; ln -s /etc src",
+    );
+    let marker = format!("{}", 600_000 + std::process::id() % 99_999);
+    b.env.ok(&["spawn", "self", "--", "sleep", &marker]);
+    let out = b
+        .env
+        .run(&["checkout", "self", "HEAD~1", "--keep-processes"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(
+        !host_processes_with(&marker).is_empty(),
+        "the process was kept"
+    );
+    let out = b.sh_ok(
+        "self",
+        "cat f; test -e gone && echo gone-present; test -L src && echo src-link; cat src/main.js; test -e /etc/main.js && echo leaked; true",
+    );
+    assert_eq!(out, "v1\nconsole.log('hi')\n");
+    let msgs = messages(&b, "self");
+    assert!(
+        msgs.last().is_some_and(|m| m.starts_with("restored ")),
+        "{msgs:?}"
+    );
+    let diff = b.env.ok(&["diff", "self", "HEAD~2", "HEAD"]);
+    assert!(diff.starts_with("0 added, 0 removed, 0 modified"), "{diff}");
+}

@@ -1,0 +1,218 @@
+//! Restoring a node's tree into a running box without stopping its processes (`checkout
+//! --keep-processes`): the differences are applied through the box's own root, so the
+//! overlay records them as ordinary writes.
+//!
+//! Every path is resolved inside the box's root (`openat2` with `RESOLVE_IN_ROOT`, no magic
+//! links): a symlink the box planted can never lead a write out of the box, and the last
+//! component of a path is never followed.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use agentbox_store::fsops::{Kind, Meta};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
+
+/// The root directory of a running box, as its PID 1 sees it.
+pub struct BoxRoot {
+    root: OwnedFd,
+}
+
+fn split(rel: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
+    match (rel.parent(), rel.file_name()) {
+        (Some(p), Some(n)) => Ok((p, n)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} has no parent inside the box", rel.display()),
+        )),
+    }
+}
+
+fn times(meta: &Meta) -> Timestamps {
+    let t = Timespec {
+        tv_sec: meta.mtime_sec,
+        tv_nsec: meta.mtime_nsec as _,
+    };
+    Timestamps {
+        last_access: t,
+        last_modification: t,
+    }
+}
+
+impl BoxRoot {
+    /// The root of the box whose PID 1 has host PID `pid`.
+    pub fn of_pid(pid: i32) -> io::Result<BoxRoot> {
+        let root = rustix::fs::open(
+            format!("/proc/{pid}/root"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(BoxRoot { root })
+    }
+
+    /// A directory of the box, resolved inside it.
+    fn dir(&self, rel: &Path) -> io::Result<OwnedFd> {
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        Ok(rustix::fs::openat2(
+            &self.root,
+            rel,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        )?)
+    }
+
+    /// Remove whatever is at `rel` (a directory with its content); missing is fine.
+    pub fn remove(&self, rel: &Path) -> io::Result<()> {
+        let (parent, name) = split(rel)?;
+        let pfd = match self.dir(parent) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        remove_at(&pfd, name)
+    }
+
+    /// Make `rel` hold the entry `meta` whose content (files) is read from `src` on the host.
+    /// A directory already there is kept (only its attributes change); anything else is
+    /// replaced.
+    pub fn put(&self, rel: &Path, src: &Path, meta: &Meta) -> io::Result<()> {
+        let (parent, name) = split(rel)?;
+        let pfd = self.dir(parent)?;
+        let existing = rustix::fs::statat(&pfd, name, AtFlags::SYMLINK_NOFOLLOW).ok();
+        let is_dir = |st: &rustix::fs::Stat| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+        };
+        if existing
+            .as_ref()
+            .is_some_and(|st| meta.kind != Kind::Dir || !is_dir(st))
+        {
+            remove_at(&pfd, name)?;
+        }
+        let mode = Mode::from_raw_mode(meta.perm);
+        match meta.kind {
+            Kind::Dir => {
+                if !existing.as_ref().is_some_and(is_dir) {
+                    rustix::fs::mkdirat(&pfd, name, Mode::from_raw_mode(0o700))?;
+                }
+                let fd = rustix::fs::openat(
+                    &pfd,
+                    name,
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                apply_meta(&fd, meta)
+            }
+            Kind::File => {
+                let fd = rustix::fs::openat(
+                    &pfd,
+                    name,
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o600),
+                )?;
+                let mut out = std::fs::File::from(fd);
+                let mut input = fs_err::File::open(src)?;
+                io::copy(&mut input, &mut out)?;
+                apply_meta(&out, meta)
+            }
+            Kind::Symlink => {
+                let target = match &meta.target {
+                    Some(t) => t.clone(),
+                    None => fs_err::read_link(src)?,
+                };
+                rustix::fs::symlinkat(&target, &pfd, name)?;
+                own_at(&pfd, name, meta)
+            }
+            Kind::Fifo | Kind::CharDev | Kind::BlockDev | Kind::Socket => {
+                let ft = match meta.kind {
+                    Kind::Fifo => rustix::fs::FileType::Fifo,
+                    Kind::CharDev => rustix::fs::FileType::CharacterDevice,
+                    Kind::BlockDev => rustix::fs::FileType::BlockDevice,
+                    _ => rustix::fs::FileType::Socket,
+                };
+                rustix::fs::mknodat(&pfd, name, ft, mode, meta.rdev)?;
+                own_at(&pfd, name, meta)?;
+                rustix::fs::chmodat(&pfd, name, mode, AtFlags::empty())?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Set a directory's attributes again (adding entries moved its modification time).
+    pub fn settle_dir(&self, rel: &Path, meta: &Meta) -> io::Result<()> {
+        apply_meta(&self.dir(rel)?, meta)
+    }
+}
+
+/// Owner and times of a non-directory that cannot be opened (symlinks, devices).
+fn own_at(pfd: &OwnedFd, name: &std::ffi::OsStr, meta: &Meta) -> io::Result<()> {
+    rustix::fs::chownat(
+        pfd,
+        name,
+        Some(rustix::fs::Uid::from_raw(meta.uid)),
+        Some(rustix::fs::Gid::from_raw(meta.gid)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?;
+    rustix::fs::utimensat(pfd, name, &times(meta), AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(())
+}
+
+/// Owner, xattrs, mode, then times: chown clears setuid bits, so the mode comes after it.
+fn apply_meta(fd: impl AsFd, meta: &Meta) -> io::Result<()> {
+    rustix::fs::fchown(
+        &fd,
+        Some(rustix::fs::Uid::from_raw(meta.uid)),
+        Some(rustix::fs::Gid::from_raw(meta.gid)),
+    )?;
+    for (k, v) in &meta.xattrs {
+        if agentbox_store::fsops::scan::is_overlay_xattr(k) {
+            continue;
+        }
+        rustix::fs::fsetxattr(&fd, k.as_str(), v, rustix::fs::XattrFlags::empty())?;
+    }
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.perm))?;
+    rustix::fs::futimens(&fd, &times(meta))?;
+    Ok(())
+}
+
+/// Remove `name` in directory `pfd`, recursively, never following a symlink.
+fn remove_at(pfd: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()> {
+    let st = match rustix::fs::statat(pfd, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+        let dfd = rustix::fs::openat(
+            pfd,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut names: Vec<PathBuf> = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&dfd)? {
+            let entry = entry?;
+            let n = entry.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(PathBuf::from(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(n),
+                ));
+            }
+        }
+        for n in names {
+            remove_at(&dfd, n.as_os_str())?;
+        }
+        rustix::fs::unlinkat(pfd, name, AtFlags::REMOVEDIR)?;
+    } else {
+        rustix::fs::unlinkat(pfd, name, AtFlags::empty())?;
+    }
+    Ok(())
+}
