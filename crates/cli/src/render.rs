@@ -23,15 +23,18 @@ pub fn node_line(n: &Node, head: &str, tags: &BTreeMap<String, Vec<String>>) -> 
     if let Some(t) = tags.get(&n.id) {
         deco.extend(t.iter().map(|t| format!("tag: {t}")));
     }
+    // A node made for a command is labelled with it: show it once, as a command.
+    let own_command = n.command.as_deref() == Some(n.message.as_str());
     let mut line = format!(
-        "{}  {}  {}",
+        "{}  {}  {}{}",
         short(&n.id),
         n.created
             .with_timezone(&chrono::Local)
             .format("%Y-%m-%d %H:%M:%S"),
+        if own_command { "$ " } else { "" },
         n.message
     );
-    if let Some(c) = &n.command {
+    if let Some(c) = n.command.as_deref().filter(|_| !own_command) {
         let _ = write!(line, "  [$ {c}]");
     }
     if !deco.is_empty() {
