@@ -184,22 +184,45 @@ fn under(root: &Path, abs: &Path) -> Result<PathBuf, String> {
     Ok(out)
 }
 
-/// Build the box's root and pivot into it.
-fn setup_root(spec: &BoxSpec) -> Result<(), String> {
+/// Make every mount private, and mount PID 1's scratch tmpfs (only this namespace sees it).
+fn private_scratch(spec: &BoxSpec) -> Result<PathBuf, String> {
     rustix::mount::mount_change(
         "/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(|e| err("making mounts private", std::io::Error::from(e)))?;
-    let scratch = &spec.scratch;
-    mkdir_p(scratch)?;
+    mkdir_p(&spec.scratch)?;
     mount(
         "agentbox",
-        scratch,
+        &spec.scratch,
         "tmpfs",
         MountFlags::empty(),
         "mode=755",
     )?;
+    Ok(spec.scratch.clone())
+}
+
+/// Host name, loopback, then make `root` the root: the old root is stacked on the new one
+/// and detached, so no directory for it is needed inside the box.
+fn enter_root(root: &Path, spec: &BoxSpec) -> Result<(), String> {
+    rustix::system::sethostname(spec.hostname.as_bytes())
+        .map_err(|e| err("setting the host name", std::io::Error::from(e)))?;
+    if spec.network == Network::None {
+        loopback_up()?;
+    }
+    rustix::process::chdir(root)
+        .map_err(|e| err("chdir to the new root", std::io::Error::from(e)))?;
+    rustix::process::pivot_root(".", ".")
+        .map_err(|e| err("pivot_root", std::io::Error::from(e)))?;
+    rustix::mount::unmount(".", UnmountFlags::DETACH)
+        .map_err(|e| err("detaching the host's root", std::io::Error::from(e)))?;
+    rustix::process::chdir("/").map_err(|e| err("chdir /", std::io::Error::from(e)))?;
+    Ok(())
+}
+
+/// Build the box's root and pivot into it.
+fn setup_root(spec: &BoxSpec) -> Result<(), String> {
+    let scratch = &private_scratch(spec)?;
     let (empty, base, root) = (scratch.join("e"), scratch.join("b"), scratch.join("r"));
     for d in [&empty, &base, &root] {
         mkdir_p(d)?;
@@ -244,21 +267,7 @@ fn setup_root(spec: &BoxSpec) -> Result<(), String> {
     } else if let Some(content) = resolv {
         provide_resolv_conf(&root, &content)?;
     }
-    rustix::system::sethostname(spec.hostname.as_bytes())
-        .map_err(|e| err("setting the host name", std::io::Error::from(e)))?;
-    if spec.network == Network::None {
-        loopback_up()?;
-    }
-    rustix::process::chdir(&root)
-        .map_err(|e| err("chdir to the new root", std::io::Error::from(e)))?;
-    // Stack the old root on the new one, then detach it: no directory for the old root is
-    // needed inside the box.
-    rustix::process::pivot_root(".", ".")
-        .map_err(|e| err("pivot_root", std::io::Error::from(e)))?;
-    rustix::mount::unmount(".", UnmountFlags::DETACH)
-        .map_err(|e| err("detaching the host's root", std::io::Error::from(e)))?;
-    rustix::process::chdir("/").map_err(|e| err("chdir /", std::io::Error::from(e)))?;
-    Ok(())
+    enter_root(&root, spec)
 }
 
 /// Directories of `/` a rootless box does not take from the host: its own (`/workspace`,
@@ -279,20 +288,7 @@ const NOT_BOUND: &[&str] = &[
 /// `user.overlay.*`), with the host's top-level directories bound read-only on the mount
 /// points its first layer holds (see [`host_skeleton`]).
 fn setup_root_rootless(spec: &BoxSpec) -> Result<(), String> {
-    rustix::mount::mount_change(
-        "/",
-        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
-    )
-    .map_err(|e| err("making mounts private", std::io::Error::from(e)))?;
-    let scratch = &spec.scratch;
-    mkdir_p(scratch)?;
-    mount(
-        "agentbox",
-        scratch,
-        "tmpfs",
-        MountFlags::empty(),
-        "mode=755",
-    )?;
+    let scratch = &private_scratch(spec)?;
     let root = scratch.join("r");
     mkdir_p(&root)?;
     let lower = spec
@@ -347,19 +343,7 @@ fn setup_root_rootless(spec: &BoxSpec) -> Result<(), String> {
         }
     }
     special_mounts(&root, spec)?;
-    rustix::system::sethostname(spec.hostname.as_bytes())
-        .map_err(|e| err("setting the host name", std::io::Error::from(e)))?;
-    if spec.network == Network::None {
-        loopback_up()?;
-    }
-    rustix::process::chdir(&root)
-        .map_err(|e| err("chdir to the new root", std::io::Error::from(e)))?;
-    rustix::process::pivot_root(".", ".")
-        .map_err(|e| err("pivot_root", std::io::Error::from(e)))?;
-    rustix::mount::unmount(".", UnmountFlags::DETACH)
-        .map_err(|e| err("detaching the host's root", std::io::Error::from(e)))?;
-    rustix::process::chdir("/").map_err(|e| err("chdir /", std::io::Error::from(e)))?;
-    Ok(())
+    enter_root(&root, spec)
 }
 
 /// The skeleton a rootless box's first layer needs, made in `dir`: an empty directory for
