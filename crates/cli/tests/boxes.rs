@@ -992,3 +992,30 @@ fn checkout_can_keep_the_processes_running() {
     let diff = b.env.ok(&["diff", "self", "HEAD~2", "HEAD"]);
     assert!(diff.starts_with("0 added, 0 removed, 0 modified"), "{diff}");
 }
+
+#[test]
+fn a_flattened_box_chain_keeps_its_deletions() {
+    let Some((b, proj)) = boxes("a_flattened_box_chain_keeps_its_deletions") else {
+        return;
+    };
+    b.create("deep", &proj, &[]);
+    // A deletion of a base file and a replaced base directory, then enough commits for the
+    // layer chain to be flattened (it is capped at 24 layers).
+    b.sh_ok(
+        "deep",
+        "rm /etc/os-release; rm -rf /opt; mkdir /opt; echo mine > /opt/only",
+    );
+    for i in 0..26 {
+        b.sh_ok("deep", &format!("echo {i} > /workspace/n{}", i % 3));
+    }
+    let depth = b.env.json(&["status", "deep"])["env"]["chain_depth"]
+        .as_u64()
+        .expect("chain depth");
+    assert!(depth < 24, "the chain was flattened (depth {depth})");
+    b.env.ok(&["stop", "deep"]);
+    let out = b.sh_ok(
+        "deep",
+        "test -e /etc/os-release && echo base-file || echo gone; ls -A /opt; cat n0 n1 n2",
+    );
+    assert_eq!(out, "gone\nonly\n24\n25\n23\n");
+}

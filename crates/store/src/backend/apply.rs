@@ -9,15 +9,14 @@ use crate::fsops::Kind;
 use crate::store::io_at;
 use crate::{Error, Result};
 
-const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
-
 /// Apply the overlay-format layer `diff` onto the tree `target`, keeping overlay markers as
 /// they are (the target is itself a layer above some base): a whiteout replaces whatever is
 /// at its path, a directory marked opaque replaces the directory there (its old content
 /// goes), other directories merge, every other entry replaces what is there. Data is
 /// reflinked where the filesystem can; metadata is exact. Symlinks in `target` are never
 /// followed: entries are replaced, not written through.
-pub(crate) fn apply_overlay_layer(diff: &Path, target: &Path) -> Result<()> {
+/// `opaque` is the store's opaque-directory attribute (`trusted.` or `user.overlay.opaque`).
+pub(crate) fn apply_overlay_layer(diff: &Path, target: &Path, opaque: &str) -> Result<()> {
     let tree = scan_tree(diff)?;
     let root = fsutil::is_root();
     let opts = CopyOpts {
@@ -35,8 +34,8 @@ pub(crate) fn apply_overlay_layer(diff: &Path, target: &Path) -> Result<()> {
         }
         let existing = std::fs::symlink_metadata(&t).ok();
         if e.meta.kind == Kind::Dir {
-            let opaque = e.meta.xattrs.get(OPAQUE_XATTR).map(Vec::as_slice) == Some(b"y");
-            if existing.as_ref().is_some_and(|m| opaque || !m.is_dir()) {
+            let is_opaque = e.meta.xattrs.get(opaque).map(Vec::as_slice) == Some(b"y");
+            if existing.as_ref().is_some_and(|m| is_opaque || !m.is_dir()) {
                 fsutil::remove_any(&t).map_err(|err| Error::Io(io_at(&t, err)))?;
             }
             if std::fs::symlink_metadata(&t).is_err() {

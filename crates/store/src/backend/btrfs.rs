@@ -232,8 +232,10 @@ impl BtrfsBackend {
         let diff = dirs.work.join(format!("capture-{id}"));
         remove_any(&diff)?;
         fs_err::create_dir_all(&diff)?;
-        let result = LayersBackend::capture_into(dirs, &diff, "trusted.overlay.opaque")
-            .and_then(|now| crate::backend::apply::apply_overlay_layer(&diff, &tmp).map(|()| now));
+        const OPAQUE: &str = "trusted.overlay.opaque";
+        let result = LayersBackend::capture_into(dirs, &diff, OPAQUE).and_then(|now| {
+            crate::backend::apply::apply_overlay_layer(&diff, &tmp, OPAQUE).map(|()| now)
+        });
         remove_any(&diff)?;
         let now = result?;
         LayersBackend::stage_marks(dirs, &now)?;

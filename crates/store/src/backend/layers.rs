@@ -566,7 +566,9 @@ impl Backend for LayersBackend {
                 });
             }
         }
-        let now = if head.depth + 1 > self.max_depth {
+        let now = if head.depth + 1 > self.max_depth && dirs.mountpoint.is_none() {
+            self.flatten_box(dirs, chain, id)?
+        } else if head.depth + 1 > self.max_depth {
             // Flatten: the new layer is the complete merged tree.
             self.durability.mark_unsynced();
             let tmp = self.tmp_layer(id);
@@ -686,6 +688,32 @@ impl LayersBackend {
             }
         }
         Ok(out)
+    }
+
+    /// Flatten a box's chain plus its working changes into one complete layer `id`. A box's
+    /// layers sit on its base, so their overlay markers must survive: the layers are folded
+    /// bottom-up, each applied with its whiteouts and opaque directories kept as they are.
+    fn flatten_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<Captured> {
+        self.durability.mark_unsynced();
+        let tmp = self.tmp_layer(id);
+        self.remove_tree(&tmp)?;
+        let mut layers = chain.iter().rev();
+        let bottom = layers.next().ok_or_else(|| Error::Backend {
+            path: dirs.work.clone(),
+            message: "flatten of an empty chain".into(),
+        })?;
+        crate::fsops::copy::copy_dir(&self.layer_dir(&bottom.id), &tmp, &copy_opts())?;
+        for l in layers {
+            crate::backend::apply::apply_overlay_layer(&self.layer_dir(&l.id), &tmp, self.opaque)?;
+        }
+        let diff = dirs.work.join(format!("flatten-{id}"));
+        self.remove_tree(&diff)?;
+        fs_err::create_dir_all(&diff)?;
+        let now = Self::capture_into(dirs, &diff, self.opaque).and_then(|now| {
+            crate::backend::apply::apply_overlay_layer(&diff, &tmp, self.opaque).map(|()| now)
+        });
+        self.remove_tree(&diff)?;
+        now
     }
 
     /// A box's overlay layers: `lowers` (top first) under the working upper directory.
