@@ -1019,3 +1019,36 @@ fn a_flattened_box_chain_keeps_its_deletions() {
     );
     assert_eq!(out, "gone\nonly\n24\n25\n23\n");
 }
+
+#[test]
+fn shell_runs_on_a_terminal() {
+    let Some((b, proj)) = boxes("shell_runs_on_a_terminal") else {
+        return;
+    };
+    b.create("term", &proj, &[]);
+    // `script` gives agentbox a terminal as stdin/stdout and feeds it our input.
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-c"])
+        .arg(format!("{} shell term", env!("CARGO_BIN_EXE_agentbox")))
+        .arg("/dev/null")
+        .env("AGENTBOX_HOME", b.env.path("home"))
+        .env("TERM", "xterm")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"tty; echo \"term=$TERM\"; sleep 0.5 & wait; exit 7\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("/dev/pts/"),
+        "the shell has a terminal: {text}"
+    );
+    assert!(text.contains("term=xterm"), "{text}");
+    assert_eq!(out.status.code(), Some(7), "{text}");
+}
