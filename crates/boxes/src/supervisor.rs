@@ -534,7 +534,11 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
 /// the request's extras; `PATH` gains the directory of the box's agentbox binary.
 fn command_env(shared: &Shared, given: Vec<(String, String)>) -> Vec<(String, String)> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
+    // Commands run as the box's root; the caller's own HOME, USER and LOGNAME describe a
+    // host account the box does not have.
     env.insert("HOME".into(), "/root".into());
+    env.insert("USER".into(), "root".into());
+    env.insert("LOGNAME".into(), "root".into());
     env.insert(
         "PATH".into(),
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
