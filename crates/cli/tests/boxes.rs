@@ -300,6 +300,21 @@ fn host_paths_are_hidden_and_unwritable() {
         "{}",
         lines[1]
     );
+    // No mounting, no module loading, no raw device access: those capabilities are gone.
+    let (status, _, _) = b.sh("one", "mount -t tmpfs none /mnt");
+    assert_ne!(status, 0, "a box mounted a filesystem");
+    let caps = b.sh_ok("one", "grep CapBnd /proc/self/status");
+    let bnd = u64::from_str_radix(caps.split_whitespace().nth(1).expect("mask"), 16).expect("hex");
+    assert_eq!(
+        bnd & (1 << 21),
+        0,
+        "CAP_SYS_ADMIN is not in the bounding set: {caps}"
+    );
+    assert_eq!(
+        bnd & (1 << 2),
+        0,
+        "CAP_DAC_READ_SEARCH is not in the bounding set: {caps}"
+    );
     let _ = std::fs::remove_file(&sock_path);
     let _ = std::fs::remove_file(&secrets[0]);
     let _ = std::fs::remove_dir_all(format!("/home/{tag}"));

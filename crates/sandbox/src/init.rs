@@ -743,6 +743,35 @@ fn candidates(argv0: &str, env: &[(String, String)]) -> Result<Vec<CString>, Str
         .collect()
 }
 
+/// Capabilities a box keeps (the set container engines grant by default): enough for
+/// package managers and servers, not for mounting, loading modules, changing the host's
+/// network or clock, or reaching files outside the box by handle (`CAP_DAC_READ_SEARCH`).
+const KEPT_CAPS: &[u32] = &[
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    5,  // CAP_KILL
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    8,  // CAP_SETPCAP
+    10, // CAP_NET_BIND_SERVICE
+    13, // CAP_NET_RAW
+    18, // CAP_SYS_CHROOT
+    27, // CAP_MKNOD
+    29, // CAP_AUDIT_WRITE
+    31, // CAP_SETFCAP
+];
+
+/// Every capability this kernel knows that a box does not keep.
+fn dropped_capabilities() -> Vec<u32> {
+    let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(40);
+    (0..=last).filter(|c| !KEPT_CAPS.contains(c)).collect()
+}
+
 /// Why a spawn failed, with the status a shell would give it (127: not found, else 126).
 struct SpawnError {
     message: String,
@@ -782,6 +811,7 @@ fn spawn(
         .collect::<Result<Vec<_>, _>>()?;
     let paths = candidates(argv0, env)?;
     let c_cwd = cstring(cwd)?;
+    let drop_caps = dropped_capabilities();
     let mut argv_ptrs: Vec<*const libc::c_char> = c_argv.iter().map(|c| c.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
     let mut env_ptrs: Vec<*const libc::c_char> = c_env.iter().map(|c| c.as_ptr()).collect();
@@ -840,6 +870,11 @@ fn spawn(
                 }
             }
             libc::setsid();
+            // Out of the bounding set, so no program the box runs regains them (root's
+            // file capabilities are bounded by it).
+            for cap in &drop_caps {
+                libc::prctl(libc::PR_CAPBSET_DROP, *cap as libc::c_ulong, 0, 0, 0);
+            }
             if let Some(name) = &slave_path {
                 let fd = libc::open(name.as_ptr(), libc::O_RDWR);
                 if fd < 0 {
