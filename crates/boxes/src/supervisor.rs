@@ -213,7 +213,20 @@ fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
         PathBuf::from("/var/lib/docker"),
         PathBuf::from("/var/lib/containerd"),
         PathBuf::from("/etc/docker"),
+        // The host's password hashes and private host keys are credentials too.
+        PathBuf::from("/etc/shadow"),
+        PathBuf::from("/etc/shadow-"),
+        PathBuf::from("/etc/gshadow"),
+        PathBuf::from("/etc/gshadow-"),
     ];
+    if let Ok(entries) = fs_err::read_dir("/etc/ssh") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("ssh_host_") && name.ends_with("_key") {
+                hide.push(e.path());
+            }
+        }
+    }
     for p in [shared.home.root(), shared.home.store_dir().as_path()] {
         hide.push(p.to_owned());
         if let Ok(c) = fs_err::canonicalize(p) {

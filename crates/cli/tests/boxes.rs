@@ -300,6 +300,12 @@ fn host_paths_are_hidden_and_unwritable() {
         "{}",
         lines[1]
     );
+    // The host's password hashes are not there; the rest of /etc is.
+    if Path::new("/etc/shadow").exists() {
+        let (status, out, _) = b.sh("one", "cat /etc/shadow");
+        assert_ne!(status, 0, "/etc/shadow is readable in the box: {out}");
+    }
+    b.sh_ok("one", "test -r /etc/passwd");
     // No mounting, no module loading, no raw device access: those capabilities are gone.
     let (status, _, _) = b.sh("one", "mount -t tmpfs none /mnt");
     assert_ne!(status, 0, "a box mounted a filesystem");

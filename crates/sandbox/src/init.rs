@@ -379,42 +379,60 @@ pub fn host_skeleton(dir: &Path) -> std::io::Result<()> {
 fn hide_dirs(empty: &Path, base: &Path, hide: &[PathBuf]) -> Result<(), String> {
     for h in hide {
         let host = under(base, h)?;
-        let Ok(md) = std::fs::metadata(&host) else {
+        let Ok(md) = std::fs::symlink_metadata(&host) else {
             continue;
         };
-        if !md.is_dir() || h.parent().is_none() {
+        let Some(parent) = h.parent() else {
             continue;
-        }
+        };
+        // The directories above it, with the host's owner and mode (the overlay now shows
+        // this layer's attributes for them).
         let mut host_dir = base.to_owned();
         let mut dir = empty.to_owned();
-        for c in h.components().skip(1) {
+        for c in parent.components().skip(1) {
             host_dir.push(c);
             dir.push(c);
             if dir.exists() {
                 continue;
             }
             mkdir_p(&dir)?;
-            if let Ok(m) = std::fs::metadata(&host_dir) {
-                let _ = rustix::fs::chown(
-                    &dir,
-                    Some(rustix::fs::Uid::from_raw(m.uid())),
-                    Some(rustix::fs::Gid::from_raw(m.gid())),
-                );
-                let _ = std::fs::set_permissions(
-                    &dir,
-                    std::fs::Permissions::from_mode(m.mode() & 0o7777),
-                );
-            }
+            copy_owner_mode(&host_dir, &dir);
         }
-        rustix::fs::setxattr(
-            &dir,
-            "trusted.overlay.opaque",
-            b"y",
-            rustix::fs::XattrFlags::empty(),
-        )
-        .map_err(|e| err(format!("hiding {}", h.display()), std::io::Error::from(e)))?;
+        let inside = dir.join(h.file_name().expect("a path with a parent has a name"));
+        let hidden = if md.is_dir() {
+            // An empty, opaque directory: the base's content is not looked at.
+            mkdir_p(&inside)?;
+            copy_owner_mode(&host, &inside);
+            rustix::fs::setxattr(
+                &inside,
+                "trusted.overlay.opaque",
+                b"y",
+                rustix::fs::XattrFlags::empty(),
+            )
+        } else {
+            // A whiteout: the file is not there at all.
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &inside,
+                rustix::fs::FileType::CharacterDevice,
+                rustix::fs::Mode::empty(),
+                0,
+            )
+        };
+        hidden.map_err(|e| err(format!("hiding {}", h.display()), std::io::Error::from(e)))?;
     }
     Ok(())
+}
+
+fn copy_owner_mode(from: &Path, to: &Path) {
+    if let Ok(m) = std::fs::metadata(from) {
+        let _ = rustix::fs::chown(
+            to,
+            Some(rustix::fs::Uid::from_raw(m.uid())),
+            Some(rustix::fs::Gid::from_raw(m.gid())),
+        );
+        let _ = std::fs::set_permissions(to, std::fs::Permissions::from_mode(m.mode() & 0o7777));
+    }
 }
 
 /// `/proc`, `/sys`, a minimal `/dev`, private `/tmp` and `/run`, and the binds.
