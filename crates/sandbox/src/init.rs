@@ -377,11 +377,20 @@ pub fn host_skeleton(dir: &Path) -> std::io::Result<()> {
 /// that is a directory of the base, with the host directory's owner and mode (and the same
 /// for the directories above it, whose attributes the overlay now takes from this layer).
 fn hide_dirs(empty: &Path, base: &Path, hide: &[PathBuf]) -> Result<(), String> {
-    for h in hide {
+    let mut hide = hide.to_vec();
+    hide.sort();
+    let mut done: Vec<&PathBuf> = Vec::new();
+    for h in &hide {
+        // Below something already hidden: nothing more to do.
+        if done.iter().any(|d| h.starts_with(d)) {
+            continue;
+        }
         let host = under(base, h)?;
-        let Ok(md) = std::fs::symlink_metadata(&host) else {
+        // Followed: a symlink to a directory is hidden as a directory.
+        let Ok(md) = std::fs::metadata(&host) else {
             continue;
         };
+        done.push(h);
         let Some(parent) = h.parent() else {
             continue;
         };
