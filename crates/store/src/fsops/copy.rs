@@ -56,6 +56,9 @@ pub struct CopyStats {
     pub reflinked: u64,
     /// Bytes of data written (data segments only; holes and reflinks not counted).
     pub bytes_copied: u64,
+    /// A reflink was refused as unsupported: the rest of this copy does not try again (one
+    /// failing ioctl per file adds up over tens of thousands of files).
+    pub reflink_unsupported: bool,
 }
 
 /// Materialise `tree` at `dst_root`, which must not exist or be a directory (normally empty).
@@ -197,13 +200,15 @@ fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats
         .mode(0o600)
         .open(dst)
         .map_err(|e| io_at("create", dst, e))?;
-    if opts.reflink {
+    if opts.reflink && !stats.reflink_unsupported {
         match rustix::fs::ioctl_ficlone(&output, &input) {
             Ok(()) => {
                 stats.reflinked += 1;
                 return Ok(());
             }
-            Err(Errno::XDEV | Errno::OPNOTSUPP | Errno::INVAL | Errno::NOTTY) => {}
+            Err(Errno::XDEV | Errno::OPNOTSUPP | Errno::INVAL | Errno::NOTTY) => {
+                stats.reflink_unsupported = true;
+            }
             Err(e) => return Err(errno_at("reflink to", dst, e)),
         }
     }
@@ -211,10 +216,14 @@ fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats
     let size = md.len();
     // A file with as many allocated bytes as its length has no holes: skip the probing.
     let dense = std::os::unix::fs::MetadataExt::blocks(&md).saturating_mul(512) >= size;
-    stats.bytes_copied += copy_segments(&input, src, &output, dst, size, dense)?;
-    output
-        .set_len(size)
-        .map_err(|e| io_at("truncate", dst, e))?;
+    let copied = copy_segments(&input, src, &output, dst, size, dense)?;
+    stats.bytes_copied += copied;
+    // Only a trailing hole leaves the file shorter than it should be.
+    if copied < size {
+        output
+            .set_len(size)
+            .map_err(|e| io_at("truncate", dst, e))?;
+    }
     Ok(())
 }
 
