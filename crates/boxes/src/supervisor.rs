@@ -686,7 +686,11 @@ fn exec(
                 Err(_) => libc::SIGHUP,
             };
             let ctl = lock(&shared.box_).as_ref().map(|g| g.ctl.clone());
-            if !lock(&shared.procs).contains_key(&pid) {
+            // The same process, not a later one that reused its PID.
+            if lock(&shared.procs)
+                .get(&pid)
+                .is_none_or(|p| p.info.id != id)
+            {
                 return;
             }
             if let Some(ctl) = ctl {
@@ -766,14 +770,18 @@ fn spawn_bg(
 }
 
 fn kill_one(shared: &Shared, conn: &OwnedFd, target: u64, signal: i32) -> Result<()> {
-    let pid = lock(&shared.procs)
+    // An id (as spawn and ps print it) first; a PID inside the box only when no id matches.
+    let procs = lock(&shared.procs);
+    let pid = procs
         .values()
-        .find(|p| p.info.id == target || p.info.pid as u64 == target)
+        .find(|p| p.info.id == target)
+        .or_else(|| procs.values().find(|p| p.info.pid as u64 == target))
         .map(|p| p.info.pid)
         .ok_or_else(|| BoxError::NoSuchProcess {
             name: shared.name.clone(),
             target,
         })?;
+    drop(procs);
     let ctl = lock(&shared.box_).as_ref().map(|g| g.ctl.clone());
     if let Some(ctl) = ctl {
         ipc::send(&*ctl, &ToInit::Signal { pid, signal }, &[])
