@@ -101,6 +101,7 @@ impl BoxError {
                 Some(format!("`agentbox ps {name}` lists its processes"))
             }
             BoxError::Remote { hint, .. } => hint.clone(),
+            BoxError::Store(e) => e.hint().map(str::to_owned),
             BoxError::Sandbox { name, .. } | BoxError::SupervisorStart { name, .. } => Some(
                 format!("the supervisor's log is in the box's directory; `agentbox start {name}` retries"),
             ),

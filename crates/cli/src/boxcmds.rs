@@ -110,6 +110,12 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     }
     let source = match &a.from {
         Some(d) => {
+            if !d.exists() {
+                return Err(CliError::usage(
+                    format!("{} does not exist", d.display()),
+                    "--from takes the directory to copy into /workspace",
+                ));
+            }
             let d = fs_err::canonicalize(d)?;
             if !d.is_dir() {
                 return Err(CliError::usage(

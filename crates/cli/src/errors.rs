@@ -45,24 +45,7 @@ impl CliError {
 impl From<StoreError> for CliError {
     fn from(e: StoreError) -> CliError {
         let message = e.to_string();
-        let hint: Option<&str> = match &e {
-            StoreError::UnknownEnv { .. } => Some("`agentbox list` shows the environments"),
-            StoreError::UnknownRef { .. } => Some(
-                "`agentbox log` shows node ids and tags; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix of 4+ characters",
-            ),
-            StoreError::NoStore { .. } => Some("create a box with `agentbox create NAME --from DIR` (or version a directory with `agentbox env DIR`)"),
-            StoreError::EnvExists { .. } => {
-                Some("choose another --name, or `agentbox destroy NAME` first")
-            }
-            StoreError::AmbiguousRef { .. } => Some("give more characters of the id"),
-            StoreError::NeedsRoot { .. } => Some("run it with sudo"),
-            StoreError::Corrupt { .. } => Some("run `agentbox fsck --repair`"),
-            StoreError::Bundle { .. } => Some("the archive was not written by `agentbox export` or is damaged; nothing was imported"),
-            StoreError::Core(agentbox_core::Error::Locked { .. }) => {
-                Some("wait for that process to finish, or stop it")
-            }
-            _ => None,
-        };
+        let hint = e.hint();
         let code = e.exit_code();
         CliError {
             code,

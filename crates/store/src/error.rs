@@ -40,6 +40,30 @@ pub enum Error {
 }
 
 impl Error {
+    /// What the user can do about it, when there is something to say.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            Error::UnknownEnv { .. } => Some("`agentbox list` shows the boxes and environments"),
+            Error::UnknownRef { .. } => Some(
+                "`agentbox log` shows node ids and tags; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix of 4+ characters",
+            ),
+            Error::NoStore { .. } => Some(
+                "create a box with `agentbox create NAME --from DIR` (or version a directory with `agentbox env DIR`)",
+            ),
+            Error::EnvExists { .. } => Some("choose another name, or `agentbox destroy NAME` first"),
+            Error::AmbiguousRef { .. } => Some("give more characters of the id"),
+            Error::NeedsRoot { .. } => Some("run it with sudo"),
+            Error::Corrupt { .. } => Some("run `agentbox fsck --repair`"),
+            Error::Bundle { .. } => Some(
+                "the archive was not written by `agentbox export` or is damaged; nothing was imported",
+            ),
+            Error::Core(agentbox_core::Error::Locked { .. }) => {
+                Some("wait for that process to finish, or stop it")
+            }
+            _ => None,
+        }
+    }
+
     /// The stable exit-code class of the error (the CLI's table): 3 not found, 4 refused or
     /// conflicting, 5 locked, 6 needs root, 7 inconsistent store, 8 bad bundle, 1 other.
     pub fn exit_code(&self) -> i32 {
