@@ -50,6 +50,9 @@ pub struct BoxRecord {
     /// The directory the box's workspace was copied from, if any (hidden inside the box).
     pub source: Option<PathBuf>,
     pub network: Network,
+    /// The host repository the box's workspace was seeded from (see `agentbox_git`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitRecord>,
     /// Made by a normal user: runs in a user namespace (see `BoxSpec::rootless`).
     #[serde(default)]
     pub rootless: bool,
@@ -75,6 +78,22 @@ pub struct BoxRecord {
 
 /// Default number of recent nodes retention keeps after automatic nodes.
 pub const DEFAULT_KEEP: u64 = 100;
+
+/// Where a box's repository comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GitRecord {
+    /// The host repository's working tree.
+    pub repo: PathBuf,
+    /// The host's object directory, shared read-only with the box at [`GIT_OBJECTS`].
+    pub objects: PathBuf,
+    /// The box's branch (also a branch of the host repository).
+    pub branch: String,
+    /// The commit the box started from (pinned in the host as `refs/agentbox/<box>/base`).
+    pub base: String,
+}
+
+/// Where a box sees its host repository's objects (read-only).
+pub const GIT_OBJECTS: &str = "/run/agentbox/git/objects";
 
 /// Paths of one box's directory.
 #[derive(Debug, Clone)]

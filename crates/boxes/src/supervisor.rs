@@ -255,6 +255,26 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         ),
         None => (PathBuf::from("/"), hidden_paths(shared)),
     };
+    let mut binds = vec![
+        Bind {
+            src: shared.exe.clone(),
+            dst: PathBuf::from(BOX_BINARY),
+            readonly: true,
+        },
+        Bind {
+            src: shared.dirs.inbox(),
+            dst: PathBuf::from(record::INBOX_DIR),
+            readonly: true,
+        },
+    ];
+    if let Some(git) = &shared.rec.git {
+        // The repository's objects, shared read-only: the box's own repository borrows them.
+        binds.push(Bind {
+            src: git.objects.clone(),
+            dst: PathBuf::from(record::GIT_OBJECTS),
+            readonly: true,
+        });
+    }
     let spec = BoxSpec {
         hostname: shared.name.clone(),
         base,
@@ -264,18 +284,7 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         scratch: shared.dirs.scratch(),
         hide,
         network: shared.rec.network,
-        binds: vec![
-            Bind {
-                src: shared.exe.clone(),
-                dst: PathBuf::from(BOX_BINARY),
-                readonly: true,
-            },
-            Bind {
-                src: shared.dirs.inbox(),
-                dst: PathBuf::from(record::INBOX_DIR),
-                readonly: true,
-            },
-        ],
+        binds,
         rootless: shared.rec.rootless,
     };
     let log = fs_err::OpenOptions::new()

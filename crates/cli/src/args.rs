@@ -126,6 +126,19 @@ pub struct CreateArgs {
     /// Run on an imported image instead of the host's own `/` (see `agentbox image`).
     #[arg(long, value_name = "NAME")]
     pub image: Option<String>,
+    /// When DIR is a git repository: copy it as a plain directory instead of giving the box
+    /// its own repository on a branch `agentbox/NAME`.
+    #[arg(long)]
+    pub no_git: bool,
+    /// Leave the host's uncommitted and untracked work behind (start from the commit).
+    #[arg(long)]
+    pub no_carry: bool,
+    /// Start the box's branch from this ref instead of HEAD (no carry-over then).
+    #[arg(long, value_name = "REF")]
+    pub from_branch: Option<String>,
+    /// Also copy ignored secret-bearing files (`.env`, `.env.*`, `*.env`, `.envrc`).
+    #[arg(long)]
+    pub with_env: bool,
     /// `host` (default: the host's network) or `none` (loopback only).
     #[arg(long, default_value = "host")]
     pub network: String,

@@ -144,22 +144,74 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     }
     fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
     let ws = staged.join("workspace");
+    let host_repo = match (&source, a.no_git) {
+        (Some(src), false) => agentbox_git::detect(src).map_err(git_error)?,
+        _ => None,
+    };
+    let mut git_rec = None;
     let copied = ctx.busy("copying the workspace", || -> CliResult {
         if rootless {
             // Mount points for the host's directories, bound read-only into the box.
             agentbox_sandbox::init::host_skeleton(&staged)?;
         }
-        match &source {
-            Some(src) => {
+        match (&source, &host_repo) {
+            (Some(_), Some(repo)) => {
+                let branch = agentbox_git::pick_branch(repo, &a.name).map_err(git_error)?;
+                let opts = agentbox_git::SeedOpts {
+                    from_ref: a.from_branch.clone(),
+                    no_carry: a.no_carry,
+                    with_env: if a.with_env {
+                        agentbox_git::default_env_patterns()
+                    } else {
+                        Vec::new()
+                    },
+                };
+                let seeded = agentbox_git::seed(
+                    repo,
+                    &a.name,
+                    &branch,
+                    &ws,
+                    std::path::Path::new(record::GIT_OBJECTS),
+                    &opts,
+                )
+                .map_err(git_error)?;
+                git_rec = Some((
+                    record::GitRecord {
+                        repo: repo.root.clone(),
+                        objects: repo.objects.clone(),
+                        branch: seeded.branch.clone(),
+                        base: seeded.base.clone(),
+                    },
+                    seeded,
+                ));
+            }
+            (Some(src), None) => {
                 agentbox_store::fsops::copy::copy_dir(src, &ws, &Default::default())?;
             }
-            None => fs_err::create_dir(&ws)?,
+            (None, _) => fs_err::create_dir(&ws)?,
         }
         Ok(())
     });
     if let Err(e) = copied {
         let _ = fs_err::remove_dir_all(&staged);
+        if let Some(repo) = &host_repo {
+            // The pin goes; a branch made for this box stays only if seeding got that far
+            // and is harmless (it points at an existing commit).
+            let _ = agentbox_git::unpin(&repo.root, &a.name);
+        }
         return Err(e);
+    }
+    if let Some((_, seeded)) = &git_rec {
+        ctx.note(format!(
+            "box repository on branch {} at {}{}",
+            seeded.branch,
+            &seeded.base[..12.min(seeded.base.len())],
+            match (seeded.untracked, seeded.kept_index) {
+                (0, true) => String::new(),
+                (n, true) => format!(", with uncommitted work and {n} untracked file(s)"),
+                (n, false) => format!(", with uncommitted work (not staged: it did not apply with the index) and {n} untracked file(s)"),
+            }
+        ));
     }
     let message = match &source {
         Some(s) => format!("box created from {}", s.display()),
@@ -171,6 +223,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         created: Utc::now(),
         source,
         network,
+        git: git_rec.map(|(g, _)| g),
         rootless,
         image: a.image,
         capture: !a.no_capture,
@@ -540,6 +593,14 @@ pub fn commit_running(ctx: &Ctx, name: &str, opts: &CommitOpts) -> CliResult<Opt
     }
 }
 
+fn git_error(e: agentbox_git::GitError) -> CliError {
+    let hint = match &e {
+        agentbox_git::GitError::NoCommits { .. } => None,
+        _ => Some("`agentbox create --no-git` copies the directory as it is".to_owned()),
+    };
+    CliError::new(1, e.to_string(), hint)
+}
+
 /// Remove a box: stop it, then its environment and its directory.
 pub fn destroy_box(ctx: &Ctx, store: &Store, name: &str) -> CliResult {
     if let Some(c) = running(ctx, name)? {
@@ -547,6 +608,14 @@ pub fn destroy_box(ctx: &Ctx, store: &Store, name: &str) -> CliResult {
         wait_stopped(ctx, name);
     }
     agentbox_boxes::supervisor::remove_cgroup(&ctx.home, name);
+    if let Some(git) = record::read(&ctx.home, name).ok().and_then(|r| r.git) {
+        // The base pin goes with the box; its branch stays (it is the user's work).
+        if let Err(e) = agentbox_git::unpin(&git.repo, name) {
+            ctx.note(format!(
+                "agentbox: could not remove refs/agentbox/{name}/base: {e}"
+            ));
+        }
+    }
     if store.env(name).is_ok() {
         store.remove_env(name)?;
     }

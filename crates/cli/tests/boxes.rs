@@ -1073,3 +1073,138 @@ fn shell_runs_on_a_terminal() {
     assert!(text.contains("term=xterm"), "{text}");
     assert_eq!(out.status.code(), Some(7), "{text}");
 }
+
+/// Run git in `dir`; its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Everything of a host repository a box must never change: the working tree's files, the
+/// index, the stash list, every ref but the box's own, hooks and config.
+fn host_state(repo: &Path) -> String {
+    let mut s = String::new();
+    for e in walkdir::WalkDir::new(repo)
+        .sort_by_file_name()
+        .into_iter()
+        .flatten()
+    {
+        let rel = e.path().strip_prefix(repo).expect("below");
+        let in_git = rel.starts_with(".git");
+        let keep = !in_git
+            || rel.starts_with(".git/hooks")
+            || rel == Path::new(".git/index")
+            || rel == Path::new(".git/config");
+        if keep && e.file_type().is_file() {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            std::fs::read(e.path()).expect("read").hash(&mut h);
+            s.push_str(&format!("{} {:016x}\n", rel.display(), h.finish()));
+        }
+    }
+    s.push_str(&git(repo, &["stash", "list"]));
+    for line in git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]).lines() {
+        if !line.starts_with("refs/heads/agentbox/") && !line.starts_with("refs/agentbox/") {
+            s.push_str(line);
+            s.push('\n');
+        }
+    }
+    s
+}
+
+#[test]
+fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
+    let Some((b, _)) =
+        boxes("a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone")
+    else {
+        return;
+    };
+    let repo = b.env.path("repo");
+    write(&repo.join("a.txt"), "one\n");
+    write(&repo.join("b.txt"), "keep\n");
+    write(&repo.join("gone.txt"), "x\n");
+    write(&repo.join(".gitignore"), ".env\n");
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "first"]);
+    git(&repo, &["stash", "list"]);
+    // Uncommitted work of every kind.
+    write(&repo.join("a.txt"), "one\ntwo\n");
+    git(&repo, &["add", "a.txt"]);
+    write(&repo.join("b.txt"), "keep\nunstaged\n");
+    std::fs::remove_file(repo.join("gone.txt")).expect("rm");
+    write(&repo.join("new.txt"), "untracked\n");
+    write(&repo.join(".env"), "SECRET=1\n");
+    let before = host_state(&repo);
+
+    let repo_s = repo.to_str().expect("utf-8");
+    b.env.ok(&["create", "agent", "--from", repo_s]);
+    b.env
+        .ok(&["create", "agent2", "--from", repo_s, "--no-carry"]);
+    let out = b.sh_ok(
+        "agent",
+        "git branch --show-current; git status --short; test -e .env && echo env || echo no-env",
+    );
+    assert_eq!(
+        out,
+        "agentbox/agent\nM  a.txt\n M b.txt\n D gone.txt\n?? new.txt\nno-env\n"
+    );
+    assert_eq!(b.sh_ok("agent2", "git status --short; cat a.txt"), "one\n");
+    // The box commits on its branch; the host's objects and .git are out of reach.
+    b.sh_ok(
+        "agent",
+        "git add -A && git commit -qm 'from the box' && git log --format=%s | head -1",
+    );
+    let (status, _, _) = b.sh("agent", "touch /run/agentbox/git/objects/x");
+    assert_ne!(status, 0, "the host's objects are read-only");
+    let (status, _, _) = b.sh("agent", &format!("ls {}/.git", repo.display()));
+    assert_ne!(status, 0, "the host repository is not visible");
+    assert_eq!(
+        host_state(&repo),
+        before,
+        "the host repository changed while the box ran"
+    );
+    // The host got the boxes' branches and base pins, nothing else.
+    let refs = git(&repo, &["for-each-ref", "--format=%(refname)"]);
+    for r in [
+        "refs/heads/agentbox/agent",
+        "refs/heads/agentbox/agent2",
+        "refs/agentbox/agent/base",
+    ] {
+        assert!(refs.contains(r), "{r} missing: {refs}");
+    }
+    // A third box of a taken name gets the next free branch.
+    b.env.ok(&["destroy", "agent"]);
+    b.env
+        .ok(&["create", "agent", "--from", repo_s, "--with-env"]);
+    assert_eq!(
+        b.sh_ok("agent", "git branch --show-current; cat .env"),
+        "agentbox/agent-2\nSECRET=1\n"
+    );
+    b.env.ok(&["destroy", "agent"]);
+    b.env.ok(&["destroy", "agent2"]);
+    let refs = git(&repo, &["for-each-ref", "--format=%(refname)"]);
+    assert!(
+        !refs.contains("refs/agentbox/"),
+        "pins removed on destroy: {refs}"
+    );
+    assert!(
+        refs.contains("refs/heads/agentbox/agent\n"),
+        "branches stay: {refs}"
+    );
+    assert_eq!(host_state(&repo), before, "the host repository changed");
+}

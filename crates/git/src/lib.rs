@@ -1,0 +1,334 @@
+//! Git for boxes: a box made from a repository gets a repository of its own, on a fresh
+//! branch `agentbox/<box>`, holding exactly what the user sees — the commit, staged and
+//! unstaged changes, untracked files — while the host's checkout stays untouched.
+//!
+//! The box's repository shares the host's objects read-only (`objects/info/alternates`), so
+//! nothing is copied; the host keeps its base commit alive with a ref
+//! `refs/agentbox/<box>/base` (its GC can never drop what the box builds on). The only
+//! things written to the host repository are refs under `refs/heads/agentbox/` and
+//! `refs/agentbox/`, and the objects `git stash create` adds. Everything shells out to the
+//! `git` command, as the user's own git would run it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("git {args}: {message}")]
+    Command { args: String, message: String },
+    #[error("cannot run git: {0}")]
+    Spawn(std::io::Error),
+    #[error("{path}: the repository has no commits yet; commit something first, or create the box with --no-git to copy the directory as it is")]
+    NoCommits { path: PathBuf },
+    #[error(transparent)]
+    Store(#[from] agentbox_store::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = GitError> = std::result::Result<T, E>;
+
+/// Run `git ARGS` in `dir`; its stdout, trimmed.
+fn git(dir: &Path, args: &[&str]) -> Result<String> {
+    git_with(dir, args, &[])
+}
+
+/// [`git`] with extra environment variables.
+fn git_with(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Result<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
+        // The user's identity and settings apply; prompts never block.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .map_err(GitError::Spawn)?;
+    if !out.status.success() {
+        return Err(GitError::Command {
+            args: args.join(" "),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+}
+
+/// A repository on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRepo {
+    /// The top of its working tree.
+    pub root: PathBuf,
+    /// Its object directory (the common one, for a linked worktree).
+    pub objects: PathBuf,
+}
+
+/// The repository whose working tree's top is exactly `dir`, if there is one.
+pub fn detect(dir: &Path) -> Result<Option<HostRepo>> {
+    let Ok(top) = git(dir, &["rev-parse", "--show-toplevel"]) else {
+        return Ok(None);
+    };
+    let dir = fs_err::canonicalize(dir)?;
+    if fs_err::canonicalize(&top)? != dir {
+        return Ok(None);
+    }
+    let common = git(
+        &dir,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    )?;
+    Ok(Some(HostRepo {
+        root: dir,
+        objects: PathBuf::from(common).join("objects"),
+    }))
+}
+
+/// The first free branch name for box `name`: `agentbox/<name>`, then `-2`, `-3`, …
+pub fn pick_branch(repo: &HostRepo, name: &str) -> Result<String> {
+    for n in 1.. {
+        let branch = if n == 1 {
+            format!("agentbox/{name}")
+        } else {
+            format!("agentbox/{name}-{n}")
+        };
+        let exists = git(
+            &repo.root,
+            &[
+                "show-ref",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{branch}"),
+            ],
+        )
+        .is_ok();
+        if !exists {
+            return Ok(branch);
+        }
+    }
+    unreachable!("an unbounded search returns")
+}
+
+/// What seeding made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seeded {
+    pub branch: String,
+    /// The commit the box starts from.
+    pub base: String,
+    /// Whether uncommitted changes were applied with their staged state (`--index`).
+    pub kept_index: bool,
+    /// Untracked (and, with `with_env`, ignored secret) files copied.
+    pub untracked: usize,
+}
+
+/// Options of [`seed`].
+#[derive(Debug, Clone, Default)]
+pub struct SeedOpts {
+    /// Start from this ref instead of the host's HEAD (no carry-over then).
+    pub from_ref: Option<String>,
+    /// Leave out uncommitted and untracked work.
+    pub no_carry: bool,
+    /// Also copy ignored files matching these name patterns (`.env*`-style, `*` only).
+    pub with_env: Vec<String>,
+}
+
+/// Make `dst` (not existing yet) a repository on branch `branch` of box `name` holding the
+/// host repository's state, its objects borrowed from the host through `alternates` (the
+/// path under which the box will see the host's object directory). Creates the host's
+/// branch and base pin.
+pub fn seed(
+    repo: &HostRepo,
+    name: &str,
+    branch: &str,
+    dst: &Path,
+    alternates: &Path,
+    opts: &SeedOpts,
+) -> Result<Seeded> {
+    let start = opts.from_ref.as_deref().unwrap_or("HEAD");
+    let base = git(
+        &repo.root,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{start}^{{commit}}"),
+        ],
+    )
+    .map_err(|_| {
+        if start == "HEAD" {
+            GitError::NoCommits {
+                path: repo.root.clone(),
+            }
+        } else {
+            GitError::Command {
+                args: format!("rev-parse {start}"),
+                message: format!("{start} is not a commit of {}", repo.root.display()),
+            }
+        }
+    })?;
+    // The host keeps what the box builds on, and shows the box's branch.
+    git(
+        &repo.root,
+        &["update-ref", &format!("refs/agentbox/{name}/base"), &base],
+    )?;
+    git(
+        &repo.root,
+        &["update-ref", &format!("refs/heads/{branch}"), &base, ""],
+    )?;
+
+    let dst_str = dst.to_str().ok_or_else(|| GitError::Command {
+        args: "init".into(),
+        message: format!("{} is not UTF-8", dst.display()),
+    })?;
+    git(Path::new("/"), &["init", "-q", dst_str])?;
+    let alt = dst.join(".git/objects/info/alternates");
+    // While seeding, the host's own path; the box sees the objects elsewhere (below).
+    fs_err::write(&alt, format!("{}\n", repo.objects.display()))?;
+    for key in ["user.name", "user.email"] {
+        if let Ok(v) = git(&repo.root, &["config", "--get", key]) {
+            git(dst, &["config", key, &v])?;
+        }
+    }
+    git(dst, &["update-ref", &format!("refs/heads/{branch}"), &base])?;
+    git(
+        dst,
+        &["symbolic-ref", "HEAD", &format!("refs/heads/{branch}")],
+    )?;
+    git(dst, &["reset", "-q", "--hard"])?;
+
+    let mut kept_index = true;
+    let mut untracked = 0;
+    if !opts.no_carry && opts.from_ref.is_none() {
+        // Staged and unstaged changes, deletions included, as one commit nothing refers to.
+        // `stash create` refreshes the index it reads: give it a copy, so the host's own
+        // index stays byte for byte what it was.
+        let index = git(
+            &repo.root,
+            &["rev-parse", "--path-format=absolute", "--git-path", "index"],
+        )?;
+        let scratch = tempfile_in(dst)?;
+        let copy = scratch.join("index");
+        if Path::new(&index).exists() {
+            fs_err::copy(&index, &copy)?;
+        }
+        let stash = git_with(
+            &repo.root,
+            &["stash", "create"],
+            &[("GIT_INDEX_FILE", &copy)],
+        );
+        fs_err::remove_dir_all(&scratch)?;
+        let stash = stash?;
+        if !stash.is_empty() && git(dst, &["stash", "apply", "-q", "--index", &stash]).is_err() {
+            kept_index = false;
+            git(dst, &["reset", "-q", "--hard"])?;
+            git(dst, &["stash", "apply", "-q", &stash])?;
+        }
+        let files = git(
+            &repo.root,
+            &["ls-files", "-z", "--others", "--exclude-standard"],
+        )?;
+        for rel in files.split('\0').filter(|f| !f.is_empty()) {
+            copy_into(&repo.root, dst, Path::new(rel))?;
+            untracked += 1;
+        }
+    }
+    if !opts.with_env.is_empty() {
+        let ignored = git(
+            &repo.root,
+            &[
+                "ls-files",
+                "-z",
+                "--others",
+                "--ignored",
+                "--exclude-standard",
+            ],
+        )?;
+        for rel in ignored.split('\0').filter(|f| !f.is_empty()) {
+            let name = Path::new(rel)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if opts.with_env.iter().any(|p| glob(p, &name)) {
+                copy_into(&repo.root, dst, Path::new(rel))?;
+                untracked += 1;
+            }
+        }
+    }
+    fs_err::write(&alt, format!("{}\n", alternates.display()))?;
+    Ok(Seeded {
+        branch: branch.to_owned(),
+        base,
+        kept_index,
+        untracked,
+    })
+}
+
+/// A scratch directory next to `dst` (removed by the caller).
+fn tempfile_in(dst: &Path) -> Result<PathBuf> {
+    let dir = dst.with_extension(format!("git-scratch-{}", std::process::id()));
+    fs_err::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Default `--with-env` patterns: files that carry secrets and are usually ignored.
+pub fn default_env_patterns() -> Vec<String> {
+    [".env", ".env.*", "*.env", ".envrc"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+fn glob(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((head, tail)) => {
+            name.len() >= head.len()
+                && name.starts_with(head)
+                && (0..=name.len() - head.len()).any(|i| glob(tail, &name[head.len() + i..]))
+        }
+    }
+}
+
+/// Copy `rel` (a file or symlink, exactly) from `src_root` to `dst_root`, making parents.
+fn copy_into(src_root: &Path, dst_root: &Path, rel: &Path) -> Result<()> {
+    let src = src_root.join(rel);
+    let dst = dst_root.join(rel);
+    if let Some(parent) = dst.parent() {
+        fs_err::create_dir_all(parent)?;
+    }
+    let entry = agentbox_store::fsops::Entry {
+        rel: rel.to_owned(),
+        meta: agentbox_store::fsops::scan::read_meta(&src)?,
+        src,
+    };
+    if entry.meta.is_dir() {
+        return Ok(());
+    }
+    if std::fs::symlink_metadata(&dst).is_ok() {
+        fs_err::remove_file(&dst)?;
+    }
+    agentbox_store::fsops::copy::copy_entry(&entry, &dst, &Default::default())?;
+    Ok(())
+}
+
+/// Remove box `name`'s base pin from the host repository (its branch stays).
+pub fn unpin(repo_root: &Path, name: &str) -> Result<()> {
+    git(
+        repo_root,
+        &["update-ref", "-d", &format!("refs/agentbox/{name}/base")],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob;
+
+    #[test]
+    fn globs() {
+        assert!(glob(".env*", ".env"));
+        assert!(glob(".env*", ".env.local"));
+        assert!(glob("*.env", "prod.env"));
+        assert!(!glob("*.env", "prod.envx"));
+        assert!(glob(".envrc", ".envrc"));
+        assert!(!glob(".env", ".envrc"));
+    }
+}
