@@ -207,12 +207,9 @@ fn host_paths_are_hidden_and_unwritable() {
     let tag = format!("agentbox-test-{}", std::process::id());
     let proj = project(b.env.home.path());
     // The host project is a git repository: its .git must be out of reach.
-    assert!(Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(&proj)
-        .status()
-        .expect("git")
-        .success());
+    git(&proj, &["init", "-q"]);
+    git(&proj, &["add", "-A"]);
+    git(&proj, &["commit", "-qm", "first"]);
     let secrets = [
         PathBuf::from(format!("/root/{tag}")),
         PathBuf::from(format!("/home/{tag}/secret")),
