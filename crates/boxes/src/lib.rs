@@ -49,6 +49,8 @@ pub enum BoxError {
     #[error(transparent)]
     Store(#[from] agentbox_store::Error),
     #[error(transparent)]
+    Git(#[from] agentbox_git::GitError),
+    #[error(transparent)]
     Core(#[from] agentbox_core::Error),
     #[error("{path}: {source}")]
     Path {

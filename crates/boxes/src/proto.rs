@@ -59,6 +59,8 @@ pub enum Request {
     },
     Stop,
     Ping,
+    /// Bring the box's branch into the host repository now. Reply: `Synced`.
+    Sync,
     /// From inside the box only: run `agentbox ARGS` on the box's behalf, restricted to the
     /// box's own history commands. Carries the caller's stdin, stdout and stderr; replies
     /// `Exited`.
@@ -102,6 +104,12 @@ pub enum Reply {
         killed: usize,
     },
     Ok,
+    /// The box's branch and its tip as the host repository now has it (`None`: the box is
+    /// not from a repository, or its branch is gone).
+    Synced {
+        branch: Option<String>,
+        tip: Option<String>,
+    },
     Error {
         message: String,
         hint: Option<String>,

@@ -511,11 +511,12 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
                     CommitOpts {
                         message,
                         command,
-                        ..CommitOpts::default()
+                        metadata: git_metadata(&shared),
                     },
                 )
                 .map_err(BoxError::from)
                 .map(|node| {
+                    after_node(&shared);
                     reply(
                         &conn,
                         &Reply::Node {
@@ -542,6 +543,19 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
         Request::Ping => {
             reply(&conn, &Reply::Ok, &[]);
             Ok(())
+        }
+        Request::Sync => {
+            let _ops = lock(&shared.ops);
+            sync_git(&shared).map(|tip| {
+                reply(
+                    &conn,
+                    &Reply::Synced {
+                        branch: shared.rec.git.as_ref().map(|g| g.branch.clone()),
+                        tip,
+                    },
+                    &[],
+                )
+            })
         }
         Request::Signal { .. } => Err(BoxError::Supervisor(
             "a signal can only follow an exec on the same connection".into(),
@@ -746,9 +760,10 @@ fn auto_capture(shared: &Shared, message: &str, command: Option<&str>) -> Result
         CommitOpts {
             message: message.to_owned(),
             command: command.map(str::to_owned),
-            ..CommitOpts::default()
+            metadata: git_metadata(shared),
         },
     )?;
+    after_node(shared);
     // Automatic nodes accumulate: thin old ones (stable positions; tags, branch points and
     // the newest `keep` stay). Only once the history is longer than what is kept anyway.
     let keep = shared.rec.keep.unwrap_or(record::DEFAULT_KEEP);
@@ -847,6 +862,8 @@ fn checkout(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Result<()>
     let restarted = restart_box(shared);
     let node = result?;
     restarted?;
+    // The box's repository came back with the tree: its branch moved with it.
+    after_node(shared);
     reply(
         conn,
         &Reply::Node {
@@ -948,9 +965,10 @@ fn restore_in_place(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Re
                 &target.id[..12.min(target.id.len())]
             ),
             command: None,
-            ..CommitOpts::default()
+            metadata: git_metadata(shared),
         },
     )?;
+    after_node(shared);
     reply(
         conn,
         &Reply::Node {
@@ -960,4 +978,61 @@ fn restore_in_place(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Re
         &[],
     );
     Ok(())
+}
+
+/// The box's repository as the host sees it: a read-only view of the box's layer, mounted
+/// while the returned guard lives (git must run in a directory of the host's own mount
+/// namespace). `None` when the box is not from a repository or no view can be mounted.
+fn box_repo(
+    shared: &Shared,
+) -> Option<(
+    PathBuf,
+    &record::GitRecord,
+    agentbox_store::backend::WorkingView,
+)> {
+    let git = shared.rec.git.as_ref()?;
+    let view = match shared.store.working_view(&shared.name) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("cannot look at the box's repository: {e}");
+            return None;
+        }
+    };
+    let repo = view.path.join(WORKSPACE.trim_start_matches('/'));
+    Some((repo, git, view))
+}
+
+/// A node's record of the box's branch: `{"git": {"branch": …, "tip": …}}`.
+fn git_metadata(shared: &Shared) -> BTreeMap<String, serde_json::Value> {
+    let mut meta = BTreeMap::new();
+    if let Some((repo, git, _view)) = box_repo(shared) {
+        if let Ok(Some(tip)) = agentbox_git::box_tip(&repo, &git.branch, &git.objects) {
+            meta.insert(
+                "git".to_owned(),
+                serde_json::json!({ "branch": git.branch, "tip": tip }),
+            );
+        }
+    }
+    meta
+}
+
+/// Bring the box's branch into the host repository; returns its tip there.
+fn sync_git(shared: &Shared) -> Result<Option<String>> {
+    let Some((repo, git, _view)) = box_repo(shared) else {
+        return Ok(None);
+    };
+    let host = agentbox_git::HostRepo {
+        root: git.repo.clone(),
+        objects: git.objects.clone(),
+    };
+    agentbox_git::sync_branch(&host, &repo, &git.branch)?;
+    Ok(agentbox_git::box_tip(&repo, &git.branch, &git.objects)?)
+}
+
+/// After a node: the host's copy of the box's branch follows (failures are logged; the
+/// node stands).
+fn after_node(shared: &Shared) {
+    if let Err(e) = sync_git(shared) {
+        eprintln!("syncing the box's branch into the host repository failed: {e}");
+    }
 }

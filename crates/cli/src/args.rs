@@ -96,6 +96,9 @@ pub enum Command {
     Stop(BoxArg),
     /// Move a box back to HEAD's parent (processes are killed): BOX.
     Undo(BoxArg),
+    /// Bring a box's branch (agentbox/BOX) into the host repository now: BOX. It also
+    /// happens after every node.
+    Sync(BoxArg),
     #[command(name = "__box-init", hide = true)]
     BoxInit,
     #[command(name = "__supervise", hide = true)]

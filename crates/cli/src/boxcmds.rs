@@ -523,6 +523,33 @@ pub fn start(ctx: &Ctx, name: &str) -> CliResult {
     })
 }
 
+pub fn sync(ctx: &Ctx, name: &str) -> CliResult {
+    let rec = record::read(&ctx.home, name)?;
+    let Some(git) = &rec.git else {
+        return Err(CliError::new(
+            4,
+            format!("box {name:?} was not made from a git repository"),
+            Some("only boxes created --from a repository have a branch to sync".into()),
+        ));
+    };
+    let reply = connect(ctx, name)?.request(&Request::Sync)?;
+    let Reply::Synced { branch, tip } = reply else {
+        return Err(unexpected(&reply));
+    };
+    ctx.out(
+        &serde_json::json!({"box": name, "branch": branch, "tip": tip, "repository": git.repo}),
+        || match &tip {
+            Some(t) => format!(
+                "{} in {} is at {}\n",
+                git.branch,
+                git.repo.display(),
+                &t[..12.min(t.len())]
+            ),
+            None => format!("box {name:?} has no branch {} to sync\n", git.branch),
+        },
+    )
+}
+
 pub fn stop(ctx: &Ctx, name: &str) -> CliResult {
     record::read(&ctx.home, name)?;
     let was = match running(ctx, name)? {

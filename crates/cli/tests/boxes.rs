@@ -1166,6 +1166,21 @@ fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
         "agent",
         "git add -A && git commit -qm 'from the box' && git log --format=%s | head -1",
     );
+    // The box's commit is on the host's copy of its branch; a rollback moves it back, and
+    // the host's reflog keeps the old tip.
+    let base = git(&repo, &["rev-parse", "HEAD"]);
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", "agentbox/agent"]),
+        "from the box\n"
+    );
+    b.env.ok(&["undo", "agent"]);
+    assert_eq!(git(&repo, &["rev-parse", "agentbox/agent"]), base);
+    assert!(git(&repo, &["reflog", "agentbox/agent"]).contains("agentbox sync"));
+    let synced = b.env.json(&["sync", "agent"]);
+    assert_eq!(
+        synced["tip"].as_str().map(|t| format!("{t}\n")),
+        Some(base.clone())
+    );
     let (status, _, _) = b.sh("agent", "touch /run/agentbox/git/objects/x");
     assert_ne!(status, 0, "the host's objects are read-only");
     let (status, _, _) = b.sh("agent", &format!("ls {}/.git", repo.display()));

@@ -318,6 +318,67 @@ pub fn unpin(repo_root: &Path, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The tip of `branch` in the box repository at `box_repo` (seen from the host), whose
+/// objects it borrows from `host_objects`. `None` when the branch does not exist (the
+/// agent deleted it, or checked out something else).
+pub fn box_tip(box_repo: &Path, branch: &str, host_objects: &Path) -> Result<Option<String>> {
+    match git_with(
+        box_repo,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}^{{commit}}"),
+        ],
+        &[("GIT_ALTERNATE_OBJECT_DIRECTORIES", host_objects)],
+    ) {
+        Ok(tip) if !tip.is_empty() => Ok(Some(tip)),
+        _ => Ok(None),
+    }
+}
+
+/// Make the host repository's `refs/heads/<branch>` the box repository's: its new commits
+/// are fetched into the host's objects, and the branch moves (backwards too, after a
+/// rollback; the host's reflog keeps the old tips). Only `refs/heads/agentbox/…` is written.
+pub fn sync_branch(repo: &HostRepo, box_repo: &Path, branch: &str) -> Result<()> {
+    if !branch.starts_with("agentbox/") {
+        return Err(GitError::Command {
+            args: format!("fetch {branch}"),
+            message: "only agentbox/ branches are synced into the host repository".into(),
+        });
+    }
+    let src = box_repo.to_str().ok_or_else(|| GitError::Command {
+        args: "fetch".into(),
+        message: format!("{} is not UTF-8", box_repo.display()),
+    })?;
+    // The box repository borrows the host's objects under a path only the box sees; git
+    // clears GIT_ALTERNATE_OBJECT_DIRECTORIES for a local remote, so the serving side is
+    // given it explicitly.
+    let objects = repo.objects.to_str().ok_or_else(|| GitError::Command {
+        args: "fetch".into(),
+        message: format!("{} is not UTF-8", repo.objects.display()),
+    })?;
+    let upload_pack = format!(
+        "--upload-pack=env GIT_ALTERNATE_OBJECT_DIRECTORIES='{}' git-upload-pack",
+        objects.replace('\'', "'\\''")
+    );
+    let action = format!("agentbox sync {branch}");
+    git_with(
+        &repo.root,
+        &[
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            &upload_pack,
+            src,
+            &format!("+refs/heads/{branch}:refs/heads/{branch}"),
+        ],
+        &[("GIT_REFLOG_ACTION", Path::new(&action))],
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::glob;

@@ -628,6 +628,15 @@ impl Store {
         self.backend.changed_paths(&self.work_dirs(&state))
     }
 
+    /// A read-only view of `env`'s working tree on the host (for a box, its layer: HEAD's
+    /// chain with the working changes over it), mounted while the view lives.
+    pub fn working_view(&self, env: &str) -> Result<crate::backend::WorkingView> {
+        let state = self.env(env)?;
+        let head = self.node(&state.head)?;
+        self.backend
+            .working_view(&self.work_dirs(&state), &self.chain(&head)?)
+    }
+
     /// The overlay layers a box runs on (HEAD's chain and the working directories).
     pub fn box_layers(&self, env: &str) -> Result<crate::backend::BoxLayers> {
         let state = self.env(env)?;
