@@ -63,6 +63,8 @@ pub fn import(home: &Home, store: &Store, name: &str, src: &str) -> Result<Image
     if record_path(home, name).exists() {
         return Err(BoxError::ImageExists { name: name.into() });
     }
+    // Held until the image is in place: see `Store::hold`.
+    let _staging = store.hold("import an image")?;
     let staged = agentbox_store::transfer::stage_rootfs(store, src)?;
     let dir = images_dir(home).join(name);
     let result = (|| {

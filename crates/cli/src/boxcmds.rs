@@ -136,6 +136,8 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         return Err(agentbox_boxes::BoxError::BoxExists { name: a.name }.into());
     }
     // The first node: the box's root layer, holding the workspace copy.
+    // Held until the box's environment exists: see `Store::hold`.
+    let _staging = store.hold("create a box")?;
     let staged = agentbox_store::transfer::staging(&store, "box")?;
     // A staging directory the backend can adopt without a copy (a subvolume on btrfs).
     match store.backend().staging_dir_maker() {

@@ -337,6 +337,8 @@ fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
     })?;
     let store = Store::open_or_init(&ctx.store_dir(), parse_backend(a.backend.as_deref())?)?;
     let dir = std::path::absolute(&a.dir)?;
+    // Held until the environment exists: see `Store::hold`.
+    let _staging = store.hold("create an environment")?;
     let (source, message) = match &a.from {
         None if dir.exists() => (
             Source::Dir(dir.clone()),

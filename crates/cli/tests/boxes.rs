@@ -1220,3 +1220,85 @@ fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
     );
     assert_eq!(host_state(&repo), before, "the host repository changed");
 }
+
+#[test]
+fn twenty_boxes_created_and_destroyed_in_parallel_lose_nothing() {
+    let Some((b, _)) = boxes("twenty_boxes_created_and_destroyed_in_parallel_lose_nothing") else {
+        return;
+    };
+    let repo = b.env.path("repo");
+    for i in 0..50 {
+        write(&repo.join(format!("src/f{i}.txt")), "x\n");
+    }
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "first"]);
+    write(&repo.join("untracked.txt"), "u\n");
+    let repo_s = repo.to_str().expect("utf-8").to_owned();
+    let run_all = |args: Vec<Vec<String>>| {
+        let children: Vec<_> = args
+            .into_iter()
+            .map(|a| {
+                b.command(&a.iter().map(String::as_str).collect::<Vec<_>>())
+                    .output()
+            })
+            .collect();
+        for c in children {
+            let out = c.expect("run");
+            assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+        }
+    };
+    // Started together, not one after the other.
+    let creates: Vec<Vec<String>> = (0..20)
+        .map(|i| {
+            vec![
+                "create".into(),
+                format!("par-{i}"),
+                "--from".into(),
+                repo_s.clone(),
+            ]
+        })
+        .collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = creates
+            .into_iter()
+            .map(|a| s.spawn(|| run_all(vec![a])))
+            .collect();
+        for h in handles {
+            h.join().expect("create thread");
+        }
+    });
+    let list = b.env.json(&["list"]);
+    let names: Vec<&str> = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 20, "{names:?}");
+    let refs = git(
+        &repo,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            "refs/heads/agentbox/",
+        ],
+    );
+    assert_eq!(refs.lines().count(), 20, "{refs}");
+    // Half of them go, in parallel too.
+    std::thread::scope(|s| {
+        for i in 0..10 {
+            let a = vec!["destroy".to_owned(), format!("par-{i}")];
+            s.spawn(move || run_all(vec![a]));
+        }
+    });
+    assert_eq!(b.env.json(&["list"]).as_array().map(|a| a.len()), Some(10));
+    let tmp = std::fs::read_dir(b.env.path("home/store/tmp"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(tmp, 0, "staging left behind");
+    assert_eq!(
+        b.sh_ok("par-15", "cat untracked.txt; git branch --show-current"),
+        "u\nagentbox/par-15\n"
+    );
+}

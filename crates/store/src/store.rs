@@ -245,6 +245,13 @@ impl Store {
         )?)
     }
 
+    /// Hold the store lock shared while staging data for a later `create_env`: a staged
+    /// directory in `tmp/` is otherwise fair game for another process's reconcile (which
+    /// clears `tmp/` whenever no operation holds the lock).
+    pub fn hold(&self, doing: &str) -> Result<FileLock> {
+        self.lock_store(Mode::Shared, doing)
+    }
+
     /// Take the single-writer lock of `env` (plus the shared store lock).
     pub(crate) fn lock_env(&self, env: &str, doing: &str) -> Result<EnvGuard> {
         let (store, lock) = self.lock_env_with(Mode::Shared, env, doing)?;
