@@ -240,23 +240,7 @@ fn setup_root(spec: &BoxSpec) -> Result<(), String> {
         MountFlags::RDONLY,
         &format!("lowerdir={}:{}", path_str(&empty)?, path_str(&spec.base)?),
     )?;
-    let mut lower = String::new();
-    for l in &spec.lowers {
-        lower.push_str(path_str(l)?);
-        lower.push(':');
-    }
-    lower.push_str(path_str(&base)?);
-    mount(
-        "agentbox",
-        &root,
-        "overlay",
-        MountFlags::empty(),
-        &format!(
-            "lowerdir={lower},upperdir={},workdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
-            path_str(&spec.upper)?,
-            path_str(&spec.workdir)?
-        ),
-    )?;
+    mount_box_root(spec, &root, Some(&base))?;
     let resolv = std::fs::read("/etc/resolv.conf").ok();
     special_mounts(&root, spec)?;
     if spec.base != Path::new("/") && spec.network == Network::Host {
@@ -268,6 +252,37 @@ fn setup_root(spec: &BoxSpec) -> Result<(), String> {
         provide_resolv_conf(&root, &content)?;
     }
     enter_root(&root, spec)
+}
+
+/// Mount the box's root overlay at `root`: its layers (over `base`, when given) with its
+/// working upper directory. A rootless box's overlay is an unprivileged one (`userxattr`,
+/// which keeps redirects and metacopy off itself and refuses them as options).
+fn mount_box_root(spec: &BoxSpec, root: &Path, base: Option<&Path>) -> Result<(), String> {
+    let mut lowers = spec
+        .lowers
+        .iter()
+        .map(|l| path_str(l))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(b) = base {
+        lowers.push(path_str(b)?);
+    }
+    let mode = if spec.rootless {
+        "userxattr"
+    } else {
+        "redirect_dir=off,metacopy=off"
+    };
+    mount(
+        "agentbox",
+        root,
+        "overlay",
+        MountFlags::empty(),
+        &format!(
+            "lowerdir={},upperdir={},workdir={},{mode},index=off,xino=off",
+            lowers.join(":"),
+            path_str(&spec.upper)?,
+            path_str(&spec.workdir)?
+        ),
+    )
 }
 
 /// Directories of `/` a rootless box does not take from the host: its own (`/workspace`,
@@ -291,24 +306,7 @@ fn setup_root_rootless(spec: &BoxSpec) -> Result<(), String> {
     let scratch = &private_scratch(spec)?;
     let root = scratch.join("r");
     mkdir_p(&root)?;
-    let lower = spec
-        .lowers
-        .iter()
-        .map(|l| path_str(l))
-        .collect::<Result<Vec<_>, _>>()?
-        .join(":");
-    mount(
-        "agentbox",
-        &root,
-        "overlay",
-        MountFlags::empty(),
-        &format!(
-            // userxattr already keeps redirects and metacopy off (and refuses them as options).
-            "lowerdir={lower},upperdir={},workdir={},userxattr,index=off,xino=off",
-            path_str(&spec.upper)?,
-            path_str(&spec.workdir)?
-        ),
-    )?;
+    mount_box_root(spec, &root, None)?;
     for entry in std::fs::read_dir("/")
         .map_err(|e| err("reading /", e))?
         .flatten()
