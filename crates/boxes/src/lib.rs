@@ -4,6 +4,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod client;
 pub mod images;
+pub mod project;
 pub mod proto;
 pub mod record;
 pub mod restore;

@@ -4,8 +4,12 @@
 //! ```text
 //! $AGENTBOX_HOME/            default ~/.agentbox
 //!   store/                   the versioned store (see agentbox-store)
-//!   config.yaml              global configuration (later)
+//!   config.yaml              global configuration
+//!   projects/<key>/          per-project state: config.yaml, the box index counter
 //! ```
+//!
+//! A project's `<key>` is the first 16 hex digits of the BLAKE3 hash of its root's absolute
+//! path (see [`Home::project_dir`]).
 
 use std::path::{Path, PathBuf};
 
@@ -42,4 +46,16 @@ impl Home {
     pub fn store_dir(&self) -> PathBuf {
         self.root.join("store")
     }
+
+    /// Directory of per-project state for the project rooted at `root` (an absolute,
+    /// canonical path): `projects/<first 16 hex digits of blake3(root)>`.
+    pub fn project_dir(&self, root: &Path) -> PathBuf {
+        self.root.join("projects").join(project_key(root))
+    }
+}
+
+/// The key naming a project's state directory: 16 hex digits of the BLAKE3 hash of its root.
+pub fn project_key(root: &Path) -> String {
+    let h = blake3::hash(root.as_os_str().as_encoded_bytes());
+    h.to_hex()[..16].to_owned()
 }

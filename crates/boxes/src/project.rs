@@ -1,0 +1,59 @@
+//! Which project a directory belongs to.
+//!
+//! A project is the directory a box is made from: a repository's top directory, or a
+//! monorepo's root whose first-level sub-directories are repositories. From a directory
+//! inside it, the project's root is:
+//! 1. the nearest ancestor (or the directory itself) holding [`PROJECT_FILE`];
+//! 2. else the nearest ancestor holding `.git` (a directory, or a file for linked worktrees
+//!    and submodules) — or its parent, when that parent holds `.git` too (a sub-repository
+//!    of a monorepo whose root is itself a repository).
+//!
+//! Detection only looks at the file system (no `git` process): it runs on every command
+//! that may omit its box.
+
+use std::path::{Path, PathBuf};
+
+/// The workspace file of a project (its `defaults:` block is the workspace config layer).
+pub const PROJECT_FILE: &str = "agentbox.yaml";
+
+/// The root of the project `dir` is in (canonical), if it is in one.
+pub fn find_root(dir: &Path) -> Option<PathBuf> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    if let Some(d) = dir.ancestors().find(|d| d.join(PROJECT_FILE).is_file()) {
+        return Some(d.to_path_buf());
+    }
+    let top = dir.ancestors().find(|d| d.join(".git").exists())?;
+    match top.parent() {
+        Some(p) if p.join(".git").exists() => Some(p.to_path_buf()),
+        _ => Some(top.to_path_buf()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_are_found_from_inside() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let repo = root.join("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join("src/deep")).unwrap();
+        assert_eq!(find_root(&repo.join("src/deep")), Some(repo.clone()));
+        // A sub-repository of a monorepo that is a repository itself.
+        let sub = repo.join("web");
+        std::fs::create_dir_all(sub.join("src")).unwrap();
+        std::fs::write(sub.join(".git"), "gitdir: elsewhere\n").unwrap();
+        assert_eq!(find_root(&sub.join("src")), Some(repo.clone()));
+        // A monorepo root that is not a repository, marked by its agentbox.yaml.
+        let mono = root.join("mono");
+        std::fs::create_dir_all(mono.join("api/.git")).unwrap();
+        std::fs::write(mono.join(PROJECT_FILE), "defaults: {}\n").unwrap();
+        assert_eq!(find_root(&mono.join("api")), Some(mono.clone()));
+        let plain = root.join("plain");
+        std::fs::create_dir_all(&plain).unwrap();
+        // tempdirs may themselves sit inside a repository; only assert what holds anywhere.
+        assert_ne!(find_root(&plain), Some(plain));
+    }
+}
