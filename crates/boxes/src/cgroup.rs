@@ -770,6 +770,31 @@ impl BoxCgroup {
         }))
     }
 
+    /// Names of every box cgroup that exists (in any hierarchy), sorted.
+    pub fn names() -> Result<Vec<String>, CgroupError> {
+        let Some(layout) = Layout::detect()? else {
+            return Ok(Vec::new());
+        };
+        let parent = parent_from_env()?;
+        let roots: Vec<PathBuf> = match &layout {
+            Layout::V1 { mounts } => v1_groups(mounts)
+                .into_iter()
+                .map(|(mount, _)| under(&mount, &parent).join(GROUP_DIR))
+                .collect(),
+            Layout::V2 { mount } => vec![under(mount, &parent).join(GROUP_DIR)],
+        };
+        let mut names: Vec<String> = roots
+            .iter()
+            .filter_map(|r| std::fs::read_dir(r).ok())
+            .flat_map(|d| d.flatten())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     /// Move process `pid` (with all its threads) into the box, in every hierarchy. Its
     /// children forked afterwards follow it; children it already has stay where they are. On
     /// error the process may already be in some of the box's hierarchies; [`BoxCgroup::pids`]

@@ -6,7 +6,9 @@ pub mod client;
 pub mod images;
 pub mod project;
 pub mod proto;
+pub mod prune;
 pub mod record;
+pub mod registry;
 pub mod restore;
 pub mod supervisor;
 pub mod watch;
@@ -18,6 +20,18 @@ use std::path::{Path, PathBuf};
 pub enum BoxError {
     #[error("no box named {name:?}")]
     NoSuchBox { name: String },
+    #[error("{reference:?} could mean more than one box: {}", candidates.join("; "))]
+    Ambiguous {
+        reference: String,
+        candidates: Vec<String>,
+    },
+    #[error("{}", which_box_message(project.as_deref(), candidates))]
+    WhichBox {
+        project: Option<PathBuf>,
+        candidates: Vec<String>,
+    },
+    #[error("cannot use {display:?} as a display name: {why}")]
+    BadDisplayName { display: String, why: String },
     #[error("a box named {name:?} already exists")]
     BoxExists { name: String },
     #[error("no image named {name:?}")]
@@ -78,6 +92,9 @@ impl BoxError {
             BoxError::NoSuchBox { .. }
             | BoxError::NoSuchProcess { .. }
             | BoxError::NoSuchImage { .. } => 3,
+            BoxError::Ambiguous { .. }
+            | BoxError::WhichBox { .. }
+            | BoxError::BadDisplayName { .. } => 2,
             BoxError::BoxExists { .. }
             | BoxError::ImageExists { .. }
             | BoxError::ImageInUse { .. } => 4,
@@ -104,12 +121,40 @@ impl BoxError {
                 Some(format!("`agentbox ps {name}` lists its processes"))
             }
             BoxError::Remote { hint, .. } => hint.clone(),
+            BoxError::Ambiguous { .. } => {
+                Some("name the box by its name or a longer id prefix (`agentbox list --all`)".into())
+            }
+            BoxError::WhichBox { candidates, .. } if candidates.is_empty() => Some(
+                "create one with `agentbox create` inside the project, or name a box (`agentbox list --all`)".into(),
+            ),
+            BoxError::WhichBox { .. } => {
+                Some("name the box: its number, name or id (`agentbox list`)".into())
+            }
+            BoxError::BadDisplayName { .. } => {
+                Some("choose another display name; `agentbox rename BOX \"\"` clears it".into())
+            }
             BoxError::Store(e) => e.hint().map(str::to_owned),
             BoxError::Sandbox { name, .. } | BoxError::SupervisorStart { name, .. } => Some(
                 format!("the supervisor's log is in the box's directory; `agentbox start {name}` retries"),
             ),
             _ => None,
         }
+    }
+}
+
+fn which_box_message(project: Option<&Path>, candidates: &[String]) -> String {
+    let place = match project {
+        Some(p) => format!("project {}", p.display()),
+        None => "boxes made outside a project".to_owned(),
+    };
+    if candidates.is_empty() {
+        format!("which box? {place} has none")
+    } else {
+        format!(
+            "which box? {place} has {}: {}",
+            candidates.len(),
+            candidates.join("; ")
+        )
     }
 }
 

@@ -43,9 +43,29 @@ pub const ENV_ALLOW: &[&str] = &[
     "COLORTERM",
 ];
 
+/// A box's record (`box.json`). Written once at creation; afterwards only through
+/// [`crate::registry::update`] (a locked read-modify-write), never by the supervisor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BoxRecord {
+    /// Random id ([`agentbox_core::id::new_id`]); never reused.
+    pub id: String,
+    /// Unique in the home; names the store environment, the branch and the directory.
+    /// Always contains a non-hex character, so it never looks like an id or an index.
     pub name: String,
+    /// A cosmetic label (`agentbox rename`); resolves the box too, after name and id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// What runs the box (`local`: namespaces on this machine).
+    pub provider: String,
+    /// The project root the box was made from (canonical), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<PathBuf>,
+    /// Number of the box within its project (or among boxes without a project): monotonic,
+    /// never reused (see [`crate::registry::allocate_index`]).
+    pub index: u64,
+    /// The agent (`claude`, `codex`, `opencode`) last started in the box.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_agent: Option<String>,
     pub created: DateTime<Utc>,
     /// The directory the box's workspace was copied from, if any (hidden inside the box).
     pub source: Option<PathBuf>,
@@ -163,6 +183,16 @@ pub fn read(home: &Home, name: &str) -> Result<BoxRecord> {
 pub fn write(home: &Home, rec: &BoxRecord) -> Result<()> {
     Ok(write_json(&BoxDirs::new(home, &rec.name).record(), rec)?)
 }
+
+impl BoxRecord {
+    /// What lists show: the display name, else the name.
+    pub fn shown_name(&self) -> &str {
+        self.display_name.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// The provider of boxes run by this machine's kernel.
+pub const LOCAL_PROVIDER: &str = "local";
 
 /// Every box, by name.
 pub fn list(home: &Home) -> Result<Vec<BoxRecord>> {

@@ -36,8 +36,8 @@ pub enum Command {
     Setup(SetupArgs),
     /// Make DIR a versioned directory: its current content becomes the first node.
     Env(EnvArgs),
-    /// List environments.
-    List,
+    /// List boxes (this project's, or --all) and versioned directories.
+    List(ListArgs),
     /// Freeze the working tree as a new node (child of HEAD).
     Commit(CommitArgs),
     /// Make the working tree hold a node's tree and move HEAD there: [ENV] REF.
@@ -69,7 +69,13 @@ pub enum Command {
     /// Unmount an environment's directory (its state is kept): [ENV].
     Unmount(Positional),
     /// Remove a box or environment (its nodes are freed by `gc` once unreferenced): NAME.
-    Destroy(Positional),
+    Destroy(DestroyArgs),
+    /// Give a box a display name (shown by `list`; the box can be referred to by it); an
+    /// empty name clears it: [BOX] NAME.
+    Rename(Positional),
+    /// Remove what boxes left behind: records without a box, stale supervisor files, git
+    /// pins of boxes that no longer exist, stray mounts and cgroups.
+    Prune(PruneArgs),
     /// Create a box: an isolated copy of a directory at /workspace, on the host's tools.
     Create(CreateArgs),
     /// Run a command in a box and wait for it: BOX [--] CMD [ARGS...].
@@ -115,17 +121,57 @@ pub enum ImageCmd {
     Rm { name: String },
 }
 
+/// A box: its name, id, unique id prefix, display name or number in the current project;
+/// left out, the current project's only box.
 #[derive(Debug, Args)]
 pub struct BoxArg {
-    pub name: String,
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Every box, not only the current project's.
+    #[arg(short, long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DestroyArgs {
+    /// [BOX] (a box, or a versioned directory's environment).
+    pub args: Vec<String>,
+    /// Also delete the box's branches (`agentbox/BOX…`) from the host repositories.
+    #[arg(long)]
+    pub delete_branch: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Only say what would be removed.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Leave alone anything younger than this many seconds (a create running right now
+    /// may own it).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub min_age: u64,
 }
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
-    pub name: String,
-    /// Directory copied to /workspace (default: an empty workspace).
-    #[arg(long, value_name = "DIR")]
+    /// Name of the box (default: the project directory's name and the box's number).
+    pub name: Option<String>,
+    /// The project to make the box from (default: the project of the current directory;
+    /// outside a project, an empty workspace). A git repository gets a branch of its own.
+    #[arg(
+        short = 'C',
+        long = "from",
+        visible_alias = "project",
+        value_name = "DIR"
+    )]
     pub from: Option<PathBuf>,
+    /// An empty /workspace, even inside a project.
+    #[arg(long, conflicts_with = "from")]
+    pub empty: bool,
     /// Run on an imported image instead of the host's own `/` (see `agentbox image`).
     #[arg(long, value_name = "NAME")]
     pub image: Option<String>,
@@ -182,7 +228,9 @@ pub struct CommandOpts {
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    pub name: String,
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
     #[command(flatten)]
     pub opts: CommandOpts,
     /// Do not record a node for this command.
@@ -194,25 +242,29 @@ pub struct ExecArgs {
     #[arg(short = 'T', long)]
     pub no_tty: bool,
     /// The command and its arguments, passed exactly.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub argv: Vec<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    pub name: String,
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
     /// Relaunch the command after a checkout (rollback) of the box killed it.
     #[arg(long)]
     pub supervise: bool,
     #[command(flatten)]
     pub opts: CommandOpts,
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub argv: Vec<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct ShellArgs {
-    pub name: String,
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
     #[command(flatten)]
     pub opts: CommandOpts,
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -221,18 +273,20 @@ pub struct ShellArgs {
 
 #[derive(Debug, Args)]
 pub struct SpawnArgs {
-    pub name: String,
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
     #[command(flatten)]
     pub opts: CommandOpts,
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub argv: Vec<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    pub name: String,
-    /// Process id (as `agentbox spawn` and `ps` show it).
-    pub id: u64,
+    /// [BOX] ID: the process id as `agentbox spawn` and `ps` show it.
+    #[arg(required = true, num_args = 1..=2, value_name = "[BOX] ID")]
+    pub args: Vec<String>,
     /// Keep printing as the process writes, until it ends.
     #[arg(short, long)]
     pub follow: bool,
@@ -240,9 +294,9 @@ pub struct LogsArgs {
 
 #[derive(Debug, Args)]
 pub struct KillArgs {
-    pub name: String,
-    /// Process id or PID inside the box.
-    pub id: u64,
+    /// [BOX] ID: process id or PID inside the box.
+    #[arg(required = true, num_args = 1..=2, value_name = "[BOX] ID")]
+    pub args: Vec<String>,
     /// Signal number or name (default TERM).
     #[arg(short, long, default_value = "TERM")]
     pub signal: String,
@@ -364,4 +418,13 @@ pub struct FsckArgs {
     /// Repair what can be repaired.
     #[arg(long)]
     pub repair: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -53,7 +53,9 @@ struct Created<'a> {
 }
 
 pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
-    agentbox_store::names::validate("box", &a.name)?;
+    if let Some(n) = &a.name {
+        agentbox_store::names::validate("box", n)?;
+    }
     let rootless = !rustix::process::geteuid().is_root();
     if rootless && a.image.is_some() {
         return Err(CliError::new(
@@ -125,16 +127,32 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
             }
             Some(d)
         }
-        None => None,
+        None if a.empty => None,
+        None => {
+            let found = agentbox_boxes::project::find_root(&std::env::current_dir()?);
+            match &found {
+                Some(p) => ctx.note(format!("making the box from project {}", p.display())),
+                None => ctx.note(
+                    "not inside a project: the box's /workspace starts empty (-C DIR makes it from a directory)",
+                ),
+            }
+            found
+        }
     };
     let store = Store::open_or_init(&ctx.home.store_dir(), None)?;
     if let Some(image) = &a.image {
         agentbox_boxes::images::get(&ctx.home, image)?;
     }
-    let dirs = BoxDirs::new(&ctx.home, &a.name);
-    if dirs.record().exists() || store.env(&a.name).is_ok() {
-        return Err(agentbox_boxes::BoxError::BoxExists { name: a.name }.into());
+    let taken = |n: &str| BoxDirs::new(&ctx.home, n).record().exists() || store.env(n).is_ok();
+    if let Some(n) = a.name.as_deref().filter(|n| taken(n)) {
+        return Err(agentbox_boxes::BoxError::BoxExists { name: n.to_owned() }.into());
     }
+    let index = agentbox_boxes::registry::allocate_index(&ctx.home, source.as_deref())?;
+    let name = match a.name.clone() {
+        Some(n) => n,
+        None => agentbox_boxes::registry::default_name(&ctx.home, source.as_deref(), index),
+    };
+    let dirs = BoxDirs::new(&ctx.home, &name);
     // The first node: the box's root layer, holding the workspace copy.
     // Held until the box's environment exists: see `Store::hold`.
     let _staging = store.hold("create a box")?;
@@ -158,7 +176,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         }
         match (&source, &host_repo) {
             (Some(_), Some(repo)) => {
-                let branch = agentbox_git::pick_branch(repo, &a.name).map_err(git_error)?;
+                let branch = agentbox_git::pick_branch(repo, &name).map_err(git_error)?;
                 let opts = agentbox_git::SeedOpts {
                     from_ref: a.from_branch.clone(),
                     no_carry: a.no_carry,
@@ -170,7 +188,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
                 };
                 let seeded = agentbox_git::seed(
                     repo,
-                    &a.name,
+                    &name,
                     &branch,
                     &ws,
                     std::path::Path::new(record::GIT_OBJECTS),
@@ -199,7 +217,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         if let Some(repo) = &host_repo {
             // The pin goes; a branch made for this box stays only if seeding got that far
             // and is harmless (it points at an existing commit).
-            let _ = agentbox_git::unpin(&repo.root, &a.name);
+            let _ = agentbox_git::unpin(&repo.root, &name);
         }
         return Err(e);
     }
@@ -219,9 +237,15 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         Some(s) => format!("box created from {}", s.display()),
         None => "box created".to_owned(),
     };
-    let state = store.create_env(&a.name, None, Source::Staged(staged), &message)?;
+    let state = store.create_env(&name, None, Source::Staged(staged), &message)?;
     let rec = BoxRecord {
-        name: a.name.clone(),
+        id: agentbox_core::id::new_id(),
+        name: name.clone(),
+        display_name: None,
+        provider: record::LOCAL_PROVIDER.to_owned(),
+        project: source.clone(),
+        index,
+        last_agent: None,
         created: Utc::now(),
         source,
         network,
@@ -236,7 +260,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     };
     fs_err::create_dir_all(&dirs.dir)?;
     if let Err(e) = record::write(&ctx.home, &rec) {
-        let _ = store.remove_env(&a.name);
+        let _ = store.remove_env(&name);
         let _ = fs_err::remove_dir_all(&dirs.dir);
         return Err(e.into());
     }
@@ -247,8 +271,10 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         },
         || {
             format!(
-                "box {:?} created (node {}); its workspace is /workspace.\nRun something: agentbox exec {} -- ls\n",
+                "box {:?} (#{}, id {}) created (node {}); its workspace is /workspace.\nRun something: agentbox exec {} -- ls\n",
                 rec.name,
+                rec.index,
+                &rec.id[..8],
                 render::short(&state.head),
                 rec.name
             )
@@ -285,8 +311,40 @@ fn finish_exec(ctx: &Ctx, outcome: client::ExecOutcome) -> CliResult {
     std::process::exit(outcome.status)
 }
 
+/// Remember which agent was started in a box (`last_agent` of its record), so a later
+/// session knows what to relaunch.
+fn note_agent(ctx: &Ctx, rec: &BoxRecord, argv: &[String]) {
+    let Some(agent) = argv.first().and_then(|c| agent_of(c)) else {
+        return;
+    };
+    if rec.last_agent.as_deref() == Some(agent) {
+        return;
+    }
+    if let Err(e) = agentbox_boxes::registry::update(&ctx.home, &rec.name, |r| {
+        r.last_agent = Some(agent.to_owned())
+    }) {
+        ctx.note(format!("agentbox: could not record the agent: {e}"));
+    }
+}
+
+/// The agent a command starts, if it is one agentbox knows.
+fn agent_of(command: &str) -> Option<&'static str> {
+    let base = command.rsplit('/').next().unwrap_or(command);
+    ["claude", "codex", "opencode"]
+        .into_iter()
+        .find(|a| *a == base)
+}
+
 pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
-    let client = connect(ctx, &a.name)?;
+    let (rec, argv) = ctx.box_and_command(a.name, a.argv)?;
+    if argv.is_empty() {
+        return Err(CliError::usage(
+            "exec needs a command",
+            "agentbox exec [BOX] [--] CMD [ARGS...]",
+        ));
+    }
+    note_agent(ctx, &rec, &argv);
+    let client = connect(ctx, &rec.name)?;
     let tty = if a.tty {
         Some(true)
     } else if a.no_tty || ctx.json {
@@ -296,9 +354,9 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
     };
     let outcome = client::exec(
         &client,
-        a.argv,
+        argv,
         client::caller_env(&a.opts.vars),
-        a.opts.workdir,
+        ctx.workdir(&rec, a.opts.workdir),
         ProcKind::Exec,
         !a.no_capture,
         tty,
@@ -307,15 +365,23 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
 }
 
 pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
+    let (rec, argv) = ctx.box_and_command(a.name, a.argv)?;
+    if argv.is_empty() {
+        return Err(CliError::usage(
+            "run needs a command",
+            "agentbox run [BOX] [--supervise] [--] CMD [ARGS...]",
+        ));
+    }
+    note_agent(ctx, &rec, &argv);
     let mut launches = 0u32;
     loop {
-        let client = connect(ctx, &a.name)?;
+        let client = connect(ctx, &rec.name)?;
         launches += 1;
         let outcome = client::exec(
             &client,
-            a.argv.clone(),
+            argv.clone(),
             client::caller_env(&a.opts.vars),
-            a.opts.workdir.clone(),
+            ctx.workdir(&rec, a.opts.workdir.clone()),
             ProcKind::Exec,
             true,
             None,
@@ -323,8 +389,8 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
         if a.supervise && outcome.killed_by_checkout {
             ctx.note(format!(
                 "agentbox: box {:?} was rolled back; relaunching {} (launch {})",
-                a.name,
-                agentbox_boxes::render_command(&a.argv),
+                rec.name,
+                agentbox_boxes::render_command(&argv),
                 launches + 1
             ));
             continue;
@@ -334,8 +400,10 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
 }
 
 pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {
-    let client = connect(ctx, &a.name)?;
-    let argv = if a.argv.is_empty() {
+    let (rec, argv) = ctx.box_and_command(a.name, a.argv)?;
+    note_agent(ctx, &rec, &argv);
+    let client = connect(ctx, &rec.name)?;
+    let argv = if argv.is_empty() {
         // bash when the base has it; `-l` would read the host's profile, so it is not used.
         vec![
             "/bin/sh".to_owned(),
@@ -343,13 +411,13 @@ pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {
             "if command -v bash >/dev/null; then exec bash -i; else exec sh -i; fi".to_owned(),
         ]
     } else {
-        a.argv
+        argv
     };
     let outcome = client::exec(
         &client,
         argv,
         client::caller_env(&a.opts.vars),
-        a.opts.workdir,
+        ctx.workdir(&rec, a.opts.workdir),
         ProcKind::Shell,
         true,
         Some(true),
@@ -365,11 +433,20 @@ struct Spawned {
 }
 
 pub fn spawn(ctx: &Ctx, a: SpawnArgs) -> CliResult {
-    let client = connect(ctx, &a.name)?;
+    let (rec, argv) = ctx.box_and_command(a.name, a.argv)?;
+    if argv.is_empty() {
+        return Err(CliError::usage(
+            "spawn needs a command",
+            "agentbox spawn [BOX] [--] CMD [ARGS...]",
+        ));
+    }
+    note_agent(ctx, &rec, &argv);
+    let name = rec.name.clone();
+    let client = connect(ctx, &name)?;
     let reply = client.request(&Request::Spawn {
-        argv: a.argv,
+        argv,
         env: client::caller_env(&a.opts.vars),
-        cwd: a.opts.workdir,
+        cwd: ctx.workdir(&rec, a.opts.workdir),
     })?;
     let Reply::Started { id, pid } = reply else {
         return Err(unexpected(&reply));
@@ -377,12 +454,11 @@ pub fn spawn(ctx: &Ctx, a: SpawnArgs) -> CliResult {
     let out = Spawned {
         id,
         pid,
-        log: BoxDirs::new(&ctx.home, &a.name).log(id),
+        log: BoxDirs::new(&ctx.home, &name).log(id),
     };
     ctx.out(&out, || {
         format!(
-            "started process {id} (pid {pid} in the box)\nOutput: agentbox logs {} {id} -f\n",
-            a.name
+            "started process {id} (pid {pid} in the box)\nOutput: agentbox logs {name} {id} -f\n"
         )
     })
 }
@@ -395,8 +471,8 @@ fn unexpected(r: &Reply) -> CliError {
     )
 }
 
-pub fn ps(ctx: &Ctx, name: &str) -> CliResult {
-    record::read(&ctx.home, name)?;
+pub fn ps(ctx: &Ctx, reference: Option<&str>) -> CliResult {
+    let name = &ctx.resolve_box(reference)?.name;
     let procs = match running(ctx, name)? {
         Some(c) => match c.request(&Request::Ps)? {
             Reply::Procs { procs } => procs,
@@ -423,8 +499,29 @@ pub fn ps(ctx: &Ctx, name: &str) -> CliResult {
     })
 }
 
+/// `[BOX] ID`: the box and a process id.
+fn box_and_id(ctx: &Ctx, args: &[String]) -> CliResult<(String, u64)> {
+    let (reference, id) = match args {
+        [id] => (None, id),
+        [b, id] => (Some(b.as_str()), id),
+        _ => unreachable!("clap takes one or two values"),
+    };
+    let id = id.parse::<u64>().map_err(|_| {
+        CliError::usage(
+            format!("{id:?} is not a process id"),
+            "give the id `agentbox spawn` printed or `agentbox ps` shows",
+        )
+    })?;
+    Ok((ctx.resolve_box(reference)?.name, id))
+}
+
 pub fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {
-    record::read(&ctx.home, &a.name)?;
+    let (name, id) = box_and_id(ctx, &a.args)?;
+    let a = ResolvedLogs {
+        name,
+        id,
+        follow: a.follow,
+    };
     let path = BoxDirs::new(&ctx.home, &a.name).log(a.id);
     let mut f = fs_err::File::open(&path).map_err(|_| {
         CliError::new(
@@ -468,6 +565,12 @@ pub fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {
     }
 }
 
+struct ResolvedLogs {
+    name: String,
+    id: u64,
+    follow: bool,
+}
+
 fn parse_signal(s: &str) -> CliResult<i32> {
     if let Ok(n) = s.parse::<i32>() {
         return Ok(n);
@@ -494,25 +597,23 @@ fn parse_signal(s: &str) -> CliResult<i32> {
 
 pub fn kill(ctx: &Ctx, a: KillArgs) -> CliResult {
     let signal = parse_signal(&a.signal)?;
-    record::read(&ctx.home, &a.name)?;
-    let Some(c) = running(ctx, &a.name)? else {
+    let (name, id) = box_and_id(ctx, &a.args)?;
+    let Some(c) = running(ctx, &name)? else {
         return Err(CliError::new(
             3,
-            format!("box {:?} is not running", a.name),
-            Some(format!("`agentbox ps {}` lists its processes", a.name)),
+            format!("box {name:?} is not running"),
+            Some(format!("`agentbox ps {name}` lists its processes")),
         ));
     };
-    c.request(&Request::Kill {
-        target: a.id,
-        signal,
-    })?;
+    c.request(&Request::Kill { target: id, signal })?;
     ctx.out(
-        &serde_json::json!({"signalled": a.id, "signal": signal}),
-        || format!("sent signal {signal} to process {}\n", a.id),
+        &serde_json::json!({"signalled": id, "signal": signal}),
+        || format!("sent signal {signal} to process {id}\n"),
     )
 }
 
-pub fn start(ctx: &Ctx, name: &str) -> CliResult {
+pub fn start(ctx: &Ctx, reference: Option<&str>) -> CliResult {
+    let name = &ctx.resolve_box(reference)?.name;
     // A supervisor killed a moment ago may still accept connections while its last threads
     // exit; asking again reaches its successor.
     let answered = connect(ctx, name)?.request(&Request::Ping).is_ok();
@@ -525,8 +626,9 @@ pub fn start(ctx: &Ctx, name: &str) -> CliResult {
     })
 }
 
-pub fn sync(ctx: &Ctx, name: &str) -> CliResult {
-    let rec = record::read(&ctx.home, name)?;
+pub fn sync(ctx: &Ctx, reference: Option<&str>) -> CliResult {
+    let rec = ctx.resolve_box(reference)?;
+    let name = &rec.name;
     let Some(git) = &rec.git else {
         return Err(CliError::new(
             4,
@@ -552,8 +654,8 @@ pub fn sync(ctx: &Ctx, name: &str) -> CliResult {
     )
 }
 
-pub fn stop(ctx: &Ctx, name: &str) -> CliResult {
-    record::read(&ctx.home, name)?;
+pub fn stop(ctx: &Ctx, reference: Option<&str>) -> CliResult {
+    let name = &ctx.resolve_box(reference)?.name;
     let was = match running(ctx, name)? {
         Some(c) => {
             // The supervisor answers, then ends; the box's processes die with it.
@@ -630,8 +732,15 @@ fn git_error(e: agentbox_git::GitError) -> CliError {
     CliError::new(1, e.to_string(), hint)
 }
 
-/// Remove a box: stop it, then its environment and its directory.
-pub fn destroy_box(ctx: &Ctx, store: &Store, name: &str) -> CliResult {
+/// Remove a box: stop it, then its environment and its directory; with `delete_branch`,
+/// its branches in the host repositories too. Returns the branches deleted.
+pub fn destroy_box(
+    ctx: &Ctx,
+    store: &Store,
+    name: &str,
+    delete_branch: bool,
+) -> CliResult<Vec<String>> {
+    let mut deleted = Vec::new();
     if let Some(c) = running(ctx, name)? {
         let _ = c.request(&Request::Stop);
         wait_stopped(ctx, name);
@@ -644,6 +753,16 @@ pub fn destroy_box(ctx: &Ctx, store: &Store, name: &str) -> CliResult {
                 "agentbox: could not remove refs/agentbox/{name}/base: {e}"
             ));
         }
+        if delete_branch {
+            match agentbox_git::delete_branch(&git.repo, &git.branch) {
+                Ok(()) => deleted.push(git.branch.clone()),
+                Err(e) => ctx.note(format!(
+                    "agentbox: kept branch {} in {}: {e}",
+                    git.branch,
+                    git.repo.display()
+                )),
+            }
+        }
     }
     if store.env(name).is_ok() {
         store.remove_env(name)?;
@@ -652,7 +771,33 @@ pub fn destroy_box(ctx: &Ctx, store: &Store, name: &str) -> CliResult {
     // The record goes first: without it the box no longer exists.
     let _ = fs_err::remove_file(dirs.record());
     fs_err::remove_dir_all(&dirs.dir)?;
-    Ok(())
+    Ok(deleted)
+}
+
+/// `rename [BOX] NAME`: set (or, with an empty NAME, clear) a box's display name.
+pub fn rename(ctx: &Ctx, args: &[String]) -> CliResult {
+    let (reference, display) = match args {
+        [d] => (None, d.as_str()),
+        [b, d] => (Some(b.as_str()), d.as_str()),
+        _ => {
+            return Err(CliError::usage(
+                "rename takes [BOX] NAME",
+                "agentbox rename BOX \"new name\" (an empty name clears it)",
+            ))
+        }
+    };
+    let rec = ctx.resolve_box(reference)?;
+    let display = (!display.is_empty()).then_some(display);
+    if let Some(d) = display {
+        agentbox_boxes::registry::check_display_name(&ctx.home, &rec.name, d)?;
+    }
+    let rec = agentbox_boxes::registry::update(&ctx.home, &rec.name, |r| {
+        r.display_name = display.map(str::to_owned)
+    })?;
+    ctx.out(&rec, || match &rec.display_name {
+        Some(d) => format!("box {:?} is shown as {d:?}\n", rec.name),
+        None => format!("box {:?} has no display name\n", rec.name),
+    })
 }
 
 pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
@@ -695,9 +840,30 @@ pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
     }
 }
 
+/// A box branch as `status` shows it.
+#[derive(Serialize)]
+pub struct BranchStatus {
+    /// The host repository.
+    pub repository: std::path::PathBuf,
+    pub branch: String,
+    /// The branch's tip in the host repository (`None`: not synced yet, or deleted).
+    pub tip: Option<String>,
+    /// The host branch compared with (the one checked out in the host repository).
+    pub against: Option<String>,
+    /// Commits of the box branch not on `against`, and the reverse.
+    pub ahead: Option<u64>,
+    pub behind: Option<u64>,
+    /// Uncommitted paths in the box's repository (`None` when it cannot be looked at:
+    /// rootless boxes).
+    pub dirty: Option<Vec<String>>,
+}
+
 /// What `status BOX` adds for a box.
 #[derive(Serialize)]
 pub struct BoxStatus {
+    #[serde(flatten)]
+    pub record: BoxRecord,
+    pub branches: Vec<BranchStatus>,
     pub state: &'static str,
     pub processes: usize,
     pub base: String,
@@ -728,7 +894,37 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
     if let Some(c) = l.cpus {
         limits.push(format!("{c} CPUs"));
     }
+    let mut branches = Vec::new();
+    if let Some(git) = &rec.git {
+        let tip = agentbox_git::box_tip(&git.repo, &git.branch, &git.objects)
+            .ok()
+            .flatten();
+        let against = agentbox_git::current_branch(&git.repo).ok().flatten();
+        let (ahead, behind) = match (&tip, &against) {
+            (Some(_), Some(a)) => agentbox_git::ahead_behind(&git.repo, &git.branch, a)
+                .map(|(x, y)| (Some(x), Some(y)))
+                .unwrap_or((None, None)),
+            _ => (None, None),
+        };
+        let dirty = if rec.rootless {
+            None
+        } else {
+            store.working_view(name).ok().and_then(|view| {
+                agentbox_git::dirty_paths(&view.path.join("workspace"), &git.objects).ok()
+            })
+        };
+        branches.push(BranchStatus {
+            repository: git.repo.clone(),
+            branch: git.branch.clone(),
+            tip,
+            against,
+            ahead,
+            behind,
+            dirty,
+        });
+    }
     Ok(BoxStatus {
+        branches,
         state,
         processes,
         base: match &rec.image {
@@ -747,6 +943,7 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
         },
         changed: record::counted_changes(&record::ignore_set(&rec), &store.changed_paths(name)?)
             .len(),
+        record: rec,
     })
 }
 

@@ -7,6 +7,10 @@ use agentbox_core::Home;
 use agentbox_store::{BackendKind, CommitOpts, Source, Store};
 use serde::Serialize;
 
+use agentbox_boxes::record::BoxRecord;
+use agentbox_boxes::registry;
+use agentbox_boxes::BoxError;
+
 use crate::args::{Cli, Command};
 use crate::boxcmds;
 use crate::errors::CliError;
@@ -93,14 +97,27 @@ impl Ctx {
         max_rest: usize,
     ) -> CliResult<(String, Vec<String>)> {
         let (env, rest) = if let Some(e) = &self.env {
+            let e = self.env_name(store, e)?;
             // Naming the same environment again as the first argument is harmless.
-            if args.len() > min_rest && args.first() == Some(e) {
-                (e.clone(), args[1..].to_vec())
+            if args.len() > min_rest && args.first() == Some(&e) {
+                (e, args[1..].to_vec())
             } else {
-                (e.clone(), args.to_vec())
+                (e, args.to_vec())
             }
         } else if args.len() > min_rest && store.env(&args[0]).is_ok() {
             (args[0].clone(), args[1..].to_vec())
+        } else if let Some(rec) = (args.len() > min_rest)
+            .then(|| self.find_box(&args[0]))
+            .transpose()?
+            .flatten()
+        {
+            (rec.name, args[1..].to_vec())
+        } else if args.len() > max_rest {
+            // One argument too many for the command: the first must name the box.
+            return Err(BoxError::NoSuchBox {
+                name: args[0].clone(),
+            }
+            .into());
         } else {
             (self.implicit_env(store)?, args.to_vec())
         };
@@ -124,11 +141,29 @@ impl Ctx {
         Ok((env, rest))
     }
 
+    /// An environment's name from `-b NAME`: an environment's own name, else a box
+    /// reference (id, number, display name…).
+    fn env_name(&self, store: &Store, reference: &str) -> CliResult<String> {
+        if store.env(reference).is_ok() {
+            return Ok(reference.to_owned());
+        }
+        Ok(self.resolve_box(Some(reference))?.name)
+    }
+
     fn implicit_env(&self, store: &Store) -> CliResult<String> {
         if let Ok(cwd) = std::env::current_dir() {
             if let Some(e) = store.env_for_path(&cwd)? {
                 return Ok(e.name);
             }
+        }
+        let here = self.here()?;
+        match registry::implicit(&self.home, here.as_deref()) {
+            Ok(rec) => return Ok(rec.name),
+            // A project with several boxes: the user has to say which.
+            Err(e @ BoxError::WhichBox { .. }) if here.is_some() && !e_is_empty(&e) => {
+                return Err(e.into())
+            }
+            Err(_) => {}
         }
         let envs = store.envs()?;
         match envs.len() {
@@ -144,8 +179,99 @@ impl Ctx {
                     envs.len(),
                     envs.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")
                 ),
-                "name it as the first argument or with -e NAME, or run the command inside its directory",
+                "name it as the first argument or with -b NAME, or run the command inside its directory or project",
             )),
+        }
+    }
+}
+
+fn e_is_empty(e: &BoxError) -> bool {
+    matches!(e, BoxError::WhichBox { candidates, .. } if candidates.is_empty())
+}
+
+impl Ctx {
+    /// The project the current directory is in: box numbers and the implicit box are
+    /// relative to it.
+    pub(crate) fn here(&self) -> CliResult<Option<PathBuf>> {
+        let cwd = std::env::current_dir()?;
+        Ok(registry::current_project(&self.home, &cwd)?)
+    }
+
+    /// The box `reference` names (else `-b`, else the current project's only box).
+    pub(crate) fn resolve_box(&self, reference: Option<&str>) -> CliResult<BoxRecord> {
+        let here = self.here()?;
+        Ok(match reference.or(self.env.as_deref()) {
+            Some(r) => registry::resolve(&self.home, r, here.as_deref())?,
+            None => registry::implicit(&self.home, here.as_deref())?,
+        })
+    }
+
+    /// The box `reference` names, `None` when it names none (other errors, like an
+    /// ambiguous reference, are errors).
+    pub(crate) fn find_box(&self, reference: &str) -> CliResult<Option<BoxRecord>> {
+        match registry::resolve(&self.home, reference, self.here()?.as_deref()) {
+            Ok(r) => Ok(Some(r)),
+            Err(BoxError::NoSuchBox { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Where a command in box `rec` starts: `explicit` (`-w`), else the directory matching
+    /// the current one when it is inside the box's project (`/workspace/<same path>`),
+    /// else the supervisor's default (`/workspace`).
+    pub(crate) fn workdir(&self, rec: &BoxRecord, explicit: Option<String>) -> Option<String> {
+        if explicit.is_some() {
+            return explicit;
+        }
+        let cwd = std::fs::canonicalize(std::env::current_dir().ok()?).ok()?;
+        let rel = cwd.strip_prefix(rec.project.as_deref()?).ok()?;
+        (!rel.as_os_str().is_empty()).then(|| {
+            Path::new(agentbox_boxes::record::WORKSPACE)
+                .join(rel)
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
+
+    /// Split `[BOX] CMD…`: `first` is the box when it names one; otherwise it is the
+    /// command's first word and the box is `-b` or the current project's only box — unless
+    /// the user wrote `first --`, which only makes sense for a box.
+    pub(crate) fn box_and_command(
+        &self,
+        first: Option<String>,
+        mut argv: Vec<String>,
+    ) -> CliResult<(BoxRecord, Vec<String>)> {
+        let Some(first) = first else {
+            return Ok((self.resolve_box(None)?, argv));
+        };
+        if let Some(b) = &self.env {
+            let rec = self.resolve_box(Some(b))?;
+            if first != *b && first != rec.name {
+                argv.insert(0, first);
+            }
+            return Ok((rec, argv));
+        }
+        if let Some(rec) = self.find_box(&first)? {
+            return Ok((rec, argv));
+        }
+        let meant_a_box = std::env::args()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w[0] == first && w[1] == "--");
+        let missing = BoxError::NoSuchBox {
+            name: first.clone(),
+        };
+        if meant_a_box {
+            return Err(missing.into());
+        }
+        match registry::implicit(&self.home, self.here()?.as_deref()) {
+            Ok(rec) => {
+                argv.insert(0, first);
+                Ok((rec, argv))
+            }
+            // Several boxes here: which one is the question, not `first`.
+            Err(e @ BoxError::WhichBox { .. }) if !e_is_empty(&e) => Err(e.into()),
+            Err(_) => Err(missing.into()),
         }
     }
 }
@@ -174,10 +300,10 @@ fn restrict_to_box(cli: &mut Cli, name: &str) -> CliResult {
         | Command::Commit(_)
         | Command::Checkout(_)
         | Command::Tag(_) => Ok(()),
-        Command::Undo(a) | Command::Ps(a) if a.name == name => Ok(()),
+        Command::Undo(a) | Command::Ps(a) if a.name.as_deref().is_none_or(|n| n == name) => Ok(()),
         Command::Undo(a) | Command::Ps(a) => Err(refuse(format!(
             "this box is {name:?}; box {:?} is not reachable from inside it",
-            a.name
+            a.name.as_deref().unwrap_or_default()
         ))),
         _ => Err(refuse("that command is not available inside a box".into())),
     }
@@ -199,7 +325,7 @@ pub fn run(mut cli: Cli) -> CliResult {
     match cli.command {
         Command::Setup(a) => setup(&ctx, a),
         Command::Env(a) => env(&ctx, a),
-        Command::List => list(&ctx),
+        Command::List(a) => list(&ctx, a.all),
         Command::Commit(a) => commit(&ctx, a),
         Command::Checkout(a) => checkout(&ctx, &a.args, a.keep_processes),
         Command::Log(a) => log(&ctx, a),
@@ -215,20 +341,25 @@ pub fn run(mut cli: Cli) -> CliResult {
         Command::Fsck(a) => fsck(&ctx, a),
         Command::Mount(a) => mount(&ctx, &a.args, true),
         Command::Unmount(a) => mount(&ctx, &a.args, false),
-        Command::Destroy(a) => destroy(&ctx, &a.args),
+        Command::Destroy(a) => destroy(&ctx, &a.args, a.delete_branch),
+        Command::Rename(a) => boxcmds::rename(&ctx, &a.args),
+        Command::Prune(a) => crate::prune::prune(&ctx, a.dry_run, a.min_age),
         Command::Create(a) => boxcmds::create(&ctx, a),
         Command::Exec(a) => boxcmds::exec(&ctx, a),
         Command::Shell(a) => boxcmds::shell(&ctx, a),
         Command::Run(a) => boxcmds::run(&ctx, a),
         Command::Image(a) => boxcmds::image(&ctx, a),
         Command::Spawn(a) => boxcmds::spawn(&ctx, a),
-        Command::Ps(a) => boxcmds::ps(&ctx, &a.name),
+        Command::Ps(a) => boxcmds::ps(&ctx, a.name.as_deref()),
         Command::Logs(a) => boxcmds::logs(&ctx, a),
         Command::Kill(a) => boxcmds::kill(&ctx, a),
-        Command::Start(a) => boxcmds::start(&ctx, &a.name),
-        Command::Stop(a) => boxcmds::stop(&ctx, &a.name),
-        Command::Sync(a) => boxcmds::sync(&ctx, &a.name),
-        Command::Undo(a) => checkout(&ctx, &[a.name, "HEAD~1".to_owned()], false),
+        Command::Start(a) => boxcmds::start(&ctx, a.name.as_deref()),
+        Command::Stop(a) => boxcmds::stop(&ctx, a.name.as_deref()),
+        Command::Sync(a) => boxcmds::sync(&ctx, a.name.as_deref()),
+        Command::Undo(a) => {
+            let name = ctx.resolve_box(a.name.as_deref())?.name;
+            checkout(&ctx, &[name, "HEAD~1".to_owned()], false)
+        }
         Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
     }
@@ -401,15 +532,25 @@ struct Listed {
     /// Boxes: the directory the workspace was copied from.
     #[serde(skip_serializing_if = "Option::is_none")]
     source: Option<PathBuf>,
+    /// Boxes: the box's record (id, number, display name, project, branches…).
+    #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
+    record: Option<BoxRecord>,
 }
 
-fn list(ctx: &Ctx) -> CliResult {
+/// `list`: the current project's boxes (all boxes outside a project, or with `--all`), and
+/// versioned directories unless the list is limited to a project.
+fn list(ctx: &Ctx, all: bool) -> CliResult {
     let store = ctx.store()?;
-    let rows: Vec<Listed> = store
-        .envs()?
-        .into_iter()
-        .map(|env| match &env.mountpoint {
-            Some(m) => Listed {
+    let here = if all { None } else { ctx.here()? };
+    let records: std::collections::BTreeMap<String, BoxRecord> =
+        agentbox_boxes::record::list(&ctx.home)?
+            .into_iter()
+            .map(|r| (r.name.clone(), r))
+            .collect();
+    let mut rows: Vec<Listed> = Vec::new();
+    for env in store.envs()? {
+        match &env.mountpoint {
+            Some(m) if here.is_none() => rows.push(Listed {
                 state: if agentbox_store::mounts::is_mountpoint(m) {
                     "mounted"
                 } else {
@@ -417,26 +558,59 @@ fn list(ctx: &Ctx) -> CliResult {
                 },
                 kind: "directory",
                 source: None,
+                record: None,
                 env,
-            },
-            None => Listed {
-                state: if agentbox_boxes::client::is_running(&ctx.home, &env.name) {
-                    "running"
-                } else {
-                    "stopped"
-                },
-                kind: "box",
-                source: agentbox_boxes::record::read(&ctx.home, &env.name)
-                    .ok()
-                    .and_then(|r| r.source),
-                env,
-            },
-        })
-        .collect();
+            }),
+            Some(_) => {}
+            None => {
+                let record = records.get(&env.name).cloned();
+                if here.is_some()
+                    && record.as_ref().and_then(|r| r.project.as_deref()) != here.as_deref()
+                {
+                    continue;
+                }
+                rows.push(Listed {
+                    state: if agentbox_boxes::client::is_running(&ctx.home, &env.name) {
+                        "running"
+                    } else {
+                        "stopped"
+                    },
+                    kind: "box",
+                    source: record.as_ref().and_then(|r| r.source.clone()),
+                    record,
+                    env,
+                })
+            }
+        }
+    }
+    // Boxes by project and number; directories after them.
+    rows.sort_by(|a, b| {
+        let key = |r: &Listed| {
+            (
+                r.record.is_none(),
+                r.record.as_ref().and_then(|x| x.project.clone()),
+                r.record.as_ref().map(|x| x.index),
+                r.env.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    if let (Some(p), true) = (&here, rows.is_empty()) {
+        let others = records.len();
+        ctx.note(format!(
+            "no boxes of project {}{}",
+            p.display(),
+            if others > 0 {
+                format!("; `agentbox list --all` shows {others} other(s)")
+            } else {
+                "; `agentbox create` makes one".to_owned()
+            }
+        ));
+    }
     ctx.out(&rows, || {
         let mut s = format!(
-            "{:<20} {:<10} {:<14} {:<10} WHERE\n",
-            "NAME", "KIND", "HEAD", "STATE"
+            "{:<4} {:<20} {:<9} {:<8} {:<13} {:<24} WHERE\n",
+            "#", "NAME", "ID", "STATE", "HEAD", "BRANCH"
         );
         for r in &rows {
             let place = match (&r.env.mountpoint, &r.source) {
@@ -444,12 +618,26 @@ fn list(ctx: &Ctx) -> CliResult {
                 (None, Some(src)) => format!("/workspace (from {})", src.display()),
                 (None, None) => "/workspace".to_owned(),
             };
+            let (index, name, id, branch) = match &r.record {
+                Some(b) => (
+                    b.index.to_string(),
+                    b.shown_name().to_owned(),
+                    b.id[..8.min(b.id.len())].to_owned(),
+                    b.git
+                        .as_ref()
+                        .map(|g| g.branch.clone())
+                        .unwrap_or_else(|| "-".to_owned()),
+                ),
+                None => ("-".into(), r.env.name.clone(), "-".into(), "-".into()),
+            };
             s.push_str(&format!(
-                "{:<20} {:<10} {:<14} {:<10} {}\n",
-                r.env.name,
-                r.kind,
-                render::short(&r.env.head),
+                "{:<4} {:<20} {:<9} {:<8} {:<13} {:<24} {}\n",
+                index,
+                name,
+                id,
                 r.state,
+                render::short(&r.env.head),
+                branch,
                 place
             ));
         }
@@ -657,6 +845,8 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             .ok()
             .and_then(|cwd| store.env_for_path(&cwd).ok().flatten())
             .map(|e| e.name)
+            // Inside a project with one box: that box.
+            .or_else(|| ctx.resolve_box(None).ok().map(|r| r.name))
     };
     let st = store.status(env.as_deref())?;
     let boxed = match &env {
@@ -687,11 +877,44 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             render::bytes(st.logical_bytes),
         );
         if let (Some(e), Some(b)) = (&st.env, &boxed) {
+            let r = &b.record;
             s.push_str(&format!(
-                "\nbox:          {}\nstate:        {}\nprocesses:    {}\nbase:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} path(s) since HEAD\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",
+                "\nbox:          {}{}\nid:           {}\nnumber:       {} {}\nstate:        {}\nprocesses:    {}\n",
                 e.name,
+                r.display_name.as_deref().map(|d| format!(" (shown as {d:?})")).unwrap_or_default(),
+                r.id,
+                r.index,
+                match &r.project {
+                    Some(p) => format!("in project {}", p.display()),
+                    None => "(no project)".to_owned(),
+                },
                 b.state,
                 b.processes,
+            ));
+            if let Some(a) = &r.last_agent {
+                s.push_str(&format!("last agent:   {a}\n"));
+            }
+            for br in &b.branches {
+                let rel = match (&br.tip, br.ahead, br.behind, &br.against) {
+                    (None, ..) => "not in the host repository yet".to_owned(),
+                    (Some(_), Some(a), Some(bh), Some(against)) => {
+                        format!("{a} ahead, {bh} behind {against}")
+                    }
+                    _ => "tip synced".to_owned(),
+                };
+                let dirty = match &br.dirty {
+                    Some(d) if d.is_empty() => ", clean".to_owned(),
+                    Some(d) => format!(", {} uncommitted path(s)", d.len()),
+                    None => String::new(),
+                };
+                s.push_str(&format!(
+                    "branch:       {} in {} ({rel}{dirty})\n",
+                    br.branch,
+                    br.repository.display()
+                ));
+            }
+            s.push_str(&format!(
+                "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} path(s) since HEAD\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\nbox disk:     {}\n",
                 b.base,
                 b.network,
                 if b.capture { "on" } else { "off" },
@@ -701,7 +924,8 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 e.nodes,
                 e.leaves,
                 e.tags,
-                e.chain_depth
+                e.chain_depth,
+                render::bytes(e.disk_bytes),
             ));
         } else if let Some(e) = &st.env {
             s.push_str(&format!(
@@ -827,20 +1051,33 @@ fn mount(ctx: &Ctx, args: &[String], mount: bool) -> CliResult {
     })
 }
 
-fn destroy(ctx: &Ctx, args: &[String]) -> CliResult {
+fn destroy(ctx: &Ctx, args: &[String], delete_branch: bool) -> CliResult {
     let store = ctx.store()?;
-    let Some(env) = ctx.env.clone().or_else(|| args.first().cloned()) else {
+    // Destroying is never implicit: the box is always named.
+    let Some(reference) = ctx.env.clone().or_else(|| args.first().cloned()) else {
         return Err(CliError::usage(
-            "destroy needs the environment's name",
-            "agentbox destroy NAME",
+            "destroy needs the box's name (or number, or id)",
+            "agentbox destroy BOX; `agentbox list` shows the boxes",
         ));
     };
-    if boxcmds::is_box(ctx, &env) {
-        boxcmds::destroy_box(ctx, &store, &env)?;
-        return ctx.out(&serde_json::json!({ "destroyed": env }), || {
-            format!("destroyed box {env:?} (`agentbox gc` frees unreferenced data)\n")
-        });
+    let is_directory = store.env(&reference).is_ok_and(|e| e.mountpoint.is_some());
+    if !is_directory {
+        let rec = ctx.resolve_box(Some(&reference))?;
+        let name = rec.name.clone();
+        let deleted = boxcmds::destroy_box(ctx, &store, &name, delete_branch)?;
+        return ctx.out(
+            &serde_json::json!({ "destroyed": name, "id": rec.id, "deleted_branches": deleted }),
+            || {
+                let mut s =
+                    format!("destroyed box {name:?} (`agentbox gc` frees unreferenced data)\n");
+                for b in &deleted {
+                    s.push_str(&format!("deleted branch {b}\n"));
+                }
+                s
+            },
+        );
     }
+    let env = reference;
     let state = store.env(&env)?;
     store.remove_env(&env)?;
     ctx.out(&state, || {

@@ -8,6 +8,7 @@ mod args;
 mod boxcmds;
 mod commands;
 mod errors;
+mod prune;
 mod render;
 
 use clap::Parser;

@@ -1276,6 +1276,15 @@ fn twenty_boxes_created_and_destroyed_in_parallel_lose_nothing() {
         .filter_map(|e| e["name"].as_str())
         .collect();
     assert_eq!(names.len(), 20, "{names:?}");
+    // Every box got its own number in the project: 1 to 20, none twice.
+    let mut numbers: Vec<u64> = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|e| e["box"]["index"].as_u64())
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=20).collect::<Vec<u64>>());
     let refs = git(
         &repo,
         &[
@@ -1297,6 +1306,19 @@ fn twenty_boxes_created_and_destroyed_in_parallel_lose_nothing() {
         .map(|d| d.count())
         .unwrap_or(0);
     assert_eq!(tmp, 0, "staging left behind");
+    // No half-written record, stray environment, pin or directory either.
+    assert_eq!(
+        b.env.json(&["prune", "--dry-run", "--min-age", "0"]),
+        serde_json::json!([])
+    );
+    let pins = git(
+        &repo,
+        &["for-each-ref", "--format=%(refname)", "refs/agentbox/"],
+    );
+    assert_eq!(pins.lines().count(), 10, "{pins}");
+    // A new box takes the next number, not a freed one.
+    b.env.ok(&["create", "par-next", "--from", &repo_s]);
+    assert_eq!(b.env.json(&["status", "par-next"])["box"]["index"], 21);
     assert_eq!(
         b.sh_ok("par-15", "cat untracked.txt; git branch --show-current"),
         "u\nagentbox/par-15\n"

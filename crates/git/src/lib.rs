@@ -12,6 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod branches;
+pub use branches::*;
+
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
     #[error("git {args}: {message}")]

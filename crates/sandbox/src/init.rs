@@ -835,7 +835,12 @@ fn spawn(
         .map(|(k, v)| cstring(format!("{k}={v}")))
         .collect::<Result<Vec<_>, _>>()?;
     let paths = candidates(argv0, env)?;
-    let c_cwd = cstring(cwd)?;
+    // The directory and its ancestors, nearest first: a command whose directory does not
+    // exist in the box starts in the nearest one that does.
+    let c_cwds = std::path::Path::new(cwd)
+        .ancestors()
+        .map(|d| cstring(d.to_string_lossy().as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
     let drop_caps = dropped_capabilities();
     let mut argv_ptrs: Vec<*const libc::c_char> = c_argv.iter().map(|c| c.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
@@ -924,8 +929,10 @@ fn spawn(
                     }
                 }
             }
-            if libc::chdir(c_cwd.as_ptr()) != 0 {
-                libc::chdir(c"/".as_ptr());
+            for d in &c_cwds {
+                if libc::chdir(d.as_ptr()) == 0 {
+                    break;
+                }
             }
             let mut last = libc::ENOENT;
             for p in &paths {

@@ -75,6 +75,9 @@ pub struct EnvStatus {
     pub tags: usize,
     /// Depth of HEAD's layer chain (always 1 on btrfs).
     pub chain_depth: usize,
+    /// Disk taken by the environment's working tree and the layers of the nodes it made
+    /// (extents shared with other layers counted once).
+    pub disk_bytes: u64,
 }
 
 impl Store {
@@ -198,7 +201,18 @@ impl Store {
                 let h = self.history(name)?;
                 let state = self.env(name)?;
                 let head = self.node(&state.head)?;
+                let mut own: Vec<PathBuf> = vec![self.layout().env_dir(name)];
+                own.extend(
+                    h.nodes
+                        .iter()
+                        .filter(|n| n.env == name)
+                        .map(|n| self.backend().layer_dir(&n.layer)),
+                );
+                let own_usage = agentbox_sys::fiemap::disk_usage(
+                    &own.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                )?;
                 Some(EnvStatus {
+                    disk_bytes: own_usage.physical_bytes,
                     mounted: state
                         .mountpoint
                         .as_deref()

@@ -1,0 +1,250 @@
+//! The box registry: identity, numbering and lookup of boxes.
+//!
+//! There is no single registry file to lose or corrupt: each box's record is its own
+//! `boxes/<name>/box.json`, written atomically once the box exists (see [`crate::record`]),
+//! so parallel creates and destroys never overwrite each other's records. What boxes share
+//! is the per-project counter that numbers them:
+//!
+//! ```text
+//! <home>/projects/<key>/index.json   {"root": "/abs/project", "next": 4}
+//! <home>/projects/<key>/index.lock   flock held while the counter moves
+//! <home>/projects/none/…             the same, for boxes made without a project
+//! ```
+//!
+//! Numbers are allocated under the lock and the counter is written (atomically) before the
+//! number is handed out, so a number is never given twice — not even after its box was
+//! destroyed or its create failed half-way.
+//!
+//! A box is referred to by (first match wins): its name; its id; its number within the
+//! current project; its display name; a unique prefix of its id (at least
+//! [`agentbox_core::id::MIN_PREFIX`] hex digits). More than one match at the same step is an
+//! error listing the candidates. Names always contain a non-hex character and display names
+//! may not be all digits, so these forms cannot shadow each other.
+
+use std::path::{Path, PathBuf};
+
+use agentbox_core::atomic::{read_json_opt, write_json};
+use agentbox_core::home::Home;
+use agentbox_core::lock::{FileLock, Mode};
+use serde::{Deserialize, Serialize};
+
+use crate::record::{self, BoxDirs, BoxRecord};
+use crate::{BoxError, Result};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Counter {
+    root: Option<PathBuf>,
+    next: u64,
+}
+
+fn index_dir(home: &Home, project: Option<&Path>) -> PathBuf {
+    match project {
+        Some(root) => home.project_dir(root),
+        None => home.root().join("projects").join("none"),
+    }
+}
+
+/// The next number of a box of `project` (starting at 1), never handed out before.
+pub fn allocate_index(home: &Home, project: Option<&Path>) -> Result<u64> {
+    let dir = index_dir(home, project);
+    fs_err::create_dir_all(&dir)?;
+    let _lock = FileLock::acquire(
+        &dir.join("index.lock"),
+        Mode::Exclusive,
+        "the project's box numbers",
+        "number a new box",
+    )?;
+    let path = dir.join("index.json");
+    let mut counter = read_json_opt::<Counter>(&path)?.unwrap_or(Counter {
+        root: project.map(Path::to_path_buf),
+        next: 1,
+    });
+    // Boxes numbered by an older counter that was lost still keep their numbers.
+    let highest = record::list(home)?
+        .iter()
+        .filter(|r| r.project.as_deref() == project)
+        .map(|r| r.index)
+        .max()
+        .unwrap_or(0);
+    let n = counter.next.max(highest + 1);
+    counter.next = n + 1;
+    write_json(&path, &counter)?;
+    Ok(n)
+}
+
+/// Change box `name`'s record under its record lock (a read-modify-write that concurrent
+/// updates cannot interleave with); the updated record is written atomically.
+pub fn update(home: &Home, name: &str, change: impl FnOnce(&mut BoxRecord)) -> Result<BoxRecord> {
+    let dirs = BoxDirs::new(home, name);
+    let _lock = FileLock::acquire(
+        &dirs.dir.join("record.lock"),
+        Mode::Exclusive,
+        &format!("box {name:?}"),
+        "update its record",
+    )?;
+    let mut rec = record::read(home, name)?;
+    change(&mut rec);
+    record::write(home, &rec)?;
+    Ok(rec)
+}
+
+/// The project the current directory `cwd` belongs to, for box lookup: the deepest project
+/// root of an existing box that contains `cwd`, else the project found from `cwd` itself.
+pub fn current_project(home: &Home, cwd: &Path) -> Result<Option<PathBuf>> {
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    let deepest = record::list(home)?
+        .into_iter()
+        .filter_map(|r| r.project)
+        .filter(|p| cwd.starts_with(p))
+        .max_by_key(|p| p.components().count());
+    Ok(deepest.or_else(|| crate::project::find_root(&cwd)))
+}
+
+/// Boxes of `project` (`None`: boxes made without a project), by number.
+pub fn project_boxes(home: &Home, project: Option<&Path>) -> Result<Vec<BoxRecord>> {
+    let mut boxes: Vec<BoxRecord> = record::list(home)?
+        .into_iter()
+        .filter(|r| r.project.as_deref() == project)
+        .collect();
+    boxes.sort_by_key(|r| r.index);
+    Ok(boxes)
+}
+
+/// How a candidate is shown in an ambiguity error.
+fn describe(r: &BoxRecord) -> String {
+    let mut s = format!("{} (id {}", r.name, &r.id[..8.min(r.id.len())]);
+    if let Some(d) = &r.display_name {
+        s.push_str(&format!(", shown as {d:?}"));
+    }
+    s.push(')');
+    s
+}
+
+fn one(reference: &str, mut found: Vec<BoxRecord>) -> Result<Option<BoxRecord>> {
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(BoxError::Ambiguous {
+            reference: reference.to_owned(),
+            candidates: found.iter().map(describe).collect(),
+        }),
+    }
+}
+
+/// The box `reference` names, seen from project `here` (which numbers refer to).
+pub fn resolve(home: &Home, reference: &str, here: Option<&Path>) -> Result<BoxRecord> {
+    let all = record::list(home)?;
+    let pick = |f: &dyn Fn(&BoxRecord) -> bool| -> Vec<BoxRecord> {
+        all.iter().filter(|r| f(r)).cloned().collect()
+    };
+    if let Some(r) = one(reference, pick(&|r| r.name == reference))? {
+        return Ok(r);
+    }
+    if let Some(r) = one(reference, pick(&|r| r.id == reference))? {
+        return Ok(r);
+    }
+    if let Ok(n) = reference.parse::<u64>() {
+        if let Some(r) = one(
+            reference,
+            pick(&|r| r.index == n && r.project.as_deref() == here),
+        )? {
+            return Ok(r);
+        }
+    }
+    if let Some(r) = one(
+        reference,
+        pick(&|r| r.display_name.as_deref() == Some(reference)),
+    )? {
+        return Ok(r);
+    }
+    if reference.len() >= agentbox_core::id::MIN_PREFIX && agentbox_core::id::is_hex(reference) {
+        if let Some(r) = one(reference, pick(&|r| r.id.starts_with(reference)))? {
+            return Ok(r);
+        }
+    }
+    Err(BoxError::NoSuchBox {
+        name: reference.to_owned(),
+    })
+}
+
+/// The box a command means when it names none: the only box of project `here`.
+pub fn implicit(home: &Home, here: Option<&Path>) -> Result<BoxRecord> {
+    let mut boxes = project_boxes(home, here)?;
+    match boxes.len() {
+        1 => Ok(boxes.pop().expect("one element")),
+        _ => Err(BoxError::WhichBox {
+            project: here.map(Path::to_path_buf),
+            candidates: boxes.iter().map(describe).collect(),
+        }),
+    }
+}
+
+/// Check a display name: not empty after trimming, not all digits (numbers refer to boxes by
+/// index), and not the name or id of another box.
+pub fn check_display_name(home: &Home, name: &str, display: &str) -> Result<()> {
+    let bad = |why: &str| BoxError::BadDisplayName {
+        display: display.to_owned(),
+        why: why.to_owned(),
+    };
+    if display.trim().is_empty() || display.trim() != display {
+        return Err(bad("it is empty or starts or ends with spaces"));
+    }
+    if display.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("numbers refer to boxes by their index"));
+    }
+    for r in record::list(home)? {
+        if r.name != name && (r.name == display || r.id == display) {
+            return Err(bad(&format!("it is the name or id of box {:?}", r.name)));
+        }
+    }
+    Ok(())
+}
+
+/// A free box name for a new box of `project`: `<project dir name>-<index>` (the directory
+/// name reduced to name characters), with a suffix if another project already took it.
+pub fn default_name(home: &Home, project: Option<&Path>, index: u64) -> String {
+    let stem: String = project
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "box".to_owned())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let stem = stem.trim_matches(|c| c == '-' || c == '.').to_owned();
+    let stem = if stem.is_empty() {
+        "box".to_owned()
+    } else {
+        stem
+    };
+    let base = format!("{stem}-{index}");
+    let taken = |n: &str| BoxDirs::new(home, n).dir.exists();
+    if !taken(&base) {
+        return base;
+    }
+    (2..)
+        .map(|k| format!("{base}-{k}"))
+        .find(|n| !taken(n))
+        .expect("an unbounded search finds a free name")
+}
+
+/// Roots of every project that ever numbered a box in `home`.
+pub fn known_projects(home: &Home) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(home.root().join("projects")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            read_json_opt::<Counter>(&e.path().join("index.json"))
+                .ok()
+                .flatten()
+        })
+        .filter_map(|c| c.root)
+        .collect()
+}

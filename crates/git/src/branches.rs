@@ -1,0 +1,72 @@
+//! Reading and removing the host's box refs: base pins, branches, how far a box branch is
+//! from the host's, and what is uncommitted in a box repository.
+
+use std::path::Path;
+
+use crate::{git, git_with, Result};
+
+/// Delete branch `branch` of the host repository at `repo_root` (`git branch -D`: refused
+/// while it is checked out in one of the host's worktrees).
+pub fn delete_branch(repo_root: &Path, branch: &str) -> Result<()> {
+    git(repo_root, &["branch", "-D", "--", branch]).map(|_| ())
+}
+
+/// The base pins in the host repository at `repo_root`: `(box name, ref name)` for every
+/// `refs/agentbox/<box>/base`.
+pub fn pins(repo_root: &Path) -> Result<Vec<(String, String)>> {
+    let out = git(
+        repo_root,
+        &["for-each-ref", "--format=%(refname)", "refs/agentbox/"],
+    )?;
+    Ok(out
+        .lines()
+        .filter_map(|r| {
+            let name = r.strip_prefix("refs/agentbox/")?.strip_suffix("/base")?;
+            Some((name.to_owned(), r.to_owned()))
+        })
+        .collect())
+}
+
+/// Delete ref `refname` of the host repository at `repo_root`.
+pub fn delete_ref(repo_root: &Path, refname: &str) -> Result<()> {
+    git(repo_root, &["update-ref", "-d", refname]).map(|_| ())
+}
+
+/// The branch checked out in the host repository at `repo_root` (`None`: detached HEAD).
+pub fn current_branch(repo_root: &Path) -> Result<Option<String>> {
+    Ok(git(repo_root, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok())
+}
+
+/// `(ahead, behind)`: commits of `branch` not in `against`, and of `against` not in
+/// `branch`, in the host repository at `repo_root`.
+pub fn ahead_behind(repo_root: &Path, branch: &str, against: &str) -> Result<(u64, u64)> {
+    let out = git(
+        repo_root,
+        &[
+            "rev-list",
+            "--left-right",
+            "--count",
+            &format!("{branch}...{against}"),
+            "--",
+        ],
+    )?;
+    let mut it = out
+        .split_whitespace()
+        .map(|n| n.parse::<u64>().unwrap_or(0));
+    Ok((it.next().unwrap_or(0), it.next().unwrap_or(0)))
+}
+
+/// Paths with uncommitted changes (or untracked) in the box repository at `box_repo`
+/// (seen from the host, possibly read-only), whose objects it borrows from `host_objects`.
+pub fn dirty_paths(box_repo: &Path, host_objects: &Path) -> Result<Vec<String>> {
+    let out = git_with(
+        box_repo,
+        &["--no-optional-locks", "status", "--porcelain=v1", "-z"],
+        &[("GIT_ALTERNATE_OBJECT_DIRECTORIES", host_objects)],
+    )?;
+    Ok(out
+        .split('\0')
+        .filter(|e| e.len() > 3)
+        .map(|e| e[3..].to_owned())
+        .collect())
+}
