@@ -112,7 +112,7 @@ impl Ctx {
             .flatten()
         {
             (rec.name, args[1..].to_vec())
-        } else if args.len() > max_rest {
+        } else if args.len() == max_rest + 1 {
             // One argument too many for the command: the first must name the box.
             return Err(BoxError::NoSuchBox {
                 name: args[0].clone(),
