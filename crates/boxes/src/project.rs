@@ -35,24 +35,24 @@ mod tests {
 
     #[test]
     fn roots_are_found_from_inside() {
-        let t = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(t.path()).unwrap();
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(t.path()).expect("canonicalize");
         let repo = root.join("repo");
-        std::fs::create_dir_all(repo.join(".git")).unwrap();
-        std::fs::create_dir_all(repo.join("src/deep")).unwrap();
+        std::fs::create_dir_all(repo.join(".git")).expect("set up the tree");
+        std::fs::create_dir_all(repo.join("src/deep")).expect("set up the tree");
         assert_eq!(find_root(&repo.join("src/deep")), Some(repo.clone()));
         // A sub-repository of a monorepo that is a repository itself.
         let sub = repo.join("web");
-        std::fs::create_dir_all(sub.join("src")).unwrap();
-        std::fs::write(sub.join(".git"), "gitdir: elsewhere\n").unwrap();
+        std::fs::create_dir_all(sub.join("src")).expect("set up the tree");
+        std::fs::write(sub.join(".git"), "gitdir: elsewhere\n").expect("set up the tree");
         assert_eq!(find_root(&sub.join("src")), Some(repo.clone()));
         // A monorepo root that is not a repository, marked by its agentbox.yaml.
         let mono = root.join("mono");
-        std::fs::create_dir_all(mono.join("api/.git")).unwrap();
-        std::fs::write(mono.join(PROJECT_FILE), "defaults: {}\n").unwrap();
+        std::fs::create_dir_all(mono.join("api/.git")).expect("set up the tree");
+        std::fs::write(mono.join(PROJECT_FILE), "defaults: {}\n").expect("set up the tree");
         assert_eq!(find_root(&mono.join("api")), Some(mono.clone()));
         let plain = root.join("plain");
-        std::fs::create_dir_all(&plain).unwrap();
+        std::fs::create_dir_all(&plain).expect("set up the tree");
         // tempdirs may themselves sit inside a repository; only assert what holds anywhere.
         assert_ne!(find_root(&plain), Some(plain));
     }
