@@ -228,6 +228,7 @@ pub fn run(mut cli: Cli) -> CliResult {
         Command::Start(a) => boxcmds::start(&ctx, &a.name),
         Command::Stop(a) => boxcmds::stop(&ctx, &a.name),
         Command::Sync(a) => boxcmds::sync(&ctx, &a.name),
+        Command::Config(a) => crate::configcmd::run(&ctx, a),
         Command::Undo(a) => checkout(&ctx, &[a.name, "HEAD~1".to_owned()], false),
         Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),

@@ -179,7 +179,9 @@ fn read_yaml(path: &Path) -> Result<Option<J>, ConfigError> {
     let doc: Option<J> = serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.to_owned(),
         line: e.location().map(|l| l.line()),
-        message: strip_location(&keys::first_line(&e.to_string())),
+        message: strip_location(&keys::first_line(&e.to_string()))
+            // Advice about the parser's options is not for the file's author.
+            .replace(", set DuplicateKeyPolicy in Options if acceptable", ""),
     })?;
     Ok(doc.filter(|d| !d.is_null()))
 }

@@ -118,7 +118,7 @@ impl Config {
         let value = keys::parse_text(key, text).map_err(|reason| ConfigError::InvalidValue {
             path: None,
             key: name.to_owned(),
-            value: text.to_owned(),
+            value: format!("{text:?}"),
             reason,
         })?;
         self.apply_flag(name, value)
@@ -235,7 +235,7 @@ pub fn parse_set_args(name: &str, args: &[String]) -> Result<Value, ConfigError>
     keys::parse_args(key, args).map_err(|reason| ConfigError::InvalidValue {
         path: None,
         key: name.to_owned(),
-        value: args.join(" "),
+        value: format!("{:?}", args.join(" ")),
         reason,
     })
 }
