@@ -205,7 +205,8 @@ pub struct CreateArgs {
     /// Directory copied to /workspace (default: an empty workspace).
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
-    /// Run on an imported image instead of the host's own `/` (see `agentbox image`).
+    /// Run on an imported image instead of the host's own `/` (see `agentbox image`;
+    /// config box.image).
     #[arg(long, value_name = "NAME")]
     pub image: Option<String>,
     /// When DIR is a git repository: copy it as a plain directory instead of giving the box
@@ -249,13 +250,13 @@ pub struct CreateArgs {
     /// replaces config box.ignore.
     #[arg(long, value_name = "PATTERN")]
     pub ignore: Vec<String>,
-    /// Memory limit of the box (RAM and swap together), e.g. 512M, 2G.
+    /// Memory limit of the box (RAM and swap together), e.g. 512M, 2G (config box.memory).
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
-    /// Most processes (and threads) the box may run at once.
+    /// Most processes (and threads) the box may run at once (config box.pids).
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
-    /// CPU time limit in cores, e.g. 1.5.
+    /// CPU time limit in cores, e.g. 1.5 (config box.cpus).
     #[arg(long, value_name = "CORES")]
     pub cpus: Option<f64>,
     /// Keep the newest N nodes when thinning after automatic nodes (config box.keep,
