@@ -99,7 +99,7 @@ pub enum Command {
     /// Bring a box's branch (agentbox/BOX) into the host repository now: BOX. It also
     /// happens after every node.
     Sync(BoxArg),
-    /// Layered configuration: get, set, unset, list, edit, path, schema (see `config --help`).
+    /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema.
     #[command(subcommand)]
     Config(ConfigCmd),
     #[command(name = "__box-init", hide = true)]
@@ -123,6 +123,7 @@ pub enum ConfigCmd {
         flags: ConfigFlags,
     },
     /// Set a key in the project's file (inside a project) or the global one: KEY VALUE...
+    ///
     /// A list key takes its items as separate values (`box.env A=1 B=2`) or one YAML/JSON
     /// list (`box.env '[A=1, B=2]'`, `'[]'` to empty it); other keys take one value.
     /// Values starting with `-` go after `--`.
