@@ -105,10 +105,90 @@ pub enum Command {
     /// Bring a box's branch (agentbox/BOX) into the host repository now: BOX. It also
     /// happens after every node.
     Sync(BoxArg),
+    /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema.
+    #[command(subcommand)]
+    Config(ConfigCmd),
     #[command(name = "__box-init", hide = true)]
     BoxInit,
     #[command(name = "__supervise", hide = true)]
     Supervise { name: String },
+}
+
+/// `agentbox config`. Layers, highest first: a command-line flag, the `defaults:` block of
+/// the project's agentbox.yaml (workspace), the project's file, the global file, built-in.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Print a key's effective value (a list: one item per line; nothing when unset).
+    Get {
+        /// A key, e.g. box.network (`agentbox config list` shows them).
+        key: String,
+        /// Also print which layer (and file) the value comes from.
+        #[arg(long)]
+        show_origin: bool,
+        #[command(flatten)]
+        flags: ConfigFlags,
+    },
+    /// Set a key in the project's file (inside a project) or the global one: KEY VALUE...
+    ///
+    /// A list key takes its items as separate values (`box.env A=1 B=2`) or one YAML/JSON
+    /// list (`box.env '[A=1, B=2]'`, `'[]'` to empty it); other keys take one value.
+    /// Values starting with `-` go after `--`.
+    Set {
+        key: String,
+        #[arg(required = true, num_args = 1.., allow_negative_numbers = true)]
+        values: Vec<String>,
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// Remove a key from the project's (or global) file: lower layers apply again.
+    Unset {
+        key: String,
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// Every key with its effective value and description (or origin and file).
+    List {
+        /// Show the layer and file each value comes from instead of the descriptions.
+        #[arg(long)]
+        show_origin: bool,
+        #[command(flatten)]
+        flags: ConfigFlags,
+    },
+    /// Open the project's (or global) file in $VISUAL or $EDITOR (else vi), then check it.
+    Edit {
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// Where each layer's file is (or only the one --global/--project/--workspace names).
+    Path {
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// The JSON schema of the configuration files.
+    Schema,
+}
+
+/// Which file `config set|unset|edit|path` acts on (default: the project's file inside a
+/// project, else the global file).
+#[derive(Debug, Args)]
+pub struct ConfigTarget {
+    /// The global file (<home>/config.yaml).
+    #[arg(long, conflicts_with_all = ["project", "workspace"])]
+    pub global: bool,
+    /// The project's file (<home>/projects/<key>/config.yaml).
+    #[arg(long, conflicts_with = "workspace")]
+    pub project: bool,
+    /// The `defaults:` block of the project's agentbox.yaml: only `path` (it is edited by hand).
+    #[arg(long)]
+    pub workspace: bool,
+}
+
+/// Values as a command-line flag would set them (the highest layer).
+#[derive(Debug, Args)]
+pub struct ConfigFlags {
+    /// Take KEY as if a flag set it to VALUE (repeatable; a list key collects them).
+    #[arg(long = "flag", value_name = "KEY=VALUE")]
+    pub flags: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -172,45 +252,62 @@ pub struct CreateArgs {
     /// An empty /workspace, even inside a project.
     #[arg(long, conflicts_with = "from")]
     pub empty: bool,
-    /// Run on an imported image instead of the host's own `/` (see `agentbox image`).
+    /// Run on an imported image instead of the host's own `/` (see `agentbox image`;
+    /// config box.image).
     #[arg(long, value_name = "NAME")]
     pub image: Option<String>,
     /// When DIR is a git repository: copy it as a plain directory instead of giving the box
     /// its own repository on a branch `agentbox/NAME`.
     #[arg(long)]
     pub no_git: bool,
-    /// Leave the host's uncommitted and untracked work behind (start from the commit).
+    /// Leave the host's uncommitted and untracked work behind (start from the commit;
+    /// config git.carry).
     #[arg(long)]
     pub no_carry: bool,
+    /// Carry the host's uncommitted and untracked work (the default; overrides git.carry).
+    #[arg(long, conflicts_with = "no_carry")]
+    pub carry: bool,
     /// Start the box's branch from this ref instead of HEAD (no carry-over then).
     #[arg(long, value_name = "REF")]
     pub from_branch: Option<String>,
-    /// Also copy ignored secret-bearing files (`.env`, `.env.*`, `*.env`, `.envrc`).
+    /// Also copy ignored secret-bearing files (config git.envPatterns: `.env`, `.env.*`,
+    /// `*.env`, `.envrc`; config git.withEnv).
     #[arg(long)]
     pub with_env: bool,
-    /// `host` (default: the host's network) or `none` (loopback only).
-    #[arg(long, default_value = "host")]
-    pub network: String,
-    /// Do not record a node after each command that changed something.
+    /// Do not copy ignored secret-bearing files (overrides git.withEnv).
+    #[arg(long, conflicts_with = "with_env")]
+    pub no_with_env: bool,
+    /// `host` (the host's network) or `none` (loopback only). Default: config box.network
+    /// (built-in: host).
+    #[arg(long)]
+    pub network: Option<String>,
+    /// Do not record a node after each command that changed something (config box.capture).
     #[arg(long)]
     pub no_capture: bool,
-    /// An environment variable set in every command of the box (repeatable).
+    /// Record a node after each command that changed something (the default; overrides
+    /// box.capture).
+    #[arg(long, conflicts_with = "no_capture")]
+    pub capture: bool,
+    /// An environment variable set in every command of the box (repeatable; replaces
+    /// config box.env).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub vars: Vec<String>,
     /// A path (relative to the box root, `**/` for any depth) whose changes alone never
-    /// make a node, besides the defaults (caches, /tmp, logs, shell histories). Repeatable.
+    /// make a node, besides the defaults (caches, /tmp, logs, shell histories). Repeatable;
+    /// replaces config box.ignore.
     #[arg(long, value_name = "PATTERN")]
     pub ignore: Vec<String>,
-    /// Memory limit of the box (RAM and swap together), e.g. 512M, 2G.
+    /// Memory limit of the box (RAM and swap together), e.g. 512M, 2G (config box.memory).
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
-    /// Most processes (and threads) the box may run at once.
+    /// Most processes (and threads) the box may run at once (config box.pids).
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
-    /// CPU time limit in cores, e.g. 1.5.
+    /// CPU time limit in cores, e.g. 1.5 (config box.cpus).
     #[arg(long, value_name = "CORES")]
     pub cpus: Option<f64>,
-    /// Keep the newest N nodes when thinning after automatic nodes (default 100).
+    /// Keep the newest N nodes when thinning after automatic nodes (config box.keep,
+    /// built-in 100).
     #[arg(long, value_name = "N")]
     pub keep: Option<u64>,
 }

@@ -56,8 +56,10 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     if let Some(n) = &a.name {
         agentbox_store::names::validate("box", n)?;
     }
+    // Flags over the configuration (see `configcmd`).
+    let o = crate::configcmd::effective_create_options(ctx, &a)?;
     let rootless = !rustix::process::geteuid().is_root();
-    if rootless && a.image.is_some() {
+    if rootless && o.image.is_some() {
         return Err(CliError::new(
             6,
             "a box on an image needs root in this version",
@@ -67,34 +69,8 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
             ),
         ));
     }
-    let network = match a.network.as_str() {
-        "host" => Network::Host,
-        "none" => Network::None,
-        other => {
-            return Err(CliError::usage(
-                format!("unknown network {other:?}"),
-                "use --network host or --network none",
-            ))
-        }
-    };
-    for kv in &a.vars {
-        if !kv.contains('=') {
-            return Err(CliError::usage(
-                format!("--env {kv:?} is not KEY=VALUE"),
-                "for example --env NODE_ENV=development",
-            ));
-        }
-    }
-    let limits = agentbox_boxes::cgroup::Limits {
-        memory_bytes: a
-            .memory
-            .as_deref()
-            .map(agentbox_boxes::cgroup::Limits::parse_memory)
-            .transpose()
-            .map_err(|e| CliError::usage(e.to_string(), "for example --memory 512M"))?,
-        pids: a.pids,
-        cpus: a.cpus,
-    };
+    let network = o.network;
+    let limits = o.limits.clone();
     limits
         .validate()
         .map_err(|e| CliError::usage(e.to_string(), "see `agentbox create --help`"))?;
@@ -140,7 +116,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         }
     };
     let store = Store::open_or_init(&ctx.home.store_dir(), None)?;
-    if let Some(image) = &a.image {
+    if let Some(image) = &o.image {
         agentbox_boxes::images::get(&ctx.home, image)?;
     }
     let taken = |n: &str| BoxDirs::new(&ctx.home, n).record().exists() || store.env(n).is_ok();
@@ -179,12 +155,8 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
                 let branch = agentbox_git::pick_branch(repo, &name).map_err(git_error)?;
                 let opts = agentbox_git::SeedOpts {
                     from_ref: a.from_branch.clone(),
-                    no_carry: a.no_carry,
-                    with_env: if a.with_env {
-                        agentbox_git::default_env_patterns()
-                    } else {
-                        Vec::new()
-                    },
+                    no_carry: !o.carry,
+                    with_env: o.with_env.clone(),
                 };
                 let seeded = agentbox_git::seed(
                     repo,
@@ -251,12 +223,12 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         network,
         git: git_rec.map(|(g, _)| g),
         rootless,
-        image: a.image,
-        capture: !a.no_capture,
-        env: a.vars,
-        ignore: a.ignore,
+        image: o.image,
+        capture: o.capture,
+        env: o.env,
+        ignore: o.ignore,
         limits,
-        keep: a.keep,
+        keep: Some(o.keep),
     };
     fs_err::create_dir_all(&dirs.dir)?;
     if let Err(e) = record::write(&ctx.home, &rec) {

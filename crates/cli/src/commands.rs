@@ -360,6 +360,7 @@ pub fn run(mut cli: Cli) -> CliResult {
             let name = ctx.resolve_box(a.name.as_deref())?.name;
             checkout(&ctx, &[name, "HEAD~1".to_owned()], false)
         }
+        Command::Config(a) => crate::configcmd::run(&ctx, a),
         Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
     }

@@ -7,12 +7,13 @@
 //! | 0 | success |
 //! | 1 | failure not covered below (IO, backend) |
 //! | 2 | bad usage (arguments) |
-//! | 3 | not found: environment, node, tag, store |
+//! | 3 | not found: environment, node, tag, store, config key, project |
 //! | 4 | refused or conflicting: exists, ambiguous, HEAD/last node, invalid name |
 //! | 5 | locked by another process |
 //! | 6 | needs root |
 //! | 7 | store inconsistent (`fsck` found problems) |
 //! | 8 | bad input: malformed or unsafe bundle |
+//! | 9 | invalid configuration: malformed file, bad value, renamed key |
 
 use agentbox_store::Error as StoreError;
 
@@ -78,6 +79,16 @@ impl From<agentbox_boxes::BoxError> for CliError {
                 hint: other.hint(),
                 message: other.to_string(),
             },
+        }
+    }
+}
+
+impl From<agentbox_boxes::config::ConfigError> for CliError {
+    fn from(e: agentbox_boxes::config::ConfigError) -> CliError {
+        CliError {
+            code: e.exit_code(),
+            hint: e.hint(),
+            message: e.to_string(),
         }
     }
 }

@@ -7,6 +7,7 @@
 mod args;
 mod boxcmds;
 mod commands;
+mod configcmd;
 mod errors;
 mod prune;
 mod render;

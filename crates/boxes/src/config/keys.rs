@@ -1,0 +1,646 @@
+//! The key registry: every configuration key, its type, built-in default and description.
+//!
+//! [`KEYS`] is the single source of truth: the file reader, `agentbox config set`,
+//! `agentbox config list` and the JSON schema all read it. Adding a key is one entry here
+//! (plus a field of [`super::Effective`] when the product reads it). [`RENAMED_KEYS`] maps
+//! old names to new ones; an old name in a file or on the command line is an error naming
+//! the new one.
+
+use crate::cgroup::Limits;
+
+/// The type of a key's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `true` or `false` (also `yes`/`no`, `on`/`off`, `1`/`0` when given as text).
+    Bool,
+    /// A whole number ≥ 0.
+    U64,
+    /// A finite number.
+    F64,
+    /// One of a fixed set of words.
+    Enum(&'static [&'static str]),
+    /// A size in bytes: a number, or a number with K, M, G or T (binary units): `512M`.
+    Size,
+    /// Any text.
+    String,
+    /// A list of texts.
+    List,
+}
+
+impl Kind {
+    /// A short name of the type, as `config list` and error messages show it.
+    pub fn describe(&self) -> String {
+        match self {
+            Kind::Bool => "bool".into(),
+            Kind::U64 => "integer".into(),
+            Kind::F64 => "number".into(),
+            Kind::Enum(words) => words.join("|"),
+            Kind::Size => "size".into(),
+            Kind::String => "string".into(),
+            Kind::List => "list".into(),
+        }
+    }
+}
+
+/// A typed value of a key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Bool(bool),
+    U64(u64),
+    F64(f64),
+    /// The value of a [`Kind::Enum`] or [`Kind::String`] key.
+    Str(String),
+    /// A size as written (`"512M"`) and in bytes.
+    Size {
+        text: String,
+        bytes: u64,
+    },
+    List(Vec<String>),
+}
+
+impl Value {
+    /// The value as JSON (and so as YAML in a file): sizes keep their text.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Value::Bool(b) => (*b).into(),
+            Value::U64(n) => (*n).into(),
+            Value::F64(f) => (*f).into(),
+            Value::Str(s) => s.clone().into(),
+            Value::Size { text, .. } => text.clone().into(),
+            Value::List(items) => items.clone().into(),
+        }
+    }
+
+    /// The value on one line for people: lists as a flow list `[a, b]`.
+    pub fn display(&self) -> String {
+        match self {
+            Value::Bool(b) => b.to_string(),
+            Value::U64(n) => n.to_string(),
+            Value::F64(f) => f.to_string(),
+            Value::Str(s) => s.clone(),
+            Value::Size { text, .. } => text.clone(),
+            Value::List(items) => format!("[{}]", items.join(", ")),
+        }
+    }
+}
+
+/// A check of a value beyond its type: why it is refused.
+pub type Check = fn(&Value) -> Result<(), String>;
+
+/// One configuration key.
+#[derive(Debug)]
+pub struct Key {
+    /// Dotted name: `section.name` (camelCase names, as in the files).
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The built-in default; `None` when the key is unset unless configured.
+    pub default: fn() -> Option<Value>,
+    /// One line for `config list` and the schema.
+    pub description: &'static str,
+    /// A check beyond the type (ranges, shapes); returns why the value is refused.
+    pub check: Option<Check>,
+}
+
+impl Key {
+    pub fn default_value(&self) -> Option<Value> {
+        (self.default)()
+    }
+}
+
+fn none() -> Option<Value> {
+    None
+}
+
+fn yes() -> Option<Value> {
+    Some(Value::Bool(true))
+}
+
+fn no() -> Option<Value> {
+    Some(Value::Bool(false))
+}
+
+fn empty_list() -> Option<Value> {
+    Some(Value::List(Vec::new()))
+}
+
+/// Network modes of a box.
+pub const NETWORKS: &[&str] = &["host", "none"];
+
+/// Every configuration key. Sorted by name (a unit test checks it), so listings are stable.
+pub static KEYS: &[Key] = &[
+    Key {
+        name: "box.capture",
+        kind: Kind::Bool,
+        default: yes,
+        description: "Auto-capture: record a node after every command that changed something",
+        check: None,
+    },
+    Key {
+        name: "box.cpus",
+        kind: Kind::F64,
+        default: none,
+        description: "CPU time limit of a box, in cores (e.g. 1.5)",
+        check: Some(check_cpus),
+    },
+    Key {
+        name: "box.env",
+        kind: Kind::List,
+        default: empty_list,
+        description: "Environment variables (KEY=VALUE) set in every command of a box",
+        check: Some(check_env),
+    },
+    Key {
+        name: "box.ignore",
+        kind: Kind::List,
+        default: empty_list,
+        description: "Paths (relative to the box root, **/ for any depth) whose changes alone never make a node",
+        check: None,
+    },
+    Key {
+        name: "box.image",
+        kind: Kind::String,
+        default: none,
+        description: "Base image of new boxes (see `agentbox image`); unset: the host's own /",
+        check: None,
+    },
+    Key {
+        name: "box.keep",
+        kind: Kind::U64,
+        default: || Some(Value::U64(crate::record::DEFAULT_KEEP)),
+        description: "Retention: the newest N nodes stay when automatic nodes thin the history",
+        check: None,
+    },
+    Key {
+        name: "box.memory",
+        kind: Kind::Size,
+        default: none,
+        description: "Memory limit of a box (RAM and swap together), e.g. 512M, 2G",
+        check: Some(check_memory),
+    },
+    Key {
+        name: "box.network",
+        kind: Kind::Enum(NETWORKS),
+        default: || Some(Value::Str("host".into())),
+        description: "Network of a box: host (the host's network) or none (loopback only)",
+        check: None,
+    },
+    Key {
+        name: "box.pids",
+        kind: Kind::U64,
+        default: none,
+        description: "Most processes (and threads) a box may run at once",
+        check: Some(check_pids),
+    },
+    Key {
+        name: "git.carry",
+        kind: Kind::Bool,
+        default: yes,
+        description: "Carry the host's uncommitted and untracked work into a new box",
+        check: None,
+    },
+    Key {
+        name: "git.envPatterns",
+        kind: Kind::List,
+        default: || Some(Value::List(agentbox_git::default_env_patterns())),
+        description: "Ignored files copied into a new box when git.withEnv is on (file-name globs)",
+        check: None,
+    },
+    Key {
+        name: "git.remote",
+        kind: Kind::String,
+        default: || Some(Value::Str("origin".into())),
+        description: "The remote `agentbox push` pushes a box's branch to",
+        check: None,
+    },
+    Key {
+        name: "git.withEnv",
+        kind: Kind::Bool,
+        default: no,
+        description: "Also copy ignored secret-bearing files (git.envPatterns) into a new box",
+        check: None,
+    },
+];
+
+/// Keys that were renamed: `(old, new)`. An old name is refused with the new one.
+pub static RENAMED_KEYS: &[(&str, &str)] = &[
+    ("box.withEnv", "git.withEnv"),
+    ("box.envPatterns", "git.envPatterns"),
+];
+
+/// The registry entry of `name`.
+pub fn key(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+/// The new name of a renamed key.
+pub fn renamed(name: &str) -> Option<&'static str> {
+    RENAMED_KEYS
+        .iter()
+        .find(|(old, _)| *old == name)
+        .map(|(_, new)| *new)
+}
+
+/// True when `name` is a section (`box`, `git`): the first part of some key.
+pub fn is_section(name: &str) -> bool {
+    KEYS.iter().any(|k| {
+        k.name
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
+/// The registered key closest to `name`, when it is close enough to be a likely typo
+/// (case differences, a few letters off, or the right name in the wrong section).
+pub fn suggest(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if let Some(k) = KEYS.iter().find(|k| k.name.to_ascii_lowercase() == lower) {
+        return Some(k.name);
+    }
+    if let Some(new) = renamed(name) {
+        return Some(new);
+    }
+    let best = KEYS
+        .iter()
+        .map(|k| (edit_distance(&lower, &k.name.to_ascii_lowercase()), k.name))
+        .min()?;
+    if best.0 <= 3.max(name.len() / 4) {
+        return Some(best.1);
+    }
+    // `network` for `box.network`, `foo.keep` for `box.keep`.
+    let leaf = lower.rsplit('.').next().unwrap_or(&lower);
+    KEYS.iter()
+        .find(|k| k.name.rsplit('.').next().map(str::to_ascii_lowercase) == Some(leaf.into()))
+        .map(|k| k.name)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Why a value is refused: what was expected.
+pub type Refusal = String;
+
+/// Parse a value given as text (the command line) for a key of `kind`.
+pub fn parse_text(key: &Key, text: &str) -> Result<Value, Refusal> {
+    let v = match key.kind {
+        Kind::Bool => Value::Bool(parse_bool(text).ok_or_else(|| expected(key))?),
+        Kind::U64 => Value::U64(text.trim().parse().map_err(|_| expected(key))?),
+        Kind::F64 => {
+            let f: f64 = text.trim().parse().map_err(|_| expected(key))?;
+            if !f.is_finite() {
+                return Err(expected(key));
+            }
+            Value::F64(f)
+        }
+        Kind::Enum(words) => {
+            let t = text.trim();
+            if !words.contains(&t) {
+                return Err(expected(key));
+            }
+            Value::Str(t.to_owned())
+        }
+        Kind::Size => {
+            let bytes = Limits::parse_memory(text).map_err(|_| expected(key))?;
+            Value::Size {
+                text: text.trim().to_owned(),
+                bytes,
+            }
+        }
+        Kind::String => Value::Str(text.to_owned()),
+        Kind::List => Value::List(vec![text.to_owned()]),
+    };
+    checked(key, v)
+}
+
+/// Parse a value read from a file (YAML, seen as JSON) for a key.
+pub fn parse_json(key: &Key, v: &serde_json::Value) -> Result<Value, Refusal> {
+    use serde_json::Value as J;
+    let parsed = match (key.kind, v) {
+        // Text in a file is read like text on the command line (`keep: "5"`, `capture: "no"`).
+        (Kind::List, J::String(_)) => return Err(expected(key)),
+        (_, J::String(s)) => return parse_text(key, s),
+        (Kind::Bool, J::Bool(b)) => Value::Bool(*b),
+        (Kind::U64, J::Number(n)) => Value::U64(n.as_u64().ok_or_else(|| expected(key))?),
+        (Kind::F64, J::Number(n)) => Value::F64(n.as_f64().ok_or_else(|| expected(key))?),
+        (Kind::Size, J::Number(n)) => {
+            let bytes = n.as_u64().ok_or_else(|| expected(key))?;
+            Value::Size {
+                text: bytes.to_string(),
+                bytes,
+            }
+        }
+        // A number or bool where text is expected is still text (`image: 2024`).
+        (Kind::String, J::Number(n)) => Value::Str(n.to_string()),
+        (Kind::String, J::Bool(b)) => Value::Str(b.to_string()),
+        (Kind::List, J::Array(items)) => {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    J::String(s) => out.push(s.clone()),
+                    J::Number(n) => out.push(n.to_string()),
+                    J::Bool(b) => out.push(b.to_string()),
+                    _ => return Err(format!("{} (a list of texts)", expected(key))),
+                }
+            }
+            Value::List(out)
+        }
+        _ => return Err(expected(key)),
+    };
+    checked(key, parsed)
+}
+
+/// Parse the values of `config set KEY VALUE...`. A list key takes its items as separate
+/// arguments, or one argument holding a YAML/JSON list (`'[A=1, B=2]'`, `'[]'` for empty);
+/// any other key takes exactly one argument.
+pub fn parse_args(key: &Key, args: &[String]) -> Result<Value, Refusal> {
+    match (key.kind, args) {
+        (_, []) => Err(format!("{} needs a value: {}", key.name, expected(key))),
+        (Kind::List, [one]) if one.trim_start().starts_with('[') => {
+            let v: serde_json::Value = serde_saphyr::from_str(one).map_err(|e| {
+                format!("{one:?} is not a YAML list: {}", first_line(&e.to_string()))
+            })?;
+            parse_json(key, &v)
+        }
+        (Kind::List, items) => checked(key, Value::List(items.to_vec())),
+        (_, [one]) => parse_text(key, one),
+        (_, more) => Err(format!(
+            "{} takes one value, got {}: {}",
+            key.name,
+            more.len(),
+            more.join(" ")
+        )),
+    }
+}
+
+fn checked(key: &Key, v: Value) -> Result<Value, Refusal> {
+    match key.check {
+        Some(check) => check(&v).map(|()| v),
+        None => Ok(v),
+    }
+}
+
+/// The first line of a message (parser errors add a source snippet below it).
+pub(crate) fn first_line(s: &str) -> String {
+    let line = s.lines().next().unwrap_or(s);
+    line.strip_prefix("error: ").unwrap_or(line).to_owned()
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Some(true),
+        "false" | "no" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// What a key's values look like, for error messages.
+pub fn expected(key: &Key) -> String {
+    match key.kind {
+        Kind::Bool => "expected true or false".into(),
+        Kind::U64 => "expected a whole number (0 or more)".into(),
+        Kind::F64 => "expected a number".into(),
+        Kind::Enum(words) => format!("expected one of: {}", words.join(", ")),
+        Kind::Size => "expected a size: bytes, or a number with K, M, G or T (e.g. 512M)".into(),
+        Kind::String => "expected text".into(),
+        Kind::List => "expected a list".into(),
+    }
+}
+
+fn check_env(v: &Value) -> Result<(), String> {
+    if let Value::List(items) = v {
+        for kv in items {
+            match kv.split_once('=') {
+                Some((k, _)) if !k.is_empty() && !k.contains(char::is_whitespace) => {}
+                _ => {
+                    return Err(format!(
+                        "{kv:?} is not KEY=VALUE (for example NODE_ENV=development)"
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_limits(limits: Limits) -> Result<(), String> {
+    limits.validate().map_err(|e| e.to_string())
+}
+
+fn check_memory(v: &Value) -> Result<(), String> {
+    match v {
+        Value::Size { bytes, .. } => check_limits(Limits {
+            memory_bytes: Some(*bytes),
+            ..Limits::default()
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn check_pids(v: &Value) -> Result<(), String> {
+    match v {
+        Value::U64(n) => check_limits(Limits {
+            pids: Some(*n),
+            ..Limits::default()
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn check_cpus(v: &Value) -> Result<(), String> {
+    match v {
+        Value::F64(f) => check_limits(Limits {
+            cpus: Some(*f),
+            ..Limits::default()
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The JSON schema (draft 2020-12) of a configuration file. Keys may be written nested
+/// (`box: {network: none}`) or dotted (`box.network: none`); both spellings are described.
+/// Unknown keys are allowed (they only cause a warning).
+pub fn schema() -> serde_json::Value {
+    use serde_json::{json, Map};
+    let mut sections: Map<String, serde_json::Value> = Map::new();
+    let mut flat: Map<String, serde_json::Value> = Map::new();
+    for k in KEYS {
+        let s = key_schema(k);
+        flat.insert(k.name.to_owned(), s.clone());
+        let (section, leaf) = k.name.split_once('.').unwrap_or(("", k.name));
+        let entry = sections.entry(section.to_owned()).or_insert_with(
+            || json!({"type": "object", "properties": {}, "additionalProperties": true}),
+        );
+        if let Some(props) = entry
+            .get_mut("properties")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            props.insert(leaf.to_owned(), s);
+        }
+    }
+    let mut properties = sections;
+    properties.extend(flat);
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "agentbox configuration",
+        "description": "config.yaml (global and per-project) and the defaults: block of agentbox.yaml. Keys nested or dotted.",
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": true,
+    })
+}
+
+fn key_schema(k: &Key) -> serde_json::Value {
+    use serde_json::json;
+    let mut s = match k.kind {
+        Kind::Bool => json!({"type": "boolean"}),
+        Kind::U64 => json!({"type": "integer", "minimum": 0}),
+        Kind::F64 => json!({"type": "number"}),
+        Kind::Enum(words) => json!({"type": "string", "enum": words}),
+        Kind::Size => json!({
+            "type": ["string", "integer"],
+            "pattern": "^[0-9.]+ ?([KkMmGgTt]([Ii]?[Bb])?|[Bb])?$",
+        }),
+        Kind::String => json!({"type": "string"}),
+        Kind::List => json!({"type": "array", "items": {"type": "string"}}),
+    };
+    s["description"] = k.description.into();
+    if let Some(d) = k.default_value() {
+        s["default"] = d.to_json();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_is_sorted_unique_and_well_formed() {
+        let names: Vec<_> = KEYS.iter().map(|k| k.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(
+            names, sorted,
+            "KEYS must be sorted by name, without duplicates"
+        );
+        for k in KEYS {
+            assert!(k.name.contains('.'), "{} has a section", k.name);
+            assert!(!k.description.is_empty());
+            if let Some(d) = k.default_value() {
+                // Defaults pass their own key's parsing: what is written back reads back.
+                assert_eq!(parse_json(k, &d.to_json()), Ok(d), "{}", k.name);
+            }
+        }
+        for (old, new) in RENAMED_KEYS {
+            assert!(key(old).is_none(), "{old} is renamed, not a key");
+            assert!(key(new).is_some(), "{old} is renamed to a key that exists");
+        }
+    }
+
+    #[test]
+    fn values_are_typed() {
+        let k = |n| key(n).expect("key");
+        assert_eq!(parse_text(k("box.capture"), "no"), Ok(Value::Bool(false)));
+        assert!(parse_text(k("box.capture"), "maybe").is_err());
+        assert_eq!(parse_text(k("box.keep"), "5"), Ok(Value::U64(5)));
+        assert!(parse_text(k("box.keep"), "abc").is_err());
+        assert!(parse_text(k("box.keep"), "-1").is_err());
+        assert_eq!(parse_text(k("box.cpus"), "1.5"), Ok(Value::F64(1.5)));
+        assert!(
+            parse_text(k("box.cpus"), "0").is_err(),
+            "checked like --cpus"
+        );
+        assert!(parse_text(k("box.pids"), "0").is_err());
+        assert!(parse_text(k("box.network"), "bridge").is_err());
+        assert_eq!(
+            parse_text(k("box.memory"), "512M"),
+            Ok(Value::Size {
+                text: "512M".into(),
+                bytes: 512 << 20
+            })
+        );
+        assert!(parse_text(k("box.memory"), "lots").is_err());
+        assert!(parse_json(k("box.keep"), &serde_json::json!(1.5)).is_err());
+        assert!(parse_json(k("box.env"), &serde_json::json!("A=1")).is_err());
+        assert!(parse_json(k("box.env"), &serde_json::json!(["A=1", "nope"])).is_err());
+        assert!(parse_json(k("box.env"), &serde_json::json!([{"A": 1}])).is_err());
+    }
+
+    #[test]
+    fn list_arguments() {
+        let env = key("box.env").expect("key");
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_args(env, &args(&["A=1", "B=2"])),
+            Ok(Value::List(vec!["A=1".into(), "B=2".into()]))
+        );
+        assert_eq!(
+            parse_args(env, &args(&["[A=1, \"B=x y\"]"])),
+            Ok(Value::List(vec!["A=1".into(), "B=x y".into()]))
+        );
+        assert_eq!(
+            parse_args(env, &args(&["[\"A=1\"]"])),
+            Ok(Value::List(vec!["A=1".into()]))
+        );
+        assert_eq!(parse_args(env, &args(&["[]"])), Ok(Value::List(vec![])));
+        assert!(parse_args(env, &args(&["[A=1"])).is_err());
+        assert!(parse_args(env, &[]).is_err());
+        let keep = key("box.keep").expect("key");
+        assert!(parse_args(keep, &args(&["1", "2"])).is_err());
+    }
+
+    #[test]
+    fn suggestions() {
+        assert_eq!(suggest("box.netwrk"), Some("box.network"));
+        assert_eq!(suggest("box.withenv"), Some("git.withEnv"));
+        assert_eq!(suggest("box.withEnv"), Some("git.withEnv"));
+        assert_eq!(suggest("network"), Some("box.network"));
+        assert_eq!(suggest("completely.unrelated.thing"), None);
+        assert!(is_section("box") && is_section("git") && !is_section("bo"));
+    }
+
+    #[test]
+    fn schema_lists_every_key() {
+        let s = schema();
+        for k in KEYS {
+            assert!(s["properties"].get(k.name).is_some(), "{}", k.name);
+            let (section, leaf) = k.name.split_once('.').expect("dotted");
+            assert!(s["properties"][section]["properties"].get(leaf).is_some());
+        }
+    }
+
+    #[test]
+    fn readme_documents_every_key() {
+        let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let text = std::fs::read_to_string(readme).expect("read README.md");
+        for k in KEYS {
+            assert!(
+                text.contains(&format!("`{}`", k.name)),
+                "README.md's configuration table misses `{}`",
+                k.name
+            );
+        }
+        for (old, new) in RENAMED_KEYS {
+            assert!(
+                text.contains(&format!("`{old}`")) && text.contains(&format!("`{new}`")),
+                "README.md lists the renamed key {old}"
+            );
+        }
+    }
+}

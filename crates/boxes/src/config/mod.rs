@@ -1,0 +1,357 @@
+//! Layered configuration.
+//!
+//! A key's effective value comes from the highest layer that sets it:
+//! command-line flag > workspace (`defaults:` in the project's `agentbox.yaml`) > project
+//! (`<home>/projects/<key>/config.yaml`) > global (`<home>/config.yaml`) > built-in.
+//! A layer replaces a lower layer's value whole, lists included.
+//!
+//! * [`keys`]: the registry of keys, their types, defaults and descriptions, the renamed
+//!   keys, value parsing and the JSON schema.
+//! * [`layers`]: the files, reading them, and setting or removing one key in one.
+//! * [`Config`]: every key's effective value with its origin; [`Effective`]: the same as a
+//!   typed struct for the code that creates boxes.
+//!
+//! Unknown keys in a file are warnings (a newer version may know them); renamed keys, bad
+//! values and malformed files are errors naming the file and key.
+
+mod error;
+pub mod keys;
+pub mod layers;
+
+use std::path::{Path, PathBuf};
+
+use agentbox_core::home::Home;
+use agentbox_sandbox::proto::Network;
+
+pub use error::{ConfigError, ConfigWarning};
+pub use keys::{Key, Kind, Value, KEYS, RENAMED_KEYS};
+pub use layers::{layer_path, set_in, unset_in, Layer};
+
+/// Where an effective value comes from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Origin {
+    pub layer: Layer,
+    /// The file, for the file layers.
+    pub file: Option<PathBuf>,
+}
+
+/// One key's effective value.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub key: &'static Key,
+    /// `None` when no layer sets the key and it has no built-in default.
+    pub value: Option<Value>,
+    pub origin: Origin,
+}
+
+/// The effective configuration: one [`Entry`] per registry key, in registry order.
+#[derive(Debug, Clone)]
+pub struct Config {
+    entries: Vec<Entry>,
+    warnings: Vec<ConfigWarning>,
+}
+
+impl Config {
+    /// Only the built-in defaults.
+    pub fn builtin() -> Config {
+        Config {
+            entries: KEYS
+                .iter()
+                .map(|key| Entry {
+                    key,
+                    value: key.default_value(),
+                    origin: Origin {
+                        layer: Layer::Builtin,
+                        file: None,
+                    },
+                })
+                .collect(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Load the global layer of `home` and, with a project root (canonical, as
+    /// [`crate::project::find_root`] gives it), the project and workspace layers. Missing
+    /// files set nothing.
+    pub fn load(home: &Home, project_root: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut config = Config::builtin();
+        for layer in [Layer::Global, Layer::Project, Layer::Workspace] {
+            if let Some(path) = layer_path(home, project_root, layer) {
+                config.apply_file(&path, layer)?;
+            }
+        }
+        Ok(config)
+    }
+
+    /// Lay the values of the file at `path` over the current ones, as `layer`.
+    pub fn apply_file(&mut self, path: &Path, layer: Layer) -> Result<(), ConfigError> {
+        let (values, warnings) = layers::read_layer(path, layer)?;
+        self.warnings.extend(warnings);
+        for (name, value) in values {
+            self.put(
+                name,
+                value,
+                Origin {
+                    layer,
+                    file: Some(path.to_owned()),
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Set `name` from a command-line flag: it wins over every file.
+    pub fn apply_flag(&mut self, name: &str, value: Value) -> Result<(), ConfigError> {
+        self.put(
+            name,
+            value,
+            Origin {
+                layer: Layer::Flag,
+                file: None,
+            },
+        )
+    }
+
+    /// Parse `text` as a command-line value of `name` and apply it as a flag.
+    pub fn apply_flag_text(&mut self, name: &str, text: &str) -> Result<(), ConfigError> {
+        let key = lookup(name)?;
+        let value = keys::parse_text(key, text).map_err(|reason| ConfigError::InvalidValue {
+            path: None,
+            key: name.to_owned(),
+            value: format!("{text:?}"),
+            reason,
+        })?;
+        self.apply_flag(name, value)
+    }
+
+    fn put(&mut self, name: &str, value: Value, origin: Origin) -> Result<(), ConfigError> {
+        let key = lookup(name)?;
+        let entry = self
+            .entries
+            .iter_mut()
+            .find(|e| e.key.name == key.name)
+            .expect("every registry key has an entry");
+        entry.value = Some(value);
+        entry.origin = origin;
+        Ok(())
+    }
+
+    /// Every key, in registry order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The entry of `name`; an unknown or renamed name is an error.
+    pub fn entry(&self, name: &str) -> Result<&Entry, ConfigError> {
+        let key = lookup(name)?;
+        Ok(self
+            .entries
+            .iter()
+            .find(|e| e.key.name == key.name)
+            .expect("every registry key has an entry"))
+    }
+
+    /// The effective value of a registry key (`None` when unset or unknown).
+    pub fn value(&self, name: &str) -> Option<&Value> {
+        self.entry(name).ok().and_then(|e| e.value.as_ref())
+    }
+
+    /// Unknown keys met while loading.
+    pub fn warnings(&self) -> &[ConfigWarning] {
+        &self.warnings
+    }
+
+    /// The typed view of the keys the product reads.
+    pub fn effective(&self) -> Effective {
+        Effective {
+            network: match self.text("box.network") {
+                Some("none") => Network::None,
+                _ => Network::Host,
+            },
+            capture: self.flag("box.capture"),
+            keep: match self.value("box.keep") {
+                Some(Value::U64(n)) => *n,
+                _ => crate::record::DEFAULT_KEEP,
+            },
+            memory_bytes: match self.value("box.memory") {
+                Some(Value::Size { bytes, .. }) => Some(*bytes),
+                _ => None,
+            },
+            pids: match self.value("box.pids") {
+                Some(Value::U64(n)) => Some(*n),
+                _ => None,
+            },
+            cpus: match self.value("box.cpus") {
+                Some(Value::F64(f)) => Some(*f),
+                _ => None,
+            },
+            env: self.list("box.env"),
+            ignore: self.list("box.ignore"),
+            image: self.text("box.image").map(str::to_owned),
+            carry: self.flag("git.carry"),
+            with_env: self.flag("git.withEnv"),
+            env_patterns: self.list("git.envPatterns"),
+            remote: self.text("git.remote").unwrap_or("origin").to_owned(),
+        }
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        matches!(self.value(name), Some(Value::Bool(true)))
+    }
+
+    fn text(&self, name: &str) -> Option<&str> {
+        match self.value(name) {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn list(&self, name: &str) -> Vec<String> {
+        match self.value(name) {
+            Some(Value::List(items)) => items.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The registry entry of `name`, or why there is none.
+pub fn lookup(name: &str) -> Result<&'static Key, ConfigError> {
+    if let Some(new) = keys::renamed(name) {
+        return Err(ConfigError::Renamed {
+            path: None,
+            old: name.to_owned(),
+            new,
+        });
+    }
+    keys::key(name).ok_or_else(|| ConfigError::UnknownKey {
+        key: name.to_owned(),
+        suggestion: keys::suggest(name),
+    })
+}
+
+/// Parse the values of `config set NAME VALUE...` (see [`keys::parse_args`]).
+pub fn parse_set_args(name: &str, args: &[String]) -> Result<Value, ConfigError> {
+    let key = lookup(name)?;
+    keys::parse_args(key, args).map_err(|reason| ConfigError::InvalidValue {
+        path: None,
+        key: name.to_owned(),
+        value: format!("{:?}", args.join(" ")),
+        reason,
+    })
+}
+
+/// Check the file of `layer` at `path` as loading would: its unknown keys, or its first
+/// error.
+pub fn check_file(path: &Path, layer: Layer) -> Result<Vec<ConfigWarning>, ConfigError> {
+    layers::read_layer(path, layer).map(|(_, w)| w)
+}
+
+/// The settings a new box takes from the configuration (flags already applied).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effective {
+    /// `box.network`.
+    pub network: Network,
+    /// `box.capture`.
+    pub capture: bool,
+    /// `box.keep`.
+    pub keep: u64,
+    /// `box.memory`, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// `box.pids`.
+    pub pids: Option<u64>,
+    /// `box.cpus`.
+    pub cpus: Option<f64>,
+    /// `box.env` (`KEY=VALUE` each).
+    pub env: Vec<String>,
+    /// `box.ignore`.
+    pub ignore: Vec<String>,
+    /// `box.image`.
+    pub image: Option<String>,
+    /// `git.carry`.
+    pub carry: bool,
+    /// `git.withEnv`.
+    pub with_env: bool,
+    /// `git.envPatterns`.
+    pub env_patterns: Vec<String>,
+    /// `git.remote`.
+    pub remote: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_effective() {
+        let e = Config::builtin().effective();
+        assert_eq!(e.network, Network::Host);
+        assert!(e.capture && e.carry && !e.with_env);
+        assert_eq!(e.keep, crate::record::DEFAULT_KEEP);
+        assert_eq!(e.env_patterns, agentbox_git::default_env_patterns());
+        assert_eq!(e.remote, "origin");
+        assert_eq!((e.memory_bytes, e.pids, e.cpus), (None, None, None));
+        assert!(e.image.is_none() && e.env.is_empty() && e.ignore.is_empty());
+    }
+
+    #[test]
+    fn layers_take_precedence_in_order() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(t.path().join("home"));
+        let root = t.path().join("proj");
+        let w = |layer, text: &str| {
+            let p = layer_path(&home, Some(&root), layer).expect("path");
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, text).expect("write");
+        };
+        w(
+            Layer::Global,
+            "box: {keep: 1, pids: 1, cpus: 1, memory: 1G}\n",
+        );
+        w(Layer::Project, "box: {keep: 2, pids: 2, cpus: 2}\n");
+        w(
+            Layer::Workspace,
+            "name: x\ndefaults:\n  box.keep: 3\n  box.pids: 3\n",
+        );
+        let mut c = Config::load(&home, Some(&root)).expect("load");
+        c.apply_flag_text("box.keep", "4").expect("flag");
+        let at = |name| {
+            let e = c.entry(name).expect("entry");
+            (e.value.clone(), e.origin.layer)
+        };
+        assert_eq!(at("box.keep"), (Some(Value::U64(4)), Layer::Flag));
+        assert_eq!(at("box.pids"), (Some(Value::U64(3)), Layer::Workspace));
+        assert_eq!(at("box.cpus"), (Some(Value::F64(2.0)), Layer::Project));
+        assert_eq!(at("box.memory").1, Layer::Global);
+        assert_eq!(
+            at("box.network"),
+            (Some(Value::Str("host".into())), Layer::Builtin)
+        );
+        assert_eq!(
+            c.entry("box.pids").expect("entry").origin.file,
+            layer_path(&home, Some(&root), Layer::Workspace)
+        );
+        let e = c.effective();
+        assert_eq!(
+            (e.keep, e.pids, e.cpus, e.memory_bytes),
+            (4, Some(3), Some(2.0), Some(1 << 30))
+        );
+        // Without the project, only the global layer counts.
+        let g = Config::load(&home, None).expect("load").effective();
+        assert_eq!((g.keep, g.pids), (1, Some(1)));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        let c = Config::builtin();
+        assert!(matches!(
+            c.entry("box.netwrk"),
+            Err(ConfigError::UnknownKey {
+                suggestion: Some("box.network"),
+                ..
+            })
+        ));
+        let e = c.entry("box.envPatterns").expect_err("renamed");
+        assert!(e.to_string().contains("git.envPatterns"));
+        assert!(parse_set_args("box.keep", &["abc".into()]).is_err());
+    }
+}
