@@ -8,6 +8,7 @@ pub mod project;
 pub mod proto;
 pub mod record;
 pub mod restore;
+pub mod seeding;
 pub mod supervisor;
 pub mod watch;
 

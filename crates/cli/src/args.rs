@@ -99,6 +99,12 @@ pub enum Command {
     /// Bring a box's branch (agentbox/BOX) into the host repository now: BOX. It also
     /// happens after every node.
     Sync(BoxArg),
+    /// Push a box's branches (agentbox/BOX, and agentbox/BOX--SUB of sub-repositories) from
+    /// the host repositories to their remotes, with the host's credentials: BOX.
+    Push(PushArgs),
+    /// Fetch on the host (with its credentials) and merge into the box's branches inside
+    /// the box: BOX.
+    Pull(PullArgs),
     #[command(name = "__box-init", hide = true)]
     BoxInit,
     #[command(name = "__supervise", hide = true)]
@@ -118,6 +124,39 @@ pub enum ImageCmd {
 #[derive(Debug, Args)]
 pub struct BoxArg {
     pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    pub name: String,
+    /// The remote of each host repository (default: the one its source branch tracks,
+    /// else `origin`).
+    #[arg(long, value_name = "REMOTE")]
+    pub remote: Option<String>,
+    /// Overwrite the remote branch even when the push is not a fast-forward.
+    #[arg(long)]
+    pub force: bool,
+    /// Only this repository: `.` for the project root, or a sub-repository's directory
+    /// name (repeatable; default: all).
+    #[arg(long = "repo", value_name = "SUB")]
+    pub repos: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    pub name: String,
+    /// The remote of each host repository (default: the one its source branch tracks,
+    /// else `origin`).
+    #[arg(long, value_name = "REMOTE")]
+    pub remote: Option<String>,
+    /// The remote's branch to merge (default: the upstream of the host branch each box
+    /// repository was made from).
+    #[arg(long, value_name = "BRANCH")]
+    pub branch: Option<String>,
+    /// Only this repository: `.` for the project root, or a sub-repository's directory
+    /// name (repeatable; default: all).
+    #[arg(long = "repo", value_name = "SUB")]
+    pub repos: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -228,6 +228,8 @@ pub fn run(mut cli: Cli) -> CliResult {
         Command::Start(a) => boxcmds::start(&ctx, &a.name),
         Command::Stop(a) => boxcmds::stop(&ctx, &a.name),
         Command::Sync(a) => boxcmds::sync(&ctx, &a.name),
+        Command::Push(a) => boxcmds::push(&ctx, a),
+        Command::Pull(a) => boxcmds::pull(&ctx, a),
         Command::Undo(a) => checkout(&ctx, &[a.name, "HEAD~1".to_owned()], false),
         Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
