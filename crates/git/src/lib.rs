@@ -482,8 +482,8 @@ pub fn push(repo: &HostRepo, remote: &str, branch: &str, force: bool) -> Result<
 }
 
 /// Fetch `branch` of `remote` into the host repository as `refs/agentbox/<name>/fetched`
-/// (the host's own refs and `FETCH_HEAD` stay as they are; the ref keeps the fetched
-/// commits alive until the box goes) and return its commit.
+/// (the host's own refs, remote-tracking ones included, and `FETCH_HEAD` stay as they are;
+/// the ref keeps the fetched commits alive until the box goes) and return its commit.
 pub fn fetch(repo: &HostRepo, name: &str, remote: &str, branch: &str) -> Result<String> {
     let into = format!("refs/agentbox/{name}/fetched");
     let fail = |message: String| GitError::Fetch {
@@ -499,6 +499,8 @@ pub fn fetch(repo: &HostRepo, name: &str, remote: &str, branch: &str) -> Result<
             "--quiet",
             "--no-tags",
             "--no-write-fetch-head",
+            // No opportunistic update of the remote-tracking branch either.
+            "--refmap=",
             remote,
             &format!("+refs/heads/{branch}:{into}"),
         ],
