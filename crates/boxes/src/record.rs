@@ -278,6 +278,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_record_with_one_repository_reads_as_a_list() {
+        let old = serde_json::json!({
+            "name": "b", "created": "2024-01-01T00:00:00Z", "source": "/p",
+            "network": "host", "capture": true,
+            "git": {"repo": "/p", "objects": "/p/.git/objects", "branch": "agentbox/b", "base": "abc"}
+        });
+        let rec: BoxRecord = serde_json::from_value(old).expect("an older record reads");
+        assert_eq!(rec.repos.len(), 1);
+        assert_eq!(rec.repos[0].sub, None);
+        assert_eq!(rec.repos[0].box_objects, PathBuf::from(GIT_OBJECTS));
+        let written = serde_json::to_value(&rec).expect("serialises");
+        assert!(written.get("git").is_none() && written["repos"].is_array());
+        let again: BoxRecord = serde_json::from_value(written).expect("reads back");
+        assert_eq!(again, rec);
+        assert_eq!(
+            box_objects(Some("api")),
+            PathBuf::from("/run/agentbox/git/sub/api/objects")
+        );
+    }
+
+    #[test]
     fn copied_up_parents_do_not_count() {
         let p = IgnoreSet::new(&IgnoreSet::default_patterns());
         let changed = vec![

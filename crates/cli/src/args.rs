@@ -96,8 +96,8 @@ pub enum Command {
     Stop(BoxArg),
     /// Move a box back to HEAD's parent (processes are killed): BOX.
     Undo(BoxArg),
-    /// Bring a box's branch (agentbox/BOX) into the host repository now: BOX. It also
-    /// happens after every node.
+    /// Bring a box's branches (agentbox/BOX, agentbox/BOX--SUB) into the host repositories
+    /// now: BOX. It also happens after every node.
     Sync(BoxArg),
     /// Push a box's branches (agentbox/BOX, and agentbox/BOX--SUB of sub-repositories) from
     /// the host repositories to their remotes, with the host's credentials: BOX.

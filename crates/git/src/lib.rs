@@ -6,8 +6,10 @@
 //! nothing is copied; the host keeps its base commit alive with a ref
 //! `refs/agentbox/<box>/base` (its GC can never drop what the box builds on). The only
 //! things written to the host repository are refs under `refs/heads/agentbox/` and
-//! `refs/agentbox/`, and the objects `git stash create` adds. Everything shells out to the
-//! `git` command, as the user's own git would run it.
+//! `refs/agentbox/<box>/` (`base`, and `fetched`: the last commit [`fetch`]ed for the box),
+//! and the objects `git stash create`, syncs and fetches add. Everything shells out to the
+//! `git` command, as the user's own git would run it — pushes and fetches with the user's
+//! own configuration and credentials, on the host (never inside a box).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
