@@ -268,6 +268,53 @@ pub fn exec(
     }
 }
 
+/// Run `argv` in the box with no input and its output (stdout and stderr together)
+/// collected: for commands agentbox runs in a box on the user's behalf, in the C locale so
+/// their messages can be read. With `capture`, a change it makes becomes a node as for
+/// `exec`.
+pub fn exec_collect(
+    client: &Client,
+    argv: Vec<String>,
+    cwd: Option<String>,
+    capture: bool,
+) -> Result<(ExecOutcome, String)> {
+    let null = fs_err::File::open("/dev/null")?;
+    let mut out = tempfile::tempfile()?;
+    let req = Request::Exec {
+        argv,
+        env: caller_env(&["LC_ALL=C".to_owned()]),
+        cwd,
+        tty: None,
+        kind: ProcKind::Exec,
+        capture,
+    };
+    client.send(&req, &[null.as_fd(), out.as_fd(), out.as_fd()])?;
+    loop {
+        if let (
+            Reply::Exited {
+                status,
+                node,
+                killed_by_checkout,
+            },
+            _,
+        ) = client.recv()?
+        {
+            let mut text = String::new();
+            use std::io::Seek;
+            out.rewind()?;
+            out.read_to_string(&mut text)?;
+            return Ok((
+                ExecOutcome {
+                    status,
+                    node,
+                    killed_by_checkout,
+                },
+                text,
+            ));
+        }
+    }
+}
+
 /// The signals forwarded to a foreground command: SIGTERM, SIGHUP, SIGUSR1/2, and without
 /// a PTY also SIGINT and SIGQUIT (with one, Ctrl-C travels as a byte through the terminal).
 fn catch_signals(tty: bool) -> Result<signal_hook::iterator::Signals> {

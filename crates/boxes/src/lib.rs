@@ -11,6 +11,7 @@ pub mod prune;
 pub mod record;
 pub mod registry;
 pub mod restore;
+pub mod seeding;
 pub mod supervisor;
 pub mod watch;
 

@@ -59,7 +59,7 @@ pub enum Request {
     },
     Stop,
     Ping,
-    /// Bring the box's branch into the host repository now. Reply: `Synced`.
+    /// Bring the box's branches into their host repositories now. Reply: `Synced`.
     Sync,
     /// From inside the box only: run `agentbox ARGS` on the box's behalf, restricted to the
     /// box's own history commands. Carries the caller's stdin, stdout and stderr; replies
@@ -67,6 +67,18 @@ pub enum Request {
     Cli {
         args: Vec<String>,
     },
+}
+
+/// One repository's branch after a sync.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncedRepo {
+    /// The sub-directory of the repository (`None`: the project root).
+    pub sub: Option<String>,
+    /// The host repository's working tree.
+    pub repo: std::path::PathBuf,
+    pub branch: String,
+    /// The branch's tip (`None`: the box has no such branch any more).
+    pub tip: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,11 +116,10 @@ pub enum Reply {
         killed: usize,
     },
     Ok,
-    /// The box's branch and its tip as the host repository now has it (`None`: the box is
-    /// not from a repository, or its branch is gone).
+    /// Each of the box's branches and its tip as its host repository now has it (empty:
+    /// the box is not from a repository).
     Synced {
-        branch: Option<String>,
-        tip: Option<String>,
+        repos: Vec<SyncedRepo>,
     },
     Error {
         message: String,

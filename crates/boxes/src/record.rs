@@ -70,9 +70,17 @@ pub struct BoxRecord {
     /// The directory the box's workspace was copied from, if any (hidden inside the box).
     pub source: Option<PathBuf>,
     pub network: Network,
-    /// The host repository the box's workspace was seeded from (see `agentbox_git`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub git: Option<GitRecord>,
+    /// The host repositories the box's workspace was seeded from (see `agentbox_git` and
+    /// [`crate::seeding`]): the project root's first when it is one, then first-level
+    /// sub-repositories by name. Written as `"repos": [GitRecord, …]`; a record of an older
+    /// version holding one `"git": GitRecord` reads as a list of one.
+    #[serde(
+        default,
+        alias = "git",
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub repos: Vec<GitRecord>,
     /// Made by a normal user: runs in a user namespace (see `BoxSpec::rootless`).
     #[serde(default)]
     pub rootless: bool,
@@ -99,21 +107,85 @@ pub struct BoxRecord {
 /// Default number of recent nodes retention keeps after automatic nodes.
 pub const DEFAULT_KEEP: u64 = 100;
 
-/// Where a box's repository comes from.
+/// One repository of a box: where it comes from on the host, and where the box has it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GitRecord {
+    /// The first-level sub-directory this repository is (`/workspace/<sub>` in the box);
+    /// `None` for the project root (`/workspace`).
+    #[serde(default)]
+    pub sub: Option<String>,
     /// The host repository's working tree.
     pub repo: PathBuf,
-    /// The host's object directory, shared read-only with the box at [`GIT_OBJECTS`].
+    /// The host's object directory (the common one, for a linked worktree), shared
+    /// read-only with the box at [`GitRecord::box_objects`].
     pub objects: PathBuf,
+    /// Where the box sees `objects` (its repository's `objects/info/alternates` names it).
+    #[serde(default = "root_objects")]
+    pub box_objects: PathBuf,
     /// The box's branch (also a branch of the host repository).
     pub branch: String,
     /// The commit the box started from (pinned in the host as `refs/agentbox/<box>/base`).
     pub base: String,
+    /// The host's branch the box was made from (`None`: a detached HEAD); `agentbox pull`
+    /// merges its upstream by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_branch: Option<String>,
 }
 
-/// Where a box sees its host repository's objects (read-only).
+impl GitRecord {
+    /// The repository's working tree inside the box.
+    pub fn workspace(&self) -> PathBuf {
+        match &self.sub {
+            None => PathBuf::from(WORKSPACE),
+            Some(s) => Path::new(WORKSPACE).join(s),
+        }
+    }
+
+    /// How the repository is named to the user: `.` for the project root, else its
+    /// sub-directory.
+    pub fn label(&self) -> &str {
+        self.sub.as_deref().unwrap_or(".")
+    }
+
+    pub fn host(&self) -> agentbox_git::HostRepo {
+        agentbox_git::HostRepo {
+            root: self.repo.clone(),
+            objects: self.objects.clone(),
+        }
+    }
+}
+
+/// Where a box sees the project root repository's objects (read-only).
 pub const GIT_OBJECTS: &str = "/run/agentbox/git/objects";
+
+/// Where a box sees the objects of a repository: [`GIT_OBJECTS`] for the project root,
+/// `/run/agentbox/git/sub/<sub>/objects` for the sub-repository `<sub>`.
+pub fn box_objects(sub: Option<&str>) -> PathBuf {
+    match sub {
+        None => PathBuf::from(GIT_OBJECTS),
+        Some(s) => Path::new("/run/agentbox/git/sub").join(s).join("objects"),
+    }
+}
+
+fn root_objects() -> PathBuf {
+    PathBuf::from(GIT_OBJECTS)
+}
+
+/// `repos` as written now (a list), or as an older version wrote it (one record).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<GitRecord>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        Many(Vec<GitRecord>),
+        One(Option<GitRecord>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::Many(v) => v,
+        OneOrMany::One(o) => o.into_iter().collect(),
+    })
+}
 
 /// Paths of one box's directory.
 #[derive(Debug, Clone)]
@@ -234,6 +306,27 @@ pub fn counted_changes(ignore: &IgnoreSet, changed: &[(PathBuf, bool)]) -> Vec<P
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_with_one_repository_reads_as_a_list() {
+        let old = serde_json::json!({
+            "name": "b", "created": "2024-01-01T00:00:00Z", "source": "/p",
+            "network": "host", "capture": true,
+            "git": {"repo": "/p", "objects": "/p/.git/objects", "branch": "agentbox/b", "base": "abc"}
+        });
+        let rec: BoxRecord = serde_json::from_value(old).expect("an older record reads");
+        assert_eq!(rec.repos.len(), 1);
+        assert_eq!(rec.repos[0].sub, None);
+        assert_eq!(rec.repos[0].box_objects, PathBuf::from(GIT_OBJECTS));
+        let written = serde_json::to_value(&rec).expect("serialises");
+        assert!(written.get("git").is_none() && written["repos"].is_array());
+        let again: BoxRecord = serde_json::from_value(written).expect("reads back");
+        assert_eq!(again, rec);
+        assert_eq!(
+            box_objects(Some("api")),
+            PathBuf::from("/run/agentbox/git/sub/api/objects")
+        );
+    }
 
     #[test]
     fn copied_up_parents_do_not_count() {

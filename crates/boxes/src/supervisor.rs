@@ -23,7 +23,7 @@ use agentbox_sandbox::proto::{Bind, BoxSpec, FromInit, ToInit};
 use agentbox_store::{CommitOpts, Store};
 use chrono::Utc;
 
-use crate::proto::{ProcInfo, ProcKind, Reply, Request};
+use crate::proto::{ProcInfo, ProcKind, Reply, Request, SyncedRepo};
 use crate::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
 use crate::{BoxError, Result};
 
@@ -236,6 +236,13 @@ fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
     if let Some(src) = &shared.rec.source {
         hide.push(src.clone());
     }
+    for repo in &shared.rec.repos {
+        // The host repository's git directory — for a linked worktree or a submodule it is
+        // outside the source — with its config (credentials), hooks and refs. The box
+        // reaches its objects only through the read-only bind below.
+        hide.push(repo.host().git_dir().to_owned());
+        hide.push(repo.repo.clone());
+    }
     hide
 }
 
@@ -267,11 +274,12 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
             readonly: true,
         },
     ];
-    if let Some(git) = &shared.rec.git {
-        // The repository's objects, shared read-only: the box's own repository borrows them.
+    for git in &shared.rec.repos {
+        // Each repository's objects, shared read-only: the box's own repository borrows
+        // them.
         binds.push(Bind {
             src: git.objects.clone(),
-            dst: PathBuf::from(record::GIT_OBJECTS),
+            dst: git.box_objects.clone(),
             readonly: true,
         });
     }
@@ -546,16 +554,7 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
         }
         Request::Sync => {
             let _ops = lock(&shared.ops);
-            sync_git(&shared).map(|tip| {
-                reply(
-                    &conn,
-                    &Reply::Synced {
-                        branch: shared.rec.git.as_ref().map(|g| g.branch.clone()),
-                        tip,
-                    },
-                    &[],
-                )
-            })
+            sync_git(&shared).map(|repos| reply(&conn, &Reply::Synced { repos }, &[]))
         }
         Request::Signal { .. } => Err(BoxError::Supervisor(
             "a signal can only follow an exec on the same connection".into(),
@@ -980,53 +979,88 @@ fn restore_in_place(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Re
     Ok(())
 }
 
-/// The box's repository as the host sees it: a read-only view of the box's layer, mounted
-/// while the returned guard lives (git must run in a directory of the host's own mount
-/// namespace). `None` when the box is not from a repository or no view can be mounted.
-fn box_repo(
+/// The box's repositories as the host sees them: a read-only view of the box's layer,
+/// mounted while the returned guard lives (git must run in a directory of the host's own
+/// mount namespace), and each repository's path in it. `None` when the box is not from a
+/// repository or no view can be mounted.
+fn box_repos(
     shared: &Shared,
 ) -> Option<(
-    PathBuf,
-    &record::GitRecord,
+    Vec<(PathBuf, &record::GitRecord)>,
     agentbox_store::backend::WorkingView,
 )> {
-    let git = shared.rec.git.as_ref()?;
+    if shared.rec.repos.is_empty() {
+        return None;
+    }
     let view = match shared.store.working_view(&shared.name) {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("cannot look at the box's repository: {e}");
+            eprintln!("cannot look at the box's repositories: {e}");
             return None;
         }
     };
-    let repo = view.path.join(WORKSPACE.trim_start_matches('/'));
-    Some((repo, git, view))
+    let repos = shared
+        .rec
+        .repos
+        .iter()
+        .map(|g| {
+            let inside = g.workspace();
+            (
+                view.path.join(inside.strip_prefix("/").unwrap_or(&inside)),
+                g,
+            )
+        })
+        .collect();
+    Some((repos, view))
 }
 
-/// A node's record of the box's branch: `{"git": {"branch": …, "tip": …}}`.
+/// A node's record of the box's branches, one entry per repository (the project root's
+/// `sub` is `null`), for those whose branch exists:
+/// `{"git": [{"sub": null, "branch": "agentbox/b", "tip": "<sha>"}, {"sub": "api", …}]}`.
 fn git_metadata(shared: &Shared) -> BTreeMap<String, serde_json::Value> {
     let mut meta = BTreeMap::new();
-    if let Some((repo, git, _view)) = box_repo(shared) {
-        if let Ok(Some(tip)) = agentbox_git::box_tip(&repo, &git.branch, &git.objects) {
-            meta.insert(
-                "git".to_owned(),
-                serde_json::json!({ "branch": git.branch, "tip": tip }),
-            );
+    if let Some((repos, _view)) = box_repos(shared) {
+        let tips: Vec<serde_json::Value> = repos
+            .iter()
+            .filter_map(|(repo, git)| {
+                let tip = agentbox_git::box_tip(repo, &git.branch, &git.objects).ok()??;
+                Some(serde_json::json!({ "sub": git.sub, "branch": git.branch, "tip": tip }))
+            })
+            .collect();
+        if !tips.is_empty() {
+            meta.insert("git".to_owned(), serde_json::Value::Array(tips));
         }
     }
     meta
 }
 
-/// Bring the box's branch into the host repository; returns its tip there.
-fn sync_git(shared: &Shared) -> Result<Option<String>> {
-    let Some((repo, git, _view)) = box_repo(shared) else {
-        return Ok(None);
+/// Bring every box branch into its host repository; returns each branch's tip there. Every
+/// repository is attempted; the first failure is returned.
+fn sync_git(shared: &Shared) -> Result<Vec<SyncedRepo>> {
+    let Some((repos, _view)) = box_repos(shared) else {
+        return Ok(Vec::new());
     };
-    let host = agentbox_git::HostRepo {
-        root: git.repo.clone(),
-        objects: git.objects.clone(),
-    };
-    agentbox_git::sync_branch(&host, &repo, &git.branch)?;
-    Ok(agentbox_git::box_tip(&repo, &git.branch, &git.objects)?)
+    let mut out = Vec::new();
+    let mut failed = None;
+    for (repo, git) in &repos {
+        match agentbox_git::sync_branch(&git.host(), repo, &git.branch)
+            .and_then(|()| agentbox_git::box_tip(repo, &git.branch, &git.objects))
+        {
+            Ok(tip) => out.push(SyncedRepo {
+                sub: git.sub.clone(),
+                repo: git.repo.clone(),
+                branch: git.branch.clone(),
+                tip,
+            }),
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(out),
+    }
 }
 
 /// After a node: the host's copy of the box's branch follows (failures are logged; the

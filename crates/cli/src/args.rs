@@ -102,12 +102,18 @@ pub enum Command {
     Stop(BoxArg),
     /// Move a box back to HEAD's parent (processes are killed): BOX.
     Undo(BoxArg),
-    /// Bring a box's branch (agentbox/BOX) into the host repository now: BOX. It also
-    /// happens after every node.
+    /// Bring a box's branches (agentbox/BOX, agentbox/BOX--SUB) into the host repositories
+    /// now: BOX. It also happens after every node.
     Sync(BoxArg),
     /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Push a box's branches (agentbox/BOX, and agentbox/BOX--SUB of sub-repositories) from
+    /// the host repositories to their remotes, with the host's credentials: BOX.
+    Push(PushArgs),
+    /// Fetch on the host (with its credentials) and merge into the box's branches inside
+    /// the box: BOX.
+    Pull(PullArgs),
     #[command(name = "__box-init", hide = true)]
     BoxInit,
     #[command(name = "__supervise", hide = true)]
@@ -234,6 +240,43 @@ pub struct PruneArgs {
     /// may own it).
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub min_age: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
+    /// The remote of each host repository (default: the one its source branch tracks,
+    /// else `origin`).
+    #[arg(long, value_name = "REMOTE")]
+    pub remote: Option<String>,
+    /// Overwrite the remote branch even when the push is not a fast-forward.
+    #[arg(long)]
+    pub force: bool,
+    /// Only this repository: `.` for the project root, or a sub-repository's directory
+    /// name (repeatable; default: all).
+    #[arg(long = "repo", value_name = "SUB")]
+    pub repos: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
+    /// The remote of each host repository (default: the one its source branch tracks,
+    /// else `origin`).
+    #[arg(long, value_name = "REMOTE")]
+    pub remote: Option<String>,
+    /// The remote's branch to merge (default: the upstream of the host branch each box
+    /// repository was made from).
+    #[arg(long, value_name = "BRANCH")]
+    pub branch: Option<String>,
+    /// Only this repository: `.` for the project root, or a sub-repository's directory
+    /// name (repeatable; default: all).
+    #[arg(long = "repo", value_name = "SUB")]
+    pub repos: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -2,6 +2,7 @@
 
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::Duration;
 
 use agentbox_boxes::client::{self, Client};
@@ -13,7 +14,8 @@ use chrono::Utc;
 use serde::Serialize;
 
 use crate::args::{
-    CreateArgs, ExecArgs, ImageCmd, KillArgs, LogsArgs, RunArgs, ShellArgs, SpawnArgs,
+    CreateArgs, ExecArgs, ImageCmd, KillArgs, LogsArgs, PullArgs, PushArgs, RunArgs, ShellArgs,
+    SpawnArgs,
 };
 use crate::commands::Ctx;
 use crate::errors::CliError;
@@ -140,71 +142,32 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     }
     fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
     let ws = staged.join("workspace");
-    let host_repo = match (&source, a.no_git) {
-        (Some(src), false) => agentbox_git::detect(src).map_err(git_error)?,
-        _ => None,
-    };
-    let mut git_rec = None;
+    let mut git_rec = Vec::new();
     let copied = ctx.busy("copying the workspace", || -> CliResult {
         if rootless {
             // Mount points for the host's directories, bound read-only into the box.
             agentbox_sandbox::init::host_skeleton(&staged)?;
         }
-        match (&source, &host_repo) {
-            (Some(_), Some(repo)) => {
-                let branch = agentbox_git::pick_branch(repo, &name).map_err(git_error)?;
-                let opts = agentbox_git::SeedOpts {
-                    from_ref: a.from_branch.clone(),
-                    no_carry: !o.carry,
-                    with_env: o.with_env.clone(),
-                };
-                let seeded = agentbox_git::seed(
-                    repo,
+        match &source {
+            Some(src) => {
+                git_rec = agentbox_boxes::seeding::seed_workspace(
+                    src,
                     &name,
-                    &branch,
                     &ws,
-                    std::path::Path::new(record::GIT_OBJECTS),
-                    &opts,
+                    &seed_opts(&a, &o),
+                    !a.no_git,
                 )
                 .map_err(git_error)?;
-                git_rec = Some((
-                    record::GitRecord {
-                        repo: repo.root.clone(),
-                        objects: repo.objects.clone(),
-                        branch: seeded.branch.clone(),
-                        base: seeded.base.clone(),
-                    },
-                    seeded,
-                ));
             }
-            (Some(src), None) => {
-                agentbox_store::fsops::copy::copy_dir(src, &ws, &Default::default())?;
-            }
-            (None, _) => fs_err::create_dir(&ws)?,
+            None => fs_err::create_dir(&ws)?,
         }
         Ok(())
     });
     if let Err(e) = copied {
         let _ = fs_err::remove_dir_all(&staged);
-        if let Some(repo) = &host_repo {
-            // The pin goes; a branch made for this box stays only if seeding got that far
-            // and is harmless (it points at an existing commit).
-            let _ = agentbox_git::unpin(&repo.root, &name);
-        }
         return Err(e);
     }
-    if let Some((_, seeded)) = &git_rec {
-        ctx.note(format!(
-            "box repository on branch {} at {}{}",
-            seeded.branch,
-            &seeded.base[..12.min(seeded.base.len())],
-            match (seeded.untracked, seeded.kept_index) {
-                (0, true) => String::new(),
-                (n, true) => format!(", with uncommitted work and {n} untracked file(s)"),
-                (n, false) => format!(", with uncommitted work (not staged: it did not apply with the index) and {n} untracked file(s)"),
-            }
-        ));
-    }
+    note_seeded(ctx, &git_rec);
     let message = match &source {
         Some(s) => format!("box created from {}", s.display()),
         None => "box created".to_owned(),
@@ -221,7 +184,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         created: Utc::now(),
         source,
         network,
-        git: git_rec.map(|(g, _)| g),
+        repos: git_rec.into_iter().map(|r| r.record).collect(),
         rootless,
         image: o.image,
         capture: o.capture,
@@ -252,6 +215,37 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
             )
         },
     )
+}
+
+/// What `create` makes of its git options, for every repository of the project.
+fn seed_opts(a: &CreateArgs, o: &crate::configcmd::CreateOptions) -> agentbox_git::SeedOpts {
+    agentbox_git::SeedOpts {
+        from_ref: a.from_branch.clone(),
+        no_carry: !o.carry,
+        with_env: o.with_env.clone(),
+        exclude: Vec::new(),
+    }
+}
+
+/// One line per box repository: its branch, base and what was carried over.
+fn note_seeded(ctx: &Ctx, repos: &[agentbox_boxes::seeding::SeededRepo]) {
+    for r in repos {
+        let seeded = &r.seeded;
+        let at = match &r.record.sub {
+            None => String::new(),
+            Some(s) => format!(" ({s}/)"),
+        };
+        ctx.note(format!(
+            "box repository{at} on branch {} at {}{}",
+            seeded.branch,
+            &seeded.base[..12.min(seeded.base.len())],
+            match (seeded.untracked, seeded.kept_index) {
+                (0, true) => String::new(),
+                (n, true) => format!(", with uncommitted work and {n} untracked file(s)"),
+                (n, false) => format!(", with uncommitted work (not staged: it did not apply with the index) and {n} untracked file(s)"),
+            }
+        ));
+    }
 }
 
 #[derive(Serialize)]
@@ -598,32 +592,274 @@ pub fn start(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     })
 }
 
+/// The box's repositories; an error when it was not made from any.
+fn box_repos(rec: &BoxRecord, what: &str) -> CliResult<()> {
+    if rec.repos.is_empty() {
+        return Err(CliError::new(
+            4,
+            format!("box {:?} was not made from a git repository", rec.name),
+            Some(format!(
+                "only boxes created --from a repository (or a directory of repositories) have branches to {what}"
+            )),
+        ));
+    }
+    Ok(())
+}
+
+/// The box's repositories `only` names (`.` for the root; all when empty).
+fn chosen<'r>(rec: &'r BoxRecord, only: &[String]) -> CliResult<Vec<&'r record::GitRecord>> {
+    if let Some(unknown) = only
+        .iter()
+        .find(|o| !rec.repos.iter().any(|g| g.label() == o.as_str()))
+    {
+        return Err(CliError::usage(
+            format!("box {:?} has no repository {unknown:?}", rec.name),
+            format!(
+                "its repositories: {}",
+                rec.repos
+                    .iter()
+                    .map(|g| g.label())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        ));
+    }
+    Ok(rec
+        .repos
+        .iter()
+        .filter(|g| only.is_empty() || only.iter().any(|o| o == g.label()))
+        .collect())
+}
+
+/// Bring every box branch into its host repository now (through the supervisor, which
+/// serialises it with nodes).
+fn sync_now(ctx: &Ctx, name: &str) -> CliResult<Vec<agentbox_boxes::proto::SyncedRepo>> {
+    let reply = connect(ctx, name)?.request(&Request::Sync)?;
+    let Reply::Synced { repos } = reply else {
+        return Err(unexpected(&reply));
+    };
+    Ok(repos)
+}
+
+fn short_tip(tip: Option<&str>) -> String {
+    match tip {
+        Some(t) => t[..12.min(t.len())].to_owned(),
+        None => "-".to_owned(),
+    }
+}
+
+/// `sync --json`: `{"box": NAME, "repos": [{"sub": null|SUB, "repo": PATH, "branch": B,
+/// "tip": SHA|null}, …]}`.
 pub fn sync(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     let rec = ctx.resolve_box(reference)?;
     let name = &rec.name;
-    let Some(git) = &rec.git else {
+    box_repos(&rec, "sync")?;
+    let repos = sync_now(ctx, name)?;
+    ctx.out(&serde_json::json!({"box": name, "repos": repos}), || {
+        let mut s = String::new();
+        for r in &repos {
+            match &r.tip {
+                Some(t) => s.push_str(&format!(
+                    "{} in {} is at {}\n",
+                    r.branch,
+                    r.repo.display(),
+                    short_tip(Some(t))
+                )),
+                None => s.push_str(&format!(
+                    "box {name:?} has no branch {} to sync into {}\n",
+                    r.branch,
+                    r.repo.display()
+                )),
+            }
+        }
+        s
+    })
+}
+
+/// One repository's part of `push` or `pull`.
+#[derive(Serialize)]
+struct RemoteResult {
+    /// `None`: the project root.
+    sub: Option<String>,
+    repo: std::path::PathBuf,
+    remote: String,
+    /// The box's branch (push), or the remote's branch merged (pull).
+    branch: String,
+    /// What was pushed, or what was merged (`None`: nothing, see `outcome`).
+    commit: Option<String>,
+    /// `pushed`, `no-branch` (push); `merged`, `up-to-date`, `conflict`, `failed` (pull).
+    outcome: &'static str,
+    /// The node the merge made, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<String>,
+}
+
+fn remote_table(results: &[RemoteResult]) -> String {
+    let mut s = format!(
+        "{:<12} {:<28} {:<10} {:<13} RESULT\n",
+        "REPO", "BRANCH", "REMOTE", "COMMIT"
+    );
+    for r in results {
+        s.push_str(&format!(
+            "{:<12} {:<28} {:<10} {:<13} {}\n",
+            r.sub.as_deref().unwrap_or("."),
+            r.branch,
+            r.remote,
+            short_tip(r.commit.as_deref()),
+            r.outcome
+        ));
+    }
+    s
+}
+
+/// `push --json`: a list of `{"sub", "repo", "remote", "branch", "commit", "outcome"}`, one
+/// per repository. Runs on the host only, as the user, with the user's git configuration
+/// and credentials: the box is never involved beyond the sync of its branches.
+pub fn push(ctx: &Ctx, a: PushArgs) -> CliResult {
+    let rec = ctx.resolve_box(a.name.as_deref())?;
+    box_repos(&rec, "push")?;
+    let repos = chosen(&rec, &a.repos)?;
+    // Every remote is checked before anything is pushed.
+    let remotes = repos
+        .iter()
+        .map(|g| {
+            agentbox_git::remote_for(&g.host(), a.remote.as_deref(), g.source_branch.as_deref())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let synced = sync_now(ctx, &rec.name)?;
+    let mut results = Vec::new();
+    for (g, remote) in repos.into_iter().zip(remotes) {
+        let tip = synced
+            .iter()
+            .find(|s| s.sub == g.sub)
+            .and_then(|s| s.tip.clone());
+        if tip.is_some() {
+            ctx.busy(&format!("pushing {} to {remote}", g.branch), || {
+                agentbox_git::push(&g.host(), &remote, &g.branch, a.force)
+            })?;
+        }
+        results.push(RemoteResult {
+            sub: g.sub.clone(),
+            repo: g.repo.clone(),
+            remote,
+            branch: g.branch.clone(),
+            outcome: if tip.is_some() { "pushed" } else { "no-branch" },
+            commit: tip,
+            node: None,
+        });
+    }
+    ctx.out(&results, || remote_table(&results))
+}
+
+/// `pull --json`: a list like `push`'s. For each repository: fetch on the host (the user's
+/// credentials) into `refs/agentbox/<box>/fetched`, then `git merge` of that commit inside
+/// the box, where it is reachable through the read-only object store. A merge that
+/// conflicts leaves the box repository in its conflicted state; the exit code is then 4.
+pub fn pull(ctx: &Ctx, a: PullArgs) -> CliResult {
+    let rec = ctx.resolve_box(a.name.as_deref())?;
+    box_repos(&rec, "pull")?;
+    let mut plan = Vec::new();
+    for g in chosen(&rec, &a.repos)? {
+        let host = g.host();
+        let remote =
+            agentbox_git::remote_for(&host, a.remote.as_deref(), g.source_branch.as_deref())?;
+        let branch = match (&a.branch, &g.source_branch) {
+            (Some(b), _) => b.clone(),
+            (None, Some(src)) => agentbox_git::upstream_branch(&host, src),
+            (None, None) => {
+                return Err(CliError::usage(
+                    format!(
+                        "box {:?}: {} was on no branch when the box was made",
+                        rec.name,
+                        g.repo.display()
+                    ),
+                    "name the remote's branch to merge with --branch",
+                ))
+            }
+        };
+        plan.push((g, remote, branch));
+    }
+    let client = connect(ctx, &rec.name)?;
+    let mut results = Vec::new();
+    for (g, remote, branch) in plan {
+        let sha = ctx.busy(&format!("fetching {branch} from {remote}"), || {
+            agentbox_git::fetch(&g.host(), &rec.name, &remote, &branch)
+        })?;
+        let argv = vec![
+            "git".to_owned(),
+            "merge".to_owned(),
+            "--no-edit".to_owned(),
+            "-m".to_owned(),
+            format!("Merge {remote}/{branch}"),
+            sha.clone(),
+        ];
+        let (outcome, output) = client::exec_collect(
+            &client,
+            argv,
+            Some(g.workspace().to_string_lossy().into_owned()),
+            true,
+        )?;
+        let result = match outcome.status {
+            0 if output.contains("Already up to date") => "up-to-date",
+            0 => "merged",
+            _ if output.contains("CONFLICT") => "conflict",
+            _ => "failed",
+        };
+        if outcome.status != 0 {
+            ctx.note(format!(
+                "{}: {}",
+                g.workspace().display(),
+                output.trim_end()
+            ));
+        }
+        results.push(RemoteResult {
+            sub: g.sub.clone(),
+            repo: g.repo.clone(),
+            remote,
+            branch,
+            commit: Some(sha),
+            outcome: result,
+            node: outcome.node,
+        });
+    }
+    ctx.out(&results, || remote_table(&results))?;
+    let inside = |r: &RemoteResult| {
+        Path::new(record::WORKSPACE)
+            .join(r.sub.as_deref().unwrap_or(""))
+            .display()
+            .to_string()
+    };
+    if let Some(r) = results.iter().find(|r| r.outcome == "conflict") {
         return Err(CliError::new(
             4,
-            format!("box {name:?} was not made from a git repository"),
-            Some("only boxes created --from a repository have a branch to sync".into()),
-        ));
-    };
-    let reply = connect(ctx, name)?.request(&Request::Sync)?;
-    let Reply::Synced { branch, tip } = reply else {
-        return Err(unexpected(&reply));
-    };
-    ctx.out(
-        &serde_json::json!({"box": name, "branch": branch, "tip": tip, "repository": git.repo}),
-        || match &tip {
-            Some(t) => format!(
-                "{} in {} is at {}\n",
-                git.branch,
-                git.repo.display(),
-                &t[..12.min(t.len())]
+            format!(
+                "box {:?}: merging {}/{} into {} conflicts; the box repository is left mid-merge",
+                rec.name,
+                r.remote,
+                r.branch,
+                inside(r)
             ),
-            None => format!("box {name:?} has no branch {} to sync\n", git.branch),
-        },
-    )
+            Some(format!(
+                "resolve the conflicts inside the box (agentbox shell {} -w {}), then `git commit`; or `git merge --abort` there",
+                rec.name,
+                inside(r)
+            )),
+        ));
+    }
+    if let Some(r) = results.iter().find(|r| r.outcome == "failed") {
+        return Err(CliError::new(
+            1,
+            format!(
+                "box {:?}: merging {}/{} into {} failed (see above)",
+                rec.name,
+                r.remote,
+                r.branch,
+                inside(r)
+            ),
+            Some("commit or stash the box's changes there first".to_owned()),
+        ));
+    }
+    Ok(())
 }
 
 pub fn stop(ctx: &Ctx, reference: Option<&str>) -> CliResult {
@@ -696,12 +932,13 @@ pub fn commit_running(ctx: &Ctx, name: &str, opts: &CommitOpts) -> CliResult<Opt
     }
 }
 
+/// A git error of `create`: where nothing better is known, the way around git.
 fn git_error(e: agentbox_git::GitError) -> CliError {
-    let hint = match &e {
-        agentbox_git::GitError::NoCommits { .. } => None,
-        _ => Some("`agentbox create --no-git` copies the directory as it is".to_owned()),
-    };
-    CliError::new(1, e.to_string(), hint)
+    let mut err = CliError::from(e);
+    if err.hint.is_none() {
+        err.hint = Some("`agentbox create --no-git` copies the directory as it is".to_owned());
+    }
+    err
 }
 
 /// Remove a box: stop it, then its environment and its directory; with `delete_branch`,
@@ -718,11 +955,15 @@ pub fn destroy_box(
         wait_stopped(ctx, name);
     }
     agentbox_boxes::supervisor::remove_cgroup(&ctx.home, name);
-    if let Some(git) = record::read(&ctx.home, name).ok().and_then(|r| r.git) {
-        // The base pin goes with the box; its branch stays (it is the user's work).
+    for git in record::read(&ctx.home, name)
+        .map(|r| r.repos)
+        .unwrap_or_default()
+    {
+        // The base pins go with the box; its branches stay (they are the user's work).
         if let Err(e) = agentbox_git::unpin(&git.repo, name) {
             ctx.note(format!(
-                "agentbox: could not remove refs/agentbox/{name}/base: {e}"
+                "agentbox: could not remove refs/agentbox/{name}/ from {}: {e}",
+                git.repo.display()
             ));
         }
         if delete_branch {
@@ -867,7 +1108,13 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
         limits.push(format!("{c} CPUs"));
     }
     let mut branches = Vec::new();
-    if let Some(git) = &rec.git {
+    // One read-only view of the box's tree serves every repository's `git status`.
+    let view = if rec.repos.is_empty() || rec.rootless {
+        None
+    } else {
+        store.working_view(name).ok()
+    };
+    for git in &rec.repos {
         let tip = agentbox_git::box_tip(&git.repo, &git.branch, &git.objects)
             .ok()
             .flatten();
@@ -878,13 +1125,11 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
                 .unwrap_or((None, None)),
             _ => (None, None),
         };
-        let dirty = if rec.rootless {
-            None
-        } else {
-            store.working_view(name).ok().and_then(|view| {
-                agentbox_git::dirty_paths(&view.path.join("workspace"), &git.objects).ok()
-            })
-        };
+        let dirty = view.as_ref().and_then(|v| {
+            let inside = git.workspace();
+            let rel = inside.strip_prefix("/").unwrap_or(&inside);
+            agentbox_git::dirty_paths(&v.path.join(rel), &git.objects).ok()
+        });
         branches.push(BranchStatus {
             repository: git.repo.clone(),
             branch: git.branch.clone(),

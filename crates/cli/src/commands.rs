@@ -361,6 +361,8 @@ pub fn run(mut cli: Cli) -> CliResult {
             checkout(&ctx, &[name, "HEAD~1".to_owned()], false)
         }
         Command::Config(a) => crate::configcmd::run(&ctx, a),
+        Command::Push(a) => boxcmds::push(&ctx, a),
+        Command::Pull(a) => boxcmds::pull(&ctx, a),
         Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
     }
@@ -624,10 +626,11 @@ fn list(ctx: &Ctx, all: bool) -> CliResult {
                     b.index.to_string(),
                     b.shown_name().to_owned(),
                     b.id[..8.min(b.id.len())].to_owned(),
-                    b.git
-                        .as_ref()
-                        .map(|g| g.branch.clone())
-                        .unwrap_or_else(|| "-".to_owned()),
+                    match b.repos.as_slice() {
+                        [] => "-".to_owned(),
+                        [one] => one.branch.clone(),
+                        [first, rest @ ..] => format!("{} +{}", first.branch, rest.len()),
+                    },
                 ),
                 None => ("-".into(), r.env.name.clone(), "-".into(), "-".into()),
             };

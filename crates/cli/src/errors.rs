@@ -68,12 +68,51 @@ impl From<std::io::Error> for CliError {
     }
 }
 
+impl From<agentbox_git::GitError> for CliError {
+    fn from(e: agentbox_git::GitError) -> CliError {
+        use agentbox_git::GitError as G;
+        let (code, hint) = match &e {
+            G::Store(_) | G::Io(_) | G::Spawn(_) => (1, None),
+            G::NoCommits { .. } => (4, None),
+            G::NoRemote { repo, remote } => (
+                3,
+                Some(format!(
+                    "add it on the host (`git -C {} remote add {remote} URL`) or name another with --remote",
+                    repo.display()
+                )),
+            ),
+            G::BadBranch { .. } => (
+                4,
+                Some("choose a box name git accepts in a branch name".to_owned()),
+            ),
+            G::NoSuchRef { repo, .. } => (
+                3,
+                Some(format!("`git -C {} branch -a` lists its branches", repo.display())),
+            ),
+            G::Push { .. } => (
+                1,
+                Some("a rejected push that is not a fast-forward can be forced with --force".to_owned()),
+            ),
+            G::Fetch { remote, .. } => (
+                1,
+                Some(format!("check that {remote} has that branch, or name one with --branch")),
+            ),
+            G::Command { .. } => (1, None),
+        };
+        match e {
+            G::Store(s) => s.into(),
+            other => CliError::new(code, other.to_string(), hint),
+        }
+    }
+}
+
 impl From<agentbox_boxes::BoxError> for CliError {
     fn from(e: agentbox_boxes::BoxError) -> CliError {
         use agentbox_boxes::BoxError as B;
         match e {
             B::Store(s) => s.into(),
             B::Core(c) => c.into(),
+            B::Git(g) => g.into(),
             other => CliError {
                 code: other.exit_code(),
                 hint: other.hint(),

@@ -1178,7 +1178,7 @@ fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
     assert!(git(&repo, &["reflog", "agentbox/agent"]).contains("agentbox sync"));
     let synced = b.env.json(&["sync", "agent"]);
     assert_eq!(
-        synced["tip"].as_str().map(|t| format!("{t}\n")),
+        synced["repos"][0]["tip"].as_str().map(|t| format!("{t}\n")),
         Some(base.clone())
     );
     let (status, _, _) = b.sh("agent", "touch /run/agentbox/git/objects/x");
@@ -1322,5 +1322,392 @@ fn twenty_boxes_created_and_destroyed_in_parallel_lose_nothing() {
     assert_eq!(
         b.sh_ok("par-15", "cat untracked.txt; git branch --show-current"),
         "u\nagentbox/par-15\n"
+    );
+}
+
+/// A repository at `dir` holding `files`, committed once, with an identity of its own and
+/// a credential helper in its config (which must never reach a box).
+fn repo_with(dir: &Path, files: &[(&str, &str)]) {
+    for (name, content) in files {
+        write(&dir.join(name), content);
+    }
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["config", "user.name", "t"]);
+    git(dir, &["config", "user.email", "t@example.com"]);
+    git(
+        dir,
+        &["config", "credential.helper", "store --file /secret-creds"],
+    );
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-qm", "first"]);
+}
+
+/// [`host_state`] of a project root, leaving out its sub-repositories (checked on their own).
+fn root_state(root: &Path, subs: &[&str]) -> String {
+    host_state(root)
+        .lines()
+        .filter(|l| !subs.iter().any(|s| l.starts_with(&format!("{s}/"))))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn refs_of(repo: &Path) -> String {
+    git(repo, &["for-each-ref", "--format=%(refname)"])
+}
+
+#[test]
+fn a_monorepo_gets_a_branch_per_repository_and_leaves_every_host_repository_alone() {
+    let Some((b, _)) =
+        boxes("a_monorepo_gets_a_branch_per_repository_and_leaves_every_host_repository_alone")
+    else {
+        return;
+    };
+    let mono = b.env.path("mono");
+    // The root ignores `web/`; `api/` is simply untracked by it.
+    repo_with(&mono, &[("README", "root\n"), (".gitignore", "web/\n")]);
+    repo_with(&mono.join("api"), &[("a.txt", "one\n")]);
+    repo_with(&mono.join("web"), &[("w.txt", "w\n")]);
+    write(&mono.join("api/a.txt"), "one\ntwo\n");
+    write(&mono.join("api/new.txt"), "untracked\n");
+    write(&mono.join("notes.txt"), "root untracked\n");
+    let states = |which: &str| -> Vec<String> {
+        let _ = which;
+        vec![
+            root_state(&mono, &["api", "web"]),
+            host_state(&mono.join("api")),
+            host_state(&mono.join("web")),
+        ]
+    };
+    let before = states("before");
+    let bases: Vec<String> = ["", "api", "web"]
+        .iter()
+        .map(|s| git(&mono.join(s), &["rev-parse", "HEAD"]))
+        .collect();
+
+    b.create("m", &mono, &[]);
+    let out = b.sh_ok(
+        "m",
+        "git branch --show-current; git status --short; \
+         cd api && git branch --show-current && git status --short && cat .git/objects/info/alternates; \
+         cd ../web && git branch --show-current && git status --short",
+    );
+    assert_eq!(
+        out,
+        "agentbox/m\n?? api/\n?? notes.txt\n\
+         agentbox/m--api\n M a.txt\n?? new.txt\n/run/agentbox/git/sub/api/objects\n\
+         agentbox/m--web\n"
+    );
+    // No credential helper, no host config beyond the identity.
+    let (_, creds, _) = b.sh(
+        "m",
+        "for d in . api web; do git -C $d config --get-regexp 'credential|remote' ; done; \
+         env | grep -i -e cred -e askpass; cat /secret-creds",
+    );
+    assert_eq!(creds, "", "host configuration leaked into the box");
+    assert_eq!(b.sh_ok("m", "git -C api config user.name"), "t\n");
+
+    // One node with a commit in every repository: every host branch follows.
+    b.sh_ok(
+        "m",
+        "git add notes.txt && git commit -qm 'box .' && \
+         for d in api web; do (cd $d && git add -A && git commit -q --allow-empty -m \"box $d\") || exit 1; done",
+    );
+    for (sub, branch, msg) in [
+        ("", "agentbox/m", "box .\n"),
+        ("api", "agentbox/m--api", "box api\n"),
+        ("web", "agentbox/m--web", "box web\n"),
+    ] {
+        assert_eq!(
+            git(&mono.join(sub), &["log", "-1", "--format=%s", branch]),
+            msg,
+            "{branch}"
+        );
+        assert!(refs_of(&mono.join(sub)).contains("refs/agentbox/m/base"));
+    }
+    // The node records every repository's tip.
+    let log = b.env.json(&["log", "m"]);
+    let text = log.to_string();
+    assert!(
+        text.contains("agentbox/m--api") && text.contains("agentbox/m--web"),
+        "{text}"
+    );
+    b.env.ok(&["undo", "m"]);
+    for (i, (sub, branch)) in [
+        ("", "agentbox/m"),
+        ("api", "agentbox/m--api"),
+        ("web", "agentbox/m--web"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert_eq!(
+            git(&mono.join(sub), &["rev-parse", branch]),
+            bases[i],
+            "{branch}"
+        );
+    }
+    assert_eq!(states("after"), before, "a host repository changed");
+    b.env.ok(&["destroy", "m"]);
+    for sub in ["", "api", "web"] {
+        let refs = refs_of(&mono.join(sub));
+        assert!(!refs.contains("refs/agentbox/"), "pins removed: {refs}");
+        assert!(
+            refs.contains("refs/heads/agentbox/m"),
+            "branches stay: {refs}"
+        );
+    }
+    assert_eq!(states("end"), before, "a host repository changed");
+}
+
+#[test]
+fn a_plain_directory_of_repositories_is_copied_and_each_repository_seeded() {
+    let Some((b, _)) =
+        boxes("a_plain_directory_of_repositories_is_copied_and_each_repository_seeded")
+    else {
+        return;
+    };
+    let mono = b.env.path("plain");
+    write(&mono.join("top.txt"), "top\n");
+    write(&mono.join("docs/d.txt"), "doc\n");
+    repo_with(&mono.join("api"), &[("a.txt", "one\n")]);
+    repo_with(&mono.join("web"), &[("w.txt", "w\n")]);
+    write(&mono.join("web/dirty.txt"), "untracked\n");
+    // The name is taken in `api` only: its branch is bumped, `web`'s is not.
+    git(&mono.join("api"), &["branch", "agentbox/p--api"]);
+    let before: Vec<String> = ["api", "web"]
+        .iter()
+        .map(|s| host_state(&mono.join(s)))
+        .collect();
+    b.create("p", &mono, &[]);
+    let out = b.sh_ok(
+        "p",
+        "cat top.txt docs/d.txt; test -e .git && echo root-repo; \
+         git -C api branch --show-current; git -C web branch --show-current; \
+         git -C web status --short; grep -c . api/.git/config >/dev/null && echo fresh",
+    );
+    assert_eq!(
+        out,
+        "top\ndoc\nagentbox/p--api-2\nagentbox/p--web\n?? dirty.txt\nfresh\n"
+    );
+    b.sh_ok("p", "cd web && git add -A && git commit -qm 'from the box'");
+    assert_eq!(
+        git(
+            &mono.join("web"),
+            &["log", "-1", "--format=%s", "agentbox/p--web"]
+        ),
+        "from the box\n"
+    );
+    let synced = b.env.json(&["sync", "p"]);
+    assert_eq!(
+        synced["repos"].as_array().map(|a| a.len()),
+        Some(2),
+        "{synced}"
+    );
+    b.env.ok(&["destroy", "p"]);
+    let after: Vec<String> = ["api", "web"]
+        .iter()
+        .map(|s| host_state(&mono.join(s)))
+        .collect();
+    assert_eq!(after, before);
+}
+
+#[test]
+fn a_linked_worktree_is_a_project_and_its_main_repository_stays_hidden() {
+    let Some((b, _)) = boxes("a_linked_worktree_is_a_project_and_its_main_repository_stays_hidden")
+    else {
+        return;
+    };
+    let main = b.env.path("main");
+    repo_with(&main, &[("a.txt", "one\n")]);
+    let wt = b.env.path("wt");
+    git(
+        &main,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "feature",
+            wt.to_str().expect("utf-8"),
+        ],
+    );
+    write(&wt.join("a.txt"), "one\nfeature work\n");
+    let before = host_state(&main);
+    b.create("w", &wt, &[]);
+    assert_eq!(
+        b.sh_ok("w", "git branch --show-current; git status --short"),
+        "agentbox/w\n M a.txt\n"
+    );
+    // The main repository's .git (config, credentials, hooks) is out of sight.
+    let (status, _, _) = b.sh("w", &format!("ls {}/.git/config", main.display()));
+    assert_ne!(status, 0, "the main repository's .git is visible");
+    b.sh_ok("w", "git commit -qam 'in the worktree box'");
+    // Branch and pin live in the common repository.
+    assert_eq!(
+        git(&main, &["log", "-1", "--format=%s", "agentbox/w"]),
+        "in the worktree box\n"
+    );
+    assert!(refs_of(&main).contains("refs/agentbox/w/base"));
+    assert_eq!(git(&wt, &["branch", "--show-current"]), "feature\n");
+    b.env.ok(&["destroy", "w"]);
+    assert!(!refs_of(&main).contains("refs/agentbox/"));
+    assert_eq!(host_state(&main), before);
+}
+
+/// A bare repository at `remote` holding `main` of `repo`, which tracks it as `origin`.
+fn with_remote(repo: &Path, remote: &Path) {
+    git(
+        Path::new("/"),
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().expect("utf-8"),
+        ],
+    );
+    git(
+        repo,
+        &["remote", "add", "origin", remote.to_str().expect("utf-8")],
+    );
+    git(repo, &["push", "-q", "-u", "origin", "main"]);
+}
+
+#[test]
+fn push_sends_the_box_branch_to_the_remote_from_the_host() {
+    let Some((b, _)) = boxes("push_sends_the_box_branch_to_the_remote_from_the_host") else {
+        return;
+    };
+    let repo = b.env.path("repo");
+    let remote = b.env.path("remote.git");
+    repo_with(&repo, &[("a.txt", "one\n")]);
+    with_remote(&repo, &remote);
+    b.create("pu", &repo, &[]);
+    b.sh_ok("pu", "echo two >> a.txt && git commit -qam 'box work'");
+    let tip = b.sh_ok("pu", "git rev-parse HEAD");
+    let pushed = b.env.json(&["push", "pu"]);
+    assert_eq!(pushed[0]["outcome"], "pushed", "{pushed}");
+    assert_eq!(pushed[0]["remote"], "origin", "{pushed}");
+    assert_eq!(git(&remote, &["rev-parse", "agentbox/pu"]), tip);
+    // A remote the repository does not have: a clear error, naming both.
+    let out = b.env.run(&["push", "pu", "--remote", "nowhere"]);
+    assert_eq!(code(&out), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("nowhere") && err.contains(repo.to_str().expect("utf-8")),
+        "{err}"
+    );
+    assert!(err.contains("remote add"), "{err}");
+}
+
+#[test]
+fn pull_merges_the_remote_branch_inside_the_box() {
+    let Some((b, _)) = boxes("pull_merges_the_remote_branch_inside_the_box") else {
+        return;
+    };
+    let repo = b.env.path("repo");
+    let remote = b.env.path("remote.git");
+    repo_with(&repo, &[("a.txt", "one\n"), ("b.txt", "b\n")]);
+    with_remote(&repo, &remote);
+    b.create("pl", &repo, &[]);
+    // Someone else pushes to the remote.
+    let other = b.env.path("other");
+    git(
+        Path::new("/"),
+        &[
+            "clone",
+            "-q",
+            remote.to_str().expect("utf-8"),
+            other.to_str().expect("utf-8"),
+        ],
+    );
+    write(&other.join("upstream.txt"), "from upstream\n");
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "-qm", "upstream work"]);
+    git(&other, &["push", "-q", "origin", "main"]);
+    let upstream = git(&other, &["rev-parse", "HEAD"]);
+    let before = host_state(&repo);
+    let pulled = b.env.json(&["pull", "pl"]);
+    assert_eq!(pulled[0]["outcome"], "merged", "{pulled}");
+    assert_eq!(
+        b.sh_ok("pl", "cat upstream.txt; git branch --show-current"),
+        "from upstream\nagentbox/pl\n"
+    );
+    b.sh_ok(
+        "pl",
+        &format!("git merge-base --is-ancestor {} HEAD", upstream.trim()),
+    );
+    // The merge is a node, and the host's copy of the branch has it.
+    git(
+        &repo,
+        &[
+            "merge-base",
+            "--is-ancestor",
+            upstream.trim(),
+            "agentbox/pl",
+        ],
+    );
+    assert_eq!(host_state(&repo), before, "the host repository changed");
+
+    // A conflicting change on both sides: non-zero, the box is left mid-merge.
+    write(&other.join("b.txt"), "upstream b\n");
+    git(&other, &["commit", "-qam", "upstream b"]);
+    git(&other, &["push", "-q", "origin", "main"]);
+    b.sh_ok("pl", "echo 'box b' > b.txt && git commit -qam 'box b'");
+    let out = b.env.run(&["pull", "pl"]);
+    assert_eq!(code(&out), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("conflict"), "{}", stderr(&out));
+    assert_eq!(
+        b.sh_ok("pl", "test -f .git/MERGE_HEAD && git status --short b.txt"),
+        "UU b.txt\n"
+    );
+}
+
+#[test]
+fn nothing_in_a_box_can_write_to_a_host_repository() {
+    let Some((b, _)) = boxes("nothing_in_a_box_can_write_to_a_host_repository") else {
+        return;
+    };
+    let mono = b.env.path("mono");
+    repo_with(&mono, &[("README", "root\n"), (".gitignore", "api/\n")]);
+    repo_with(&mono.join("api"), &[("a.txt", "one\n")]);
+    write(&mono.join(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n");
+    let before = [root_state(&mono, &["api"]), host_state(&mono.join("api"))];
+    b.create("x", &mono, &[]);
+    for (host, inside, objects) in [
+        (mono.clone(), "/workspace", "/run/agentbox/git/objects"),
+        (
+            mono.join("api"),
+            "/workspace/api",
+            "/run/agentbox/git/sub/api/objects",
+        ),
+    ] {
+        let h = host.display();
+        for attempt in [
+            format!("echo evil >> {h}/.git/hooks/pre-commit"),
+            format!("git --git-dir={h}/.git config core.evil yes"),
+            format!("git --git-dir={h}/.git update-ref refs/heads/evil HEAD"),
+            format!("touch {objects}/evil"),
+            format!("mkdir {objects}/ee"),
+            format!("cp {inside}/.git/HEAD {objects}/info/evil"),
+        ] {
+            // Whether it fails or lands in the box's own layer, the host must not see it.
+            let _ = b.sh("x", &attempt);
+        }
+        // The box's own writes go to its own repository.
+        b.sh_ok(
+            "x",
+            &format!("cd {inside} && echo blob | git hash-object -w --stdin >/dev/null && git update-ref refs/heads/mine HEAD"),
+        );
+        let (status, _, _) = b.sh("x", &format!("touch {objects}/evil"));
+        assert_ne!(status, 0, "{objects} is writable");
+        assert!(!refs_of(&host).contains("refs/heads/evil"), "{h}");
+        assert!(!refs_of(&host).contains("refs/heads/mine"), "{h}");
+    }
+    assert_eq!(
+        [root_state(&mono, &["api"]), host_state(&mono.join("api"))],
+        before,
+        "a host repository changed"
     );
 }

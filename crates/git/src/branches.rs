@@ -11,8 +11,8 @@ pub fn delete_branch(repo_root: &Path, branch: &str) -> Result<()> {
     git(repo_root, &["branch", "-D", "--", branch]).map(|_| ())
 }
 
-/// The base pins in the host repository at `repo_root`: `(box name, ref name)` for every
-/// `refs/agentbox/<box>/base`.
+/// The refs boxes keep in the host repository at `repo_root` (base pins, fetched heads):
+/// `(box name, ref name)` for every `refs/agentbox/<box>/…`.
 pub fn pins(repo_root: &Path) -> Result<Vec<(String, String)>> {
     let out = git(
         repo_root,
@@ -21,7 +21,7 @@ pub fn pins(repo_root: &Path) -> Result<Vec<(String, String)>> {
     Ok(out
         .lines()
         .filter_map(|r| {
-            let name = r.strip_prefix("refs/agentbox/")?.strip_suffix("/base")?;
+            let (name, _) = r.strip_prefix("refs/agentbox/")?.split_once('/')?;
             Some((name.to_owned(), r.to_owned()))
         })
         .collect())

@@ -6,8 +6,10 @@
 //! nothing is copied; the host keeps its base commit alive with a ref
 //! `refs/agentbox/<box>/base` (its GC can never drop what the box builds on). The only
 //! things written to the host repository are refs under `refs/heads/agentbox/` and
-//! `refs/agentbox/`, and the objects `git stash create` adds. Everything shells out to the
-//! `git` command, as the user's own git would run it.
+//! `refs/agentbox/<box>/` (`base`, and `fetched`: the last commit [`fetch`]ed for the box),
+//! and the objects `git stash create`, syncs and fetches add. Everything shells out to the
+//! `git` command, as the user's own git would run it — pushes and fetches with the user's
+//! own configuration and credentials, on the host (never inside a box).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,12 +19,37 @@ pub use branches::*;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
-    #[error("git {args}: {message}")]
-    Command { args: String, message: String },
+    #[error("{}: git {args}: {message}", dir.display())]
+    Command {
+        /// The directory git ran in (the repository).
+        dir: PathBuf,
+        args: String,
+        message: String,
+    },
     #[error("cannot run git: {0}")]
     Spawn(std::io::Error),
     #[error("{path}: the repository has no commits yet; commit something first, or create the box with --no-git to copy the directory as it is")]
     NoCommits { path: PathBuf },
+    #[error("{}: no remote {remote:?}", repo.display())]
+    NoRemote { repo: PathBuf, remote: String },
+    #[error("{}: cannot make branch {branch:?} (not a valid branch name)", repo.display())]
+    BadBranch { repo: PathBuf, branch: String },
+    #[error("{}: {start} is not a commit", repo.display())]
+    NoSuchRef { repo: PathBuf, start: String },
+    #[error("{}: pushing {branch} to {remote} failed: {message}", repo.display())]
+    Push {
+        repo: PathBuf,
+        remote: String,
+        branch: String,
+        message: String,
+    },
+    #[error("{}: fetching {branch} from {remote} failed: {message}", repo.display())]
+    Fetch {
+        repo: PathBuf,
+        remote: String,
+        branch: String,
+        message: String,
+    },
     #[error(transparent)]
     Store(#[from] agentbox_store::Error),
     #[error(transparent)]
@@ -49,6 +76,7 @@ fn git_with(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Result<String> 
         .map_err(GitError::Spawn)?;
     if !out.status.success() {
         return Err(GitError::Command {
+            dir: dir.to_owned(),
             args: args.join(" "),
             message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         });
@@ -63,6 +91,14 @@ pub struct HostRepo {
     pub root: PathBuf,
     /// Its object directory (the common one, for a linked worktree).
     pub objects: PathBuf,
+}
+
+impl HostRepo {
+    /// The repository's (common) git directory: refs, config, hooks and objects. For a
+    /// linked worktree or a submodule it lies outside the working tree.
+    pub fn git_dir(&self) -> &Path {
+        self.objects.parent().unwrap_or(&self.objects)
+    }
 }
 
 /// The repository whose working tree's top is exactly `dir`, if there is one.
@@ -84,11 +120,45 @@ pub fn detect(dir: &Path) -> Result<Option<HostRepo>> {
     }))
 }
 
+/// The first-level sub-directories of `dir` that are repositories of their own (they hold
+/// `.git` — a directory, or a file for a linked worktree or a submodule — and are the top
+/// of their working tree), by name. Symbolic links are not followed: a sub-repository is
+/// a real directory of the project.
+pub fn sub_repos(dir: &Path) -> Result<Vec<(String, HostRepo)>> {
+    let mut out = Vec::new();
+    for entry in fs_err::read_dir(dir)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let path = entry.path();
+        if std::fs::symlink_metadata(path.join(".git")).is_err() {
+            continue;
+        }
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if let Some(repo) = detect(&path)? {
+            out.push((name, repo));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
 /// The first free branch name for box `name`: `agentbox/<name>`, then `-2`, `-3`, …
+/// (`name` may be `<box>--<sub>` for a sub-repository).
 pub fn pick_branch(repo: &HostRepo, name: &str) -> Result<String> {
+    let first = format!("agentbox/{name}");
+    if git(&repo.root, &["check-ref-format", "--branch", &first]).is_err() {
+        return Err(GitError::BadBranch {
+            repo: repo.root.clone(),
+            branch: first,
+        });
+    }
     for n in 1.. {
         let branch = if n == 1 {
-            format!("agentbox/{name}")
+            first.clone()
         } else {
             format!("agentbox/{name}-{n}")
         };
@@ -119,6 +189,9 @@ pub struct Seeded {
     pub kept_index: bool,
     /// Untracked (and, with `with_env`, ignored secret) files copied.
     pub untracked: usize,
+    /// The host's branch checked out when the box was made (`None`: detached HEAD, or
+    /// `from_ref` was given and is not a local branch).
+    pub source_branch: Option<String>,
 }
 
 /// Options of [`seed`].
@@ -130,6 +203,9 @@ pub struct SeedOpts {
     pub no_carry: bool,
     /// Also copy ignored files matching these name patterns (`.env*`-style, `*` only).
     pub with_env: Vec<String>,
+    /// First-level names never copied as untracked or ignored files: the directories of
+    /// sub-repositories, which are seeded as repositories of their own.
+    pub exclude: Vec<String>,
 }
 
 /// Make `dst` (not existing yet) a repository on branch `branch` of box `name` holding the
@@ -160,12 +236,26 @@ pub fn seed(
                 path: repo.root.clone(),
             }
         } else {
-            GitError::Command {
-                args: format!("rev-parse {start}"),
-                message: format!("{start} is not a commit of {}", repo.root.display()),
+            GitError::NoSuchRef {
+                repo: repo.root.clone(),
+                start: start.to_owned(),
             }
         }
     })?;
+    let source_branch = match &opts.from_ref {
+        None => git(&repo.root, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok(),
+        Some(r) => git(
+            &repo.root,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{r}"),
+            ],
+        )
+        .ok()
+        .map(|_| r.clone()),
+    };
     // The host keeps what the box builds on, and shows the box's branch.
     git(
         &repo.root,
@@ -177,6 +267,7 @@ pub fn seed(
     )?;
 
     let dst_str = dst.to_str().ok_or_else(|| GitError::Command {
+        dir: dst.to_owned(),
         args: "init".into(),
         message: format!("{} is not UTF-8", dst.display()),
     })?;
@@ -227,7 +318,7 @@ pub fn seed(
             &repo.root,
             &["ls-files", "-z", "--others", "--exclude-standard"],
         )?;
-        for rel in files.split('\0').filter(|f| !f.is_empty()) {
+        for rel in files.split('\0').filter(|f| !excluded(f, &opts.exclude)) {
             copy_into(&repo.root, dst, Path::new(rel))?;
             untracked += 1;
         }
@@ -243,7 +334,7 @@ pub fn seed(
                 "--exclude-standard",
             ],
         )?;
-        for rel in ignored.split('\0').filter(|f| !f.is_empty()) {
+        for rel in ignored.split('\0').filter(|f| !excluded(f, &opts.exclude)) {
             let name = Path::new(rel)
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -260,7 +351,15 @@ pub fn seed(
         base,
         kept_index,
         untracked,
+        source_branch,
     })
+}
+
+/// Whether `rel` (a path git listed) is empty or lies below one of the `exclude`d
+/// first-level names.
+fn excluded(rel: &str, exclude: &[String]) -> bool {
+    let first = rel.split('/').next().unwrap_or_default();
+    rel.is_empty() || exclude.iter().any(|e| e == first)
 }
 
 /// A scratch directory next to `dst` (removed by the caller).
@@ -312,13 +411,119 @@ fn copy_into(src_root: &Path, dst_root: &Path, rel: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Remove box `name`'s base pin from the host repository (its branch stays).
+/// Remove box `name`'s refs under `refs/agentbox/<name>/` (its base pin, and what
+/// [`fetch`] left there) from the host repository. Its branch stays: it is the user's work.
 pub fn unpin(repo_root: &Path, name: &str) -> Result<()> {
-    git(
+    let refs = git(
         repo_root,
-        &["update-ref", "-d", &format!("refs/agentbox/{name}/base")],
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            &format!("refs/agentbox/{name}/"),
+        ],
     )?;
+    for r in refs.lines().filter(|r| !r.is_empty()) {
+        git(repo_root, &["update-ref", "-d", r])?;
+    }
     Ok(())
+}
+
+/// The remote a push or pull of `repo` talks to: `explicit` when given, else the remote
+/// `source_branch` tracks (`branch.<b>.remote`), else `origin`. It must exist.
+pub fn remote_for(
+    repo: &HostRepo,
+    explicit: Option<&str>,
+    source_branch: Option<&str>,
+) -> Result<String> {
+    let remote = match explicit {
+        Some(r) => r.to_owned(),
+        None => source_branch
+            .and_then(|b| {
+                git(
+                    &repo.root,
+                    &["config", "--get", &format!("branch.{b}.remote")],
+                )
+                .ok()
+            })
+            .filter(|r| !r.is_empty() && r != ".")
+            .unwrap_or_else(|| "origin".to_owned()),
+    };
+    if git(&repo.root, &["remote", "get-url", &remote]).is_err() {
+        return Err(GitError::NoRemote {
+            repo: repo.root.clone(),
+            remote,
+        });
+    }
+    Ok(remote)
+}
+
+/// The branch of the remote that `source_branch` tracks (`branch.<b>.merge`, without
+/// `refs/heads/`), else `source_branch` itself.
+pub fn upstream_branch(repo: &HostRepo, source_branch: &str) -> String {
+    git(
+        &repo.root,
+        &["config", "--get", &format!("branch.{source_branch}.merge")],
+    )
+    .ok()
+    .map(|m| m.trim_start_matches("refs/heads/").to_owned())
+    .filter(|m| !m.is_empty())
+    .unwrap_or_else(|| source_branch.to_owned())
+}
+
+/// `git push REMOTE refs/heads/<branch>:refs/heads/<branch>` from the host repository,
+/// with the user's own configuration and credentials (prompts disabled).
+pub fn push(repo: &HostRepo, remote: &str, branch: &str, force: bool) -> Result<()> {
+    let spec = format!(
+        "{}refs/heads/{branch}:refs/heads/{branch}",
+        if force { "+" } else { "" }
+    );
+    git(&repo.root, &["push", "--quiet", remote, &spec]).map_err(|e| GitError::Push {
+        repo: repo.root.clone(),
+        remote: remote.to_owned(),
+        branch: branch.to_owned(),
+        message: command_message(e),
+    })?;
+    Ok(())
+}
+
+/// Fetch `branch` of `remote` into the host repository as `refs/agentbox/<name>/fetched`
+/// (the host's own refs, remote-tracking ones included, and `FETCH_HEAD` stay as they are;
+/// the ref keeps the fetched commits alive until the box goes) and return its commit.
+pub fn fetch(repo: &HostRepo, name: &str, remote: &str, branch: &str) -> Result<String> {
+    let into = format!("refs/agentbox/{name}/fetched");
+    let fail = |message: String| GitError::Fetch {
+        repo: repo.root.clone(),
+        remote: remote.to_owned(),
+        branch: branch.to_owned(),
+        message,
+    };
+    git(
+        &repo.root,
+        &[
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            // No opportunistic update of the remote-tracking branch either.
+            "--refmap=",
+            remote,
+            &format!("+refs/heads/{branch}:{into}"),
+        ],
+    )
+    .map_err(|e| fail(command_message(e)))?;
+    git(
+        &repo.root,
+        &["rev-parse", "--verify", &format!("{into}^{{commit}}")],
+    )
+    .map_err(|e| fail(command_message(e)))
+}
+
+/// The message of a failed git command (the whole error otherwise).
+fn command_message(e: GitError) -> String {
+    match e {
+        GitError::Command { message, .. } => message,
+        other => other.to_string(),
+    }
 }
 
 /// The tip of `branch` in the box repository at `box_repo` (seen from the host), whose
@@ -346,11 +551,13 @@ pub fn box_tip(box_repo: &Path, branch: &str, host_objects: &Path) -> Result<Opt
 pub fn sync_branch(repo: &HostRepo, box_repo: &Path, branch: &str) -> Result<()> {
     if !branch.starts_with("agentbox/") {
         return Err(GitError::Command {
+            dir: repo.root.clone(),
             args: format!("fetch {branch}"),
             message: "only agentbox/ branches are synced into the host repository".into(),
         });
     }
     let src = box_repo.to_str().ok_or_else(|| GitError::Command {
+        dir: box_repo.to_owned(),
         args: "fetch".into(),
         message: format!("{} is not UTF-8", box_repo.display()),
     })?;
@@ -358,6 +565,7 @@ pub fn sync_branch(repo: &HostRepo, box_repo: &Path, branch: &str) -> Result<()>
     // clears GIT_ALTERNATE_OBJECT_DIRECTORIES for a local remote, so the serving side is
     // given it explicitly.
     let objects = repo.objects.to_str().ok_or_else(|| GitError::Command {
+        dir: repo.objects.clone(),
         args: "fetch".into(),
         message: format!("{} is not UTF-8", repo.objects.display()),
     })?;
