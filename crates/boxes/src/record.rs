@@ -47,7 +47,9 @@ pub const ENV_ALLOW: &[&str] = &[
 /// [`crate::registry::update`] (a locked read-modify-write), never by the supervisor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BoxRecord {
-    /// Random id ([`agentbox_core::id::new_id`]); never reused.
+    /// Random id ([`agentbox_core::id::new_id`]); never reused. Records written before
+    /// ids existed get a stable one derived from name and creation time when read.
+    #[serde(default)]
     pub id: String,
     /// Unique in the home; names the store environment, the branch and the directory.
     /// Always contains a non-hex character, so it never looks like an id or an index.
@@ -56,12 +58,15 @@ pub struct BoxRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
     /// What runs the box (`local`: namespaces on this machine).
+    #[serde(default = "local_provider")]
     pub provider: String,
     /// The project root the box was made from (canonical), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<PathBuf>,
     /// Number of the box within its project (or among boxes without a project): monotonic,
-    /// never reused (see [`crate::registry::allocate_index`]).
+    /// never reused (see [`crate::registry::allocate_index`]). 0 for boxes made before
+    /// numbering existed.
+    #[serde(default)]
     pub index: u64,
     /// The agent (`claude`, `codex`, `opencode`) last started in the box.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,9 +252,24 @@ pub struct SupervisorInfo {
     pub started: DateTime<Utc>,
 }
 
+fn local_provider() -> String {
+    LOCAL_PROVIDER.to_owned()
+}
+
+/// A record as read from disk, with what older versions did not write filled in.
+fn complete(mut rec: BoxRecord) -> BoxRecord {
+    if rec.id.is_empty() {
+        let seed = format!("{}\0{}", rec.name, rec.created.to_rfc3339());
+        rec.id = blake3::hash(seed.as_bytes()).to_hex()[..agentbox_core::id::ID_LEN].to_owned();
+    }
+    rec
+}
+
 pub fn read(home: &Home, name: &str) -> Result<BoxRecord> {
     let dirs = BoxDirs::new(home, name);
-    read_json_opt(&dirs.record())?.ok_or_else(|| BoxError::NoSuchBox { name: name.into() })
+    read_json_opt(&dirs.record())?
+        .map(complete)
+        .ok_or_else(|| BoxError::NoSuchBox { name: name.into() })
 }
 
 pub fn write(home: &Home, rec: &BoxRecord) -> Result<()> {
@@ -276,7 +296,7 @@ pub fn list(home: &Home) -> Result<Vec<BoxRecord>> {
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if let Some(rec) = read_json_opt::<BoxRecord>(&BoxDirs::new(home, &name).record())? {
-            out.push(rec);
+            out.push(complete(rec));
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -314,8 +334,11 @@ mod tests {
             "network": "host", "capture": true,
             "git": {"repo": "/p", "objects": "/p/.git/objects", "branch": "agentbox/b", "base": "abc"}
         });
-        let rec: BoxRecord = serde_json::from_value(old).expect("an older record reads");
+        let rec = complete(serde_json::from_value(old).expect("an older record reads"));
         assert_eq!(rec.repos.len(), 1);
+        // Registry fields get stable values: the same id every time it is read.
+        assert!(agentbox_core::id::is_full_id(&rec.id), "{}", rec.id);
+        assert_eq!((rec.index, rec.provider.as_str()), (0, LOCAL_PROVIDER));
         assert_eq!(rec.repos[0].sub, None);
         assert_eq!(rec.repos[0].box_objects, PathBuf::from(GIT_OBJECTS));
         let written = serde_json::to_value(&rec).expect("serialises");

@@ -239,10 +239,13 @@ fn note_seeded(ctx: &Ctx, repos: &[agentbox_boxes::seeding::SeededRepo]) {
             "box repository{at} on branch {} at {}{}",
             seeded.branch,
             &seeded.base[..12.min(seeded.base.len())],
-            match (seeded.untracked, seeded.kept_index) {
-                (0, true) => String::new(),
-                (n, true) => format!(", with uncommitted work and {n} untracked file(s)"),
-                (n, false) => format!(", with uncommitted work (not staged: it did not apply with the index) and {n} untracked file(s)"),
+            match (seeded.carried, seeded.untracked) {
+                (false, 0) => String::new(),
+                (false, n) => format!(", with {n} untracked file(s)"),
+                (true, 0) => ", with uncommitted work (staged and unstaged)".to_owned(),
+                (true, n) => format!(
+                    ", with uncommitted work (staged and unstaged) and {n} untracked file(s)"
+                ),
             }
         ));
     }

@@ -1134,6 +1134,8 @@ fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
     write(&repo.join("a.txt"), "one\n");
     write(&repo.join("b.txt"), "keep\n");
     write(&repo.join("gone.txt"), "x\n");
+    write(&repo.join("both.txt"), "v1\n");
+    write(&repo.join("staged-rm.txt"), "x\n");
     write(&repo.join(".gitignore"), ".env\n");
     git(&repo, &["init", "-q"]);
     git(&repo, &["add", "-A"]);
@@ -1144,6 +1146,10 @@ fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
     git(&repo, &["add", "a.txt"]);
     write(&repo.join("b.txt"), "keep\nunstaged\n");
     std::fs::remove_file(repo.join("gone.txt")).expect("rm");
+    write(&repo.join("both.txt"), "v2\n");
+    git(&repo, &["add", "both.txt"]);
+    write(&repo.join("both.txt"), "v3\n");
+    git(&repo, &["rm", "-q", "staged-rm.txt"]);
     write(&repo.join("new.txt"), "untracked\n");
     write(&repo.join(".env"), "SECRET=1\n");
     let before = host_state(&repo);
@@ -1158,8 +1164,16 @@ fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
     );
     assert_eq!(
         out,
-        "agentbox/agent\nM  a.txt\n M b.txt\n D gone.txt\n?? new.txt\nno-env\n"
+        "agentbox/agent\nM  a.txt\n M b.txt\nMM both.txt\n D gone.txt\nD  staged-rm.txt\n?? new.txt\nno-env\n"
     );
+    // Staged and working-tree contents both arrived.
+    assert_eq!(
+        b.sh_ok("agent", "git show :both.txt; cat both.txt"),
+        "v2\nv3\n"
+    );
+    // The host keeps the carried-over objects alive (its gc must not drop what the box's
+    // index refers to).
+    assert!(git(&repo, &["for-each-ref", "refs/agentbox/agent/carried"]).contains("carried"));
     assert_eq!(b.sh_ok("agent2", "git status --short; cat a.txt"), "one\n");
     // The box commits on its branch; the host's objects and .git are out of reach.
     b.sh_ok(

@@ -84,6 +84,61 @@ fn git_with(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Result<String> 
     Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
 }
 
+/// Run `git ARGS` in `dir` with `input` on its standard input; its stdout, trimmed.
+fn git_stdin(dir: &Path, args: &[&str], input: &str) -> Result<String> {
+    use std::io::Write;
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(GitError::Spawn)?;
+    child
+        .stdin
+        .take()
+        .expect("stdin was piped")
+        .write_all(input.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(GitError::Command {
+            dir: dir.to_owned(),
+            args: args.join(" "),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+}
+
+/// Give the box repository at `dst` the host repository's `user.name` and `user.email` (so
+/// commits made in the box are the user's), read in one process and written straight into
+/// the new repository's config file.
+fn copy_identity(host: &Path, dst: &Path) -> Result<()> {
+    let Ok(found) = git(host, &["config", "--get-regexp", r"^user\.(name|email)$"]) else {
+        // Neither is set: nothing to copy.
+        return Ok(());
+    };
+    let mut section = String::from("[user]\n");
+    for line in found.lines() {
+        let Some((key, value)) = line.split_once(' ') else {
+            continue;
+        };
+        let key = key.trim_start_matches("user.");
+        // git's config quoting: inside double quotes only `\` and `"` need escaping;
+        // values with a newline cannot come out of `--get-regexp` line by line.
+        let quoted = value.replace('\\', "\\\\").replace('"', "\\\"");
+        section.push_str(&format!("\t{key} = \"{quoted}\"\n"));
+    }
+    let config = dst.join(".git/config");
+    let mut text = fs_err::read_to_string(&config)?;
+    text.push_str(&section);
+    fs_err::write(&config, text)?;
+    Ok(())
+}
+
 /// A repository on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRepo {
@@ -103,17 +158,26 @@ impl HostRepo {
 
 /// The repository whose working tree's top is exactly `dir`, if there is one.
 pub fn detect(dir: &Path) -> Result<Option<HostRepo>> {
-    let Ok(top) = git(dir, &["rev-parse", "--show-toplevel"]) else {
+    // One process answers both (each git process costs milliseconds; create runs several).
+    let Ok(out) = git(
+        dir,
+        &[
+            "rev-parse",
+            "--show-toplevel",
+            "--path-format=absolute",
+            "--git-common-dir",
+        ],
+    ) else {
+        return Ok(None);
+    };
+    let mut lines = out.lines();
+    let (Some(top), Some(common)) = (lines.next(), lines.next()) else {
         return Ok(None);
     };
     let dir = fs_err::canonicalize(dir)?;
-    if fs_err::canonicalize(&top)? != dir {
+    if fs_err::canonicalize(top)? != dir {
         return Ok(None);
     }
-    let common = git(
-        &dir,
-        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-    )?;
     Ok(Some(HostRepo {
         root: dir,
         objects: PathBuf::from(common).join("objects"),
@@ -185,8 +249,8 @@ pub struct Seeded {
     pub branch: String,
     /// The commit the box starts from.
     pub base: String,
-    /// Whether uncommitted changes were applied with their staged state (`--index`).
-    pub kept_index: bool,
+    /// Whether uncommitted changes (staged and unstaged) were carried over.
+    pub carried: bool,
     /// Untracked (and, with `with_env`, ignored secret) files copied.
     pub untracked: usize,
     /// The host's branch checked out when the box was made (`None`: detached HEAD, or
@@ -221,13 +285,18 @@ pub fn seed(
     opts: &SeedOpts,
 ) -> Result<Seeded> {
     let start = opts.from_ref.as_deref().unwrap_or("HEAD");
-    let base = git(
+    // The base commit, the branch it came from (a full ref name; `HEAD` when detached) and
+    // the host's index file, from one process.
+    let facts = git(
         &repo.root,
         &[
             "rev-parse",
-            "--verify",
-            "--quiet",
             &format!("{start}^{{commit}}"),
+            "--symbolic-full-name",
+            start,
+            "--path-format=absolute",
+            "--git-path",
+            "index",
         ],
     )
     .map_err(|_| {
@@ -242,65 +311,25 @@ pub fn seed(
             }
         }
     })?;
-    let source_branch = match &opts.from_ref {
-        None => git(&repo.root, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok(),
-        Some(r) => git(
-            &repo.root,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("refs/heads/{r}"),
-            ],
-        )
-        .ok()
-        .map(|_| r.clone()),
+    let facts: Vec<&str> = facts.lines().collect();
+    let [base, full_ref, host_index] = facts[..] else {
+        return Err(GitError::Command {
+            dir: repo.root.clone(),
+            args: "rev-parse".into(),
+            message: format!("unexpected answer {facts:?}"),
+        });
     };
-    // The host keeps what the box builds on, and shows the box's branch.
-    git(
-        &repo.root,
-        &["update-ref", &format!("refs/agentbox/{name}/base"), &base],
-    )?;
-    git(
-        &repo.root,
-        &["update-ref", &format!("refs/heads/{branch}"), &base, ""],
-    )?;
-
-    let dst_str = dst.to_str().ok_or_else(|| GitError::Command {
-        dir: dst.to_owned(),
-        args: "init".into(),
-        message: format!("{} is not UTF-8", dst.display()),
-    })?;
-    git(Path::new("/"), &["init", "-q", dst_str])?;
-    let alt = dst.join(".git/objects/info/alternates");
-    // While seeding, the host's own path; the box sees the objects elsewhere (below).
-    fs_err::write(&alt, format!("{}\n", repo.objects.display()))?;
-    for key in ["user.name", "user.email"] {
-        if let Ok(v) = git(&repo.root, &["config", "--get", key]) {
-            git(dst, &["config", key, &v])?;
-        }
-    }
-    git(dst, &["update-ref", &format!("refs/heads/{branch}"), &base])?;
-    git(
-        dst,
-        &["symbolic-ref", "HEAD", &format!("refs/heads/{branch}")],
-    )?;
-    git(dst, &["reset", "-q", "--hard"])?;
-
-    let mut kept_index = true;
-    let mut untracked = 0;
-    if !opts.no_carry && opts.from_ref.is_none() {
-        // Staged and unstaged changes, deletions included, as one commit nothing refers to.
+    let base = base.to_owned();
+    let source_branch = full_ref.strip_prefix("refs/heads/").map(str::to_owned);
+    // The carried-over work, as one commit nothing refers to: its tree is the host's
+    // working tree (tracked files, deletions included), its second parent the host's index.
+    let stash = if !opts.no_carry && opts.from_ref.is_none() {
         // `stash create` refreshes the index it reads: give it a copy, so the host's own
         // index stays byte for byte what it was.
-        let index = git(
-            &repo.root,
-            &["rev-parse", "--path-format=absolute", "--git-path", "index"],
-        )?;
         let scratch = tempfile_in(dst)?;
         let copy = scratch.join("index");
-        if Path::new(&index).exists() {
-            fs_err::copy(&index, &copy)?;
+        if Path::new(host_index).exists() {
+            fs_err::copy(host_index, &copy)?;
         }
         let stash = git_with(
             &repo.root,
@@ -308,17 +337,57 @@ pub fn seed(
             &[("GIT_INDEX_FILE", &copy)],
         );
         fs_err::remove_dir_all(&scratch)?;
-        let stash = stash?;
-        if !stash.is_empty() && git(dst, &["stash", "apply", "-q", "--index", &stash]).is_err() {
-            kept_index = false;
-            git(dst, &["reset", "-q", "--hard"])?;
-            git(dst, &["stash", "apply", "-q", &stash])?;
-        }
+        Some(stash?).filter(|s| !s.is_empty())
+    } else {
+        None
+    };
+    // The host keeps what the box builds on (the base, and the carried-over work whose
+    // objects the box's index and tree refer to: a host `gc` must never drop them), and
+    // shows the box's branch — all in one transaction; the branch must not exist yet.
+    let mut refs = format!(
+        "start\nupdate refs/agentbox/{name}/base {base}\ncreate refs/heads/{branch} {base}\n"
+    );
+    if let Some(stash) = &stash {
+        refs.push_str(&format!("update refs/agentbox/{name}/carried {stash}\n"));
+    }
+    refs.push_str("prepare\ncommit\n");
+    git_stdin(&repo.root, &["update-ref", "--stdin"], &refs)?;
+
+    let dst_str = dst.to_str().ok_or_else(|| GitError::Command {
+        dir: dst.to_owned(),
+        args: "init".into(),
+        message: format!("{} is not UTF-8", dst.display()),
+    })?;
+    git(
+        Path::new("/"),
+        &["init", "-q", &format!("--initial-branch={branch}"), dst_str],
+    )?;
+    let alt = dst.join(".git/objects/info/alternates");
+    // While seeding, the host's own path; the box sees the objects elsewhere (below).
+    fs_err::write(&alt, format!("{}\n", repo.objects.display()))?;
+    copy_identity(&repo.root, dst)?;
+    // Check out the working tree's state, then make the index the host's: the same result
+    // as `reset --hard` + `stash apply --index` (which cannot conflict on its own base), in
+    // two processes instead of six. `read-tree -m` keeps the stat data of entries whose
+    // content matches, so the box's first `git status` does not rehash everything.
+    let worktree = stash.as_deref().unwrap_or(&base);
+    git(dst, &["read-tree", "--reset", "-u", worktree])?;
+    git(dst, &["update-ref", &format!("refs/heads/{branch}"), &base])?;
+    if let Some(stash) = &stash {
+        git(dst, &["read-tree", "-m", &format!("{stash}^2")])?;
+    }
+
+    let carried = stash.is_some();
+    let mut untracked = 0;
+    if !opts.no_carry && opts.from_ref.is_none() {
         let files = git(
             &repo.root,
             &["ls-files", "-z", "--others", "--exclude-standard"],
         )?;
-        for rel in files.split('\0').filter(|f| !excluded(f, &opts.exclude)) {
+        for rel in files
+            .split('\0')
+            .filter(|f| !f.is_empty() && !excluded(f, &opts.exclude))
+        {
             copy_into(&repo.root, dst, Path::new(rel))?;
             untracked += 1;
         }
@@ -334,7 +403,10 @@ pub fn seed(
                 "--exclude-standard",
             ],
         )?;
-        for rel in ignored.split('\0').filter(|f| !excluded(f, &opts.exclude)) {
+        for rel in ignored
+            .split('\0')
+            .filter(|f| !f.is_empty() && !excluded(f, &opts.exclude))
+        {
             let name = Path::new(rel)
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -349,7 +421,7 @@ pub fn seed(
     Ok(Seeded {
         branch: branch.to_owned(),
         base,
-        kept_index,
+        carried,
         untracked,
         source_branch,
     })
