@@ -979,18 +979,28 @@ fn restore_in_place(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Re
     Ok(())
 }
 
-/// The box's repositories as the host sees them: a read-only view of the box's layer,
-/// mounted while the returned guard lives (git must run in a directory of the host's own
-/// mount namespace), and each repository's path in it. `None` when the box is not from a
-/// repository or no view can be mounted.
-fn box_repos(
-    shared: &Shared,
-) -> Option<(
-    Vec<(PathBuf, &record::GitRecord)>,
-    agentbox_store::backend::WorkingView,
-)> {
+/// How the host reaches the box's repositories.
+enum BoxRepos<'a> {
+    /// Through a read-only view of the box's tree (root): each repository's path in it.
+    View(
+        Vec<(PathBuf, &'a record::GitRecord)>,
+        agentbox_store::backend::WorkingView,
+    ),
+    /// Rootless, where a view cannot be mounted: git runs inside the box's user and mount
+    /// namespaces (those of its PID 1, `pid`), at the repositories' in-box paths, where
+    /// their borrowed objects are bound too.
+    Inside(i32),
+}
+
+/// The box's repositories as the host reaches them (`None`: it has none, or — rootless —
+/// it is not running).
+fn box_repos(shared: &Shared) -> Option<BoxRepos<'_>> {
     if shared.rec.repos.is_empty() {
         return None;
+    }
+    if shared.rec.rootless {
+        let pid1 = lock(&shared.box_).as_ref().map(|g| g.running.pid1_host)?;
+        return Some(BoxRepos::Inside(pid1));
     }
     let view = match shared.store.working_view(&shared.name) {
         Ok(v) => v,
@@ -1011,25 +1021,77 @@ fn box_repos(
             )
         })
         .collect();
-    Some((repos, view))
+    Some(BoxRepos::View(repos, view))
 }
 
-/// A node's record of the box's branches, one entry per repository (the project root's
-/// `sub` is `null`), for those whose branch exists:
-/// `{"git": [{"sub": null, "branch": "agentbox/b", "tip": "<sha>"}, {"sub": "api", …}]}`.
+/// The command prefix that runs a program inside the namespaces of the box whose PID 1 is
+/// `pid1`, as the box's root. The credentials stay the user's own: the box's user namespace
+/// maps exactly that id to its root (and forbids `setgroups`, which nsenter would call to
+/// switch to root).
+fn inside_box(pid1: i32) -> Vec<String> {
+    [
+        "nsenter",
+        "-t",
+        &pid1.to_string(),
+        "-U",
+        "-m",
+        "-r",
+        "-w",
+        "--preserve-credentials",
+        "--",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The tip of `git`'s box branch, read inside the box.
+fn tip_inside(pid1: i32, git: &record::GitRecord) -> Option<String> {
+    let mut argv = inside_box(pid1);
+    argv.extend([
+        "git".to_owned(),
+        "-C".to_owned(),
+        git.workspace().to_string_lossy().into_owned(),
+        "rev-parse".to_owned(),
+        "--verify".to_owned(),
+        "--quiet".to_owned(),
+        format!("refs/heads/{}", git.branch),
+    ]);
+    let out = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .output()
+        .ok()?;
+    let tip = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !tip.is_empty()).then_some(tip)
+}
+
+/// A node's record of the box's branches: `{"git": [{"sub": …, "branch": …, "tip": …}, …]}`.
 fn git_metadata(shared: &Shared) -> BTreeMap<String, serde_json::Value> {
     let mut meta = BTreeMap::new();
-    if let Some((repos, _view)) = box_repos(shared) {
-        let tips: Vec<serde_json::Value> = repos
+    let tips: Vec<(&record::GitRecord, String)> = match box_repos(shared) {
+        None => Vec::new(),
+        Some(BoxRepos::View(repos, _view)) => repos
             .iter()
             .filter_map(|(repo, git)| {
-                let tip = agentbox_git::box_tip(repo, &git.branch, &git.objects).ok()??;
-                Some(serde_json::json!({ "sub": git.sub, "branch": git.branch, "tip": tip }))
+                Some((
+                    *git,
+                    agentbox_git::box_tip(repo, &git.branch, &git.objects).ok()??,
+                ))
             })
-            .collect();
-        if !tips.is_empty() {
-            meta.insert("git".to_owned(), serde_json::Value::Array(tips));
-        }
+            .collect(),
+        Some(BoxRepos::Inside(pid1)) => shared
+            .rec
+            .repos
+            .iter()
+            .filter_map(|git| Some((git, tip_inside(pid1, git)?)))
+            .collect(),
+    };
+    let tips: Vec<serde_json::Value> = tips
+        .iter()
+        .map(|(git, tip)| serde_json::json!({ "sub": git.sub, "branch": git.branch, "tip": tip }))
+        .collect();
+    if !tips.is_empty() {
+        meta.insert("git".to_owned(), serde_json::Value::Array(tips));
     }
     meta
 }
@@ -1037,15 +1099,33 @@ fn git_metadata(shared: &Shared) -> BTreeMap<String, serde_json::Value> {
 /// Bring every box branch into its host repository; returns each branch's tip there. Every
 /// repository is attempted; the first failure is returned.
 fn sync_git(shared: &Shared) -> Result<Vec<SyncedRepo>> {
-    let Some((repos, _view)) = box_repos(shared) else {
+    let Some(reach) = box_repos(shared) else {
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
     let mut failed = None;
-    for (repo, git) in &repos {
-        match agentbox_git::sync_branch(&git.host(), repo, &git.branch)
-            .and_then(|()| agentbox_git::box_tip(repo, &git.branch, &git.objects))
-        {
+    for (i, git) in shared.rec.repos.iter().enumerate() {
+        let synced = match &reach {
+            // The view lists the repositories in the record's order.
+            BoxRepos::View(repos, _view) => {
+                agentbox_git::sync_branch(&git.host(), &repos[i].0, &git.branch)
+            }
+            BoxRepos::Inside(pid1) => {
+                let mut cmd = inside_box(*pid1)
+                    .iter()
+                    .map(|a| agentbox_git::shell_quote(a))
+                    .collect::<Vec<_>>();
+                cmd.push("git-upload-pack".to_owned());
+                agentbox_git::sync_branch_via(
+                    &git.host(),
+                    &cmd.join(" "),
+                    &git.workspace().to_string_lossy(),
+                    &git.branch,
+                )
+            }
+        };
+        // The host's branch is the box's now: its tip is read on the host.
+        match synced.and_then(|()| agentbox_git::box_tip(&git.repo, &git.branch, &git.objects)) {
             Ok(tip) => out.push(SyncedRepo {
                 sub: git.sub.clone(),
                 repo: git.repo.clone(),

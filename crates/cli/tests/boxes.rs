@@ -975,6 +975,74 @@ fn a_normal_user_gets_a_rootless_box() {
 }
 
 #[test]
+fn a_rootless_box_from_a_git_repository_syncs_its_branch() {
+    let Some((b, _)) = boxes("a_rootless_box_from_a_git_repository_syncs_its_branch") else {
+        return;
+    };
+    let root = b.env.home.path();
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let home = root.join("nobody-home");
+    let repo = root.join("nobody-repo");
+    write(&repo.join("a.txt"), "one\n");
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "first"]);
+    write(&repo.join("a.txt"), "one\nuncommitted\n");
+    std::fs::create_dir(&home).expect("mkdir");
+    for p in [&home, &repo] {
+        assert!(Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(p)
+            .status()
+            .expect("chown")
+            .success());
+    }
+    let ok = |args: &[&str]| {
+        let out = as_nobody(&home, args);
+        assert_eq!(code(&out), Some(0), "{args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The host repository belongs to the user; root reads it here only to check.
+    let host = |args: &[&str]| {
+        let mut a = vec!["-c", "safe.directory=*"];
+        a.extend_from_slice(args);
+        git(&repo, &a).trim().to_owned()
+    };
+    ok(&["create", "mine", "--from", repo.to_str().expect("utf-8")]);
+    assert_eq!(
+        ok(&["exec", "mine", "--", "git", "status", "--short"]),
+        " M a.txt\n"
+    );
+    ok(&[
+        "exec",
+        "mine",
+        "--",
+        "sh",
+        "-c",
+        "git -c user.name=u -c user.email=u@x commit -qam work",
+    ]);
+    let tip = ok(&["exec", "mine", "--", "git", "rev-parse", "HEAD"]);
+    assert_eq!(
+        host(&["rev-parse", "agentbox/mine"]),
+        tip.trim(),
+        "the host has the box's commit"
+    );
+    // A rollback moves the host branch back.
+    ok(&["undo", "mine"]);
+    ok(&["sync", "mine"]);
+    assert_eq!(
+        host(&["rev-parse", "agentbox/mine"]),
+        host(&["rev-parse", "HEAD"])
+    );
+    let log = ok(&["--json", "log", "mine"]);
+    assert!(
+        log.contains("\"tip\""),
+        "nodes record the branch tip: {log}"
+    );
+    ok(&["destroy", "mine"]);
+}
+
+#[test]
 fn checkout_can_keep_the_processes_running() {
     let Some((b, proj)) = boxes("checkout_can_keep_the_processes_running") else {
         return;
@@ -1141,6 +1209,20 @@ fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "first"]);
     git(&repo, &["stash", "list"]);
+    // Stat data the index no longer matches (a build tool touched files): not a change.
+    std::thread::sleep(Duration::from_millis(1100));
+    for f in ["a.txt", "b.txt", "both.txt"] {
+        let file = std::fs::File::options()
+            .append(true)
+            .open(repo.join(f))
+            .expect("open");
+        file.set_modified(std::time::SystemTime::now())
+            .expect("touch");
+    }
+    let repo_s = repo.to_str().expect("utf-8");
+    b.env.ok(&["create", "clean", "--from", repo_s]);
+    assert_eq!(b.sh_ok("clean", "git status --short"), "");
+    b.env.ok(&["destroy", "clean", "--delete-branch"]);
     // Uncommitted work of every kind.
     write(&repo.join("a.txt"), "one\ntwo\n");
     git(&repo, &["add", "a.txt"]);
@@ -1154,7 +1236,6 @@ fn a_box_from_a_git_repository_gets_its_own_branch_and_leaves_the_host_alone() {
     write(&repo.join(".env"), "SECRET=1\n");
     let before = host_state(&repo);
 
-    let repo_s = repo.to_str().expect("utf-8");
     b.env.ok(&["create", "agent", "--from", repo_s]);
     b.env
         .ok(&["create", "agent2", "--from", repo_s, "--no-carry"]);

@@ -331,11 +331,20 @@ pub fn seed(
         if Path::new(host_index).exists() {
             fs_err::copy(host_index, &copy)?;
         }
+        // Refreshed first: `stash create` fails without a word when the index's stat data
+        // is stale (files touched, or chowned) and nothing else changed.
         let stash = git_with(
             &repo.root,
-            &["stash", "create"],
+            &["update-index", "-q", "--refresh"],
             &[("GIT_INDEX_FILE", &copy)],
-        );
+        )
+        .and_then(|_| {
+            git_with(
+                &repo.root,
+                &["stash", "create"],
+                &[("GIT_INDEX_FILE", &copy)],
+            )
+        });
         fs_err::remove_dir_all(&scratch)?;
         Some(stash?).filter(|s| !s.is_empty())
     } else {
@@ -621,13 +630,6 @@ pub fn box_tip(box_repo: &Path, branch: &str, host_objects: &Path) -> Result<Opt
 /// are fetched into the host's objects, and the branch moves (backwards too, after a
 /// rollback; the host's reflog keeps the old tips). Only `refs/heads/agentbox/…` is written.
 pub fn sync_branch(repo: &HostRepo, box_repo: &Path, branch: &str) -> Result<()> {
-    if !branch.starts_with("agentbox/") {
-        return Err(GitError::Command {
-            dir: repo.root.clone(),
-            args: format!("fetch {branch}"),
-            message: "only agentbox/ branches are synced into the host repository".into(),
-        });
-    }
     let src = box_repo.to_str().ok_or_else(|| GitError::Command {
         dir: box_repo.to_owned(),
         args: "fetch".into(),
@@ -642,9 +644,24 @@ pub fn sync_branch(repo: &HostRepo, box_repo: &Path, branch: &str) -> Result<()>
         message: format!("{} is not UTF-8", repo.objects.display()),
     })?;
     let upload_pack = format!(
-        "--upload-pack=env GIT_ALTERNATE_OBJECT_DIRECTORIES='{}' git-upload-pack",
-        objects.replace('\'', "'\\''")
+        "env GIT_ALTERNATE_OBJECT_DIRECTORIES={} git-upload-pack",
+        shell_quote(objects)
     );
+    sync_branch_via(repo, &upload_pack, src, branch)
+}
+
+/// [`sync_branch`] from a box repository at `url` as `upload_pack` (a shell command line
+/// `git fetch` runs with the repository's path appended) serves it — e.g. run inside the
+/// box's namespaces, where the box repository and its borrowed objects are at their
+/// in-box paths.
+pub fn sync_branch_via(repo: &HostRepo, upload_pack: &str, url: &str, branch: &str) -> Result<()> {
+    if !branch.starts_with("agentbox/") {
+        return Err(GitError::Command {
+            dir: repo.root.clone(),
+            args: format!("fetch {branch}"),
+            message: "only agentbox/ branches are synced into the host repository".into(),
+        });
+    }
     let action = format!("agentbox sync {branch}");
     git_with(
         &repo.root,
@@ -653,13 +670,18 @@ pub fn sync_branch(repo: &HostRepo, box_repo: &Path, branch: &str) -> Result<()>
             "--quiet",
             "--no-tags",
             "--no-write-fetch-head",
-            &upload_pack,
-            src,
+            &format!("--upload-pack={upload_pack}"),
+            url,
             &format!("+refs/heads/{branch}:refs/heads/{branch}"),
         ],
         &[("GIT_REFLOG_ACTION", Path::new(&action))],
     )?;
     Ok(())
+}
+
+/// `s` quoted for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]
