@@ -1,8 +1,9 @@
 //! Command-line arguments.
 //!
-//! Commands that act on an environment take it as an optional first positional argument
-//! (or `-e NAME`). When it is left out, the environment is the one whose directory contains
-//! the current directory, else the only one there is.
+//! Commands that act on a box or environment take it as an optional first positional
+//! argument (or `-b NAME`): a name, a box's id, unique id prefix, display name or number in
+//! the current project. When it is left out, it is the versioned directory containing the
+//! current directory, else the current project's only box, else the only one there is.
 
 use std::path::PathBuf;
 

@@ -1027,7 +1027,7 @@ pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
             })?;
             ctx.out(&img, || {
                 format!(
-                    "imported image {name:?}\nUse it: agentbox create BOX --image {name} --from DIR\n"
+                    "imported image {name:?}\nUse it: agentbox create --image {name} (inside a project, or with -C DIR)\n"
                 )
             })
         }

@@ -36,7 +36,7 @@ impl Ctx {
             return Err(CliError::new(
                 3,
                 format!("no agentbox store at {}", dir.display()),
-                Some("create a box first: `agentbox create NAME --from DIR` (or version a directory: `agentbox env DIR`)".into()),
+                Some("create a box first: `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory: `agentbox env DIR`)".into()),
             ));
         }
         Ok(Store::open(&dir)?)
@@ -86,9 +86,9 @@ impl Ctx {
     }
 
     /// Split positional arguments into the environment and the rest. The environment is
-    /// `-e NAME`, else the first argument when more than `min_rest` were given and it names
-    /// an environment, else the environment containing the current directory, else the only
-    /// environment.
+    /// `-b NAME`, else the first argument when more than `min_rest` were given and it names
+    /// an environment or a box, else the environment containing the current directory, else
+    /// the current project's only box, else the only environment.
     fn env_and_args(
         &self,
         store: &Store,
@@ -171,7 +171,7 @@ impl Ctx {
             0 => Err(CliError::new(
                 3,
                 "there are no boxes or environments",
-                Some("create a box with `agentbox create NAME --from DIR` (or version a directory with `agentbox env DIR`)".into()),
+                Some("create a box with `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory with `agentbox env DIR`)".into()),
             )),
             _ => Err(CliError::usage(
                 format!(

@@ -48,7 +48,7 @@ impl Error {
                 "`agentbox log` shows node ids and tags; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix of 4+ characters",
             ),
             Error::NoStore { .. } => Some(
-                "create a box with `agentbox create NAME --from DIR` (or version a directory with `agentbox env DIR`)",
+                "create a box with `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory with `agentbox env DIR`)",
             ),
             Error::EnvExists { .. } => Some("choose another name, or `agentbox destroy NAME` first"),
             Error::AmbiguousRef { .. } => Some("give more characters of the id"),
