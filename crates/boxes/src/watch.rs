@@ -303,6 +303,9 @@ impl IgnoreSet {
             "**/.python_history",
             "**/.lesshst",
             "**/.viminfo",
+            // `git status` rewrites the index to refresh its stat data: alone, that is no
+            // change of the project (the index is still captured with the next node).
+            "**/.git/index",
         ]
         .iter()
         .map(|p| (*p).to_owned())
@@ -1124,6 +1127,8 @@ mod tests {
             "workspace/pkg/__pycache__/m.pyc",
             "workspace/node_modules/.cache/babel",
             "workspace/.pytest_cache/v",
+            "workspace/.git/index",
+            "workspace/api/.git/index",
         ] {
             assert!(s.is_ignored(Path::new(p)), "{p}");
         }
@@ -1133,6 +1138,8 @@ mod tests {
             "workspace/node_modules/left-pad/index.js",
             "var/lib/dpkg/status",
             "root/.bashrc",
+            "workspace/.git/objects/ab/cdef",
+            "workspace/.git/refs/heads/main",
         ] {
             assert!(!s.is_ignored(Path::new(p)), "{p}");
         }
