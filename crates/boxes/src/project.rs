@@ -6,10 +6,7 @@
 //! 1. the nearest ancestor (or the directory itself) holding [`PROJECT_FILE`];
 //! 2. else the nearest ancestor holding `.git` (a directory, or a file for linked worktrees
 //!    and submodules) — or its parent, when that parent holds `.git` too (a sub-repository
-//!    of a monorepo whose root is itself a repository);
-//! 3. else the directory itself when one of its sub-directories holds `.git` (a monorepo
-//!    whose root is a plain directory; from inside one of its repositories, that repository
-//!    is the project unless the root holds [`PROJECT_FILE`]).
+//!    of a monorepo whose root is itself a repository).
 //!
 //! Detection only looks at the file system (no `git` process): it runs on every command
 //! that may omit its box.
@@ -25,13 +22,7 @@ pub fn find_root(dir: &Path) -> Option<PathBuf> {
     if let Some(d) = dir.ancestors().find(|d| d.join(PROJECT_FILE).is_file()) {
         return Some(d.to_path_buf());
     }
-    let Some(top) = dir.ancestors().find(|d| d.join(".git").exists()) else {
-        let has_repos = std::fs::read_dir(&dir)
-            .ok()?
-            .flatten()
-            .any(|e| e.path().join(".git").exists());
-        return has_repos.then_some(dir);
-    };
+    let top = dir.ancestors().find(|d| d.join(".git").exists())?;
     match top.parent() {
         Some(p) if p.join(".git").exists() => Some(p.to_path_buf()),
         _ => Some(top.to_path_buf()),
@@ -60,14 +51,6 @@ mod tests {
         std::fs::create_dir_all(mono.join("api/.git")).expect("test setup");
         std::fs::write(mono.join(PROJECT_FILE), "defaults: {}\n").expect("test setup");
         assert_eq!(find_root(&mono.join("api")), Some(mono.clone()));
-        // A plain directory of repositories, from its top (a temporary directory is not
-        // inside a repository).
-        let t2 = tempfile::tempdir().expect("test setup");
-        let repos = std::fs::canonicalize(t2.path()).expect("test setup");
-        std::fs::create_dir_all(repos.join("one/.git")).expect("test setup");
-        std::fs::create_dir_all(repos.join("docs")).expect("test setup");
-        assert_eq!(find_root(&repos), Some(repos.clone()));
-        assert_eq!(find_root(&repos.join("docs")), None);
         let plain = root.join("plain");
         std::fs::create_dir_all(&plain).expect("test setup");
         // tempdirs may themselves sit inside a repository; only assert what holds anywhere.
