@@ -8,6 +8,10 @@
 //!    and submodules) — or its parent, when that parent holds `.git` too (a sub-repository
 //!    of a monorepo whose root is itself a repository).
 //!
+//! A plain directory that only *contains* repositories is not a project by itself (a
+//! `~/src` full of clones must never be taken for one); mark a monorepo whose root is not a
+//! repository with [`PROJECT_FILE`], or name it with `create -C DIR`.
+//!
 //! Detection only looks at the file system (no `git` process): it runs on every command
 //! that may omit its box.
 
@@ -51,6 +55,11 @@ mod tests {
         std::fs::create_dir_all(mono.join("api/.git")).expect("test setup");
         std::fs::write(mono.join(PROJECT_FILE), "defaults: {}\n").expect("test setup");
         assert_eq!(find_root(&mono.join("api")), Some(mono.clone()));
+        // A directory that only holds repositories is not a project by itself.
+        let t2 = tempfile::tempdir().expect("test setup");
+        let clones = std::fs::canonicalize(t2.path()).expect("test setup");
+        std::fs::create_dir_all(clones.join("one/.git")).expect("test setup");
+        assert_eq!(find_root(&clones), None);
         let plain = root.join("plain");
         std::fs::create_dir_all(&plain).expect("test setup");
         // tempdirs may themselves sit inside a repository; only assert what holds anywhere.
