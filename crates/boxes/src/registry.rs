@@ -44,15 +44,20 @@ fn index_dir(home: &Home, project: Option<&Path>) -> PathBuf {
     }
 }
 
-/// The next number of a box of `project` (starting at 1), never handed out before.
-pub fn allocate_index(home: &Home, project: Option<&Path>) -> Result<u64> {
+/// Run `change` on `project`'s counter under its lock, then write it (atomically).
+fn with_counter<T>(
+    home: &Home,
+    project: Option<&Path>,
+    doing: &str,
+    change: impl FnOnce(&mut Counter) -> T,
+) -> Result<T> {
     let dir = index_dir(home, project);
     fs_err::create_dir_all(&dir)?;
     let _lock = FileLock::acquire(
         &dir.join("index.lock"),
         Mode::Exclusive,
         "the project's box numbers",
-        "number a new box",
+        doing,
     )?;
     let path = dir.join("index.json");
     let mut counter = read_json_opt::<Counter>(&path)?.unwrap_or(Counter {
@@ -66,10 +71,69 @@ pub fn allocate_index(home: &Home, project: Option<&Path>) -> Result<u64> {
         .map(|r| r.index)
         .max()
         .unwrap_or(0);
-    let n = counter.next.max(highest + 1);
-    counter.next = n + 1;
+    counter.next = counter.next.max(highest + 1);
+    let out = change(&mut counter);
     write_json(&path, &counter)?;
-    Ok(n)
+    Ok(out)
+}
+
+/// The next number of a box of `project` (starting at 1), never handed out before.
+pub fn allocate_index(home: &Home, project: Option<&Path>) -> Result<u64> {
+    with_counter(home, project, "number a new box", |c| {
+        let n = c.next;
+        c.next = n + 1;
+        n
+    })
+}
+
+/// Make sure `project` is known to the home (its state directory names its root), e.g.
+/// before its configuration file is written.
+pub fn remember_project(home: &Home, project: &Path) -> Result<()> {
+    with_counter(home, Some(project), "record the project", |_| ())
+}
+
+/// A project the home knows: it numbered a box, or has a configuration file.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectInfo {
+    pub root: PathBuf,
+    /// Its state directory's name (see [`Home::project_dir`]).
+    pub key: String,
+    /// Boxes of it that exist.
+    pub boxes: usize,
+    /// The number its next box gets.
+    pub next_index: u64,
+    /// Its configuration file, when it has one.
+    pub config: Option<PathBuf>,
+}
+
+/// Every project the home knows, by root.
+pub fn projects(home: &Home) -> Result<Vec<ProjectInfo>> {
+    let boxes = record::list(home)?;
+    let Ok(entries) = fs_err::read_dir(home.root().join("projects")) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let Some(counter) = read_json_opt::<Counter>(&e.path().join("index.json"))? else {
+            continue;
+        };
+        let Some(root) = counter.root else {
+            continue;
+        };
+        let config = e.path().join("config.yaml");
+        out.push(ProjectInfo {
+            key: e.file_name().to_string_lossy().into_owned(),
+            boxes: boxes
+                .iter()
+                .filter(|b| b.project.as_deref() == Some(root.as_path()))
+                .count(),
+            next_index: counter.next,
+            config: config.exists().then_some(config),
+            root,
+        });
+    }
+    out.sort_by(|a, b| a.root.cmp(&b.root));
+    Ok(out)
 }
 
 /// Change box `name`'s record under its record lock (a read-modify-write that concurrent

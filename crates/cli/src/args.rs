@@ -173,6 +173,9 @@ pub enum ConfigCmd {
     },
     /// The JSON schema of the configuration files.
     Schema,
+    /// Every project this home knows (boxes made from it, or a configuration file), with
+    /// its number of boxes, next box number and configuration file.
+    ListProjects,
 }
 
 /// Which file `config set|unset|edit|path` acts on (default: the project's file inside a

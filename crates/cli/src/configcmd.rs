@@ -39,6 +39,7 @@ pub fn run(ctx: &Ctx, cmd: ConfigCmd) -> CliResult {
         ConfigCmd::Unset { key, target } => unset(ctx, &cwd, root, &key, &target),
         ConfigCmd::Edit { target } => edit(ctx, &cwd, root, &target),
         ConfigCmd::Path { target } => path(ctx, &cwd, root, &target),
+        ConfigCmd::ListProjects => list_projects(ctx),
         ConfigCmd::Schema => {
             let schema = config::keys::schema();
             let text = serde_json::to_string_pretty(&schema)
@@ -233,6 +234,40 @@ fn target(
     Ok((layer, path))
 }
 
+/// Before a project's file is written: the home records which root the project's state
+/// directory belongs to (`config list-projects` shows it).
+fn remember(ctx: &Ctx, root: Option<&Path>, layer: Layer) -> CliResult {
+    if let (Layer::Project, Some(root)) = (layer, root) {
+        agentbox_boxes::registry::remember_project(&ctx.home, root)?;
+    }
+    Ok(())
+}
+
+/// `config list-projects`: every project the home knows, with its boxes and config file.
+fn list_projects(ctx: &Ctx) -> CliResult {
+    let projects = agentbox_boxes::registry::projects(&ctx.home)?;
+    ctx.out(&projects, || {
+        if projects.is_empty() {
+            return "no projects yet (`agentbox create` inside one, or `agentbox config set` there)\n"
+                .to_owned();
+        }
+        let rows: Vec<Vec<String>> = projects
+            .iter()
+            .map(|p| {
+                vec![
+                    p.root.display().to_string(),
+                    p.boxes.to_string(),
+                    p.next_index.to_string(),
+                    p.config
+                        .as_ref()
+                        .map_or("-".to_owned(), |c| c.display().to_string()),
+                ]
+            })
+            .collect();
+        table(&["PROJECT", "BOXES", "NEXT #", "CONFIG"], &rows)
+    })
+}
+
 /// After a write: the file's remaining problems, and a higher layer that hides the change.
 fn after_write(ctx: &Ctx, root: Option<&Path>, layer: Layer, path: &Path, key: &str) {
     match config::check_file(path, layer) {
@@ -262,6 +297,7 @@ fn set(
 ) -> CliResult {
     let value = config::parse_set_args(key, values)?;
     let (layer, path) = target(ctx, cwd, root, t)?;
+    remember(ctx, root, layer)?;
     config::set_in(&path, key, &value)?;
     after_write(ctx, root, layer, &path, key);
     ctx.out(
@@ -347,6 +383,7 @@ fn path(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResu
 
 fn edit(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResult {
     let (layer, path) = target(ctx, cwd, root, t)?;
+    remember(ctx, root, layer)?;
     if !path.exists() {
         if let Some(dir) = path.parent() {
             fs_err::create_dir_all(dir)?;

@@ -243,6 +243,33 @@ fn boxes_are_numbered_per_project_and_found_by_any_reference() {
         h.json_in(&outside, &["list"]).as_array().map(Vec::len),
         Some(3)
     );
+    // The home knows every project: those with boxes, and one with only a configuration.
+    let docs = h.env.path("docs");
+    repo(&docs);
+    h.ok_in(&docs, &["config", "set", "box.keep", "5"]);
+    let projects = h.json_in(&outside, &["config", "list-projects"]);
+    let seen: Vec<(String, u64, u64, bool)> = projects
+        .as_array()
+        .expect("projects")
+        .iter()
+        .map(|p| {
+            (
+                p["root"].as_str().unwrap_or_default().to_owned(),
+                p["boxes"].as_u64().unwrap_or(99),
+                p["next_index"].as_u64().unwrap_or(99),
+                p["config"].is_string(),
+            )
+        })
+        .collect();
+    let path = |p: &Path| p.to_str().expect("utf-8").to_owned();
+    assert_eq!(
+        seen,
+        vec![
+            (path(&api), 1, 2, false),
+            (path(&docs), 0, 1, true),
+            (path(&web), 2, 3, false),
+        ]
+    );
 
     // Numbers are never reused.
     h.ok_in(&web, &["destroy", "2"]);
