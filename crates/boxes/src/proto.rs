@@ -61,6 +61,9 @@ pub enum Request {
     Ping,
     /// Bring the box's branches into their host repositories now. Reply: `Synced`.
     Sync,
+    /// The uncommitted paths of each box repository, looked at inside the box (rootless
+    /// boxes, whose tree the host cannot mount). Reply: `Dirty`.
+    Dirty,
     /// From inside the box only: run `agentbox ARGS` on the box's behalf, restricted to the
     /// box's own history commands. Carries the caller's stdin, stdout and stderr; replies
     /// `Exited`.
@@ -120,6 +123,11 @@ pub enum Reply {
     /// the box is not from a repository).
     Synced {
         repos: Vec<SyncedRepo>,
+    },
+    /// Per box repository (in the record's order), its uncommitted paths (`None`: git could
+    /// not tell).
+    Dirty {
+        repos: Vec<Option<Vec<String>>>,
     },
     Error {
         message: String,

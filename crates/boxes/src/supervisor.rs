@@ -556,6 +556,11 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
             let _ops = lock(&shared.ops);
             sync_git(&shared).map(|repos| reply(&conn, &Reply::Synced { repos }, &[]))
         }
+        Request::Dirty => {
+            let repos = dirty_inside(&shared);
+            reply(&conn, &Reply::Dirty { repos }, &[]);
+            Ok(())
+        }
         Request::Signal { .. } => Err(BoxError::Supervisor(
             "a signal can only follow an exec on the same connection".into(),
         )),
@@ -1045,24 +1050,47 @@ fn inside_box(pid1: i32) -> Vec<String> {
     .collect()
 }
 
-/// The tip of `git`'s box branch, read inside the box.
-fn tip_inside(pid1: i32, git: &record::GitRecord) -> Option<String> {
+/// `git ARGS` run in box repository `git` inside the box whose PID 1 is `pid1`; its stdout
+/// when it succeeded.
+fn git_inside(pid1: i32, git: &record::GitRecord, args: &[&str]) -> Option<String> {
     let mut argv = inside_box(pid1);
-    argv.extend([
-        "git".to_owned(),
-        "-C".to_owned(),
-        git.workspace().to_string_lossy().into_owned(),
-        "rev-parse".to_owned(),
-        "--verify".to_owned(),
-        "--quiet".to_owned(),
-        format!("refs/heads/{}", git.branch),
-    ]);
+    argv.extend(["git".to_owned(), "-C".to_owned()]);
+    argv.push(git.workspace().to_string_lossy().into_owned());
+    argv.extend(args.iter().map(|a| a.to_string()));
     let out = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .output()
         .ok()?;
-    let tip = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (out.status.success() && !tip.is_empty()).then_some(tip)
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Each box repository's uncommitted paths, looked at inside the box (`None` where git
+/// could not tell, or the box is not running).
+fn dirty_inside(shared: &Shared) -> Vec<Option<Vec<String>>> {
+    let pid1 = lock(&shared.box_).as_ref().map(|g| g.running.pid1_host);
+    shared
+        .rec
+        .repos
+        .iter()
+        .map(|git| {
+            let out = git_inside(
+                pid1?,
+                git,
+                &["--no-optional-locks", "status", "--porcelain=v1", "-z"],
+            )?;
+            Some(agentbox_git::porcelain_paths(&out))
+        })
+        .collect()
+}
+
+/// The tip of `git`'s box branch, read inside the box.
+fn tip_inside(pid1: i32, git: &record::GitRecord) -> Option<String> {
+    let branch = format!("refs/heads/{}", git.branch);
+    let tip = git_inside(pid1, git, &["rev-parse", "--verify", "--quiet", &branch])?;
+    let tip = tip.trim().to_owned();
+    (!tip.is_empty()).then_some(tip)
 }
 
 /// A node's record of the box's branches: `{"git": [{"sub": …, "branch": …, "tip": …}, …]}`.

@@ -1069,8 +1069,8 @@ pub struct BranchStatus {
     /// Commits of the box branch not on `against`, and the reverse.
     pub ahead: Option<u64>,
     pub behind: Option<u64>,
-    /// Uncommitted paths in the box's repository (`None` when it cannot be looked at:
-    /// rootless boxes).
+    /// Uncommitted paths in the box's repository (`None` when it cannot be looked at: a
+    /// rootless box that is not running).
     pub dirty: Option<Vec<String>>,
 }
 
@@ -1117,7 +1117,15 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
     } else {
         store.working_view(name).ok()
     };
-    for git in &rec.repos {
+    // A rootless box's tree cannot be mounted here: its supervisor looks inside the box.
+    let dirty_inside = match (rec.rootless && !rec.repos.is_empty(), running(ctx, name)?) {
+        (true, Some(c)) => match c.request(&Request::Dirty)? {
+            Reply::Dirty { repos } => repos,
+            other => return Err(unexpected(&other)),
+        },
+        _ => Vec::new(),
+    };
+    for (i, git) in rec.repos.iter().enumerate() {
         let tip = agentbox_git::box_tip(&git.repo, &git.branch, &git.objects)
             .ok()
             .flatten();
@@ -1128,11 +1136,14 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
                 .unwrap_or((None, None)),
             _ => (None, None),
         };
-        let dirty = view.as_ref().and_then(|v| {
-            let inside = git.workspace();
-            let rel = inside.strip_prefix("/").unwrap_or(&inside);
-            agentbox_git::dirty_paths(&v.path.join(rel), &git.objects).ok()
-        });
+        let dirty = match &view {
+            Some(v) => {
+                let inside = git.workspace();
+                let rel = inside.strip_prefix("/").unwrap_or(&inside);
+                agentbox_git::dirty_paths(&v.path.join(rel), &git.objects).ok()
+            }
+            None => dirty_inside.get(i).cloned().flatten(),
+        };
         branches.push(BranchStatus {
             repository: git.repo.clone(),
             branch: git.branch.clone(),

@@ -1013,6 +1013,14 @@ fn a_rootless_box_from_a_git_repository_syncs_its_branch() {
         ok(&["exec", "mine", "--", "git", "status", "--short"]),
         " M a.txt\n"
     );
+    // `status` looks inside the running box for its uncommitted files.
+    let st: serde_json::Value =
+        serde_json::from_str(&ok(&["--json", "status", "mine"])).expect("json");
+    assert_eq!(
+        st["box"]["branches"][0]["dirty"],
+        serde_json::json!(["a.txt"]),
+        "{st}"
+    );
     ok(&[
         "exec",
         "mine",

@@ -64,9 +64,22 @@ pub fn dirty_paths(box_repo: &Path, host_objects: &Path) -> Result<Vec<String>> 
         &["--no-optional-locks", "status", "--porcelain=v1", "-z"],
         &[("GIT_ALTERNATE_OBJECT_DIRECTORIES", host_objects)],
     )?;
-    Ok(out
-        .split('\0')
-        .filter(|e| e.len() > 3)
-        .map(|e| e[3..].to_owned())
-        .collect())
+    Ok(porcelain_paths(&out))
+}
+
+/// The paths of `git status --porcelain=v1 -z` output (a rename's source, which follows its
+/// entry as a field of its own, is left out).
+pub fn porcelain_paths(out: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut fields = out.split('\0');
+    while let Some(entry) = fields.next() {
+        if entry.len() <= 3 {
+            continue;
+        }
+        if entry.starts_with('R') || entry.starts_with('C') {
+            fields.next();
+        }
+        paths.push(entry[3..].to_owned());
+    }
+    paths
 }

@@ -176,8 +176,9 @@ enum FsKey {
 /// walked (snapshots and reflink copies share extents). Symlinks are not followed.
 ///
 /// Files whose extents cannot be read (no FIEMAP support, permission denied) count at
-/// `st_blocks * 512`. On compressed btrfs data, extents count at their uncompressed
-/// length.
+/// `st_blocks * 512`; a directory that cannot be listed (permission denied: an overlay's
+/// mode-000 work directory, for a normal user) counts as itself, without its entries. On
+/// compressed btrfs data, extents count at their uncompressed length.
 pub fn disk_usage(paths: &[&Path]) -> io::Result<Usage> {
     let mut usage = Usage::default();
     let mut inodes: HashSet<(u64, u64)> = HashSet::new();
@@ -186,6 +187,15 @@ pub fn disk_usage(paths: &[&Path]) -> io::Result<Usage> {
     let mut located: HashSet<(FsKey, u64, i64, i64, u64)> = HashSet::new();
     for root in paths {
         for entry in walkdir::WalkDir::new(root).follow_links(false) {
+            // The directory itself was counted when it was reached; its entries are out of
+            // reach.
+            if let Err(e) = &entry {
+                if e.depth() > 0
+                    && e.io_error().map(io::Error::kind) == Some(io::ErrorKind::PermissionDenied)
+                {
+                    continue;
+                }
+            }
             let entry = entry.map_err(|e| {
                 let path = e
                     .path()
