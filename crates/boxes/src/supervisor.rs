@@ -821,6 +821,18 @@ fn kill_one(shared: &Shared, conn: &OwnedFd, target: u64, signal: i32) -> Result
 
 /// Run `agentbox ARGS` on the host for a command inside the box, with its stdio. The CLI
 /// sees [`INBOX_ENV`] and refuses anything but this box's own history commands.
+/// The supervisor's environment variables the host side of an in-box command keeps.
+const RELAYED_ENV: &[&str] = &[
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SSH_AUTH_SOCK",
+    "GIT_SSH_COMMAND",
+    "GIT_CONFIG_GLOBAL",
+    "XDG_CONFIG_HOME",
+    "LANG",
+];
+
 fn cli_for_box(
     shared: &Shared,
     conn: &OwnedFd,
@@ -830,16 +842,21 @@ fn cli_for_box(
     let [stdin, stdout, stderr]: [OwnedFd; 3] = fds.try_into().map_err(|_| {
         BoxError::Supervisor("agentbox in a box must pass its stdin, stdout and stderr".into())
     })?;
-    let status = std::process::Command::new(&shared.exe)
-        .args(args)
+    let mut cmd = std::process::Command::new(&shared.exe);
+    cmd.args(args)
         .env_clear()
         .env("AGENTBOX_HOME", shared.home.root())
         .env(INBOX_ENV, &shared.name)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(stdin)
-        .stdout(stdout)
-        .stderr(stderr)
-        .status()?;
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    // `push` and `pull` run git on the host with the user's configuration and credentials
+    // (global git config, credential helpers, ssh agent): this command runs on the host and
+    // only its output reaches the box, so they never enter it.
+    for var in RELAYED_ENV {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+    let status = cmd.stdin(stdin).stdout(stdout).stderr(stderr).status()?;
     use std::os::unix::process::ExitStatusExt;
     let status = status
         .code()

@@ -718,16 +718,30 @@ fn remote_table(results: &[RemoteResult]) -> String {
 /// `push --json`: a list of `{"sub", "repo", "remote", "branch", "commit", "outcome"}`, one
 /// per repository. Runs on the host only, as the user, with the user's git configuration
 /// and credentials: the box is never involved beyond the sync of its branches.
+/// The remote `push`/`pull` use: `--remote`, else `git.remote` when a configuration file
+/// (not the built-in default) sets it, else `None` (the branch's tracked remote, or `origin`).
+fn chosen_remote(ctx: &Ctx, rec: &BoxRecord, flag: Option<&str>) -> CliResult<Option<String>> {
+    if let Some(r) = flag {
+        return Ok(Some(r.to_owned()));
+    }
+    use agentbox_boxes::config::{keys::Value, layers::Layer, Config};
+    let config = Config::load(&ctx.home, rec.project.as_deref())?;
+    let entry = config.entry("git.remote")?;
+    Ok(match (&entry.value, entry.origin.layer) {
+        (Some(Value::Str(r)), layer) if layer != Layer::Builtin => Some(r.clone()),
+        _ => None,
+    })
+}
+
 pub fn push(ctx: &Ctx, a: PushArgs) -> CliResult {
     let rec = ctx.resolve_box(a.name.as_deref())?;
+    let remote = chosen_remote(ctx, &rec, a.remote.as_deref())?;
     box_repos(&rec, "push")?;
     let repos = chosen(&rec, &a.repos)?;
     // Every remote is checked before anything is pushed.
     let remotes = repos
         .iter()
-        .map(|g| {
-            agentbox_git::remote_for(&g.host(), a.remote.as_deref(), g.source_branch.as_deref())
-        })
+        .map(|g| agentbox_git::remote_for(&g.host(), remote.as_deref(), g.source_branch.as_deref()))
         .collect::<Result<Vec<_>, _>>()?;
     let synced = sync_now(ctx, &rec.name)?;
     let mut results = Vec::new();
@@ -760,12 +774,13 @@ pub fn push(ctx: &Ctx, a: PushArgs) -> CliResult {
 /// conflicts leaves the box repository in its conflicted state; the exit code is then 4.
 pub fn pull(ctx: &Ctx, a: PullArgs) -> CliResult {
     let rec = ctx.resolve_box(a.name.as_deref())?;
+    let remote = chosen_remote(ctx, &rec, a.remote.as_deref())?;
     box_repos(&rec, "pull")?;
     let mut plan = Vec::new();
     for g in chosen(&rec, &a.repos)? {
         let host = g.host();
         let remote =
-            agentbox_git::remote_for(&host, a.remote.as_deref(), g.source_branch.as_deref())?;
+            agentbox_git::remote_for(&host, remote.as_deref(), g.source_branch.as_deref())?;
         let branch = match (&a.branch, &g.source_branch) {
             (Some(b), _) => b.clone(),
             (None, Some(src)) => agentbox_git::upstream_branch(&host, src),

@@ -11,7 +11,7 @@ use agentbox_boxes::record::BoxRecord;
 use agentbox_boxes::registry;
 use agentbox_boxes::BoxError;
 
-use crate::args::{Cli, Command};
+use crate::args::{BoxArg, Cli, Command};
 use crate::boxcmds;
 use crate::errors::CliError;
 use crate::render;
@@ -283,7 +283,7 @@ fn restrict_to_box(cli: &mut Cli, name: &str) -> CliResult {
         CliError::new(
             4,
             what,
-            Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps — on this box only".into()),
+            Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps, push, pull — on this box only".into()),
         )
     };
     if cli.env.as_deref().is_some_and(|e| e != name) {
@@ -301,9 +301,23 @@ fn restrict_to_box(cli: &mut Cli, name: &str) -> CliResult {
         | Command::Checkout(_)
         | Command::Tag(_) => Ok(()),
         Command::Undo(a) | Command::Ps(a) if a.name.as_deref().is_none_or(|n| n == name) => Ok(()),
-        Command::Undo(a) | Command::Ps(a) => Err(refuse(format!(
-            "this box is {name:?}; box {:?} is not reachable from inside it",
-            a.name.as_deref().unwrap_or_default()
+        // The relay for credentialed git: run here, on the host, with the user's
+        // credentials, for this box's own branches.
+        Command::Push(crate::args::PushArgs { name: n, .. })
+        | Command::Pull(crate::args::PullArgs { name: n, .. })
+            if n.as_deref().is_none_or(|n| n == name) =>
+        {
+            Ok(())
+        }
+        Command::Undo(BoxArg { name: Some(other) })
+        | Command::Ps(BoxArg { name: Some(other) })
+        | Command::Push(crate::args::PushArgs {
+            name: Some(other), ..
+        })
+        | Command::Pull(crate::args::PullArgs {
+            name: Some(other), ..
+        }) => Err(refuse(format!(
+            "this box is {name:?}; box {other:?} is not reachable from inside it"
         ))),
         _ => Err(refuse("that command is not available inside a box".into())),
     }

@@ -1702,6 +1702,36 @@ fn push_sends_the_box_branch_to_the_remote_from_the_host() {
         "{err}"
     );
     assert!(err.contains("remote add"), "{err}");
+    // From inside the box, through the relay: the push runs on the host (the remote's path
+    // is under the test's /tmp, which the box does not even see) for this box only.
+    let (_, seen, _) = b.sh("pu", &format!("ls {}", remote.display()));
+    assert_eq!(seen, "", "the remote is not reachable from the box");
+    b.sh_ok(
+        "pu",
+        "echo three >> a.txt && git commit -qam 'more box work'",
+    );
+    let tip = b.sh_ok("pu", "git rev-parse HEAD");
+    let out = b.sh_ok("pu", "agentbox push");
+    assert!(out.contains("pushed"), "{out}");
+    assert_eq!(git(&remote, &["rev-parse", "agentbox/pu"]), tip);
+    // A configured `git.remote` is the default remote.
+    let backup = b.env.path("backup.git");
+    git(
+        Path::new("/"),
+        &["init", "-q", "--bare", backup.to_str().expect("utf-8")],
+    );
+    git(
+        &repo,
+        &["remote", "add", "backup", backup.to_str().expect("utf-8")],
+    );
+    b.env
+        .ok(&["config", "set", "--global", "git.remote", "backup"]);
+    assert_eq!(b.env.json(&["push", "pu"])[0]["remote"], "backup");
+    assert_eq!(git(&backup, &["rev-parse", "agentbox/pu"]), tip);
+    b.env.ok(&["config", "unset", "--global", "git.remote"]);
+    let (status, _, err) = b.sh("pu", "agentbox push other-box");
+    assert_ne!(status, 0);
+    assert!(err.contains("not reachable"), "{err}");
 }
 
 #[test]
@@ -1752,6 +1782,14 @@ fn pull_merges_the_remote_branch_inside_the_box() {
         ],
     );
     assert_eq!(host_state(&repo), before, "the host repository changed");
+
+    // The agent asks from inside the box: the relay fetches on the host and merges here.
+    write(&other.join("second.txt"), "second\n");
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "-qm", "second upstream"]);
+    git(&other, &["push", "-q", "origin", "main"]);
+    let out = b.sh_ok("pl", "agentbox pull >/dev/null && cat second.txt");
+    assert_eq!(out, "second\n");
 
     // A conflicting change on both sides: non-zero, the box is left mid-merge.
     write(&other.join("b.txt"), "upstream b\n");
