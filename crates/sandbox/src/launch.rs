@@ -80,10 +80,13 @@ pub fn launch(
     }
     ipc::send(&ours, spec, &[])?;
     let mut pid1_host = None;
-    loop {
+    let mut ready = false;
+    // The launcher reports PID 1's host PID and PID 1 reports that it is ready: two
+    // processes writing to one socket, so the two messages may come in either order.
+    while !(ready && pid1_host.is_some()) {
         match ipc::recv::<FromInit>(&ours) {
             Ok((FromInit::Pid1 { host_pid }, _)) => pid1_host = Some(host_pid),
-            Ok((FromInit::Ready, _)) => break,
+            Ok((FromInit::Ready, _)) => ready = true,
             Ok((FromInit::SetupFailed { error }, _)) => {
                 let _ = launcher.wait();
                 return Err(SandboxError::Setup(error));
@@ -100,7 +103,7 @@ pub fn launch(
             }
         }
     }
-    let pid1_host = pid1_host.ok_or_else(|| SandboxError::Setup("PID 1 did not report".into()))?;
+    let pid1_host = pid1_host.expect("the loop ends only once PID 1's host PID is known");
     Ok(Running {
         launcher,
         ctl: ours,
