@@ -1147,6 +1147,83 @@ fn shell_runs_on_a_terminal() {
     assert_eq!(out.status.code(), Some(7), "{text}");
 }
 
+/// Drives `agentbox shell BOX` on a real pseudo-terminal (Python's `pty`): the window size
+/// reaches the box and follows a resize, Ctrl-C interrupts the foreground command but not the
+/// shell, and the shell's exit status is agentbox's. Prints `ok` or what went wrong.
+const PTY_DRIVER: &str = r#"
+import fcntl, os, pty, select, struct, sys, termios, time
+exe, home, box = sys.argv[1:4]
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["AGENTBOX_HOME"] = home
+    os.environ["TERM"] = "xterm"
+    os.execv(exe, [exe, "shell", box, "sh", "-i"])
+def size(rows, cols):
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+seen = b""
+def expect(what, timeout=15):
+    global seen
+    end = time.time() + timeout
+    while what.encode() not in seen:
+        left = end - time.time()
+        if left <= 0:
+            print("timed out waiting for %r; got %r" % (what, seen[-400:]))
+            sys.exit(1)
+        r, _, _ = select.select([fd], [], [], left)
+        if r:
+            try:
+                seen += os.read(fd, 4096)
+            except OSError:
+                break
+    if what.encode() not in seen:
+        print("ended before %r; got %r" % (what, seen[-400:]))
+        sys.exit(1)
+    seen = seen[seen.index(what.encode()) + len(what):]
+size(30, 100)
+time.sleep(0.3)
+os.write(fd, b"stty size; echo size-done\n")
+expect("30 100")
+size(40, 120)
+time.sleep(0.5)
+os.write(fd, b"stty size; echo resized-done\n")
+expect("40 120")
+os.write(fd, b"sleep 100; echo after-$((20+1))\n")
+time.sleep(1)
+os.write(fd, b"\x03")
+os.write(fd, b"echo alive-$((40+2))\n")
+expect("alive-42")
+os.write(fd, b"exit 3\n")
+_, status = os.waitpid(pid, 0)
+code = os.waitstatus_to_exitcode(status)
+if code != 3:
+    print("exit status %d, not 3" % code)
+    sys.exit(1)
+print("ok")
+"#;
+
+#[test]
+fn a_shell_follows_resizes_and_ctrl_c_interrupts_only_its_command() {
+    let Some((b, proj)) = boxes("a_shell_follows_resizes_and_ctrl_c_interrupts_only_its_command")
+    else {
+        return;
+    };
+    b.create("tty", &proj, &[]);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(PTY_DRIVER)
+        .arg(env!("CARGO_BIN_EXE_agentbox"))
+        .arg(b.env.path("home"))
+        .arg("tty")
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.trim_end().ends_with("ok"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Run git in `dir`; its stdout.
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")

@@ -30,3 +30,14 @@ pub fn require_root(test: &str) -> bool {
         )
     }
 }
+
+/// The test drives program `tool` (found on `PATH`).
+pub fn require_tool(test: &str, tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()));
+    found
+        || skip(
+            test,
+            &format!("needs `{tool}` on PATH (apt-get install {tool})"),
+        )
+}
