@@ -1203,8 +1203,11 @@ print("ok")
 
 #[test]
 fn a_shell_follows_resizes_and_ctrl_c_interrupts_only_its_command() {
-    let Some((b, proj)) = boxes("a_shell_follows_resizes_and_ctrl_c_interrupts_only_its_command")
-    else {
+    let test = "a_shell_follows_resizes_and_ctrl_c_interrupts_only_its_command";
+    if !agentbox_testkit::tier::require_tool(test, "python3") {
+        return;
+    }
+    let Some((b, proj)) = boxes(test) else {
         return;
     };
     b.create("tty", &proj, &[]);
