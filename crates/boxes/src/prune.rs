@@ -37,7 +37,11 @@ enum Action {
     RemoveDir(PathBuf),
     RemoveFile(PathBuf),
     RemoveEnv(String),
-    DeleteRef { repo: PathBuf, refname: String },
+    DeleteRefs {
+        repo: PathBuf,
+        box_name: String,
+        refs: Vec<String>,
+    },
     Unmount(PathBuf),
     RemoveCgroup(String),
 }
@@ -138,24 +142,41 @@ pub fn find(home: &Home, store: &Store, grace: Duration) -> Result<Vec<Leftover>
         }
     }
 
-    // Base pins of boxes that no longer exist, in every repository a box was made from.
-    for repo in known_repositories(home, &boxes) {
-        let Ok(pins) = agentbox_git::pins(&repo) else {
+    // Refs of boxes of this home that no longer exist, in the repositories the home's
+    // ledger names (never refs another agentbox home's boxes keep in the same repository).
+    for pin in crate::registry::pins(home)? {
+        if exists(&pin.box_name) {
             continue;
-        };
-        for (name, refname) in pins {
-            if !exists(&name) {
-                out.push(Leftover {
-                    kind: "pin",
-                    what: format!("{refname} in {} (box {name:?} is gone)", repo.display()),
-                    target: refname.clone(),
-                    action: Action::DeleteRef {
-                        repo: repo.clone(),
-                        refname,
-                    },
-                });
-            }
         }
+        let refs = agentbox_git::pins(&pin.repo).unwrap_or_default();
+        let mine: Vec<String> = refs
+            .into_iter()
+            .filter(|(b, _)| *b == pin.box_name)
+            .map(|(_, r)| r)
+            .collect();
+        out.push(Leftover {
+            kind: "pin",
+            what: if mine.is_empty() {
+                format!(
+                    "ledger entry of box {:?} in {} (no refs left)",
+                    pin.box_name,
+                    pin.repo.display()
+                )
+            } else {
+                format!(
+                    "{} in {} (box {:?} is gone)",
+                    mine.join(", "),
+                    pin.repo.display(),
+                    pin.box_name
+                )
+            },
+            target: pin.repo.display().to_string(),
+            action: Action::DeleteRefs {
+                repo: pin.repo.clone(),
+                box_name: pin.box_name.clone(),
+                refs: mine,
+            },
+        });
     }
 
     // Views of working trees mounted by a process that died.
@@ -203,31 +224,8 @@ fn view_pid(path: &Path) -> Option<u32> {
     name.strip_prefix("view-")?.split('-').next()?.parse().ok()
 }
 
-/// Repositories boxes of `home` were made from: the projects that ever numbered a box (and
-/// their first-level sub-repositories), and those of existing boxes.
-fn known_repositories(home: &Home, boxes: &[record::BoxRecord]) -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = crate::registry::known_projects(home);
-    roots.extend(boxes.iter().filter_map(|b| b.project.clone()));
-    let mut repos = Vec::new();
-    for root in roots {
-        if root.join(".git").exists() {
-            repos.push(root.clone());
-        }
-        if let Ok(entries) = std::fs::read_dir(&root) {
-            for e in entries.flatten() {
-                if e.path().join(".git").exists() {
-                    repos.push(e.path());
-                }
-            }
-        }
-    }
-    repos.sort();
-    repos.dedup();
-    repos
-}
-
 /// Remove `l`.
-pub fn remove(store: &Store, l: &Leftover) -> Result<()> {
+pub fn remove(home: &Home, store: &Store, l: &Leftover) -> Result<()> {
     match &l.action {
         Action::RemoveDir(d) => {
             // The record goes first: without it the box no longer exists.
@@ -236,7 +234,16 @@ pub fn remove(store: &Store, l: &Leftover) -> Result<()> {
         }
         Action::RemoveFile(f) => fs_err::remove_file(f)?,
         Action::RemoveEnv(name) => store.remove_env(name)?,
-        Action::DeleteRef { repo, refname } => agentbox_git::delete_ref(repo, refname)?,
+        Action::DeleteRefs {
+            repo,
+            box_name,
+            refs,
+        } => {
+            for r in refs {
+                agentbox_git::delete_ref(repo, r)?;
+            }
+            crate::registry::forget_pin(home, box_name, repo)?;
+        }
         Action::Unmount(p) => {
             rustix::mount::unmount(p, rustix::mount::UnmountFlags::DETACH)
                 .map_err(|e| crate::BoxError::io(p, e.into()))?;

@@ -297,18 +297,65 @@ pub fn default_name(home: &Home, project: Option<&Path>, index: u64) -> String {
         .expect("an unbounded search finds a free name")
 }
 
-/// Roots of every project that ever numbered a box in `home`.
-pub fn known_projects(home: &Home) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(home.root().join("projects")) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            read_json_opt::<Counter>(&e.path().join("index.json"))
-                .ok()
-                .flatten()
-        })
-        .filter_map(|c| c.root)
-        .collect()
+/// A host repository in which box `box_name` keeps refs (`refs/agentbox/<box>/…`).
+///
+/// The home keeps a ledger of them (`<home>/pins.json`, a JSON list, rewritten atomically
+/// under `<home>/pins.lock`), written *before* a create touches a repository: `prune` then
+/// removes exactly the refs this home's boxes left behind, never those of boxes of another
+/// agentbox home that uses the same repository.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    #[serde(rename = "box")]
+    pub box_name: String,
+    pub repo: PathBuf,
+}
+
+fn with_pins<T>(home: &Home, change: impl FnOnce(&mut Vec<Pin>) -> T) -> Result<T> {
+    fs_err::create_dir_all(home.root())?;
+    let _lock = FileLock::acquire(
+        &home.root().join("pins.lock"),
+        Mode::Exclusive,
+        "the ledger of box refs",
+        "update it",
+    )?;
+    let path = home.root().join("pins.json");
+    let mut pins: Vec<Pin> = read_json_opt(&path)?.unwrap_or_default();
+    let before = pins.clone();
+    let out = change(&mut pins);
+    if pins != before {
+        write_json(&path, &pins)?;
+    }
+    Ok(out)
+}
+
+/// Record that box `name` is about to keep refs in `repos`.
+pub fn note_pins(home: &Home, name: &str, repos: &[&Path]) -> Result<()> {
+    with_pins(home, |pins| {
+        for repo in repos {
+            let pin = Pin {
+                box_name: name.to_owned(),
+                repo: repo.to_path_buf(),
+            };
+            if !pins.contains(&pin) {
+                pins.push(pin);
+            }
+        }
+    })
+}
+
+/// Forget box `name`'s entries (its refs are gone).
+pub fn forget_pins(home: &Home, name: &str) -> Result<()> {
+    with_pins(home, |pins| pins.retain(|p| p.box_name != name))
+}
+
+/// Forget one entry (its refs are gone).
+pub fn forget_pin(home: &Home, name: &str, repo: &Path) -> Result<()> {
+    with_pins(home, |pins| {
+        pins.retain(|p| !(p.box_name == name && p.repo == repo))
+    })
+}
+
+/// Every entry of the ledger.
+pub fn pins(home: &Home) -> Result<Vec<Pin>> {
+    with_pins(home, |pins| pins.clone())
 }

@@ -19,6 +19,8 @@
 
 use std::path::Path;
 
+use agentbox_core::home::Home;
+
 use agentbox_git::{GitError, HostRepo, SeedOpts, Seeded};
 use agentbox_store::fsops::copy::{copy_tree, CopyOpts};
 use agentbox_store::fsops::scan::scan_tree;
@@ -37,6 +39,7 @@ pub struct SeededRepo {
 /// false, or when the project holds no repository, it is a plain copy and the list is
 /// empty. On failure, the pins this made in host repositories are removed again.
 pub fn seed_workspace(
+    home: &Home,
     src: &Path,
     name: &str,
     ws: &Path,
@@ -63,6 +66,11 @@ pub fn seed_workspace(
         let branch = agentbox_git::pick_branch(&repo, &format!("{name}--{sub}"))?;
         plan.push((Some(sub), repo, branch));
     }
+    // The home's ledger names the repositories before any ref is written in them, so a
+    // crash from here on leaves refs `prune` knows to remove.
+    let repos: Vec<&Path> = plan.iter().map(|(_, r, _)| r.root.as_path()).collect();
+    crate::registry::note_pins(home, name, &repos)
+        .map_err(|e| GitError::Io(std::io::Error::other(e.to_string())))?;
     let result = seed_all(src, name, ws, opts, &plan);
     if result.is_err() {
         for (_, repo, _) in &plan {

@@ -151,6 +151,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         match &source {
             Some(src) => {
                 git_rec = agentbox_boxes::seeding::seed_workspace(
+                    &ctx.home,
                     src,
                     &name,
                     &ws,
@@ -968,6 +969,7 @@ pub fn destroy_box(
     delete_branch: bool,
 ) -> CliResult<Vec<String>> {
     let mut deleted = Vec::new();
+    let mut unpinned = true;
     if let Some(c) = running(ctx, name)? {
         let _ = c.request(&Request::Stop);
         wait_stopped(ctx, name);
@@ -979,6 +981,7 @@ pub fn destroy_box(
     {
         // The base pins go with the box; its branches stay (they are the user's work).
         if let Err(e) = agentbox_git::unpin(&git.repo, name) {
+            unpinned = false;
             ctx.note(format!(
                 "agentbox: could not remove refs/agentbox/{name}/ from {}: {e}",
                 git.repo.display()
@@ -994,6 +997,10 @@ pub fn destroy_box(
                 )),
             }
         }
+    }
+    if unpinned {
+        // Kept otherwise: `prune` retries the refs that could not be removed.
+        agentbox_boxes::registry::forget_pins(&ctx.home, name)?;
     }
     if store.env(name).is_ok() {
         store.remove_env(name)?;

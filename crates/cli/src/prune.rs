@@ -24,7 +24,7 @@ pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
             outcome: if dry_run {
                 "would remove".to_owned()
             } else {
-                match prune::remove(&store, l) {
+                match prune::remove(&ctx.home, &store, l) {
                     Ok(()) => "removed".to_owned(),
                     Err(e) => format!("kept: {e}"),
                 }

@@ -351,9 +351,13 @@ fn prune_removes_what_boxes_left_behind() {
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
     std::fs::remove_dir_all(h.env.path("home/boxes/doomed")).expect("rm");
-    // A directory without a record, and a pin of a box that never was in this home.
+    // A directory without a record; and refs of a box of another agentbox home that uses
+    // the same repository, which are not this home's to remove.
     std::fs::create_dir_all(h.env.path("home/boxes/ghost-box/logs")).expect("mkdir");
-    git(&web, &["update-ref", "refs/agentbox/gone/base", "HEAD"]);
+    git(
+        &web,
+        &["update-ref", "refs/agentbox/elsewhere/base", "HEAD"],
+    );
 
     // Young leftovers are left alone by default (a create may be running).
     let dry = h.json_in(&web, &["prune", "--dry-run"]);
@@ -393,9 +397,10 @@ fn prune_removes_what_boxes_left_behind() {
             "{want} missing from {found:?}"
         );
     }
+    assert!(!format!("{dry}").contains("elsewhere"), "{dry}");
     // The dry run changed nothing.
     assert!(h.env.path("home/boxes/ghost-box").exists());
-    assert!(git(&web, &["for-each-ref", "refs/agentbox/gone"]).contains("gone"));
+    assert!(git(&web, &["for-each-ref", "refs/agentbox/doomed"]).contains("doomed"));
 
     let done = h.json_in(&web, &["prune", "--min-age", "0"]);
     assert!(
@@ -403,7 +408,7 @@ fn prune_removes_what_boxes_left_behind() {
         "{done}"
     );
     assert!(!h.env.path("home/boxes/ghost-box").exists());
-    assert_eq!(git(&web, &["for-each-ref", "refs/agentbox/gone"]), "");
+    assert!(git(&web, &["for-each-ref", "refs/agentbox/elsewhere"]).contains("elsewhere"));
     assert!(!h.env.path("home/boxes/keep-me/supervisor.json").exists());
     // The pin of the box that was destroyed half-way goes; the live box's stays.
     assert_eq!(git(&web, &["for-each-ref", "refs/agentbox/doomed"]), "");
