@@ -13,8 +13,8 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     name = "agentbox",
     version,
-    about = "Isolated, versioned environments for coding agents",
-    long_about = "Isolated, versioned environments for coding agents.\n\nRun `agentbox env DIR` to turn a directory into a versioned directory, edit it with any tool, then `agentbox commit -m MSG`, `agentbox log`, `agentbox checkout REF`."
+    about = "Isolated, versioned boxes of a project for coding agents",
+    long_about = "Isolated, versioned boxes of a project for coding agents.\n\nInside a project, `agentbox create` makes a box of it on its own git branch (your uncommitted work carried over, your checkout untouched); `agentbox exec -- CMD` runs a command in it; every command that changes something is a snapshot (`agentbox log`, `agentbox undo`, `agentbox checkout REF`). `agentbox env DIR` versions a directory in place instead."
 )]
 pub struct Cli {
     /// Agentbox home (default: $AGENTBOX_HOME, else ~/.agentbox).
@@ -33,16 +33,46 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Create a loop-mounted btrfs filesystem for the store (root only).
-    Setup(SetupArgs),
-    /// Make DIR a versioned directory: its current content becomes the first node.
-    Env(EnvArgs),
+    /// Create a box of the current project (or -C DIR) at /workspace, on its own git branch: [NAME].
+    Create(CreateArgs),
+    /// Run a command in a box and wait for it: [BOX] [--] CMD [ARGS...].
+    Exec(ExecArgs),
+    /// An interactive shell in a box (or CMD on a terminal): [BOX] [CMD...].
+    Shell(ShellArgs),
+    /// Run an agent (any command) in a box; with --supervise, relaunch it whenever a
+    /// checkout of the box killed it (not when it exits by itself): [BOX] [--] CMD [ARGS...].
+    Run(RunArgs),
+    /// Start a background process in a box: [BOX] [--] CMD [ARGS...].
+    Spawn(SpawnArgs),
+    /// List a box's running processes: [BOX].
+    Ps(BoxArg),
+    /// Output of a spawned process: [BOX] ID.
+    Logs(LogsArgs),
+    /// Signal a box's process (by id or PID): [BOX] ID.
+    Kill(KillArgs),
+    /// Start a box (its supervisor and PID 1): [BOX].
+    Start(BoxArg),
+    /// Stop a box: every process is killed; the tree and history stay: [BOX].
+    Stop(BoxArg),
     /// List boxes (this project's, or --all) and versioned directories.
     List(ListArgs),
-    /// Freeze the working tree as a new node (child of HEAD).
-    Commit(CommitArgs),
+    /// A box's state, branches (ahead/behind, uncommitted files), processes and disk; the
+    /// store's backend, counts and true disk usage: [BOX].
+    Status(Positional),
+    /// Give a box a display name (shown by `list`; the box can be referred to by it); an
+    /// empty name clears it: [BOX] NAME.
+    Rename(Positional),
+    /// Remove a box or environment (its nodes are freed by `gc` once unreferenced): BOX.
+    Destroy(DestroyArgs),
+    /// Remove what boxes left behind: records without a box, stale supervisor files, git
+    /// pins of boxes that no longer exist, stray mounts and cgroups.
+    Prune(PruneArgs),
+    /// Move a box back to HEAD's parent (processes are killed): [BOX].
+    Undo(BoxArg),
     /// Make the working tree hold a node's tree and move HEAD there: [ENV] REF.
     Checkout(CheckoutArgs),
+    /// Freeze the working tree as a new node (child of HEAD).
+    Commit(CommitArgs),
     /// Show the history as a tree, HEAD marked: [ENV].
     Log(LogArgs),
     /// What a node changed relative to its parent: [ENV] [REF].
@@ -55,66 +85,38 @@ pub enum Command {
     Delete(Positional),
     /// Thin the history: keep structure, tags and the newest K nodes, thin the rest: [ENV].
     Retain(RetainArgs),
-    /// Free the data of nodes no longer referenced.
-    Gc,
-    /// Backend, counts and true disk usage of the store (and of [ENV]).
-    Status(Positional),
+    /// Bring a box's branches (agentbox/BOX, agentbox/BOX--SUB) into the host repositories
+    /// now: [BOX]. It also happens after every node.
+    Sync(BoxArg),
+    /// Push a box's branches (agentbox/BOX, and agentbox/BOX--SUB of sub-repositories) from
+    /// the host repositories to their remotes, with the host's credentials: [BOX].
+    Push(PushArgs),
+    /// Fetch on the host (with its credentials) and merge into the box's branches inside
+    /// the box: [BOX].
+    Pull(PullArgs),
+    /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema,
+    /// list-projects.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Base images for boxes: import a rootfs tarball (`docker export`), list, remove.
+    #[command(subcommand)]
+    Image(ImageCmd),
     /// Write a bundle: the whole history, one snapshot, or a flat rootfs tar: [ENV] [REF].
     Export(ExportArgs),
     /// Create an environment from a bundle or rootfs tar (file, URL or - for stdin).
     Import(ImportArgs),
-    /// Check the store's consistency (and repair what can be repaired).
-    Fsck(FsckArgs),
+    /// Make DIR a versioned directory: its current content becomes the first node.
+    Env(EnvArgs),
     /// Mount an environment's directory again (after a reboot): [ENV].
     Mount(Positional),
     /// Unmount an environment's directory (its state is kept): [ENV].
     Unmount(Positional),
-    /// Remove a box or environment (its nodes are freed by `gc` once unreferenced): NAME.
-    Destroy(DestroyArgs),
-    /// Give a box a display name (shown by `list`; the box can be referred to by it); an
-    /// empty name clears it: [BOX] NAME.
-    Rename(Positional),
-    /// Remove what boxes left behind: records without a box, stale supervisor files, git
-    /// pins of boxes that no longer exist, stray mounts and cgroups.
-    Prune(PruneArgs),
-    /// Create a box: an isolated copy of a directory at /workspace, on the host's tools.
-    Create(CreateArgs),
-    /// Run a command in a box and wait for it: BOX [--] CMD [ARGS...].
-    Exec(ExecArgs),
-    /// Base images for boxes: import a rootfs tarball (`docker export`), list, remove.
-    #[command(subcommand)]
-    Image(ImageCmd),
-    /// Run an agent (any command) in a box; with --supervise, relaunch it whenever a
-    /// checkout of the box killed it (not when it exits by itself): BOX [--] CMD [ARGS...].
-    Run(RunArgs),
-    /// An interactive shell in a box (or CMD on a terminal): BOX [CMD...].
-    Shell(ShellArgs),
-    /// Start a background process in a box: BOX [--] CMD [ARGS...].
-    Spawn(SpawnArgs),
-    /// List a box's running processes: BOX.
-    Ps(BoxArg),
-    /// Output of a spawned process: BOX ID.
-    Logs(LogsArgs),
-    /// Signal a box's process (by id or PID): BOX ID.
-    Kill(KillArgs),
-    /// Start a box (its supervisor and PID 1): BOX.
-    Start(BoxArg),
-    /// Stop a box: every process is killed; the tree and history stay: BOX.
-    Stop(BoxArg),
-    /// Move a box back to HEAD's parent (processes are killed): BOX.
-    Undo(BoxArg),
-    /// Bring a box's branches (agentbox/BOX, agentbox/BOX--SUB) into the host repositories
-    /// now: BOX. It also happens after every node.
-    Sync(BoxArg),
-    /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema.
-    #[command(subcommand)]
-    Config(ConfigCmd),
-    /// Push a box's branches (agentbox/BOX, and agentbox/BOX--SUB of sub-repositories) from
-    /// the host repositories to their remotes, with the host's credentials: BOX.
-    Push(PushArgs),
-    /// Fetch on the host (with its credentials) and merge into the box's branches inside
-    /// the box: BOX.
-    Pull(PullArgs),
+    /// Free the data of nodes no longer referenced.
+    Gc,
+    /// Check the store's consistency (and repair what can be repaired).
+    Fsck(FsckArgs),
+    /// Create a loop-mounted btrfs filesystem for the store (root only).
+    Setup(SetupArgs),
     #[command(name = "__box-init", hide = true)]
     BoxInit,
     #[command(name = "__supervise", hide = true)]
