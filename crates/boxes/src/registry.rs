@@ -153,25 +153,21 @@ pub fn update(home: &Home, name: &str, change: impl FnOnce(&mut BoxRecord)) -> R
 }
 
 /// The project the current directory `cwd` belongs to, for box lookup: the deepest project
-/// root of an existing box that contains `cwd`, else the project found from `cwd` itself.
-pub fn current_project(home: &Home, cwd: &Path) -> Result<Option<PathBuf>> {
+/// root of a box in `boxes` that contains `cwd`, else the project found from `cwd` itself.
+fn project_of(boxes: &[BoxRecord], cwd: &Path) -> Option<PathBuf> {
     let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
-    let deepest = record::list(home)?
-        .into_iter()
-        .filter_map(|r| r.project)
+    let deepest = boxes
+        .iter()
+        .filter_map(|r| r.project.as_ref())
         .filter(|p| cwd.starts_with(p))
-        .max_by_key(|p| p.components().count());
-    Ok(deepest.or_else(|| crate::project::find_root(&cwd)))
+        .max_by_key(|p| p.components().count())
+        .cloned();
+    deepest.or_else(|| crate::project::find_root(&cwd))
 }
 
-/// Boxes of `project` (`None`: boxes made without a project), by number.
-pub fn project_boxes(home: &Home, project: Option<&Path>) -> Result<Vec<BoxRecord>> {
-    let mut boxes: Vec<BoxRecord> = record::list(home)?
-        .into_iter()
-        .filter(|r| r.project.as_deref() == project)
-        .collect();
-    boxes.sort_by_key(|r| r.index);
-    Ok(boxes)
+/// [`project_of`] the home's boxes.
+pub fn current_project(home: &Home, cwd: &Path) -> Result<Option<PathBuf>> {
+    Ok(project_of(&record::list(home)?, cwd))
 }
 
 /// How a candidate is shown in an ambiguity error.
@@ -195,23 +191,26 @@ fn one(reference: &str, mut found: Vec<BoxRecord>) -> Result<Option<BoxRecord>> 
     }
 }
 
-/// The box `reference` names, seen from project `here` (which numbers refer to).
-pub fn resolve(home: &Home, reference: &str, here: Option<&Path>) -> Result<BoxRecord> {
+/// The box `reference` names, seen from the current directory `cwd` (numbers refer to the
+/// boxes of its project).
+pub fn resolve(home: &Home, reference: &str, cwd: &Path) -> Result<BoxRecord> {
+    // A box's name is the common case, and its record is found without reading the others
+    // (this is on the path of every `exec`).
+    if agentbox_store::names::validate("box", reference).is_ok() {
+        if let Ok(rec) = record::read(home, reference) {
+            return Ok(rec);
+        }
+    }
     let all = record::list(home)?;
     let pick = |f: &dyn Fn(&BoxRecord) -> bool| -> Vec<BoxRecord> {
         all.iter().filter(|r| f(r)).cloned().collect()
     };
-    if let Some(r) = one(reference, pick(&|r| r.name == reference))? {
-        return Ok(r);
-    }
     if let Some(r) = one(reference, pick(&|r| r.id == reference))? {
         return Ok(r);
     }
     if let Ok(n) = reference.parse::<u64>() {
-        if let Some(r) = one(
-            reference,
-            pick(&|r| r.index == n && r.project.as_deref() == here),
-        )? {
+        let here = project_of(&all, cwd);
+        if let Some(r) = one(reference, pick(&|r| r.index == n && r.project == here))? {
             return Ok(r);
         }
     }
@@ -231,13 +230,16 @@ pub fn resolve(home: &Home, reference: &str, here: Option<&Path>) -> Result<BoxR
     })
 }
 
-/// The box a command means when it names none: the only box of project `here`.
-pub fn implicit(home: &Home, here: Option<&Path>) -> Result<BoxRecord> {
-    let mut boxes = project_boxes(home, here)?;
+/// The box a command means when it names none: the only box of the project of `cwd`.
+pub fn implicit(home: &Home, cwd: &Path) -> Result<BoxRecord> {
+    let all = record::list(home)?;
+    let here = project_of(&all, cwd);
+    let mut boxes: Vec<BoxRecord> = all.into_iter().filter(|r| r.project == here).collect();
+    boxes.sort_by_key(|r| r.index);
     match boxes.len() {
         1 => Ok(boxes.pop().expect("one element")),
         _ => Err(BoxError::WhichBox {
-            project: here.map(Path::to_path_buf),
+            project: here,
             candidates: boxes.iter().map(describe).collect(),
         }),
     }

@@ -38,12 +38,12 @@ pub enum Command {
     /// Run a command in a box and wait for it: [BOX] [--] CMD [ARGS...].
     Exec(ExecArgs),
     /// An interactive shell in a box (or CMD on a terminal): [BOX] [CMD...].
-    Shell(ShellArgs),
+    Shell(BoxCommandArgs),
     /// Run an agent (any command) in a box; with --supervise, relaunch it whenever a
     /// checkout of the box killed it (not when it exits by itself): [BOX] [--] CMD [ARGS...].
     Run(RunArgs),
     /// Start a background process in a box: [BOX] [--] CMD [ARGS...].
-    Spawn(SpawnArgs),
+    Spawn(BoxCommandArgs),
     /// List a box's running processes: [BOX].
     Ps(BoxArg),
     /// Output of a spawned process: [BOX] ID.
@@ -407,18 +407,8 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ShellArgs {
-    /// BOX (left out: the current project's only box).
-    #[arg(value_name = "BOX")]
-    pub name: Option<String>,
-    #[command(flatten)]
-    pub opts: CommandOpts,
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub argv: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct SpawnArgs {
+/// `[BOX] [--] CMD…` with the options of a command started in a box (`shell`, `spawn`).
+pub struct BoxCommandArgs {
     /// BOX (left out: the current project's only box).
     #[arg(value_name = "BOX")]
     pub name: Option<String>,

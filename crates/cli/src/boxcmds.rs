@@ -14,8 +14,7 @@ use chrono::Utc;
 use serde::Serialize;
 
 use crate::args::{
-    CreateArgs, ExecArgs, ImageCmd, KillArgs, LogsArgs, PullArgs, PushArgs, RunArgs, ShellArgs,
-    SpawnArgs,
+    BoxCommandArgs, CreateArgs, ExecArgs, ImageCmd, KillArgs, LogsArgs, PullArgs, PushArgs, RunArgs,
 };
 use crate::commands::Ctx;
 use crate::errors::CliError;
@@ -305,15 +304,29 @@ fn agent_of(command: &str) -> Option<&'static str> {
         .find(|a| *a == base)
 }
 
-pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
-    let (rec, argv) = ctx.box_and_command(a.name, a.argv)?;
-    if argv.is_empty() {
-        return Err(CliError::usage(
-            "exec needs a command",
-            "agentbox exec [BOX] [--] CMD [ARGS...]",
-        ));
+/// `[BOX] [--] CMD…` of a command: the box, and the command (required unless `usage` is
+/// `None`); an agent it starts is remembered.
+fn target(
+    ctx: &Ctx,
+    name: Option<String>,
+    argv: Vec<String>,
+    usage: Option<(&str, &str)>,
+) -> CliResult<(BoxRecord, Vec<String>)> {
+    let (rec, argv) = ctx.box_and_command(name, argv)?;
+    if let (Some((what, how)), true) = (usage, argv.is_empty()) {
+        return Err(CliError::usage(format!("{what} needs a command"), how));
     }
     note_agent(ctx, &rec, &argv);
+    Ok((rec, argv))
+}
+
+pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
+    let (rec, argv) = target(
+        ctx,
+        a.name,
+        a.argv,
+        Some(("exec", "agentbox exec [BOX] [--] CMD [ARGS...]")),
+    )?;
     let client = connect(ctx, &rec.name)?;
     let tty = if a.tty {
         Some(true)
@@ -335,14 +348,12 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
 }
 
 pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
-    let (rec, argv) = ctx.box_and_command(a.name, a.argv)?;
-    if argv.is_empty() {
-        return Err(CliError::usage(
-            "run needs a command",
-            "agentbox run [BOX] [--supervise] [--] CMD [ARGS...]",
-        ));
-    }
-    note_agent(ctx, &rec, &argv);
+    let (rec, argv) = target(
+        ctx,
+        a.name,
+        a.argv,
+        Some(("run", "agentbox run [BOX] [--supervise] [--] CMD [ARGS...]")),
+    )?;
     let mut launches = 0u32;
     loop {
         let client = connect(ctx, &rec.name)?;
@@ -369,9 +380,8 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
     }
 }
 
-pub fn shell(ctx: &Ctx, a: ShellArgs) -> CliResult {
-    let (rec, argv) = ctx.box_and_command(a.name, a.argv)?;
-    note_agent(ctx, &rec, &argv);
+pub fn shell(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
+    let (rec, argv) = target(ctx, a.name, a.argv, None)?;
     let client = connect(ctx, &rec.name)?;
     let argv = if argv.is_empty() {
         // bash when the base has it; `-l` would read the host's profile, so it is not used.
@@ -402,15 +412,13 @@ struct Spawned {
     log: std::path::PathBuf,
 }
 
-pub fn spawn(ctx: &Ctx, a: SpawnArgs) -> CliResult {
-    let (rec, argv) = ctx.box_and_command(a.name, a.argv)?;
-    if argv.is_empty() {
-        return Err(CliError::usage(
-            "spawn needs a command",
-            "agentbox spawn [BOX] [--] CMD [ARGS...]",
-        ));
-    }
-    note_agent(ctx, &rec, &argv);
+pub fn spawn(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
+    let (rec, argv) = target(
+        ctx,
+        a.name,
+        a.argv,
+        Some(("spawn", "agentbox spawn [BOX] [--] CMD [ARGS...]")),
+    )?;
     let name = rec.name.clone();
     let client = connect(ctx, &name)?;
     let reply = client.request(&Request::Spawn {

@@ -156,14 +156,8 @@ impl Ctx {
                 return Ok(e.name);
             }
         }
-        let here = self.here()?;
-        match registry::implicit(&self.home, here.as_deref()) {
-            Ok(rec) => return Ok(rec.name),
-            // A project with several boxes: the user has to say which.
-            Err(e @ BoxError::WhichBox { .. }) if here.is_some() && !e_is_empty(&e) => {
-                return Err(e.into())
-            }
-            Err(_) => {}
+        if let Some(rec) = self.implicit_box()? {
+            return Ok(rec.name);
         }
         let envs = store.envs()?;
         match envs.len() {
@@ -185,10 +179,6 @@ impl Ctx {
     }
 }
 
-fn e_is_empty(e: &BoxError) -> bool {
-    matches!(e, BoxError::WhichBox { candidates, .. } if candidates.is_empty())
-}
-
 impl Ctx {
     /// The project the current directory is in: box numbers and the implicit box are
     /// relative to it.
@@ -199,17 +189,27 @@ impl Ctx {
 
     /// The box `reference` names (else `-b`, else the current project's only box).
     pub(crate) fn resolve_box(&self, reference: Option<&str>) -> CliResult<BoxRecord> {
-        let here = self.here()?;
+        let cwd = std::env::current_dir()?;
         Ok(match reference.or(self.env.as_deref()) {
-            Some(r) => registry::resolve(&self.home, r, here.as_deref())?,
-            None => registry::implicit(&self.home, here.as_deref())?,
+            Some(r) => registry::resolve(&self.home, r, &cwd)?,
+            None => registry::implicit(&self.home, &cwd)?,
         })
+    }
+
+    /// The current project's only box; `None` when there is none, an error when there are
+    /// several (the user has to say which).
+    fn implicit_box(&self) -> CliResult<Option<BoxRecord>> {
+        match registry::implicit(&self.home, &std::env::current_dir()?) {
+            Ok(rec) => Ok(Some(rec)),
+            Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The box `reference` names, `None` when it names none (other errors, like an
     /// ambiguous reference, are errors).
     pub(crate) fn find_box(&self, reference: &str) -> CliResult<Option<BoxRecord>> {
-        match registry::resolve(&self.home, reference, self.here()?.as_deref()) {
+        match registry::resolve(&self.home, reference, &std::env::current_dir()?) {
             Ok(r) => Ok(Some(r)),
             Err(BoxError::NoSuchBox { .. }) => Ok(None),
             Err(e) => Err(e.into()),
@@ -264,14 +264,13 @@ impl Ctx {
         if meant_a_box {
             return Err(missing.into());
         }
-        match registry::implicit(&self.home, self.here()?.as_deref()) {
-            Ok(rec) => {
+        // Several boxes here: which one is the question, not `first`.
+        match self.implicit_box()? {
+            Some(rec) => {
                 argv.insert(0, first);
                 Ok((rec, argv))
             }
-            // Several boxes here: which one is the question, not `first`.
-            Err(e @ BoxError::WhichBox { .. }) if !e_is_empty(&e) => Err(e.into()),
-            Err(_) => Err(missing.into()),
+            None => Err(missing.into()),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentbox_testkit::tier::require_root;
-use common::{code, stderr, write, Env};
+use common::{code, git, kill_supervisors, stderr, supervisor_pid, write, Env};
 
 /// A temporary home whose box supervisors are killed when the test ends (which, through
 /// the parent-death signals, ends every box process too).
@@ -58,30 +58,13 @@ impl Boxes {
     }
 
     fn supervisor_pid(&self, name: &str) -> Option<i32> {
-        let p = self
-            .env
-            .path("home/boxes")
-            .join(name)
-            .join("supervisor.json");
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
-        v["pid"].as_i64().map(|p| p as i32)
+        supervisor_pid(&self.env.path("home"), name)
     }
 }
 
 impl Drop for Boxes {
     fn drop(&mut self) {
-        let Ok(dir) = std::fs::read_dir(self.env.path("home/boxes")) else {
-            return;
-        };
-        for e in dir.flatten() {
-            if let Some(pid) = self.supervisor_pid(&e.file_name().to_string_lossy()) {
-                let _ = rustix::process::kill_process(
-                    rustix::process::Pid::from_raw(pid).expect("pid > 0"),
-                    rustix::process::Signal::KILL,
-                );
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
+        kill_supervisors(&self.env.path("home"));
     }
 }
 
@@ -1225,26 +1208,6 @@ fn a_shell_follows_resizes_and_ctrl_c_interrupts_only_its_command() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Run git in `dir`; its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Everything of a host repository a box must never change: the working tree's files, the

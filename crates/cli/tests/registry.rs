@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use agentbox_testkit::tier::require_root;
-use common::{code, stderr, write, Env};
+use common::{code, git, kill9, kill_supervisors, stderr, write, Env};
 
 /// A home whose box supervisors die with the test.
 struct Home {
@@ -16,25 +16,7 @@ struct Home {
 
 impl Drop for Home {
     fn drop(&mut self) {
-        let Ok(dir) = std::fs::read_dir(self.env.path("home/boxes")) else {
-            return;
-        };
-        for e in dir.flatten() {
-            let Ok(text) = std::fs::read(e.path().join("supervisor.json")) else {
-                continue;
-            };
-            let v: serde_json::Value = serde_json::from_slice(&text).unwrap_or_default();
-            if let Some(pid) = v["pid"].as_i64() {
-                kill9(pid as i32);
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}
-
-fn kill9(pid: i32) {
-    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        kill_supervisors(&self.env.path("home"));
     }
 }
 
@@ -65,21 +47,6 @@ impl Home {
         a.extend_from_slice(args);
         serde_json::from_str(&self.ok_in(dir, &a)).expect("JSON")
     }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn repo(path: &Path) {

@@ -81,3 +81,47 @@ pub fn code(out: &Output) -> Option<i32> {
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// Run git in `dir` (as a fixed author and committer) and require success; its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The PID of box `name`'s supervisor in agentbox home `home` (from `supervisor.json`).
+pub fn supervisor_pid(home: &Path, name: &str) -> Option<i32> {
+    let p = home.join("boxes").join(name).join("supervisor.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).ok()?).ok()?;
+    v["pid"].as_i64().map(|p| p as i32)
+}
+
+/// SIGKILL process `pid` (gone already is fine).
+pub fn kill9(pid: i32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// Kill every box supervisor of agentbox home `home` (a test's boxes must not outlive it;
+/// their processes die with their supervisors).
+pub fn kill_supervisors(home: &Path) {
+    let Ok(dir) = std::fs::read_dir(home.join("boxes")) else {
+        return;
+    };
+    for e in dir.flatten() {
+        if let Some(pid) = supervisor_pid(home, &e.file_name().to_string_lossy()) {
+            kill9(pid);
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+}
