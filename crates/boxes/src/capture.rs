@@ -9,14 +9,124 @@
 //! rescan; a watch limit makes the scan the only mechanism). Whether a node is made is
 //! decided by the store's own change list filtered by the ignore set, so events for ignored
 //! paths or for writes that changed nothing make no node.
+//!
+//! Invariants (each one broken once, silently, before it was written down):
+//! * The loop follows the layer directory, not the box generation alone: a checkout, an
+//!   undo, a restart after a killed supervisor or a backend that replaces the upper
+//!   directory under the same path (btrfs and layers both do) give a new directory, and the
+//!   watcher and the backstop scan move to it within one poll ([`POLL`]) — when the
+//!   watcher's root is deleted or moved, or when the path's device and inode change.
+//!   A lost root is never a reason to stop: the previous loop waited for a new generation
+//!   that a replacement within one generation never brings, and captured nothing, silently.
+//! * The backstop scan runs whatever happened to the watcher, so the 10 s maximum delay
+//!   holds even when inotify is unusable.
+//! * Every degradation (no watcher, a failing scan, a failing capture) is logged once when it
+//!   starts and once when it ends, and is visible in [`CaptureHealth`] (`agentbox status`).
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 
 use crate::watch::{fingerprint, Debouncer, IgnoreSet, WatchError, Watcher};
 
 /// Interval of the backstop fingerprint scan.
 pub const BACKSTOP: Duration = Duration::from_secs(10);
+
+/// Longest the loop blocks before it looks again at which layer the box writes to.
+pub const POLL: Duration = Duration::from_secs(1);
+
+/// How auto-capture of a running box is doing, as `agentbox status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureHealth {
+    /// `watching` (inotify plus the backstop scan), `scanning` (the backstop scan alone,
+    /// changes are seen within 10 s), `failing` (changes may not be captured: see
+    /// `problem`), or `starting`.
+    pub mode: CaptureMode,
+    /// Why the mode is not `watching`, or why the last capture failed.
+    pub problem: Option<String>,
+    /// The directory the box's writes land in, as watched.
+    pub layer: Option<PathBuf>,
+    /// How many directories inotify watches.
+    pub watches: usize,
+    /// The last automatic node attempt that succeeded (with or without a node).
+    pub last_capture: Option<DateTime<Utc>>,
+    /// Why the last automatic node attempt failed (`None` once one succeeds again).
+    pub failure: Option<String>,
+}
+
+impl Default for CaptureHealth {
+    fn default() -> Self {
+        CaptureHealth {
+            mode: CaptureMode::Starting,
+            problem: None,
+            layer: None,
+            watches: 0,
+            last_capture: None,
+            failure: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureMode {
+    Starting,
+    Watching,
+    Scanning,
+    Failing,
+}
+
+impl CaptureHealth {
+    /// The watcher's part of `from` (mode, problem, layer, watches) replaces this one's;
+    /// the capture outcome stays (it is recorded by whoever captured: see `record`).
+    pub fn update_watcher(&mut self, from: &CaptureHealth) {
+        self.mode = from.mode;
+        self.problem = from.problem.clone();
+        self.layer = from.layer.clone();
+        self.watches = from.watches;
+    }
+
+    /// The outcome of one automatic node attempt (after a command, or in the background).
+    pub fn record(&mut self, outcome: Result<(), String>) {
+        match outcome {
+            Ok(()) => {
+                self.last_capture = Some(Utc::now());
+                self.failure = None;
+            }
+            Err(e) => self.failure = Some(e),
+        }
+    }
+
+    /// What a reader is told: a failed capture makes the whole state `failing`.
+    pub fn effective(&self) -> CaptureHealth {
+        let mut out = self.clone();
+        if let Some(f) = &self.failure {
+            out.mode = CaptureMode::Failing;
+            out.problem = Some(format!("capturing the box's changes failed: {f}"));
+        }
+        out
+    }
+
+    /// One line for humans: `watching 12 directories of …`, `scan every 10s only: …`.
+    pub fn describe(&self) -> String {
+        match self.mode {
+            CaptureMode::Starting => "starting".to_owned(),
+            CaptureMode::Watching => format!("watching ({} directories)", self.watches),
+            CaptureMode::Scanning => format!(
+                "degraded: a scan every {}s only ({})",
+                BACKSTOP.as_secs(),
+                self.problem.as_deref().unwrap_or("no watcher")
+            ),
+            CaptureMode::Failing => format!(
+                "FAILING: {}",
+                self.problem.as_deref().unwrap_or("unknown error")
+            ),
+        }
+    }
+}
 
 /// What the capture loop needs from the supervisor.
 pub trait Capturer: Send + Sync {
@@ -27,57 +137,168 @@ pub trait Capturer: Send + Sync {
     fn capture(&self) -> Result<(), String>;
     /// False once the supervisor is shutting down.
     fn alive(&self) -> bool;
+    /// The watcher's state changed (shown by `status`).
+    fn report(&self, health: &CaptureHealth);
 }
 
 /// Run until `c.alive()` turns false.
 pub fn run(c: &dyn Capturer, ignore: &IgnoreSet) {
+    let mut state = State::new(c);
     while c.alive() {
         let Some((generation, dir)) = c.layer_dir() else {
             std::thread::sleep(Duration::from_millis(20));
             continue;
         };
-        watch_layer(c, generation, &dir, ignore);
-        // The layer was replaced: wait for the box to be back on its new one.
-        while c.alive() && c.layer_dir().map(|(g, _)| g) == Some(generation) {
-            std::thread::sleep(Duration::from_millis(20));
+        watch_layer(c, &mut state, generation, &dir, ignore);
+    }
+}
+
+/// A directory's identity: device and inode. A replaced directory has a new one even when
+/// its path is the same.
+fn identity(dir: &Path) -> Option<(u64, u64)> {
+    fs_err::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The loop's health, reported to the supervisor and logged on every change of mode or
+/// problem (so a problem is logged once, not once per poll).
+struct State<'a> {
+    c: &'a dyn Capturer,
+    health: CaptureHealth,
+}
+
+impl<'a> State<'a> {
+    fn new(c: &'a dyn Capturer) -> State<'a> {
+        let health = CaptureHealth::default();
+        c.report(&health);
+        State { c, health }
+    }
+
+    fn set(&mut self, mode: CaptureMode, problem: Option<String>, watches: usize) {
+        let changed = self.health.mode != mode || self.health.problem != problem;
+        if changed {
+            match (&problem, mode) {
+                (Some(p), _) => eprintln!("auto-capture: {p}"),
+                (None, CaptureMode::Watching) if self.health.problem.is_some() => {
+                    eprintln!("auto-capture: working again (watching the box's layer)")
+                }
+                _ => {}
+            }
+        }
+        let before = self.health.clone();
+        self.health.mode = mode;
+        self.health.problem = problem;
+        self.health.watches = watches;
+        if self.health != before {
+            self.c.report(&self.health);
+        }
+    }
+
+    fn layer(&mut self, dir: &Path) {
+        if self.health.layer.as_deref() != Some(dir) {
+            self.health.layer = Some(dir.to_owned());
+            self.c.report(&self.health);
         }
     }
 }
 
-/// Watch one layer directory until it is replaced (a checkout) or the supervisor ends.
-fn watch_layer(c: &dyn Capturer, generation: u64, dir: &Path, ignore: &IgnoreSet) {
-    let mut watcher = match Watcher::new(dir, ignore.clone()) {
-        Ok(w) => Some(w),
-        Err(WatchError::RootGone { .. }) => return,
-        Err(e) => {
-            eprintln!("auto-capture: {e}; falling back to a scan every {BACKSTOP:?}");
-            None
-        }
-    };
+/// A watcher of `dir`, or the reason there is none (the backstop scan covers it).
+fn new_watcher(dir: &Path, ignore: &IgnoreSet) -> Result<Watcher, String> {
+    Watcher::new(dir, ignore.clone()).map_err(|e| match e {
+        WatchError::RootGone { .. } => format!("{} vanished while being watched", dir.display()),
+        e => e.to_string(),
+    })
+}
+
+/// Watch the layer of box generation `generation` at `dir` until the box moves to another
+/// generation or the supervisor ends. A directory replaced under the same path is followed.
+fn watch_layer(
+    c: &dyn Capturer,
+    state: &mut State<'_>,
+    generation: u64,
+    dir: &Path,
+    ignore: &IgnoreSet,
+) {
+    state.layer(dir);
     let mut debouncer = Debouncer::default();
-    let mut last_print = fingerprint(dir, ignore).ok();
+    // `None` until the directory exists (it may be in the middle of being replaced).
+    let mut watched: Option<(u64, u64)> = None;
+    let mut watcher: Option<Watcher> = None;
+    let mut last_print: Option<u64> = None;
     let mut next_scan = Instant::now() + BACKSTOP;
+    // Set when the watcher could not be built: retried with the next backstop scan.
+    let mut scan_only = false;
     while c.alive() {
         if c.layer_dir().map(|(g, _)| g) != Some(generation) {
             return;
+        }
+        let now_identity = identity(dir);
+        if now_identity != watched {
+            // A new directory (the first one, or a replacement): everything starts over on
+            // it, and whatever it already holds is looked at by a capture.
+            watched = now_identity;
+            watcher = None;
+            scan_only = false;
+            if watched.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            last_print = fingerprint(dir, ignore).ok();
+            debouncer.change(Instant::now());
+        }
+        if watcher.is_none() && !scan_only {
+            match new_watcher(dir, ignore) {
+                Ok(w) => {
+                    state.set(CaptureMode::Watching, None, w.watch_count());
+                    watcher = Some(w);
+                }
+                Err(e) => {
+                    scan_only = true;
+                    state.set(
+                        CaptureMode::Scanning,
+                        Some(format!(
+                            "cannot watch {}: {e}; falling back to a scan every {}s",
+                            dir.display(),
+                            BACKSTOP.as_secs()
+                        )),
+                        0,
+                    );
+                }
+            }
         }
         let now = Instant::now();
         let wake = debouncer
             .next_deadline()
             .map_or(next_scan, |d| d.min(next_scan));
-        let timeout = wake
-            .saturating_duration_since(now)
-            .min(Duration::from_secs(1));
+        let timeout = wake.saturating_duration_since(now).min(POLL);
         match watcher.as_mut().map(|w| w.poll(timeout)) {
             Some(Ok(seen)) => {
                 if seen.any() {
                     debouncer.change(Instant::now());
                 }
+                let count = watcher.as_ref().map_or(0, Watcher::watch_count);
+                if state.health.mode == CaptureMode::Watching && count != state.health.watches {
+                    state.set(CaptureMode::Watching, None, count);
+                }
             }
-            Some(Err(WatchError::RootGone { .. })) => return,
-            Some(Err(e)) => {
-                eprintln!("auto-capture: {e}; falling back to a scan every {BACKSTOP:?}");
+            Some(Err(WatchError::RootGone { .. })) => {
+                // The directory was removed or moved: whatever is at the path now is the
+                // layer (a new directory may even have the old one's inode number, which
+                // ext4 reuses at once), so everything starts over on it.
                 watcher = None;
+                watched = None;
+                continue;
+            }
+            Some(Err(e)) => {
+                watcher = None;
+                scan_only = true;
+                state.set(
+                    CaptureMode::Scanning,
+                    Some(format!(
+                        "{e}; falling back to a scan every {}s",
+                        BACKSTOP.as_secs()
+                    )),
+                    0,
+                );
             }
             None => std::thread::sleep(timeout),
         }
@@ -85,23 +306,35 @@ fn watch_layer(c: &dyn Capturer, generation: u64, dir: &Path, ignore: &IgnoreSet
         if now >= next_scan {
             next_scan = now + BACKSTOP;
             match fingerprint(dir, ignore) {
-                Ok(p) if Some(p) != last_print => {
-                    last_print = Some(p);
-                    debouncer.change(now);
+                Ok(p) => {
+                    if Some(p) != last_print {
+                        last_print = Some(p);
+                        debouncer.change(now);
+                    }
+                    if state.health.mode == CaptureMode::Failing && watcher.is_some() {
+                        state.set(CaptureMode::Watching, None, state.health.watches);
+                    }
                 }
-                Ok(_) => {}
-                Err(WatchError::RootGone { .. }) => return,
-                Err(e) => eprintln!("auto-capture scan: {e}"),
+                // Being replaced: the identity check handles it.
+                Err(_) if identity(dir) != watched => continue,
+                Err(e) => state.set(
+                    CaptureMode::Failing,
+                    Some(format!("cannot scan the box's layer: {e}")),
+                    0,
+                ),
             }
+            // A watcher that could not be built is tried again (the limit may have been
+            // raised, a transient error may have passed).
+            scan_only = false;
         }
         if debouncer.due(now) {
+            // The outcome is recorded (and logged) by the capturer itself.
             match c.capture() {
                 Ok(()) => {
                     debouncer.captured(now);
                     last_print = fingerprint(dir, ignore).ok();
                 }
-                Err(e) => {
-                    eprintln!("auto-capture: {e}");
+                Err(_) => {
                     // Try again after another quiet period rather than spinning.
                     debouncer.captured(now);
                     debouncer.change(now);

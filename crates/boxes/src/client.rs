@@ -32,9 +32,48 @@ fn connect_once(path: &std::path::Path) -> std::io::Result<OwnedFd> {
     Ok(sock)
 }
 
-/// Whether box `name`'s supervisor is running (its socket answers).
+/// Whether box `name`'s supervisor is running (its socket answers, or it holds the box's
+/// supervisor lock).
 pub fn is_running(home: &Home, name: &str) -> bool {
-    connect_once(&BoxDirs::new(home, name).socket()).is_ok()
+    let dirs = BoxDirs::new(home, name);
+    connect_once(&dirs.socket()).is_ok() || supervisor_alive(&dirs)
+}
+
+/// Whether a supervisor process holds the box: the lock it keeps for its whole life is
+/// taken. Unlike the socket, this cannot give a false "not running" while a supervisor is
+/// starting up or its socket is slow to answer.
+fn supervisor_alive(dirs: &BoxDirs) -> bool {
+    matches!(
+        agentbox_core::lock::FileLock::acquire(
+            &dirs.lock(),
+            agentbox_core::lock::Mode::TryExclusive,
+            "box",
+            "probe",
+        ),
+        Err(agentbox_core::Error::Locked { .. })
+    )
+}
+
+/// The socket of a supervisor that holds the box's lock, waited for a few seconds;
+/// `None` when the supervisor ended meanwhile (it was stopping).
+fn wait_for_socket(dirs: &BoxDirs, name: &str) -> Result<Option<Client>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(sock) = connect_once(&dirs.socket()) {
+            return Ok(Some(Client { sock }));
+        }
+        if !supervisor_alive(dirs) {
+            return Ok(None);
+        }
+        if Instant::now() > deadline {
+            return Err(BoxError::Supervisor(format!(
+                "box {name:?} is held by a supervisor that does not answer on {} (see {})",
+                dirs.socket().display(),
+                dirs.supervisor_log().display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 impl Client {
@@ -45,6 +84,13 @@ impl Client {
         let dirs = BoxDirs::new(home, name);
         if let Ok(sock) = connect_once(&dirs.socket()) {
             return Ok(Some(Client { sock }));
+        }
+        if supervisor_alive(&dirs) {
+            // A supervisor holds the box (it is starting, or busy): the box runs, and
+            // nothing may act on its tree behind the supervisor's back.
+            if let Some(client) = wait_for_socket(&dirs, name)? {
+                return Ok(Some(client));
+            }
         }
         if !start {
             return Ok(None);
@@ -167,6 +213,8 @@ pub struct ExecOutcome {
     pub status: i32,
     pub node: Option<String>,
     pub killed_by_checkout: bool,
+    /// Why the command's changes could not be captured as a node.
+    pub capture_error: Option<String>,
 }
 
 /// The caller's environment variables that pass into a box, plus `extra` (`KEY=VALUE`).
@@ -250,6 +298,7 @@ pub fn exec(
                     status,
                     node,
                     killed_by_checkout,
+                    capture_error,
                 },
                 _,
             ) => {
@@ -261,6 +310,7 @@ pub fn exec(
                     status,
                     node,
                     killed_by_checkout,
+                    capture_error,
                 });
             }
             _ => continue,
@@ -295,6 +345,7 @@ pub fn exec_collect(
                 status,
                 node,
                 killed_by_checkout,
+                capture_error,
             },
             _,
         ) = client.recv()?
@@ -308,6 +359,7 @@ pub fn exec_collect(
                     status,
                     node,
                     killed_by_checkout,
+                    capture_error,
                 },
                 text,
             ));

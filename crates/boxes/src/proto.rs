@@ -64,6 +64,8 @@ pub enum Request {
     /// The uncommitted paths of each box repository, looked at inside the box (rootless
     /// boxes, whose tree the host cannot mount). Reply: `Dirty`.
     Dirty,
+    /// How auto-capture is doing. Reply: `Health`.
+    Health,
     /// From inside the box only: run `agentbox ARGS` on the box's behalf, restricted to the
     /// box's own history commands. Carries the caller's stdin, stdout and stderr; replies
     /// `Exited`.
@@ -109,6 +111,14 @@ pub enum Reply {
         node: Option<String>,
         /// Set when a checkout of the box killed the command.
         killed_by_checkout: bool,
+        /// Why the command's changes could not be captured (they stay in the box's layer
+        /// and are captured by a later node).
+        #[serde(default)]
+        capture_error: Option<String>,
+    },
+    /// Auto-capture's state (`None`: capture is off for the box).
+    Health {
+        capture: Option<crate::capture::CaptureHealth>,
     },
     Procs {
         procs: Vec<ProcInfo>,

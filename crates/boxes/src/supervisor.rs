@@ -83,6 +83,8 @@ struct Shared {
     ops: Mutex<()>,
     launch_tx: Mutex<Sender<LaunchReply>>,
     stopping: std::sync::atomic::AtomicBool,
+    /// Auto-capture's state, as the capture thread last reported it.
+    capture: Mutex<crate::capture::CaptureHealth>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -116,6 +118,7 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         ops: Mutex::new(()),
         launch_tx: Mutex::new(launch_tx),
         stopping: std::sync::atomic::AtomicBool::new(false),
+        capture: Mutex::new(Default::default()),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;
@@ -561,6 +564,14 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
             reply(&conn, &Reply::Dirty { repos }, &[]);
             Ok(())
         }
+        Request::Health => {
+            let capture = shared
+                .rec
+                .capture
+                .then(|| lock(&shared.capture).effective());
+            reply(&conn, &Reply::Health { capture }, &[]);
+            Ok(())
+        }
         Request::Signal { .. } => Err(BoxError::Supervisor(
             "a signal can only follow an exec on the same connection".into(),
         )),
@@ -732,13 +743,13 @@ fn exec(
         status: 128 + libc::SIGKILL,
         by_checkout: false,
     });
-    let node = if capture && shared.rec.capture && !note.by_checkout {
-        auto_capture(shared, &label, Some(&label)).unwrap_or_else(|e| {
-            eprintln!("auto-capture after {label:?} failed: {e}");
-            None
-        })
+    let (node, capture_error) = if capture && shared.rec.capture && !note.by_checkout {
+        match auto_capture(shared, &label, Some(&label)) {
+            Ok(node) => (node, None),
+            Err(e) => (None, Some(e.to_string())),
+        }
     } else {
-        None
+        (None, None)
     };
     reply(
         conn,
@@ -746,6 +757,7 @@ fn exec(
             status: note.status,
             node,
             killed_by_checkout: note.by_checkout,
+            capture_error,
         },
         &[],
     );
@@ -753,10 +765,36 @@ fn exec(
 }
 
 /// Commit the box if something not ignored changed; the node gets `message` and `command`.
+/// Every attempt's outcome is recorded for `status`; a failure is logged once (until an
+/// attempt succeeds again).
 fn auto_capture(shared: &Shared, message: &str, command: Option<&str>) -> Result<Option<String>> {
+    let result = try_auto_capture(shared, message, command);
+    let mut health = lock(&shared.capture);
+    match &result {
+        Ok(_) => {
+            if health.failure.is_some() {
+                eprintln!("auto-capture: working again");
+            }
+            health.record(Ok(()));
+        }
+        Err(e) => {
+            let text = e.to_string();
+            if health.failure.as_deref() != Some(text.as_str()) {
+                eprintln!("auto-capture: capturing the changes ({message}) failed: {text}");
+            }
+            health.record(Err(text));
+        }
+    }
+    result
+}
+
+fn try_auto_capture(
+    shared: &Shared,
+    message: &str,
+    command: Option<&str>,
+) -> Result<Option<String>> {
     let _ops = lock(&shared.ops);
-    let changed = shared.store.changed_paths(&shared.name)?;
-    if record::counted_changes(&record::ignore_set(&shared.rec), &changed).is_empty() {
+    if !changed_since_head(shared)? {
         return Ok(None);
     }
     let node = shared.store.commit(
@@ -777,6 +815,35 @@ fn auto_capture(shared: &Shared, message: &str, command: Option<&str>) -> Result
         }
     }
     Ok(Some(node.id))
+}
+
+/// Whether the box's tree differs from HEAD in a path that is not ignored.
+///
+/// The upper directory's marks say which entries were touched since the last commit, in one
+/// `lstat` each. When only directories were touched, that is not proof of a change:
+/// overlayfs writes its own attributes on a merged directory (`overlay.origin`,
+/// `overlay.impure`) the first time the box looks into it after a restart on a new lower,
+/// which moves the directory's ctime. Those cases are settled by comparing the tree with
+/// HEAD's, so such a restart makes no node.
+fn changed_since_head(shared: &Shared) -> Result<bool> {
+    let ignore = record::ignore_set(&shared.rec);
+    let changed = shared.store.changed_paths(&shared.name)?;
+    let counted = record::counted_changes(&ignore, &changed);
+    if counted.is_empty() {
+        return Ok(false);
+    }
+    let only_dirs = counted
+        .iter()
+        .all(|p| changed.iter().any(|(c, dir)| *dir && c == p));
+    if !only_dirs {
+        return Ok(true);
+    }
+    let head = shared.store.resolve(&shared.name, "HEAD")?;
+    Ok(shared
+        .store
+        .diff(&shared.name, &head, None)?
+        .iter()
+        .any(|c| !ignore.is_ignored(&c.path)))
 }
 
 fn spawn_bg(
@@ -867,6 +934,7 @@ fn cli_for_box(
             status,
             node: None,
             killed_by_checkout: false,
+            capture_error: None,
         },
         &[],
     );
@@ -930,6 +998,10 @@ impl crate::capture::Capturer for Shared {
 
     fn alive(&self) -> bool {
         !self.stopping.load(Ordering::SeqCst)
+    }
+
+    fn report(&self, health: &crate::capture::CaptureHealth) {
+        lock(&self.capture).update_watcher(health);
     }
 }
 

@@ -120,12 +120,26 @@ impl WatchError {
 
 /// True for errors meaning "the entry vanished or is not a directory any more": the tree is
 /// live, so those are expected while walking it.
+///
+/// By kind, not by raw errno: `fs_err` wraps the OS error (so `raw_os_error` is `None`) and
+/// keeps its kind. A whiteout (a character device) found where a directory was is
+/// `NotADirectory`: overlayfs replaces a copied-up directory by one when it is removed.
 fn vanished(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::NotFound
-        || matches!(
-            e.raw_os_error(),
-            Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
-        )
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    ) || matches!(os_code(e), Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP))
+}
+
+/// The OS error number of `e`, also when a wrapper (`fs_err`) carries the OS error inside.
+fn os_code(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        let inner = e.get_ref()?;
+        inner
+            .downcast_ref::<io::Error>()
+            .or_else(|| inner.source()?.downcast_ref::<io::Error>())
+            .and_then(io::Error::raw_os_error)
+    })
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1036,6 +1050,23 @@ impl Debouncer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_replaced_by_a_file_or_a_whiteout_counts_as_vanished() {
+        // overlayfs replaces a removed copied-up directory by a whiteout (a character
+        // device): listing it fails with ENOTDIR, which fs_err wraps.
+        let d = tempfile::tempdir().expect("tempdir");
+        let file = d.path().join("was-a-dir");
+        std::fs::write(&file, "x").expect("write");
+        let e = fs_err::read_dir(&file).expect_err("a file is not a directory");
+        assert!(vanished(&e), "{e}");
+        let e = fs_err::read_dir(d.path().join("missing")).expect_err("missing");
+        assert!(vanished(&e), "{e}");
+        let listed = list_dir(&file, Path::new("was-a-dir"), &IgnoreSet::none(), |_, _| {
+            Ok(())
+        });
+        assert!(matches!(listed, Err(ListError::Vanished)));
+    }
 
     fn set(patterns: &[&str]) -> IgnoreSet {
         IgnoreSet::new(&patterns.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>())

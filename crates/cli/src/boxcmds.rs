@@ -256,6 +256,7 @@ struct ExecResult {
     status: i32,
     node: Option<String>,
     killed_by_checkout: bool,
+    capture_error: Option<String>,
 }
 
 fn finish_exec(ctx: &Ctx, outcome: client::ExecOutcome) -> CliResult {
@@ -265,12 +266,18 @@ fn finish_exec(ctx: &Ctx, outcome: client::ExecOutcome) -> CliResult {
     if outcome.killed_by_checkout {
         ctx.note("agentbox: the command was killed by a checkout of its box");
     }
+    if let Some(e) = &outcome.capture_error {
+        ctx.note(format!(
+            "agentbox: warning: the command's changes were not recorded as a node: {e}\n  hint: they stay in the box; `agentbox status` shows auto-capture's state, `agentbox commit` records them"
+        ));
+    }
     if ctx.json {
         ctx.out(
             &ExecResult {
                 status: outcome.status,
                 node: outcome.node.clone(),
                 killed_by_checkout: outcome.killed_by_checkout,
+                capture_error: outcome.capture_error.clone(),
             },
             String::new,
         )?;
@@ -1115,6 +1122,8 @@ pub struct BoxStatus {
     pub base: String,
     pub network: &'static str,
     pub capture: bool,
+    /// How auto-capture is doing in the running box (`None`: stopped, or capture off).
+    pub capture_state: Option<agentbox_boxes::capture::CaptureHealth>,
     pub limits: String,
     /// Paths changed in the box's layer since HEAD (what the next node would hold).
     pub changed: usize,
@@ -1122,12 +1131,23 @@ pub struct BoxStatus {
 
 pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> {
     let rec = record::read(&ctx.home, name)?;
-    let (state, processes) = match running(ctx, name)? {
-        Some(c) => match c.request(&Request::Ps)? {
-            Reply::Procs { procs } => ("running", procs.len()),
-            other => return Err(unexpected(&other)),
-        },
-        None => ("stopped", 0),
+    let (state, processes, capture_state) = match running(ctx, name)? {
+        Some(c) => {
+            let procs = match c.request(&Request::Ps)? {
+                Reply::Procs { procs } => procs.len(),
+                other => return Err(unexpected(&other)),
+            };
+            // One request per connection.
+            let health = match running(ctx, name)? {
+                Some(c) => match c.request(&Request::Health)? {
+                    Reply::Health { capture } => capture,
+                    other => return Err(unexpected(&other)),
+                },
+                None => None,
+            };
+            ("running", procs, health)
+        }
+        None => ("stopped", 0, None),
     };
     let l = &rec.limits;
     let mut limits = Vec::new();
@@ -1197,6 +1217,7 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
             Network::None => "none (loopback only)",
         },
         capture: rec.capture,
+        capture_state,
         limits: if limits.is_empty() {
             "none".to_owned()
         } else {

@@ -934,7 +934,11 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} path(s) since HEAD\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\nbox disk:     {}\n",
                 b.base,
                 b.network,
-                if b.capture { "on" } else { "off" },
+                match (&b.capture_state, b.capture) {
+                    (_, false) => "off".to_owned(),
+                    (None, true) => "on".to_owned(),
+                    (Some(h), true) => format!("on, {}", h.describe()),
+                },
                 b.limits,
                 b.changed,
                 render::short(&e.head),

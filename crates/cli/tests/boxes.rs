@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agentbox_testkit::basefix::BaseFixture;
 use agentbox_testkit::tier::require_root;
 use common::{code, git, kill_supervisors, stderr, supervisor_pid, write, Env};
 
@@ -342,7 +343,10 @@ fn commands_that_change_something_become_nodes() {
         "changes to ignored paths alone make no node"
     );
     b.sh_ok("hist", "echo v2 > /workspace/README");
-    b.sh_ok("hist", "mkdir -p /opt/tool && echo bin > /opt/tool/run");
+    b.sh_ok(
+        "hist",
+        "mkdir -p /usr/local/agentbox-test-tool && echo bin > /usr/local/agentbox-test-tool/run",
+    );
     let log = b.env.json(&["log", "hist"]);
     let nodes = log["nodes"].as_array().expect("nodes");
     assert_eq!(nodes.len(), 3);
@@ -355,7 +359,7 @@ fn commands_that_change_something_become_nodes() {
     b.env.ok(&["undo", "hist"]);
     let out = b.sh_ok(
         "hist",
-        "cat README; test -e /opt/tool/run && echo tool || echo notool",
+        "cat README; test -e /usr/local/agentbox-test-tool/run && echo tool || echo notool",
     );
     assert_eq!(out, "v2\nnotool\n");
     b.env.ok(&["undo", "hist"]);
@@ -828,10 +832,13 @@ fn boxes_run_on_a_btrfs_store() {
     assert_eq!(b.env.json(&["status", "onbtrfs"])["backend"], "btrfs");
     b.sh_ok("onbtrfs", "echo v2 > /workspace/README");
     // Deleting a file of the base (the host's /) and replacing a base directory: the
-    // layer keeps the overlay markers, across commits and restarts.
+    // layer keeps the overlay markers, across commits and restarts. The base files are the
+    // test's own, so the result does not depend on what this machine's / holds.
+    let base = BaseFixture::new();
+    let f = base.display();
     b.sh_ok(
         "onbtrfs",
-        "rm /etc/os-release; rm -rf /opt; mkdir /opt; echo mine > /opt/only",
+        &format!("rm {f}/file; rm -rf {f}/tree; mkdir {f}/tree; echo mine > {f}/tree/only"),
     );
     b.sh_ok("onbtrfs", "echo v3 > /workspace/README");
     assert_eq!(
@@ -844,16 +851,21 @@ fn boxes_run_on_a_btrfs_store() {
     b.env.ok(&["stop", "onbtrfs"]);
     let out = b.sh_ok(
         "onbtrfs",
-        "cat README; test -e /etc/os-release && echo base-file || echo gone; ls -A /opt",
+        &format!("cat README; test -e {f}/file && echo base-file || echo gone; ls -A {f}/tree"),
     );
     assert_eq!(out, "v3\ngone\nonly\n");
+    // Looking at the tree after a restart changed nothing: no node (overlayfs marks the
+    // merged directories it looks into, which is not a change of the box).
+    assert_eq!(b.node_count("onbtrfs"), 4, "{:?}", messages(&b, "onbtrfs"));
     b.env.ok(&["undo", "onbtrfs"]);
     b.env.ok(&["undo", "onbtrfs"]);
     let out = b.sh_ok(
         "onbtrfs",
-        "cat README; test -e /etc/os-release && echo base-file || echo gone",
+        &format!(
+            "cat README; test -e {f}/file && echo base-file || echo gone; ls {f}/tree | wc -l"
+        ),
     );
-    assert_eq!(out, "v2\nbase-file\n");
+    assert_eq!(out, format!("v2\nbase-file\n{}\n", BaseFixture::DIRS));
     let diff = b.env.ok(&["diff", "onbtrfs", "HEAD~1", "HEAD"]);
     assert!(diff.contains("workspace/README"), "{diff}");
     // Background writes are captured on btrfs too.
@@ -876,6 +888,175 @@ fn boxes_run_on_a_btrfs_store() {
         "{msgs:?}"
     );
     b.env.ok(&["destroy", "onbtrfs"]);
+}
+
+/// A background process in box `name` writes `/workspace/FILE`; wait for the node that
+/// holds it (auto-capture's promise: within its 10 s maximum delay; the wait allows twice
+/// that). The supervisor's log is in the failure message.
+fn background_write_is_captured(b: &Boxes, name: &str, file: &str, after: &str) {
+    b.env.ok(&[
+        "spawn",
+        name,
+        "--",
+        "sh",
+        "-c",
+        &format!("echo bg > /workspace/{file}; sleep 1000"),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(25);
+    while !b
+        .env
+        .ok(&["show", name, "HEAD"])
+        .contains(&format!("workspace/{file}"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "a background write after {after} was never captured\nstatus: {}\nsupervisor log:\n{}",
+            b.env.ok(&["status", name]),
+            std::fs::read_to_string(b.env.path(&format!("home/boxes/{name}/supervisor.log")))
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let health = &b.env.json(&["status", name])["box"]["capture_state"];
+    assert_eq!(health["mode"], "watching", "after {after}: {health}");
+    assert!(health["problem"].is_null(), "after {after}: {health}");
+}
+
+/// Every way the box's working tree is replaced — checkout, undo, checkout that keeps the
+/// processes, a restart after the supervisor was killed, a stop and start — leaves
+/// auto-capture watching the tree the box writes to, on both backends.
+#[test]
+fn background_writes_are_captured_however_the_tree_was_replaced() {
+    if !require_root("background_writes_are_captured_however_the_tree_was_replaced") {
+        return;
+    }
+    for fs in [
+        agentbox_testkit::loopfs::LoopFs::btrfs(512 << 20),
+        agentbox_testkit::loopfs::LoopFs::ext4(512 << 20),
+    ] {
+        let Some(fs) = fs else {
+            return;
+        };
+        let b = Boxes::new();
+        std::os::unix::fs::symlink(fs.path(), b.env.path("home")).expect("symlink home");
+        let proj = project(b.env.home.path());
+        b.create("tree", &proj, &[]);
+        let backend = b.env.json(&["status", "tree"])["backend"].clone();
+        b.sh_ok("tree", "echo v2 > /workspace/README");
+        b.sh_ok("tree", "echo v3 > /workspace/README");
+        b.env.ok(&["checkout", "tree", "HEAD~1"]);
+        background_write_is_captured(&b, "tree", "bg1", &format!("a checkout ({backend})"));
+        b.env.ok(&["undo", "tree"]);
+        background_write_is_captured(&b, "tree", "bg2", &format!("an undo ({backend})"));
+        b.env
+            .ok(&["checkout", "tree", "HEAD~1", "--keep-processes"]);
+        background_write_is_captured(
+            &b,
+            "tree",
+            "bg3",
+            &format!("a checkout keeping the processes ({backend})"),
+        );
+        let pid = b.supervisor_pid("tree").expect("supervisor pid");
+        common::kill9(pid);
+        wait_until("the supervisor to be gone", || {
+            std::fs::read_dir(format!("/proc/{pid}/task")).map_or(true, |d| d.count() == 0)
+        });
+        b.env.ok(&["start", "tree"]);
+        background_write_is_captured(
+            &b,
+            "tree",
+            "bg4",
+            &format!("a restart after a killed supervisor ({backend})"),
+        );
+        b.env.ok(&["stop", "tree"]);
+        b.env.ok(&["start", "tree"]);
+        background_write_is_captured(&b, "tree", "bg5", &format!("a stop and start ({backend})"));
+        let log = std::fs::read_to_string(b.env.path("home/boxes/tree/supervisor.log"))
+            .unwrap_or_default();
+        assert!(!log.contains("auto-capture:"), "{backend}: {log}");
+        b.env.ok(&["destroy", "tree"]);
+    }
+}
+
+/// Removing a large base directory makes overlayfs copy up and whiteout its entries while
+/// the watcher walks them: a whiteout found where a directory was is not an error, and the
+/// watcher keeps watching.
+#[test]
+fn replacing_a_base_directory_keeps_the_watcher() {
+    let Some((b, proj)) = boxes("replacing_a_base_directory_keeps_the_watcher") else {
+        return;
+    };
+    let base = BaseFixture::new();
+    let f = base.display();
+    b.create("rmbase", &proj, &[]);
+    b.env.ok(&["start", "rmbase"]);
+    b.env.ok(&[
+        "spawn",
+        "rmbase",
+        "--",
+        "sh",
+        "-c",
+        &format!("rm -rf {f}/tree; mkdir {f}/tree; echo mine > {f}/tree/only; sleep 1000"),
+    ]);
+    let want = format!("{}/tree/only", f.trim_start_matches('/'));
+    wait_until("a node for the replaced base directory", || {
+        b.env.ok(&["show", "rmbase", "HEAD"]).contains(&want)
+    });
+    let health = &b.env.json(&["status", "rmbase"])["box"]["capture_state"];
+    assert_eq!(health["mode"], "watching", "{health}");
+    let log =
+        std::fs::read_to_string(b.env.path("home/boxes/rmbase/supervisor.log")).unwrap_or_default();
+    assert!(!log.contains("auto-capture:"), "{log}");
+    background_write_is_captured(&b, "rmbase", "after", "a replaced base directory");
+}
+
+/// A capture that cannot be made (the store's disk is full) says so: on the command's
+/// stderr, in the supervisor's log and in `status`; once there is room again, capture
+/// works again.
+#[test]
+fn a_capture_that_fails_says_so() {
+    if !require_root("a_capture_that_fails_says_so") {
+        return;
+    }
+    let Some(fs) = agentbox_testkit::loopfs::LoopFs::ext4(128 << 20) else {
+        return;
+    };
+    let b = Boxes::new();
+    std::os::unix::fs::symlink(fs.path(), b.env.path("home")).expect("symlink home");
+    let proj = project(b.env.home.path());
+    b.create("full", &proj, &[]);
+    // The write fits; a second copy of it (the node) does not.
+    let out = b.env.run(&[
+        "exec",
+        "full",
+        "--",
+        "sh",
+        "-c",
+        "head -c 70000000 /dev/urandom > /workspace/big",
+    ]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("not recorded as a node"), "{err}");
+    let health = &b.env.json(&["status", "full"])["box"]["capture_state"];
+    assert_eq!(health["mode"], "failing", "{health}");
+    assert!(
+        health["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("space")),
+        "{health}"
+    );
+    let human = b.env.ok(&["status", "full"]);
+    assert!(human.contains("FAILING"), "{human}");
+    let log =
+        std::fs::read_to_string(b.env.path("home/boxes/full/supervisor.log")).unwrap_or_default();
+    assert!(log.contains("auto-capture"), "{log}");
+    // Room again: the next change is captured and the state recovers.
+    b.sh_ok("full", "rm /workspace/big; echo small > /workspace/small");
+    assert!(b
+        .env
+        .ok(&["show", "full", "HEAD"])
+        .contains("workspace/small"));
+    background_write_is_captured(&b, "full", "later", "a full disk was freed");
 }
 
 /// `agentbox ARGS` as the unprivileged user `nobody`, with `home` as its agentbox home
@@ -1078,9 +1259,11 @@ fn a_flattened_box_chain_keeps_its_deletions() {
     b.create("deep", &proj, &[]);
     // A deletion of a base file and a replaced base directory, then enough commits for the
     // layer chain to be flattened (it is capped at 24 layers).
+    let base = BaseFixture::new();
+    let f = base.display();
     b.sh_ok(
         "deep",
-        "rm /etc/os-release; rm -rf /opt; mkdir /opt; echo mine > /opt/only",
+        &format!("rm {f}/file; rm -rf {f}/tree; mkdir {f}/tree; echo mine > {f}/tree/only"),
     );
     for i in 0..26 {
         b.sh_ok("deep", &format!("echo {i} > /workspace/n{}", i % 3));
@@ -1092,7 +1275,7 @@ fn a_flattened_box_chain_keeps_its_deletions() {
     b.env.ok(&["stop", "deep"]);
     let out = b.sh_ok(
         "deep",
-        "test -e /etc/os-release && echo base-file || echo gone; ls -A /opt; cat n0 n1 n2",
+        &format!("test -e {f}/file && echo base-file || echo gone; ls -A {f}/tree; cat n0 n1 n2"),
     );
     assert_eq!(out, "gone\nonly\n24\n25\n23\n");
 }

@@ -5,8 +5,10 @@
 //!   and panics when `CI=true` (CI runs as root and must run every tier).
 //! * [`TempHome`]: a fresh agentbox home per test.
 //! * [`tree_gen`]: deterministic random directory trees (and a proptest strategy).
+//! * [`basefix::BaseFixture`]: a directory of the host's `/` a test owns (its base files).
 //! * [`loopfs::LoopFs`]: a throwaway btrfs or ext4 on a loop device (root only).
 
+pub mod basefix;
 pub mod loopfs;
 pub mod rootfs;
 pub mod tier;
