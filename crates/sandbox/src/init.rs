@@ -120,10 +120,30 @@ fn pid1(spec: BoxSpec, ctl: OwnedFd) -> ! {
         Ok(fd) => fd,
         Err(e) => fail(&ctl, format!("signalfd: {e}")),
     };
+    let hardening = match Hardening::for_box(&spec) {
+        Ok(h) => h,
+        Err(e) => fail(&ctl, e),
+    };
     if ipc::send(&ctl, &FromInit::Ready, &[]).is_err() {
         std::process::exit(1);
     }
-    serve(&ctl, &sfd);
+    serve(&ctl, &sfd, &hardening);
+}
+
+/// What every box process gets between `fork` and `exec`, prepared once by PID 1.
+struct Hardening {
+    /// Capabilities taken out of the bounding set.
+    drop_caps: Vec<u32>,
+    filters: crate::seccomp::BoxFilters,
+}
+
+impl Hardening {
+    fn for_box(spec: &BoxSpec) -> Result<Hardening, String> {
+        Ok(Hardening {
+            drop_caps: dropped_capabilities(spec.network),
+            filters: crate::seccomp::BoxFilters::build()?,
+        })
+    }
 }
 
 // ---- the root filesystem ---------------------------------------------------------------
@@ -271,11 +291,13 @@ fn mount_box_root(spec: &BoxSpec, root: &Path, base: Option<&Path>) -> Result<()
     } else {
         "redirect_dir=off,metacopy=off"
     };
+    // `nodev`: a device node in the box's layer (a bundle's, or one made before the box
+    // lost CAP_MKNOD) can never be opened as a device.
     mount(
         "agentbox",
         root,
         "overlay",
-        MountFlags::empty(),
+        MountFlags::NODEV,
         &format!(
             "lowerdir={},upperdir={},workdir={},{mode},index=off,xino=off",
             lowers.join(":"),
@@ -448,6 +470,7 @@ fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
     let proc_ = root.join("proc");
     mkdir_p(&proc_)?;
     mount("proc", &proc_, "proc", nosuid | MountFlags::NOEXEC, "")?;
+    protect_proc(&proc_)?;
     let sys = root.join("sys");
     mkdir_p(&sys)?;
     if spec.rootless && spec.network == Network::Host {
@@ -470,13 +493,16 @@ fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
             "",
         )?;
     }
+    mask_dir(&sys.join("firmware"))?;
     let dev = root.join("dev");
     mkdir_p(&dev)?;
+    // `nodev` too: the device nodes below are bind mounts of the host's, which keep their
+    // own mount's flags; nothing else in the box's /dev can be opened as a device.
     mount(
         "agentbox",
         &dev,
         "tmpfs",
-        MountFlags::NOSUID | MountFlags::NOEXEC,
+        MountFlags::NOSUID | MountFlags::NOEXEC | MountFlags::NODEV,
         "mode=755,size=1m",
     )?;
     for name in DEVICES {
@@ -523,6 +549,79 @@ fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
         bind(root, b)?;
     }
     Ok(())
+}
+
+/// Entries of `/proc` that are the host kernel's knobs: read-only in the box (as Docker's
+/// `ReadonlyPaths`). `/proc/sys` holds `kernel.core_pattern` (a pipe to a program the host
+/// kernel runs as root), `vm.drop_caches`, and, on the host's network, the host's
+/// `net.*` settings.
+const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+/// Files of `/proc` that expose host kernel state: replaced by an empty file (as Docker's
+/// `MaskedPaths`).
+const PROC_MASKED_FILES: &[&str] = &[
+    "kcore",
+    "keys",
+    "key-users",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "timer_stats",
+    "kmsg",
+];
+/// Directories of `/proc` masked by an empty read-only directory.
+const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
+
+/// Make the host kernel's knobs in the box's fresh `/proc` read-only, and mask what exposes
+/// host kernel state. Every step must succeed: a box never starts with them writable.
+fn protect_proc(proc_: &Path) -> Result<(), String> {
+    for name in PROC_READ_ONLY {
+        let p = proc_.join(name);
+        if !p.exists() {
+            continue;
+        }
+        rustix::mount::mount_bind(&p, &p)
+            .map_err(|e| err(format!("binding /proc/{name}"), std::io::Error::from(e)))?;
+        rustix::mount::mount_remount(
+            &p,
+            MountFlags::BIND
+                | MountFlags::RDONLY
+                | MountFlags::NOSUID
+                | MountFlags::NODEV
+                | MountFlags::NOEXEC,
+            "",
+        )
+        .map_err(|e| {
+            err(
+                format!("making /proc/{name} read-only"),
+                std::io::Error::from(e),
+            )
+        })?;
+    }
+    for name in PROC_MASKED_FILES {
+        let p = proc_.join(name);
+        if p.exists() {
+            rustix::mount::mount_bind(Path::new("/dev/null"), &p)
+                .map_err(|e| err(format!("masking /proc/{name}"), std::io::Error::from(e)))?;
+        }
+    }
+    for name in PROC_MASKED_DIRS {
+        mask_dir(&proc_.join(name))?;
+    }
+    Ok(())
+}
+
+/// Hide directory `p` (when it exists) under an empty read-only tmpfs.
+fn mask_dir(p: &Path) -> Result<(), String> {
+    if !p.is_dir() {
+        return Ok(());
+    }
+    mount(
+        "agentbox-masked",
+        p,
+        "tmpfs",
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        "size=0,mode=555",
+    )
 }
 
 fn bind(root: &Path, b: &Bind) -> Result<(), String> {
@@ -656,7 +755,7 @@ fn block_sigchld() -> std::io::Result<OwnedFd> {
     }
 }
 
-fn serve(ctl: &OwnedFd, sfd: &OwnedFd) -> ! {
+fn serve(ctl: &OwnedFd, sfd: &OwnedFd, hardening: &Hardening) -> ! {
     let mut tracked = std::collections::BTreeSet::new();
     loop {
         let mut fds = [
@@ -675,7 +774,7 @@ fn serve(ctl: &OwnedFd, sfd: &OwnedFd) -> ! {
         }
         if ctl_ready {
             match ipc::recv::<ToInit>(ctl) {
-                Ok((msg, fds)) => handle(ctl, msg, fds, &mut tracked),
+                Ok((msg, fds)) => handle(ctl, msg, fds, &mut tracked, hardening),
                 // The supervisor is gone: so is the box.
                 Err(ipc::IpcError::Closed) | Err(ipc::IpcError::Io(_)) => std::process::exit(0),
                 Err(ipc::IpcError::Malformed(_)) => {}
@@ -711,6 +810,7 @@ fn handle(
     msg: ToInit,
     fds: Vec<OwnedFd>,
     tracked: &mut std::collections::BTreeSet<i32>,
+    hardening: &Hardening,
 ) {
     match msg {
         ToInit::Signal { pid, signal } => {
@@ -727,7 +827,7 @@ fn handle(
             env,
             cwd,
             pty,
-        } => match spawn(&argv, &env, &cwd, pty, fds) {
+        } => match spawn(&argv, &env, &cwd, pty, fds, hardening) {
             Ok((pid, master)) => {
                 tracked.insert(pid);
                 let attached: Vec<_> = master.iter().map(|m| m.as_fd()).collect();
@@ -768,9 +868,12 @@ fn candidates(argv0: &str, env: &[(String, String)]) -> Result<Vec<CString>, Str
         .collect()
 }
 
-/// Capabilities a box keeps (the set container engines grant by default): enough for
-/// package managers and servers, not for mounting, loading modules, changing the host's
+/// Capabilities a box keeps (the set container engines grant by default, less two): enough
+/// for package managers and servers, not for mounting, loading modules, changing the host's
 /// network or clock, or reaching files outside the box by handle (`CAP_DAC_READ_SEARCH`).
+/// `CAP_MKNOD` is not kept (a block device node of a host disk would read it; the box's
+/// `/dev` is made for it), nor `CAP_NET_RAW` on the host's network (raw sockets see the
+/// host's traffic, loopback included).
 const KEPT_CAPS: &[u32] = &[
     0,  // CAP_CHOWN
     1,  // CAP_DAC_OVERRIDE
@@ -781,20 +884,22 @@ const KEPT_CAPS: &[u32] = &[
     7,  // CAP_SETUID
     8,  // CAP_SETPCAP
     10, // CAP_NET_BIND_SERVICE
-    13, // CAP_NET_RAW
+    13, // CAP_NET_RAW (not on the host's network: see `dropped_capabilities`)
     18, // CAP_SYS_CHROOT
-    27, // CAP_MKNOD
     29, // CAP_AUDIT_WRITE
     31, // CAP_SETFCAP
 ];
 
-/// Every capability this kernel knows that a box does not keep.
-fn dropped_capabilities() -> Vec<u32> {
+/// Every capability this kernel knows that a box on `network` does not keep.
+fn dropped_capabilities(network: Network) -> Vec<u32> {
+    const CAP_NET_RAW: u32 = 13;
     let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
         .unwrap_or(40);
-    (0..=last).filter(|c| !KEPT_CAPS.contains(c)).collect()
+    (0..=last)
+        .filter(|c| !KEPT_CAPS.contains(c) || (*c == CAP_NET_RAW && network == Network::Host))
+        .collect()
 }
 
 /// Why a spawn failed, with the status a shell would give it (127: not found, else 126).
@@ -826,6 +931,7 @@ fn spawn(
     cwd: &str,
     pty: Option<crate::proto::WinSize>,
     fds: Vec<OwnedFd>,
+    hardening: &Hardening,
 ) -> Result<(i32, Option<OwnedFd>), SpawnError> {
     let argv0 = argv.first().ok_or("empty command")?;
     // Everything the child needs is prepared before fork.
@@ -841,7 +947,7 @@ fn spawn(
         .ancestors()
         .map(|d| cstring(d.to_string_lossy().as_ref()))
         .collect::<Result<Vec<_>, _>>()?;
-    let drop_caps = dropped_capabilities();
+    let drop_caps = &hardening.drop_caps;
     let mut argv_ptrs: Vec<*const libc::c_char> = c_argv.iter().map(|c| c.as_ptr()).collect();
     argv_ptrs.push(std::ptr::null());
     let mut env_ptrs: Vec<*const libc::c_char> = c_env.iter().map(|c| c.as_ptr()).collect();
@@ -902,8 +1008,16 @@ fn spawn(
             libc::setsid();
             // Out of the bounding set, so no program the box runs regains them (root's
             // file capabilities are bounded by it).
-            for cap in &drop_caps {
+            for cap in drop_caps {
                 libc::prctl(libc::PR_CAPBSET_DROP, *cap as libc::c_ulong, 0, 0, 0);
+            }
+            // No privilege gained by exec (setuid files, file capabilities), and the
+            // system-call filter (which sets no_new_privs itself) for everything the
+            // command starts. A box command never runs without it.
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || !hardening.filters.install()
+            {
+                child_fail(err_w.as_raw_fd());
             }
             if let Some(name) = &slave_path {
                 let fd = libc::open(name.as_ptr(), libc::O_RDWR);

@@ -8,4 +8,5 @@ pub mod init;
 pub mod ipc;
 pub mod launch;
 pub mod proto;
+pub mod seccomp;
 pub mod userns;
