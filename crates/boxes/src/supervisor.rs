@@ -209,19 +209,59 @@ fn launcher_loop(shared: &Arc<Shared>, rx: Receiver<LaunchReply>) {
     }
 }
 
+/// Host data directories a box on the host's `/` never sees: the base shows the host's
+/// software, not its data.
+const HOST_DATA: &[&str] = &[
+    "/root",
+    "/home",
+    "/srv",
+    "/mnt",
+    "/media",
+    "/var/backups",
+    "/var/mail",
+    "/var/spool/mail",
+    "/var/spool/cron",
+    "/etc/docker",
+    "/etc/ssl/private",
+    // The host's password hashes are credentials too.
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers.d",
+];
+
+/// What of `/var/lib` a box sees: the package managers' state, so that `apt`, `dpkg -l`
+/// and `pip` see what is installed. Everything else there is data (databases, container
+/// images, other programs' state).
+const VAR_LIB_SHOWN: &[&str] = &[
+    "dpkg",
+    "apt",
+    "ucf",
+    "pam",
+    "python",
+    "misc",
+    "shells.state",
+];
+
 fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
-    let mut hide = vec![
-        PathBuf::from("/root"),
-        PathBuf::from("/home"),
-        PathBuf::from("/var/lib/docker"),
-        PathBuf::from("/var/lib/containerd"),
-        PathBuf::from("/etc/docker"),
-        // The host's password hashes and private host keys are credentials too.
-        PathBuf::from("/etc/shadow"),
-        PathBuf::from("/etc/shadow-"),
-        PathBuf::from("/etc/gshadow"),
-        PathBuf::from("/etc/gshadow-"),
-    ];
+    let mut hide: Vec<PathBuf> = HOST_DATA.iter().map(PathBuf::from).collect();
+    if let Ok(entries) = fs_err::read_dir("/var/lib") {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if !VAR_LIB_SHOWN.iter().any(|s| name == *s) {
+                hide.push(e.path());
+            }
+        }
+    }
+    // The user's home, wherever it is (not only under /home), and the invoking user's.
+    for var in ["HOME", "SUDO_HOME"] {
+        if let Some(h) = std::env::var_os(var).map(PathBuf::from) {
+            if h.is_absolute() && h != Path::new("/") {
+                hide.push(h);
+            }
+        }
+    }
     if let Ok(entries) = fs_err::read_dir("/etc/ssh") {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -239,6 +279,9 @@ fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
     if let Some(src) = &shared.rec.source {
         hide.push(src.clone());
     }
+    // The file behind the store's filesystem (`agentbox setup --btrfs`'s image): it holds
+    // every box's layers.
+    hide.extend(store_backing_files(shared.home.store_dir().as_path()));
     for repo in &shared.rec.repos {
         // The host repository's git directory — for a linked worktree or a submodule it is
         // outside the source — with its config (credentials), hooks and refs. The box
@@ -247,6 +290,27 @@ fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
         hide.push(repo.repo.clone());
     }
     hide
+}
+
+/// Files backing the loop device the store's filesystem is on (none when it is not on a
+/// loop device).
+fn store_backing_files(store: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = fs_err::metadata(store) else {
+        return Vec::new();
+    };
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let Ok(backing) =
+        fs_err::read_to_string(format!("/sys/dev/block/{major}:{minor}/loop/backing_file"))
+    else {
+        return Vec::new();
+    };
+    let path = PathBuf::from(backing.trim_end_matches('\n'));
+    if path.is_absolute() {
+        vec![path]
+    } else {
+        Vec::new()
+    }
 }
 
 fn start_box(shared: &Arc<Shared>) -> Result<()> {
@@ -900,6 +964,37 @@ const RELAYED_ENV: &[&str] = &[
     "LANG",
 ];
 
+/// Options an in-box command may never give: they choose what the host side acts on
+/// (another agentbox home — a fake store built in the box's layer — or another box).
+const RELAY_REFUSED: &[&str] = &["--home", "--box", "-b"];
+
+/// The in-box relay's argument policy: refuses [`RELAY_REFUSED`] in any spelling
+/// (`--home X`, `--home=X`, `-bX`, an abbreviation clap would accept), anywhere in the
+/// command line — clap takes global options after the subcommand too.
+fn relay_policy(args: &[String]) -> std::result::Result<(), String> {
+    for a in args {
+        if a == "--" {
+            break;
+        }
+        let opt = a.split('=').next().unwrap_or(a);
+        let refused = RELAY_REFUSED.iter().any(|r| {
+            opt == *r
+                || (r.starts_with("--")
+                    && opt.len() > 3
+                    && r.starts_with(opt)
+                    && opt.starts_with("--"))
+                || (*r == "-b" && a.starts_with("-b") && !a.starts_with("--"))
+        });
+        // Short options can be bundled (`-xb NAME`): any cluster holding `b` is refused.
+        let bundled =
+            a.starts_with('-') && !a.starts_with("--") && a.len() > 2 && a[1..].contains('b');
+        if refused || bundled {
+            return Err(format!("{a:?} is not allowed inside a box"));
+        }
+    }
+    Ok(())
+}
+
 fn cli_for_box(
     shared: &Shared,
     conn: &OwnedFd,
@@ -909,6 +1004,29 @@ fn cli_for_box(
     let [stdin, stdout, stderr]: [OwnedFd; 3] = fds.try_into().map_err(|_| {
         BoxError::Supervisor("agentbox in a box must pass its stdin, stdout and stderr".into())
     })?;
+    if let Err(e) = relay_policy(&args) {
+        // Told on the caller's own stderr, with the usage exit status, before anything runs.
+        let mut err = fs_err::File::from_parts(std::fs::File::from(stderr), "stderr");
+        let _ = std::io::Write::write_all(
+            &mut err,
+            format!(
+                "agentbox: error: {}\n  hint: inside a box, agentbox acts on this box only, with the host's own settings\n",
+                e.to_string().escape_debug()
+            )
+            .as_bytes(),
+        );
+        reply(
+            conn,
+            &Reply::Exited {
+                status: 2,
+                node: None,
+                killed_by_checkout: false,
+                capture_error: None,
+            },
+            &[],
+        );
+        return Ok(());
+    }
     let mut cmd = std::process::Command::new(&shared.exe);
     cmd.args(args)
         .env_clear()

@@ -153,9 +153,13 @@ pub fn setup_loop_btrfs(image: &Path, size_bytes: u64, mountpoint: &Path) -> Res
         if let Some(parent) = image.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs_err::create_dir_all(parent)?;
         }
+        // 0600: the image holds every box's files, readable to no other user (and hidden
+        // from every box).
+        use fs_err::os::unix::fs::OpenOptionsExt;
         let file = fs_err::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(image)?;
         file.set_len(size_bytes)?;
         file.sync_all()?;
@@ -186,6 +190,8 @@ pub fn setup_loop_btrfs(image: &Path, size_bytes: u64, mountpoint: &Path) -> Res
         ));
         // `mount -o loop` sets up an auto-clearing loop device: unmounting frees it.
         undo.push(format!("umount {}", sh_quote(&mp_s)));
+        use std::os::unix::fs::PermissionsExt;
+        fs_err::set_permissions(mountpoint, std::fs::Permissions::from_mode(0o700))?;
 
         let listing = run(Command::new("losetup").arg("-j").arg(image), image).unwrap_or_default();
         Ok(listing

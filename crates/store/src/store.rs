@@ -160,6 +160,13 @@ impl Store {
         ] {
             fs_err::create_dir_all(&dir)?;
         }
+        // Private: the store holds every box's files (a box's setuid file must not be
+        // runnable, nor its data readable, by the host's other users); so does the home.
+        use std::os::unix::fs::PermissionsExt;
+        fs_err::set_permissions(root, std::fs::Permissions::from_mode(0o700))?;
+        if let Some(home) = root.parent().filter(|_| root.ends_with("store")) {
+            fs_err::set_permissions(home, std::fs::Permissions::from_mode(0o700))?;
+        }
         let auto = if backend::btrfs::probe(root) {
             BackendKind::Btrfs
         } else {

@@ -1,0 +1,257 @@
+//! The box as a security boundary: each test performs an attack from inside a box, as an
+//! agent with a shell would, asserts that it fails, and checks the host afterwards (root).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use agentbox_testkit::tier::require_root;
+use common::{code, kill_supervisors, stderr, write, Env};
+
+/// A temporary home whose box supervisors die with the test.
+struct Sec {
+    env: Env,
+}
+
+impl Drop for Sec {
+    fn drop(&mut self) {
+        kill_supervisors(&self.env.path("home"));
+    }
+}
+
+/// A root-tier test's home with one box, `name` (`None`: skipped).
+fn boxed(test: &str, name: &str, extra: &[&str]) -> Option<Sec> {
+    if !require_root(test) {
+        return None;
+    }
+    let s = Sec { env: Env::new() };
+    let proj = s.env.path("proj");
+    write(&proj.join("README"), "readme\n");
+    let mut args = vec!["create", name, "--from", proj.to_str().expect("utf-8")];
+    args.extend_from_slice(extra);
+    s.env.ok(&args);
+    Some(s)
+}
+
+impl Sec {
+    /// `sh -c SCRIPT` in box `name` → (status, stdout, stderr).
+    fn sh(&self, name: &str, script: &str) -> (i32, String, String) {
+        let out = self.env.run(&["exec", name, "--", "sh", "-c", script]);
+        (
+            code(&out).unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr(&out),
+        )
+    }
+}
+
+/// Python in the box (the host's own, seen through the base), for system calls a shell
+/// cannot make. `None` (with a printed reason; a failure under CI) when there is none.
+fn python(s: &Sec, name: &str) -> bool {
+    let (status, _, _) = s.sh(name, "command -v python3");
+    if status != 0 {
+        agentbox_testkit::tier::skip("python3 in the box", "python3 is not installed");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn host_kernel_knobs_cannot_be_changed_from_a_box() {
+    let Some(s) = boxed(
+        "host_kernel_knobs_cannot_be_changed_from_a_box",
+        "knobs",
+        &[],
+    ) else {
+        return;
+    };
+    let before = std::fs::read_to_string("/proc/sys/kernel/core_pattern").expect("core_pattern");
+    let forward = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("ip_forward");
+    // The attack of a core_pattern pipe into a script of the box's layer.
+    let (_, out, err) = s.sh(
+        "knobs",
+        "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > /workspace/evil; chmod +x /workspace/evil;
+         echo '|/workspace/evil' > /proc/sys/kernel/core_pattern && echo wrote-core-pattern;
+         echo 1 > /proc/sys/net/ipv4/ip_forward && echo wrote-ip-forward;
+         echo 3 > /proc/sys/vm/drop_caches && echo wrote-drop-caches;
+         echo h > /proc/sysrq-trigger && echo wrote-sysrq;
+         cat /proc/keys /proc/timer_list 2>/dev/null | wc -c;
+         ls -A /sys/firmware | wc -l",
+    );
+    assert!(!out.contains("wrote-"), "{out}{err}");
+    assert!(err.contains("Read-only file system"), "{err}");
+    let counts: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        counts,
+        ["0", "0"],
+        "masked /proc files and /sys/firmware: {out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/core_pattern").expect("core_pattern"),
+        before
+    );
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("ip_forward"),
+        forward
+    );
+}
+
+#[test]
+fn a_box_cannot_make_or_use_device_nodes() {
+    let Some(s) = boxed("a_box_cannot_make_or_use_device_nodes", "devs", &[]) else {
+        return;
+    };
+    // A block device of a host disk (the first loop device, or the root disk's).
+    let (status, _, err) = s.sh("devs", "mknod /workspace/disk b 7 0");
+    assert_ne!(status, 0, "mknod of a block device worked");
+    assert!(err.contains("Operation not permitted"), "{err}");
+    let (_, out, _) = s.sh(
+        "devs",
+        "test -e /dev/kmsg && echo kmsg; test -e /dev/kvm && echo kvm; test -e /dev/loop0 && echo loop; ls /dev",
+    );
+    for dev in ["kmsg\n", "kvm\n", "loop\n"] {
+        assert!(
+            !out.starts_with(dev) && !out.contains(&format!("\n{dev}")),
+            "{out}"
+        );
+    }
+    assert!(!Path::new(&s.env.path("home")).join("disk").exists());
+}
+
+#[test]
+fn the_keyring_bpf_and_nested_namespaces_are_denied() {
+    let Some(s) = boxed(
+        "the_keyring_bpf_and_nested_namespaces_are_denied",
+        "calls",
+        &[],
+    ) else {
+        return;
+    };
+    let (_, out, _) = s.sh(
+        "calls",
+        "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status | tr -s '\\t ' ' '",
+    );
+    assert_eq!(out, "NoNewPrivs: 1\nSeccomp: 2\n", "{out}");
+    let (status, _, err) = s.sh("calls", "unshare -U -r -m sh -c 'mount -t tmpfs t /mnt'");
+    assert_ne!(
+        status, 0,
+        "a nested user namespace with mount rights: {err}"
+    );
+    if !python(&s, "calls") {
+        return;
+    }
+    // keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING), add_key, bpf(BPF_PROG_LOAD),
+    // perf_event_open: each fails with EPERM.
+    let script = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": {"keyctl": 250, "add_key": 248, "bpf": 321, "perf_event_open": 298, "unshare": 272},
+      "aarch64": {"keyctl": 219, "add_key": 217, "bpf": 280, "perf_event_open": 241, "unshare": 97}}[os.uname().machine]
+for name, args in [("keyctl", (0, -4)), ("add_key", (0, 0, 0, 0, 0)), ("bpf", (5, 0, 0)),
+                   ("perf_event_open", (0, 0, -1, -1, 0)), ("unshare", (0x10000000,))]:
+    r = libc.syscall(nr[name], *args)
+    print(name, r, os.strerror(ctypes.get_errno()))
+"#;
+    let out = s.env.run(&["exec", "calls", "--", "python3", "-c", script]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in ["keyctl", "add_key", "bpf", "perf_event_open", "unshare"] {
+        assert!(
+            text.contains(&format!("{name} -1 Operation not permitted")),
+            "{name}: {text}{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn no_raw_sockets_on_the_host_network_and_no_terminal_injection() {
+    let Some(s) = boxed(
+        "no_raw_sockets_on_the_host_network_and_no_terminal_injection",
+        "raw",
+        &[],
+    ) else {
+        return;
+    };
+    if !python(&s, "raw") {
+        return;
+    }
+    let script = r#"
+import socket, fcntl, termios, pty, os
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print("raw socket")
+except PermissionError:
+    print("no raw socket")
+try:
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW); print("packet socket")
+except PermissionError:
+    print("no packet socket")
+m, sl = pty.openpty()
+try:
+    fcntl.ioctl(sl, termios.TIOCSTI, b"x"); print("injected")
+except PermissionError:
+    print("no injection")
+"#;
+    let out = s.env.run(&["exec", "raw", "--", "python3", "-c", script]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "no raw socket\nno packet socket\nno injection\n",
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn host_data_is_not_visible_in_a_box() {
+    let Some(s) = boxed("host_data_is_not_visible_in_a_box", "data", &[]) else {
+        return;
+    };
+    let tag = format!("agentbox-sec-{}", std::process::id());
+    let planted: Vec<PathBuf> = ["/srv", "/var/lib", "/var/backups", "/mnt"]
+        .iter()
+        .map(|d| Path::new(d).join(&tag))
+        .collect();
+    for p in &planted {
+        write(&p.join("secret"), "host data\n");
+    }
+    // A new box start sees the planted data (the base is looked at when the box starts).
+    s.env.ok(&["stop", "data"]);
+    let script = planted
+        .iter()
+        .map(|p| format!("cat {}/secret 2>/dev/null;", p.display()))
+        .collect::<String>()
+        + "test -e /etc/shadow && echo shadow; ls /var/lib/dpkg >/dev/null && echo dpkg";
+    let (_, out, err) = s.sh("data", &script);
+    for p in &planted {
+        let _ = std::fs::remove_dir_all(p);
+    }
+    assert_eq!(out, "dpkg\n", "host data reached the box: {out}{err}");
+}
+
+#[test]
+fn agentbox_in_a_box_cannot_choose_another_home_or_box() {
+    let Some(s) = boxed(
+        "agentbox_in_a_box_cannot_choose_another_home_or_box",
+        "relay",
+        &[],
+    ) else {
+        return;
+    };
+    // A fake store in the box's own layer, named by --home in every spelling.
+    for attack in [
+        "agentbox --home /workspace/fake log",
+        "agentbox log --home /workspace/fake",
+        "agentbox --home=/workspace/fake status",
+        "agentbox --ho /workspace/fake log",
+        "agentbox -b relay --home /workspace/fake log",
+        "agentbox --box=other log",
+        "agentbox -brelay log",
+    ] {
+        let (status, _, err) = s.sh("relay", &format!("mkdir -p /workspace/fake; {attack}"));
+        assert_eq!(status, 2, "{attack}: {err}");
+        assert!(err.contains("not allowed inside a box"), "{attack}: {err}");
+    }
+    // The box's own commands still work.
+    let (status, out, err) = s.sh("relay", "agentbox log --json");
+    assert_eq!(status, 0, "{err}");
+    assert!(out.contains("nodes"), "{out}");
+}
