@@ -675,7 +675,11 @@ fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
         None => store.commit(&env, opts)?,
     };
     ctx.out(&node, || {
-        format!("[{env} {}] {}\n", render::short(&node.id), node.message)
+        format!(
+            "[{env} {}] {}\n",
+            render::short(&node.id),
+            render::text(&node.message)
+        )
     })
 }
 
@@ -710,7 +714,7 @@ fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliResult {
         format!(
             "{env}: HEAD is now {} {}\n",
             render::short(&node.id),
-            node.message
+            render::text(&node.message)
         )
     })
 }
@@ -818,7 +822,7 @@ fn delete(ctx: &Ctx, args: &[String]) -> CliResult {
         format!(
             "deleted node {} {} (its children now descend from {}); `agentbox gc` frees its data\n",
             render::short(&node.id),
-            node.message,
+            render::text(&node.message),
             node.parent
                 .as_deref()
                 .map(render::short)

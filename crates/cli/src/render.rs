@@ -14,6 +14,30 @@ pub fn short(id: &str) -> &str {
     &id[..id.len().min(SHORT)]
 }
 
+/// Box-controlled text (node messages, command labels, tags, file names) as printed for
+/// humans: control characters — escape sequences that would drive the terminal (OSC 52
+/// writes the clipboard), carriage returns that would overwrite a line — are shown escaped
+/// (`\u{1b}`). `--json` carries the text exactly.
+pub fn text(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A box-controlled path, escaped as [`text`].
+pub fn path(p: &std::path::Path) -> String {
+    text(&p.to_string_lossy()).into_owned()
+}
+
 /// One line describing a node: id, time, message, decorations.
 pub fn node_line(n: &Node, head: &str, tags: &BTreeMap<String, Vec<String>>) -> String {
     let mut deco: Vec<String> = Vec::new();
@@ -32,13 +56,13 @@ pub fn node_line(n: &Node, head: &str, tags: &BTreeMap<String, Vec<String>>) -> 
             .with_timezone(&chrono::Local)
             .format("%Y-%m-%d %H:%M:%S"),
         if own_command { "$ " } else { "" },
-        n.message
+        text(&n.message)
     );
     if let Some(c) = n.command.as_deref().filter(|_| !own_command) {
-        let _ = write!(line, "  [$ {c}]");
+        let _ = write!(line, "  [$ {}]", text(c));
     }
     if !deco.is_empty() {
-        let _ = write!(line, "  ({})", deco.join(", "));
+        let _ = write!(line, "  ({})", text(&deco.join(", ")));
     }
     line
 }
@@ -139,7 +163,7 @@ pub fn changes(list: &[Change]) -> String {
             ),
             ChangeKind::MetaChanged => ("m", c.detail.clone().unwrap_or_default()),
         };
-        let line = format!("{sign} {}  {what}", c.path.display());
+        let line = format!("{sign} {}  {what}", path(&c.path));
         let _ = writeln!(out, "{}", line.trim_end());
     }
     let count = |k: ChangeKind| list.iter().filter(|c| c.kind == k).count();

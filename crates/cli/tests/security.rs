@@ -255,3 +255,34 @@ fn agentbox_in_a_box_cannot_choose_another_home_or_box() {
     assert_eq!(status, 0, "{err}");
     assert!(out.contains("nodes"), "{out}");
 }
+
+#[test]
+fn box_written_text_reaches_the_host_terminal_escaped() {
+    let Some(s) = boxed(
+        "box_written_text_reaches_the_host_terminal_escaped",
+        "text",
+        &[],
+    ) else {
+        return;
+    };
+    // OSC 52 (write the clipboard) and a carriage return that would hide the line.
+    let (status, _, err) = s.sh(
+        "text",
+        "echo x > /workspace/x; agentbox commit -m \"$(printf 'ok\\033]52;c;cHduZWQ=\\007\\rfake')\"",
+    );
+    assert_eq!(status, 0, "{err}");
+    for args in [&["log", "text"][..], &["show", "text", "HEAD"][..]] {
+        let out = s.env.ok(args);
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\r') && !out.contains('\u{7}'),
+            "{args:?}: {out:?}"
+        );
+        assert!(out.contains("ok\\u{1b}]52"), "{args:?}: {out}");
+    }
+    let json = s.env.json(&["log", "text"]);
+    let last = json["nodes"]
+        .as_array()
+        .and_then(|n| n.last())
+        .expect("a node");
+    assert_eq!(last["message"], "ok\u{1b}]52;c;cHduZWQ=\u{7}\rfake");
+}
