@@ -972,23 +972,21 @@ const RELAY_REFUSED: &[&str] = &["--home", "--box", "-b"];
 /// (`--home X`, `--home=X`, `-bX`, an abbreviation clap would accept), anywhere in the
 /// command line — clap takes global options after the subcommand too.
 fn relay_policy(args: &[String]) -> std::result::Result<(), String> {
-    for a in args {
-        if a == "--" {
-            break;
-        }
-        let opt = a.split('=').next().unwrap_or(a);
-        let refused = RELAY_REFUSED.iter().any(|r| {
-            opt == *r
-                || (r.starts_with("--")
-                    && opt.len() > 3
-                    && r.starts_with(opt)
-                    && opt.starts_with("--"))
-                || (*r == "-b" && a.starts_with("-b") && !a.starts_with("--"))
-        });
-        // Short options can be bundled (`-xb NAME`): any cluster holding `b` is refused.
-        let bundled =
-            a.starts_with('-') && !a.starts_with("--") && a.len() > 2 && a[1..].contains('b');
-        if refused || bundled {
+    for a in args.iter().take_while(|a| *a != "--") {
+        let refused = match a.strip_prefix("--") {
+            // `--home`, `--home=X`, and any prefix clap might expand (`--ho`).
+            Some(long) => {
+                let name = long.split('=').next().unwrap_or(long);
+                name.len() >= 2
+                    && RELAY_REFUSED
+                        .iter()
+                        .filter_map(|r| r.strip_prefix("--"))
+                        .any(|r| r.starts_with(name))
+            }
+            // `-b`, `-bNAME`, and bundles such as `-xb`.
+            None => a.len() > 1 && a.starts_with('-') && a[1..].contains('b'),
+        };
+        if refused {
             return Err(format!("{a:?} is not allowed inside a box"));
         }
     }

@@ -114,25 +114,21 @@ pub fn denied() -> Result<BpfProgram, String> {
             .map(|&req| rule(1, SeccompCmpOp::MaskedEq(0xffff_ffff), req))
             .collect::<Result<_, _>>()?,
     );
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch()?,
-    )
-    .map_err(|e| format!("building the system-call filter: {e}"))?;
-    filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| format!("compiling the system-call filter: {e}"))
+    compile(rules, libc::EPERM)
 }
 
 /// The filter making `clone3` fail with `ENOSYS` (see the module documentation).
 pub fn no_clone3() -> Result<BpfProgram, String> {
     let rules = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    compile(rules, libc::ENOSYS)
+}
+
+/// A filter that allows everything but what `rules` match, which fails with `errno`.
+fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, String> {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
+        SeccompAction::Errno(errno as u32),
         arch()?,
     )
     .map_err(|e| format!("building the system-call filter: {e}"))?;
