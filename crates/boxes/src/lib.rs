@@ -1,5 +1,6 @@
 //! Boxes: records, the per-box supervisor, the client the CLI uses to talk to it.
 
+pub mod boxgit;
 pub mod capture;
 pub mod cgroup;
 pub mod client;
@@ -56,6 +57,14 @@ pub enum BoxError {
         message: String,
         hint: Option<String>,
         code: i32,
+    },
+    /// A repository of the box that the host refused to take from, or could not read.
+    #[error("box {name:?}, repository {}: {why}", repo.display())]
+    BoxRepo {
+        name: String,
+        /// The repository's working tree inside the box.
+        repo: PathBuf,
+        why: String,
     },
     #[error("supervisor: {0}")]
     Supervisor(String),
@@ -136,6 +145,10 @@ impl BoxError {
                 Some("choose another display name; `agentbox rename BOX \"\"` clears it".into())
             }
             BoxError::Store(e) => e.hint().map(str::to_owned),
+            BoxError::BoxRepo { name, repo, .. } => Some(format!(
+                "fix the repository inside the box (`agentbox exec {name} -- git -C {} status`), then `agentbox sync {name}`",
+                repo.display()
+            )),
             BoxError::Sandbox { name, .. } | BoxError::SupervisorStart { name, .. } => Some(
                 format!("the supervisor's log is in the box's directory; `agentbox start {name}` retries"),
             ),

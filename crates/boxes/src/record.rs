@@ -232,6 +232,11 @@ impl BoxDirs {
     pub fn lock(&self) -> PathBuf {
         self.dir.join("lock")
     }
+    /// Where output box processes write for the host (git bundles) is kept while the host
+    /// reads it; like the whole box directory, never visible inside a box.
+    pub fn from_box(&self) -> PathBuf {
+        self.dir.join("from-box")
+    }
 }
 
 /// Name of box `name`'s cgroup: unique per agentbox home, so boxes of the same name in two

@@ -85,6 +85,8 @@ struct Shared {
     stopping: std::sync::atomic::AtomicBool,
     /// Auto-capture's state, as the capture thread last reported it.
     capture: Mutex<crate::capture::CaptureHealth>,
+    /// See [`BoxDirs::from_box`].
+    spool: PathBuf,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -102,6 +104,8 @@ pub fn run(home: Home, name: &str) -> Result<()> {
     let store = Store::open(&home.store_dir())?;
     let exe = std::env::current_exe()?;
     fs_err::create_dir_all(dirs.logs())?;
+    let spool = dirs.from_box();
+    fs_err::create_dir_all(&spool)?;
     let (launch_tx, launch_rx) = channel::<LaunchReply>();
     let shared = Arc::new(Shared {
         name: name.to_owned(),
@@ -119,6 +123,7 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         launch_tx: Mutex::new(launch_tx),
         stopping: std::sync::atomic::AtomicBool::new(false),
         capture: Mutex::new(Default::default()),
+        spool,
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;
@@ -1189,139 +1194,112 @@ fn restore_in_place(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Re
     Ok(())
 }
 
-/// How the host reaches the box's repositories.
-enum BoxRepos<'a> {
-    /// Through a read-only view of the box's tree (root): each repository's path in it.
-    View(
-        Vec<(PathBuf, &'a record::GitRecord)>,
-        agentbox_store::backend::WorkingView,
-    ),
-    /// Rootless, where a view cannot be mounted: git runs inside the box's user and mount
-    /// namespaces (those of its PID 1, `pid`), at the repositories' in-box paths, where
-    /// their borrowed objects are bound too.
-    Inside(i32),
-}
+/// How long a git command agentbox runs inside a box (a status, a bundle) may take.
+const BOX_GIT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The box's repositories as the host reaches them (`None`: it has none, or — rootless —
-/// it is not running).
-fn box_repos(shared: &Shared) -> Option<BoxRepos<'_>> {
-    if shared.rec.repos.is_empty() {
-        return None;
-    }
-    if shared.rec.rootless {
-        let pid1 = lock(&shared.box_).as_ref().map(|g| g.running.pid1_host)?;
-        return Some(BoxRepos::Inside(pid1));
-    }
-    let view = match shared.store.working_view(&shared.name) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("cannot look at the box's repositories: {e}");
-            return None;
-        }
-    };
-    let repos = shared
-        .rec
-        .repos
-        .iter()
-        .map(|g| {
-            let inside = g.workspace();
-            (
-                view.path.join(inside.strip_prefix("/").unwrap_or(&inside)),
-                g,
-            )
+/// The supervisor runs agentbox's git commands on the box's repositories as box processes
+/// (see [`crate::boxgit`]): through PID 1, like any command, so they get the box's
+/// namespaces, capabilities and system-call filter.
+impl crate::boxgit::BoxRunner for Shared {
+    fn run(&self, argv: &[String], cwd: &str, out: &std::fs::File) -> Result<crate::boxgit::Ran> {
+        use std::io::{Read, Seek};
+        let null = fs_err::File::open("/dev/null")?.into_parts().0;
+        let mut err = tempfile::tempfile_in(self.spool())?;
+        let info = new_info(self, ProcKind::Exec, argv.to_vec());
+        let (exit_tx, exit_rx) = channel();
+        let env = vec![
+            ("LC_ALL".to_owned(), "C".to_owned()),
+            ("GIT_TERMINAL_PROMPT".to_owned(), "0".to_owned()),
+        ];
+        let fds = [null.as_fd(), out.as_fd(), err.as_fd()];
+        let started = start_process(
+            self,
+            info,
+            env,
+            Some(cwd.to_owned()),
+            None,
+            &fds,
+            Some(exit_tx),
+        );
+        let pid = match started {
+            Ok((pid, _)) => pid,
+            Err(BoxError::Command { message, status }) => {
+                return Ok(crate::boxgit::Ran {
+                    status,
+                    stderr: message,
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        let status = match exit_rx.recv_timeout(BOX_GIT_TIMEOUT) {
+            Ok(note) => note.status,
+            Err(_) => {
+                if let Some(ctl) = lock(&self.box_).as_ref().map(|g| g.ctl.clone()) {
+                    let _ = ipc::send(
+                        &*ctl,
+                        &ToInit::Signal {
+                            pid,
+                            signal: libc::SIGKILL,
+                        },
+                        &[],
+                    );
+                }
+                return Err(BoxError::Supervisor(format!(
+                    "{} did not finish within {} s in the box",
+                    crate::render_command(argv),
+                    BOX_GIT_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        err.rewind()?;
+        let mut raw = Vec::new();
+        err.take(64 << 10).read_to_end(&mut raw)?;
+        Ok(crate::boxgit::Ran {
+            status,
+            stderr: String::from_utf8_lossy(&raw).into_owned(),
         })
-        .collect();
-    Some(BoxRepos::View(repos, view))
-}
+    }
 
-/// The command prefix that runs a program inside the namespaces of the box whose PID 1 is
-/// `pid1`, as the box's root. The credentials stay the user's own: the box's user namespace
-/// maps exactly that id to its root (and forbids `setgroups`, which nsenter would call to
-/// switch to root).
-fn inside_box(pid1: i32) -> Vec<String> {
-    [
-        "nsenter",
-        "-t",
-        &pid1.to_string(),
-        "-U",
-        "-m",
-        "-r",
-        "-w",
-        "--preserve-credentials",
-        "--",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
+    fn spool(&self) -> &Path {
+        &self.spool
+    }
 
-/// `git ARGS` run in box repository `git` inside the box whose PID 1 is `pid1`; its stdout
-/// when it succeeded.
-fn git_inside(pid1: i32, git: &record::GitRecord, args: &[&str]) -> Option<String> {
-    let mut argv = inside_box(pid1);
-    argv.extend(["git".to_owned(), "-C".to_owned()]);
-    argv.push(git.workspace().to_string_lossy().into_owned());
-    argv.extend(args.iter().map(|a| a.to_string()));
-    let out = std::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    fn box_name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// Each box repository's uncommitted paths, looked at inside the box (`None` where git
-/// could not tell, or the box is not running).
+/// could not tell).
 fn dirty_inside(shared: &Shared) -> Vec<Option<Vec<String>>> {
-    let pid1 = lock(&shared.box_).as_ref().map(|g| g.running.pid1_host);
     shared
         .rec
         .repos
         .iter()
-        .map(|git| {
-            let out = git_inside(
-                pid1?,
-                git,
-                &["--no-optional-locks", "status", "--porcelain=v1", "-z"],
-            )?;
-            Some(agentbox_git::porcelain_paths(&out))
+        .map(|git| match crate::boxgit::dirty(shared, git) {
+            Ok(paths) => Some(paths),
+            Err(e) => {
+                eprintln!("cannot list uncommitted paths: {e}");
+                None
+            }
         })
         .collect()
 }
 
-/// The tip of `git`'s box branch, read inside the box.
-fn tip_inside(pid1: i32, git: &record::GitRecord) -> Option<String> {
-    let branch = format!("refs/heads/{}", git.branch);
-    let tip = git_inside(pid1, git, &["rev-parse", "--verify", "--quiet", &branch])?;
-    let tip = tip.trim().to_owned();
-    (!tip.is_empty()).then_some(tip)
-}
-
-/// A node's record of the box's branches: `{"git": [{"sub": …, "branch": …, "tip": …}, …]}`.
+/// A node's record of the box's branches: `{"git": [{"sub": …, "branch": …, "tip": …}, …]}`,
+/// the tips read inside the box.
 fn git_metadata(shared: &Shared) -> BTreeMap<String, serde_json::Value> {
     let mut meta = BTreeMap::new();
-    let tips: Vec<(&record::GitRecord, String)> = match box_repos(shared) {
-        None => Vec::new(),
-        Some(BoxRepos::View(repos, _view)) => repos
-            .iter()
-            .filter_map(|(repo, git)| {
-                Some((
-                    *git,
-                    agentbox_git::box_tip(repo, &git.branch, &git.objects).ok()??,
-                ))
-            })
-            .collect(),
-        Some(BoxRepos::Inside(pid1)) => shared
-            .rec
-            .repos
-            .iter()
-            .filter_map(|git| Some((git, tip_inside(pid1, git)?)))
-            .collect(),
-    };
-    let tips: Vec<serde_json::Value> = tips
+    let tips: Vec<serde_json::Value> = shared
+        .rec
+        .repos
         .iter()
-        .map(|(git, tip)| serde_json::json!({ "sub": git.sub, "branch": git.branch, "tip": tip }))
+        .filter_map(|git| {
+            let tip = crate::boxgit::tip(shared, git)
+                .map_err(|e| eprintln!("cannot read the box's branch: {e}"))
+                .ok()??;
+            Some(serde_json::json!({ "sub": git.sub, "branch": git.branch, "tip": tip }))
+        })
         .collect();
     if !tips.is_empty() {
         meta.insert("git".to_owned(), serde_json::Value::Array(tips));
@@ -1329,36 +1307,13 @@ fn git_metadata(shared: &Shared) -> BTreeMap<String, serde_json::Value> {
     meta
 }
 
-/// Bring every box branch into its host repository; returns each branch's tip there. Every
-/// repository is attempted; the first failure is returned.
+/// Bring every box branch into its host repository (see [`crate::boxgit::sync`]); returns
+/// each branch's tip there. Every repository is attempted; the first failure is returned.
 fn sync_git(shared: &Shared) -> Result<Vec<SyncedRepo>> {
-    let Some(reach) = box_repos(shared) else {
-        return Ok(Vec::new());
-    };
     let mut out = Vec::new();
     let mut failed = None;
-    for (i, git) in shared.rec.repos.iter().enumerate() {
-        let synced = match &reach {
-            // The view lists the repositories in the record's order.
-            BoxRepos::View(repos, _view) => {
-                agentbox_git::sync_branch(&git.host(), &repos[i].0, &git.branch)
-            }
-            BoxRepos::Inside(pid1) => {
-                let mut cmd = inside_box(*pid1)
-                    .iter()
-                    .map(|a| agentbox_git::shell_quote(a))
-                    .collect::<Vec<_>>();
-                cmd.push("git-upload-pack".to_owned());
-                agentbox_git::sync_branch_via(
-                    &git.host(),
-                    &cmd.join(" "),
-                    &git.workspace().to_string_lossy(),
-                    &git.branch,
-                )
-            }
-        };
-        // The host's branch is the box's now: its tip is read on the host.
-        match synced.and_then(|()| agentbox_git::box_tip(&git.repo, &git.branch, &git.objects)) {
+    for git in &shared.rec.repos {
+        match crate::boxgit::sync(shared, git) {
             Ok(tip) => out.push(SyncedRepo {
                 sub: git.sub.clone(),
                 repo: git.repo.clone(),
@@ -1371,7 +1326,7 @@ fn sync_git(shared: &Shared) -> Result<Vec<SyncedRepo>> {
         }
     }
     match failed {
-        Some(e) => Err(e.into()),
+        Some(e) => Err(e),
         None => Ok(out),
     }
 }

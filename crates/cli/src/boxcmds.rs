@@ -1161,22 +1161,17 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
         limits.push(format!("{c} CPUs"));
     }
     let mut branches = Vec::new();
-    // One read-only view of the box's tree serves every repository's `git status`.
-    let view = if rec.repos.is_empty() || rec.rootless {
-        None
-    } else {
-        store.working_view(name).ok()
-    };
-    // A rootless box's tree cannot be mounted here: its supervisor looks inside the box.
-    let dirty_inside = match (rec.rootless && !rec.repos.is_empty(), running(ctx, name)?) {
-        (true, Some(c)) => match c.request(&Request::Dirty)? {
+    // The box's repositories are read only inside the box, by its supervisor: a stopped
+    // box's uncommitted paths are not known.
+    let dirty_inside = match (rec.repos.is_empty(), running(ctx, name)?) {
+        (false, Some(c)) => match c.request(&Request::Dirty)? {
             Reply::Dirty { repos } => repos,
             other => return Err(unexpected(&other)),
         },
         _ => Vec::new(),
     };
     for (i, git) in rec.repos.iter().enumerate() {
-        let tip = agentbox_git::box_tip(&git.repo, &git.branch, &git.objects)
+        let tip = agentbox_git::branch_tip(&git.repo, &git.branch, &git.objects)
             .ok()
             .flatten();
         let against = agentbox_git::current_branch(&git.repo).ok().flatten();
@@ -1186,14 +1181,7 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
                 .unwrap_or((None, None)),
             _ => (None, None),
         };
-        let dirty = match &view {
-            Some(v) => {
-                let inside = git.workspace();
-                let rel = inside.strip_prefix("/").unwrap_or(&inside);
-                agentbox_git::dirty_paths(&v.path.join(rel), &git.objects).ok()
-            }
-            None => dirty_inside.get(i).cloned().flatten(),
-        };
+        let dirty = dirty_inside.get(i).cloned().flatten();
         branches.push(BranchStatus {
             repository: git.repo.clone(),
             branch: git.branch.clone(),

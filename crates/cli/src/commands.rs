@@ -926,6 +926,9 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 let dirty = match &br.dirty {
                     Some(d) if d.is_empty() => ", clean".to_owned(),
                     Some(d) => format!(", {} uncommitted path(s)", d.len()),
+                    None if b.state == "stopped" => {
+                        ", uncommitted paths not known while the box is stopped".to_owned()
+                    }
                     None => String::new(),
                 };
                 s.push_str(&format!(

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use agentbox_testkit::basefix::BaseFixture;
 use agentbox_testkit::tier::require_root;
-use common::{code, git, kill_supervisors, stderr, supervisor_pid, write, Env};
+use common::{as_nobody, code, git, kill_supervisors, stderr, supervisor_pid, write, Env};
 
 /// A temporary home whose box supervisors are killed when the test ends (which, through
 /// the parent-death signals, ends every box process too).
@@ -1057,25 +1057,6 @@ fn a_capture_that_fails_says_so() {
         .ok(&["show", "full", "HEAD"])
         .contains("workspace/small"));
     background_write_is_captured(&b, "full", "later", "a full disk was freed");
-}
-
-/// `agentbox ARGS` as the unprivileged user `nobody`, with `home` as its agentbox home
-/// (and a copy of the binary there, where `nobody` can reach it whatever the checkout's
-/// permissions).
-fn as_nobody(home: &Path, args: &[&str]) -> std::process::Output {
-    let exe = home.join("agentbox");
-    if !exe.exists() {
-        std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), &exe).expect("copy the binary");
-    }
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&exe)
-        .args(args)
-        .env("AGENTBOX_HOME", home)
-        .env("HOME", home)
-        .current_dir("/")
-        .output()
-        .expect("run setpriv")
 }
 
 #[test]

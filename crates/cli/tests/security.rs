@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use agentbox_testkit::tier::require_root;
-use common::{code, kill_supervisors, stderr, write, Env};
+use common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 
 /// A temporary home whose box supervisors die with the test.
 struct Sec {
@@ -285,4 +285,245 @@ fn box_written_text_reaches_the_host_terminal_escaped() {
         .and_then(|n| n.last())
         .expect("a node");
     assert_eq!(last["message"], "ok\u{1b}]52;c;cHduZWQ=\u{7}\rfake");
+}
+
+/// Runs agentbox for a git-repository box, as root or (rootless) as the user `nobody`.
+struct GitBox {
+    s: Sec,
+    /// The host repository the box was made from.
+    repo: PathBuf,
+    /// `Some(home)`: the box is rootless, run by `nobody` with this agentbox home.
+    nobody: Option<PathBuf>,
+}
+
+impl GitBox {
+    /// A repository with one commit and box `g` made from it; `None`: skipped.
+    fn new(test: &str, rootless: bool) -> Option<GitBox> {
+        if !require_root(test) {
+            return None;
+        }
+        let s = Sec { env: Env::new() };
+        let root = s.env.home.path().to_owned();
+        let repo = root.join("proj");
+        write(&repo.join("a.txt"), "one\n");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-qm", "first"]);
+        let nobody = rootless.then(|| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            let home = root.join("nobody-home");
+            std::fs::create_dir(&home).expect("mkdir");
+            for p in [&home, &repo] {
+                assert!(std::process::Command::new("chown")
+                    .args(["-R", "65534:65534"])
+                    .arg(p)
+                    .status()
+                    .expect("chown")
+                    .success());
+            }
+            home
+        });
+        let g = GitBox { s, repo, nobody };
+        g.ok(&["create", "g", "--from", g.repo.to_str().expect("utf-8")]);
+        Some(g)
+    }
+
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        match &self.nobody {
+            Some(home) => as_nobody(home, args),
+            None => self.s.env.run(args),
+        }
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(code(&out), Some(0), "{args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `sh -c SCRIPT` in the box, required to succeed; its stdout.
+    fn sh(&self, script: &str) -> String {
+        self.ok(&["exec", "g", "--", "sh", "-c", script])
+    }
+
+    /// git in the host repository (read as root, whoever owns it).
+    fn host_git(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&self.repo)
+            .args(["-c", "safe.directory=*"])
+            .args(args)
+            .output()
+            .expect("git")
+    }
+
+    fn host_rev(&self, rev: &str) -> String {
+        let out = self.host_git(&["rev-parse", "--verify", "--quiet", rev]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for GitBox {
+    fn drop(&mut self) {
+        if let Some(home) = &self.nobody {
+            kill_supervisors(home);
+        }
+    }
+}
+
+/// The box's repository names programs (an fsmonitor hook, a clean filter) that write a
+/// marker where the host would see it; every host command that looks at the box's
+/// repository runs them inside the box, or not at all.
+fn box_repository_configuration_never_runs_on_the_host(test: &str, rootless: bool) {
+    let Some(g) = GitBox::new(test, rootless) else {
+        return;
+    };
+    // A host directory the box cannot see (the host's /tmp is not the box's).
+    let marks = g.s.env.path("marks");
+    std::fs::create_dir_all(&marks).expect("mkdir");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&marks, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    }
+    let hook = format!(
+        "#!/bin/sh\ntouch {m}/ran-on-host 2>/dev/null\necho \"$$ $(cat /proc/1/comm)\" >> /tmp/hook-ran\nexit 1\n",
+        m = marks.display()
+    );
+    g.sh(&format!(
+        "printf '%s' '{hook}' > /root/hook; chmod +x /root/hook;
+         git config core.fsmonitor /root/hook;
+         git config filter.evil.clean /root/hook; git config filter.evil.smudge /root/hook;
+         echo '* filter=evil' > .gitattributes; echo two >> a.txt"
+    ));
+    // Every host command that reads the box's repository.
+    let st = g.ok(&["--json", "status", "g"]);
+    assert!(
+        st.contains("a.txt"),
+        "status still lists the box's changes: {st}"
+    );
+    g.ok(&["sync", "g"]);
+    g.sh("git -c user.name=u -c user.email=u@x commit -qam work || true");
+    g.ok(&["commit", "g", "-m", "after"]);
+    g.ok(&["sync", "g"]);
+    assert!(
+        !marks.join("ran-on-host").exists(),
+        "a box's git hook ran on the host"
+    );
+    // The hooks did run: inside the box, whose PID 1 is agentbox's.
+    let ran = g.sh("cat /tmp/hook-ran");
+    assert!(!ran.is_empty(), "the hook never ran in the box");
+    assert!(
+        ran.lines().all(|l| l.ends_with(" agentbox")),
+        "the hook ran outside the box's PID namespace: {ran}"
+    );
+}
+
+#[test]
+fn box_repository_configuration_never_runs_on_the_host_root() {
+    box_repository_configuration_never_runs_on_the_host(
+        "box_repository_configuration_never_runs_on_the_host_root",
+        false,
+    );
+}
+
+#[test]
+fn box_repository_configuration_never_runs_on_the_host_rootless() {
+    box_repository_configuration_never_runs_on_the_host(
+        "box_repository_configuration_never_runs_on_the_host_rootless",
+        true,
+    );
+}
+
+/// A sync takes the box's branch and nothing else: symlinked refs, alternates naming another
+/// repository of the host, and a bundle carrying more refs (made by a git the box replaced)
+/// are refused, and the host repository is unchanged.
+fn sync_takes_only_the_box_branch(test: &str, rootless: bool) {
+    let Some(g) = GitBox::new(test, rootless) else {
+        return;
+    };
+    // Another repository on the host, whose objects the box must never obtain.
+    let other = g.s.env.path("other");
+    write(&other.join("secret.txt"), "host secret\n");
+    git(&other, &["init", "-q"]);
+    git(&other, &["add", "-A"]);
+    git(&other, &["commit", "-qm", "secret"]);
+    let secret = git(&other, &["rev-parse", "HEAD"]).trim().to_owned();
+    let main = g.host_rev("main");
+    let synced = g.host_rev("agentbox/g");
+
+    // Alternates naming the other repository, and the branch pointed at its commit.
+    let out = g.run(&[
+        "exec",
+        "g",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "echo {}/.git/objects >> .git/objects/info/alternates; echo {secret} > .git/refs/heads/agentbox/g",
+            other.display()
+        ),
+    ]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let out = g.run(&["sync", "g"]);
+    assert_ne!(code(&out), Some(0), "a sync with foreign alternates worked");
+    assert!(stderr(&out).contains("alternates"), "{}", stderr(&out));
+    assert!(
+        !g.host_git(&["cat-file", "-e", &secret]).status.success(),
+        "the other repository's commit reached the user's repository"
+    );
+    assert_eq!(g.host_rev("agentbox/g"), synced);
+
+    // A symlinked branch ref.
+    g.sh(&format!(
+        "sed -i '\\#{}#d' .git/objects/info/alternates; git update-ref refs/heads/agentbox/g {synced};
+         git update-ref refs/heads/elsewhere {synced};
+         rm .git/refs/heads/agentbox/g; ln -s ../elsewhere .git/refs/heads/agentbox/g",
+        other.display()
+    ));
+    let out = g.run(&["sync", "g"]);
+    assert_ne!(code(&out), Some(0), "a sync of a symlinked ref worked");
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+
+    g.sh(&format!(
+        "rm .git/refs/heads/agentbox/g; git update-ref refs/heads/agentbox/g {synced};
+         echo new > b.txt; git add b.txt; git -c user.name=u -c user.email=u@x commit -qm new;
+         git update-ref refs/heads/main HEAD"
+    ));
+    if !rootless {
+        forged_bundles_are_refused(&g, &main);
+    }
+    // The box's branch (and only it) syncs.
+    g.ok(&["sync", "g"]);
+    let tip = g.sh("git rev-parse agentbox/g");
+    assert_eq!(g.host_rev("agentbox/g"), tip.trim());
+    assert_eq!(g.host_rev("main"), main);
+}
+
+/// A git of the box's own (a root box can put one first in `PATH`; a rootless box's `/usr`
+/// is the host's, read-only) that bundles every ref, a forged main among them.
+fn forged_bundles_are_refused(g: &GitBox, main: &str) {
+    let synced = g.host_rev("agentbox/g");
+    g.sh(
+        "mkdir -p /usr/local/bin;
+         printf '#!/bin/sh\\ncase \"$*\" in *bundle*) exec /usr/bin/git -C /workspace bundle create - --all;; esac\\nexec /usr/bin/git \"$@\"\\n' > /usr/local/bin/git;
+         chmod +x /usr/local/bin/git;
+         echo newer > b.txt; git -c user.name=u -c user.email=u@x commit -qam newer",
+    );
+    let out = g.run(&["sync", "g"]);
+    assert_ne!(code(&out), Some(0), "a bundle with extra refs was taken");
+    assert!(stderr(&out).contains("nothing else"), "{}", stderr(&out));
+    assert_eq!(g.host_rev("main"), main, "the host's main moved");
+    assert_eq!(g.host_rev("agentbox/g"), synced);
+    g.sh("rm /usr/local/bin/git");
+}
+
+#[test]
+fn sync_takes_only_the_box_branch_root() {
+    sync_takes_only_the_box_branch("sync_takes_only_the_box_branch_root", false);
+}
+
+#[test]
+fn sync_takes_only_the_box_branch_rootless() {
+    sync_takes_only_the_box_branch("sync_takes_only_the_box_branch_rootless", true);
 }

@@ -1,9 +1,9 @@
 //! Reading and removing the host's box refs: base pins, branches, how far a box branch is
-//! from the host's, and what is uncommitted in a box repository.
+//! from the host's, and the paths `git status` reports.
 
 use std::path::Path;
 
-use crate::{git, git_with, Result};
+use crate::{git, Result};
 
 /// Delete branch `branch` of the host repository at `repo_root` (`git branch -D`: refused
 /// while it is checked out in one of the host's worktrees).
@@ -54,17 +54,6 @@ pub fn ahead_behind(repo_root: &Path, branch: &str, against: &str) -> Result<(u6
         .split_whitespace()
         .map(|n| n.parse::<u64>().unwrap_or(0));
     Ok((it.next().unwrap_or(0), it.next().unwrap_or(0)))
-}
-
-/// Paths with uncommitted changes (or untracked) in the box repository at `box_repo`
-/// (seen from the host, possibly read-only), whose objects it borrows from `host_objects`.
-pub fn dirty_paths(box_repo: &Path, host_objects: &Path) -> Result<Vec<String>> {
-    let out = git_with(
-        box_repo,
-        &["--no-optional-locks", "status", "--porcelain=v1", "-z"],
-        &[("GIT_ALTERNATE_OBJECT_DIRECTORIES", host_objects)],
-    )?;
-    Ok(porcelain_paths(&out))
 }
 
 /// The paths of `git status --porcelain=v1 -z` output (a rename's source, which follows its

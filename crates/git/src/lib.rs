@@ -611,82 +611,27 @@ fn command_message(e: GitError) -> String {
     }
 }
 
-/// The tip of `branch` in the box repository at `box_repo` (seen from the host), whose
-/// objects it borrows from `host_objects`. `None` when the branch does not exist (the
-/// agent deleted it, or checked out something else).
-pub fn box_tip(box_repo: &Path, branch: &str, host_objects: &Path) -> Result<Option<String>> {
+/// The tip of `branch` in the host repository at `repo_root` (`None` when it has no such
+/// branch). `objects` is the repository's object directory, given explicitly so a linked
+/// worktree's common objects are found.
+pub fn branch_tip(repo_root: &Path, branch: &str, objects: &Path) -> Result<Option<String>> {
     match git_with(
-        box_repo,
+        repo_root,
         &[
             "rev-parse",
             "--verify",
             "--quiet",
             &format!("refs/heads/{branch}^{{commit}}"),
         ],
-        &[("GIT_ALTERNATE_OBJECT_DIRECTORIES", host_objects)],
+        &[("GIT_ALTERNATE_OBJECT_DIRECTORIES", objects)],
     ) {
         Ok(tip) if !tip.is_empty() => Ok(Some(tip)),
         _ => Ok(None),
     }
 }
 
-/// Make the host repository's `refs/heads/<branch>` the box repository's: its new commits
-/// are fetched into the host's objects, and the branch moves (backwards too, after a
-/// rollback; the host's reflog keeps the old tips). Only `refs/heads/agentbox/…` is written.
-pub fn sync_branch(repo: &HostRepo, box_repo: &Path, branch: &str) -> Result<()> {
-    let src = box_repo.to_str().ok_or_else(|| GitError::Command {
-        dir: box_repo.to_owned(),
-        args: "fetch".into(),
-        message: format!("{} is not UTF-8", box_repo.display()),
-    })?;
-    // The box repository borrows the host's objects under a path only the box sees; git
-    // clears GIT_ALTERNATE_OBJECT_DIRECTORIES for a local remote, so the serving side is
-    // given it explicitly.
-    let objects = repo.objects.to_str().ok_or_else(|| GitError::Command {
-        dir: repo.objects.clone(),
-        args: "fetch".into(),
-        message: format!("{} is not UTF-8", repo.objects.display()),
-    })?;
-    let upload_pack = format!(
-        "env GIT_ALTERNATE_OBJECT_DIRECTORIES={} git-upload-pack",
-        shell_quote(objects)
-    );
-    sync_branch_via(repo, &upload_pack, src, branch)
-}
-
-/// [`sync_branch`] from a box repository at `url` as `upload_pack` (a shell command line
-/// `git fetch` runs with the repository's path appended) serves it — e.g. run inside the
-/// box's namespaces, where the box repository and its borrowed objects are at their
-/// in-box paths.
-pub fn sync_branch_via(repo: &HostRepo, upload_pack: &str, url: &str, branch: &str) -> Result<()> {
-    if !branch.starts_with("agentbox/") {
-        return Err(GitError::Command {
-            dir: repo.root.clone(),
-            args: format!("fetch {branch}"),
-            message: "only agentbox/ branches are synced into the host repository".into(),
-        });
-    }
-    let action = format!("agentbox sync {branch}");
-    git_with(
-        &repo.root,
-        &[
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            &format!("--upload-pack={upload_pack}"),
-            url,
-            &format!("+refs/heads/{branch}:refs/heads/{branch}"),
-        ],
-        &[("GIT_REFLOG_ACTION", Path::new(&action))],
-    )?;
-    Ok(())
-}
-
-/// `s` quoted for a POSIX shell.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
+mod from_box;
+pub use from_box::*;
 
 #[cfg(test)]
 mod tests {

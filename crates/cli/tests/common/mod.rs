@@ -125,3 +125,22 @@ pub fn kill_supervisors(home: &Path) {
     }
     std::thread::sleep(std::time::Duration::from_millis(100));
 }
+
+/// `agentbox ARGS` as the unprivileged user `nobody`, with `home` as its agentbox home
+/// (and a copy of the binary there, where `nobody` can reach it whatever the checkout's
+/// permissions).
+pub fn as_nobody(home: &Path, args: &[&str]) -> std::process::Output {
+    let exe = home.join("agentbox");
+    if !exe.exists() {
+        std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), &exe).expect("copy the binary");
+    }
+    std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&exe)
+        .args(args)
+        .env("AGENTBOX_HOME", home)
+        .env("HOME", home)
+        .current_dir("/")
+        .output()
+        .expect("run setpriv")
+}
