@@ -181,7 +181,14 @@ impl Client {
     }
 
     fn send(&self, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<()> {
-        ipc::send(&self.sock, req, fds).map_err(|e| BoxError::Supervisor(e.to_string()))
+        ipc::send(&self.sock, req, fds).map_err(|e| {
+            // A supervisor that refuses a connection (too many open) answers at once and
+            // closes: its answer says more than the failed send.
+            match self.recv() {
+                Err(refused @ BoxError::Remote { .. }) => refused,
+                _ => BoxError::Supervisor(e.to_string()),
+            }
+        })
     }
 
     fn recv(&self) -> Result<(Reply, Vec<OwnedFd>)> {

@@ -119,6 +119,12 @@ pub enum Reply {
     /// Auto-capture's state (`None`: capture is off for the box).
     Health {
         capture: Option<crate::capture::CaptureHealth>,
+        /// The box's private in-memory mounts and how full they are.
+        #[serde(default)]
+        scratch: Vec<ScratchUse>,
+        /// The process limit in force (the owner's, or the default), `None`: unlimited.
+        #[serde(default)]
+        pids_limit: Option<u64>,
     },
     Procs {
         procs: Vec<ProcInfo>,
@@ -150,4 +156,14 @@ pub enum Reply {
 
 fn one() -> i32 {
     1
+}
+
+/// One of a running box's private tmpfs mounts (`/tmp`, `/run`, `/dev/shm`): its memory is
+/// the box's, so `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScratchUse {
+    /// The mount's path inside the box.
+    pub path: String,
+    pub used_bytes: u64,
+    pub size_bytes: u64,
 }

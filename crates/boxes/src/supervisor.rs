@@ -23,7 +23,7 @@ use agentbox_sandbox::proto::{Bind, BoxSpec, FromInit, ToInit};
 use agentbox_store::{CommitOpts, Store};
 use chrono::Utc;
 
-use crate::proto::{ProcInfo, ProcKind, Reply, Request, SyncedRepo};
+use crate::proto::{ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo};
 use crate::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
 use crate::{BoxError, Result};
 
@@ -87,6 +87,8 @@ struct Shared {
     capture: Mutex<crate::capture::CaptureHealth>,
     /// See [`BoxDirs::from_box`].
     spool: PathBuf,
+    /// The process limit the box's cgroup enforces (0: none), set at each launch.
+    pids_limit: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,6 +126,7 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         stopping: std::sync::atomic::AtomicBool::new(false),
         capture: Mutex::new(Default::default()),
         spool,
+        pids_limit: AtomicU64::new(0),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;
@@ -366,6 +369,10 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         network: shared.rec.network,
         binds,
         rootless: shared.rec.rootless,
+        tmpfs: agentbox_sandbox::proto::TmpfsSizes::for_memory(
+            shared.rec.limits.memory_bytes,
+            host_ram(),
+        ),
     };
     let log = fs_err::OpenOptions::new()
         .create(true)
@@ -403,11 +410,62 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
     Ok(())
 }
 
-/// The box's cgroup, with its limits applied; `None` where cgroups are unavailable and no
-/// limit was asked for (a limit that cannot be enforced is an error, never ignored).
+/// How full the running box's private tmpfs mounts are, seen through its PID 1's root
+/// (`statvfs` only: nothing of the box is read or followed beyond the mount points, which
+/// the box cannot replace without mount rights).
+fn scratch_use(shared: &Shared) -> Vec<ScratchUse> {
+    let Some(pid1) = lock(&shared.box_).as_ref().map(|g| g.running.pid1_host) else {
+        return Vec::new();
+    };
+    ["/tmp", "/run", "/dev/shm"]
+        .iter()
+        .filter_map(|inside| {
+            let at = PathBuf::from(format!("/proc/{pid1}/root{inside}"));
+            let st = rustix::fs::statvfs(&at).ok()?;
+            let block = st.f_frsize;
+            Some(ScratchUse {
+                path: (*inside).to_owned(),
+                used_bytes: st.f_blocks.saturating_sub(st.f_bfree) * block,
+                size_bytes: st.f_blocks * block,
+            })
+        })
+        .collect()
+}
+
+/// The host's RAM in bytes (0 when the kernel does not say).
+fn host_ram() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let kib = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+            kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// The process limit of a box whose owner set none (`--pids`, `box.pids` raise or lower
+/// it): a fork bomb in a box stops there instead of exhausting the host's PIDs.
+pub const DEFAULT_PIDS: u64 = 4096;
+
+/// The box's cgroup, with its limits applied — and, where the owner set no process limit,
+/// [`DEFAULT_PIDS`] (only where the machine can enforce it: a default never keeps a box
+/// from starting). `None` where cgroups are unavailable and no limit was asked for (a limit
+/// that was asked for and cannot be enforced is an error, never ignored).
 fn box_cgroup(shared: &Shared) -> Result<Option<crate::cgroup::BoxCgroup>> {
     let name = record::cgroup_name(&shared.home, &shared.name);
-    match crate::cgroup::BoxCgroup::create(&name, &shared.rec.limits) {
+    let asked = &shared.rec.limits;
+    if asked.pids.is_none() {
+        let mut with_default = asked.clone();
+        with_default.pids = Some(DEFAULT_PIDS);
+        if let Ok(cg) = crate::cgroup::BoxCgroup::create(&name, &with_default) {
+            shared.pids_limit.store(DEFAULT_PIDS, Ordering::SeqCst);
+            return Ok(Some(cg));
+        }
+    }
+    shared
+        .pids_limit
+        .store(asked.pids.unwrap_or(0), Ordering::SeqCst);
+    match crate::cgroup::BoxCgroup::create(&name, asked) {
         Ok(cg) => Ok(Some(cg)),
         Err(e) if e.is_unavailable() => Ok(None),
         Err(e) => Err(BoxError::Sandbox {
@@ -519,12 +577,66 @@ fn shutdown(shared: &Shared) -> ! {
 }
 
 /// Accept connections; `inbox` marks the socket reachable from inside the box.
+/// Most connections served at once on the box's in-box socket: each one is a thread of the
+/// supervisor, and the box must not be able to exhaust the supervisor's threads or
+/// descriptors. Beyond it a connection is answered with an error and closed.
+const INBOX_CONNECTIONS: usize = 64;
+/// The same for the host's socket (reachable only by the box's owner).
+const HOST_CONNECTIONS: usize = 1024;
+/// How long a new connection may take to send its request: idle connections do not hold a
+/// slot for long.
+const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a refused connection's request is waited for.
+const REFUSAL_READ: Duration = Duration::from_millis(50);
+
+/// One served connection, counted until dropped.
+struct Slot(Arc<AtomicU64>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 fn accept_loop(shared: Arc<Shared>, listener: OwnedFd, inbox: bool) {
+    let limit = if inbox {
+        INBOX_CONNECTIONS
+    } else {
+        HOST_CONNECTIONS
+    } as u64;
+    let open = Arc::new(AtomicU64::new(0));
     loop {
         match rustix::net::accept_with(&listener, rustix::net::SocketFlags::CLOEXEC) {
             Ok(conn) => {
+                if open.fetch_add(1, Ordering::SeqCst) >= limit {
+                    open.fetch_sub(1, Ordering::SeqCst);
+                    // The request is read (briefly: a silent client costs the in-box accept
+                    // loop at most this long), since a unix socket closed with unread data
+                    // resets its peer, which would lose the answer.
+                    use rustix::net::sockopt::{set_socket_timeout, Timeout};
+                    let _ = set_socket_timeout(&conn, Timeout::Recv, Some(REFUSAL_READ));
+                    let _ = ipc::recv::<Request>(&conn);
+                    reply(
+                        &conn,
+                        &Reply::Error {
+                            message: format!(
+                                "box {:?}: too many connections to its supervisor (at most {limit} at once)",
+                                shared.name
+                            ),
+                            hint: Some("close idle connections and try again".into()),
+                            code: 1,
+                        },
+                        &[],
+                    );
+                    continue;
+                }
+                let slot = Slot(open.clone());
                 let shared = shared.clone();
-                std::thread::spawn(move || serve(shared, conn, inbox));
+                std::thread::spawn(move || {
+                    serve(shared, conn, inbox);
+                    drop(slot);
+                });
             }
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => {
@@ -548,9 +660,13 @@ fn error_reply(e: &BoxError) -> Reply {
 }
 
 fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
+    use rustix::net::sockopt::{set_socket_timeout, Timeout};
+    let _ = set_socket_timeout(&conn, Timeout::Recv, Some(FIRST_REQUEST_TIMEOUT));
     let Ok((req, fds)) = ipc::recv::<Request>(&conn) else {
         return;
     };
+    // Later messages on the connection (signals for a running command) come when they come.
+    let _ = set_socket_timeout(&conn, Timeout::Recv, None);
     // Inside the box, only the box's own CLI commands are served.
     let result = match req {
         Request::Cli { args } if inbox => cli_for_box(&shared, &conn, args, fds),
@@ -638,7 +754,19 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
                 .rec
                 .capture
                 .then(|| lock(&shared.capture).effective());
-            reply(&conn, &Reply::Health { capture }, &[]);
+            let pids_limit = match shared.pids_limit.load(Ordering::SeqCst) {
+                0 => None,
+                n => Some(n),
+            };
+            reply(
+                &conn,
+                &Reply::Health {
+                    capture,
+                    scratch: scratch_use(&shared),
+                    pids_limit,
+                },
+                &[],
+            );
             Ok(())
         }
         Request::Signal { .. } => Err(BoxError::Supervisor(

@@ -1125,13 +1125,15 @@ pub struct BoxStatus {
     /// How auto-capture is doing in the running box (`None`: stopped, or capture off).
     pub capture_state: Option<agentbox_boxes::capture::CaptureHealth>,
     pub limits: String,
+    /// The running box's private in-memory mounts and their use (empty: stopped).
+    pub scratch: Vec<agentbox_boxes::proto::ScratchUse>,
     /// Paths changed in the box's layer since HEAD (what the next node would hold).
     pub changed: usize,
 }
 
 pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> {
     let rec = record::read(&ctx.home, name)?;
-    let (state, processes, capture_state) = match running(ctx, name)? {
+    let (state, processes, (capture_state, scratch, pids_limit)) = match running(ctx, name)? {
         Some(c) => {
             let procs = match c.request(&Request::Ps)? {
                 Reply::Procs { procs } => procs.len(),
@@ -1140,22 +1142,28 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
             // One request per connection.
             let health = match running(ctx, name)? {
                 Some(c) => match c.request(&Request::Health)? {
-                    Reply::Health { capture } => capture,
+                    Reply::Health {
+                        capture,
+                        scratch,
+                        pids_limit,
+                    } => (capture, scratch, pids_limit),
                     other => return Err(unexpected(&other)),
                 },
-                None => None,
+                None => (None, Vec::new(), None),
             };
             ("running", procs, health)
         }
-        None => ("stopped", 0, None),
+        None => ("stopped", 0, (None, Vec::new(), None)),
     };
     let l = &rec.limits;
     let mut limits = Vec::new();
     if let Some(m) = l.memory_bytes {
         limits.push(format!("memory {}", render::bytes(m)));
     }
-    if let Some(p) = l.pids {
-        limits.push(format!("{p} processes"));
+    match (l.pids, pids_limit) {
+        (Some(p), _) => limits.push(format!("{p} processes")),
+        (None, Some(p)) => limits.push(format!("{p} processes (default)")),
+        (None, None) => {}
     }
     if let Some(c) = l.cpus {
         limits.push(format!("{c} CPUs"));
@@ -1206,6 +1214,7 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
         },
         capture: rec.capture,
         capture_state,
+        scratch,
         limits: if limits.is_empty() {
             "none".to_owned()
         } else {

@@ -955,6 +955,21 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 e.chain_depth,
                 render::bytes(e.disk_bytes),
             ));
+            if !b.scratch.is_empty() {
+                let mounts: Vec<String> = b
+                    .scratch
+                    .iter()
+                    .map(|m| {
+                        format!(
+                            "{} {} of {}",
+                            m.path,
+                            render::bytes(m.used_bytes),
+                            render::bytes(m.size_bytes)
+                        )
+                    })
+                    .collect();
+                s.push_str(&format!("in memory:    {}\n", mounts.join(", ")));
+            }
         } else if let Some(e) = &st.env {
             s.push_str(&format!(
                 "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",

@@ -47,9 +47,7 @@ impl Boxes {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentbox"));
-        cmd.env("AGENTBOX_HOME", self.env.path("home")).args(args);
-        cmd
+        self.env.command(args)
     }
 
     fn node_count(&self, name: &str) -> usize {

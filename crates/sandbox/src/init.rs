@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 use crate::ipc;
-use crate::proto::{Bind, BoxSpec, FromInit, Network, ToInit};
+use crate::proto::{Bind, BoxSpec, FromInit, Network, TmpfsSizes, ToInit};
 
 /// Descriptor number of the control socket in the launcher.
 pub const CTL_FD: RawFd = 3;
@@ -41,6 +41,7 @@ pub fn launcher_main() -> ! {
         Ok((s, _)) => s,
         Err(e) => fail(&ctl, format!("reading the box specification: {e}")),
     };
+    protect_from_oom();
     let mut flags =
         libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
     if spec.network == Network::None {
@@ -103,6 +104,23 @@ pub fn launcher_main() -> ! {
 fn fail(ctl: &OwnedFd, error: String) -> ! {
     let _ = ipc::send(ctl, &FromInit::SetupFailed { error }, &[]);
     std::process::exit(1)
+}
+
+/// `/proc/self/oom_score_adj`, where the OOM killer's preference for a process is set.
+const OOM_SCORE_ADJ: &std::ffi::CStr = c"/proc/self/oom_score_adj";
+
+/// The OOM-killer setting of every box process: the killer's first choice, before the
+/// box's PID 1 (whose setting is lower, see [`protect_from_oom`]) and before the host's own
+/// processes when the whole machine runs out. Raising it needs no privilege.
+const BOX_OOM_ADJ: &[u8] = b"500";
+
+/// Take this launcher (and so PID 1, which inherits it) out of the OOM killer's choice where
+/// the kernel lets us (`CAP_SYS_RESOURCE`; a rootless box, or a host that withholds it,
+/// keeps the setting it started with). Either way box processes are set above it
+/// ([`BOX_OOM_ADJ`]): when the box hits its memory limit, the process that used the memory
+/// dies, not the box.
+fn protect_from_oom() {
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
 }
 
 fn pid1(spec: BoxSpec, ctl: OwnedFd) -> ! {
@@ -528,7 +546,9 @@ fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
     )?;
     let shm = dev.join("shm");
     mkdir_p(&shm)?;
-    mount("shm", &shm, "tmpfs", nosuid, "mode=1777")?;
+    let sizes = spec.tmpfs;
+    let sized = |mode: &str, bytes: u64| format!("mode={mode}{}", TmpfsSizes::option(bytes));
+    mount("shm", &shm, "tmpfs", nosuid, &sized("1777", sizes.shm))?;
     for (link, target) in [
         ("ptmx", "pts/ptmx"),
         ("fd", "/proc/self/fd"),
@@ -541,10 +561,10 @@ fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
     }
     let tmp = root.join("tmp");
     mkdir_p(&tmp)?;
-    mount("tmp", &tmp, "tmpfs", nosuid, "mode=1777")?;
+    mount("tmp", &tmp, "tmpfs", nosuid, &sized("1777", sizes.tmp))?;
     let run = root.join("run");
     mkdir_p(&run)?;
-    mount("run", &run, "tmpfs", nosuid, "mode=755")?;
+    mount("run", &run, "tmpfs", nosuid, &sized("755", sizes.run))?;
     for b in &spec.binds {
         bind(root, b)?;
     }
@@ -1006,6 +1026,12 @@ fn spawn(
                 }
             }
             libc::setsid();
+            // The OOM killer's first choice, before PID 1.
+            let fd = libc::open(OOM_SCORE_ADJ.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::write(fd, BOX_OOM_ADJ.as_ptr().cast(), BOX_OOM_ADJ.len());
+                libc::close(fd);
+            }
             // Out of the bounding set, so no program the box runs regains them (root's
             // file capabilities are bounded by it).
             for cap in drop_caps {

@@ -32,6 +32,43 @@ pub struct BoxSpec {
     /// and versioned.
     #[serde(default)]
     pub rootless: bool,
+    /// Sizes of the box's private in-memory mounts.
+    #[serde(default)]
+    pub tmpfs: TmpfsSizes,
+}
+
+/// Byte sizes of a box's private tmpfs mounts (`0`: the kernel's default, half of RAM each).
+/// Their pages are memory: sized so that a box cannot pin more of the host's RAM through
+/// them than its owner allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TmpfsSizes {
+    pub tmp: u64,
+    pub run: u64,
+    pub shm: u64,
+}
+
+impl TmpfsSizes {
+    /// The sizes for a box whose memory limit is `memory` bytes (`None`: no limit, and then
+    /// half of the host's `ram` counts as the limit): `/tmp` half of it, `/dev/shm` a
+    /// quarter, `/run` (sockets, PID files) 64 MiB at most.
+    pub fn for_memory(memory: Option<u64>, ram: u64) -> TmpfsSizes {
+        const MIB: u64 = 1 << 20;
+        let basis = memory.unwrap_or(ram / 2).max(16 * MIB);
+        TmpfsSizes {
+            tmp: basis / 2,
+            run: (basis / 8).min(64 * MIB),
+            shm: basis / 4,
+        }
+    }
+
+    /// The tmpfs option for a size.
+    pub fn option(bytes: u64) -> String {
+        if bytes == 0 {
+            String::new()
+        } else {
+            format!(",size={bytes}")
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -35,15 +35,21 @@ impl Env {
     }
 
     pub fn run_with(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
+        let mut cmd = self.command(args);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run agentbox")
+    }
+
+    /// `agentbox ARGS` with this home, not started yet.
+    pub fn command(&self, args: &[&str]) -> std::process::Command {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
         cmd.env("AGENTBOX_HOME", self.path("home"))
             .env_remove("AGENTBOX_FAILPOINT")
             .current_dir(self.home.path())
             .args(args);
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        cmd.output().expect("run agentbox")
+        cmd
     }
 
     /// Run and require success; returns stdout.
