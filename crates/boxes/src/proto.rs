@@ -125,6 +125,9 @@ pub enum Reply {
         /// The process limit in force (the owner's, or the default), `None`: unlimited.
         #[serde(default)]
         pids_limit: Option<u64>,
+        /// The host ids box root is (`None`: host root).
+        #[serde(default)]
+        box_root: Option<agentbox_sandbox::proto::IdRange>,
     },
     Procs {
         procs: Vec<ProcInfo>,

@@ -13,9 +13,37 @@ use std::path::{Path, PathBuf};
 use agentbox_store::fsops::{Kind, Meta};
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
 
+/// A file's owner as given to `chown`.
+type Owner = (rustix::fs::Uid, rustix::fs::Gid);
+
 /// The root directory of a running box, as its PID 1 sees it.
 pub struct BoxRoot {
     root: OwnedFd,
+    /// Box root's host ids when the box runs in a user namespace: owners written through
+    /// its root are box ids shifted by them (its layers are idmapped).
+    ids: Option<agentbox_sandbox::proto::IdRange>,
+}
+
+impl BoxRoot {
+    /// The owner that makes on-disk owner `meta.uid`/`meta.gid` when written through the
+    /// box's root.
+    fn owner(&self, meta: &Meta) -> Owner {
+        let shift = |id: u32, base: u32, count: u32| {
+            // An id the box cannot map is its overflow id, nobody.
+            base + if id < count { id } else { 65534.min(count - 1) }
+        };
+        let (uid, gid) = match self.ids {
+            Some(r) => (
+                shift(meta.uid, r.uid, r.count),
+                shift(meta.gid, r.gid, r.count),
+            ),
+            None => (meta.uid, meta.gid),
+        };
+        (
+            rustix::fs::Uid::from_raw(uid),
+            rustix::fs::Gid::from_raw(gid),
+        )
+    }
 }
 
 fn split(rel: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
@@ -40,14 +68,16 @@ fn times(meta: &Meta) -> Timestamps {
 }
 
 impl BoxRoot {
-    /// The root of the box whose PID 1 has host PID `pid`.
-    pub fn of_pid(pid: i32) -> io::Result<BoxRoot> {
+    /// The root of the box whose PID 1 has host PID `pid`. When box root is an id range
+    /// (`ids`), the writes must come from a thread acting as box root
+    /// ([`agentbox_sandbox::idmap::ActingAsBoxRoot`]).
+    pub fn of_pid(pid: i32, ids: Option<agentbox_sandbox::proto::IdRange>) -> io::Result<BoxRoot> {
         let root = rustix::fs::open(
             format!("/proc/{pid}/root"),
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(BoxRoot { root })
+        Ok(BoxRoot { root, ids })
     }
 
     /// A directory of the box, resolved inside it.
@@ -105,7 +135,7 @@ impl BoxRoot {
                     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                     Mode::empty(),
                 )?;
-                apply_meta(&fd, meta)
+                apply_meta(&fd, meta, self.owner(meta))
             }
             Kind::File => {
                 let fd = rustix::fs::openat(
@@ -121,7 +151,7 @@ impl BoxRoot {
                 let mut out = std::fs::File::from(fd);
                 let mut input = fs_err::File::open(src)?;
                 io::copy(&mut input, &mut out)?;
-                apply_meta(&out, meta)
+                apply_meta(&out, meta, self.owner(meta))
             }
             Kind::Symlink => {
                 let target = match &meta.target {
@@ -129,7 +159,7 @@ impl BoxRoot {
                     None => fs_err::read_link(src)?,
                 };
                 rustix::fs::symlinkat(&target, &pfd, name)?;
-                own_at(&pfd, name, meta)
+                own_at(&pfd, name, meta, self.owner(meta))
             }
             Kind::Fifo | Kind::CharDev | Kind::BlockDev | Kind::Socket => {
                 let ft = match meta.kind {
@@ -139,7 +169,7 @@ impl BoxRoot {
                     _ => rustix::fs::FileType::Socket,
                 };
                 rustix::fs::mknodat(&pfd, name, ft, mode, meta.rdev)?;
-                own_at(&pfd, name, meta)?;
+                own_at(&pfd, name, meta, self.owner(meta))?;
                 rustix::fs::chmodat(&pfd, name, mode, AtFlags::empty())?;
                 Ok(())
             }
@@ -148,17 +178,17 @@ impl BoxRoot {
 
     /// Set a directory's attributes again (adding entries moved its modification time).
     pub fn settle_dir(&self, rel: &Path, meta: &Meta) -> io::Result<()> {
-        apply_meta(&self.dir(rel)?, meta)
+        apply_meta(&self.dir(rel)?, meta, self.owner(meta))
     }
 }
 
 /// Owner and times of a non-directory that cannot be opened (symlinks, devices).
-fn own_at(pfd: &OwnedFd, name: &std::ffi::OsStr, meta: &Meta) -> io::Result<()> {
+fn own_at(pfd: &OwnedFd, name: &std::ffi::OsStr, meta: &Meta, owner: Owner) -> io::Result<()> {
     rustix::fs::chownat(
         pfd,
         name,
-        Some(rustix::fs::Uid::from_raw(meta.uid)),
-        Some(rustix::fs::Gid::from_raw(meta.gid)),
+        Some(owner.0),
+        Some(owner.1),
         AtFlags::SYMLINK_NOFOLLOW,
     )?;
     rustix::fs::utimensat(pfd, name, &times(meta), AtFlags::SYMLINK_NOFOLLOW)?;
@@ -166,12 +196,8 @@ fn own_at(pfd: &OwnedFd, name: &std::ffi::OsStr, meta: &Meta) -> io::Result<()> 
 }
 
 /// Owner, xattrs, mode, then times: chown clears setuid bits, so the mode comes after it.
-fn apply_meta(fd: impl AsFd, meta: &Meta) -> io::Result<()> {
-    rustix::fs::fchown(
-        &fd,
-        Some(rustix::fs::Uid::from_raw(meta.uid)),
-        Some(rustix::fs::Gid::from_raw(meta.gid)),
-    )?;
+fn apply_meta(fd: impl AsFd, meta: &Meta, owner: Owner) -> io::Result<()> {
+    rustix::fs::fchown(&fd, Some(owner.0), Some(owner.1))?;
     for (k, v) in &meta.xattrs {
         if agentbox_store::fsops::scan::is_overlay_xattr(k) {
             continue;

@@ -369,6 +369,7 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         network: shared.rec.network,
         binds,
         rootless: shared.rec.rootless,
+        ids: (!shared.rec.rootless).then(agentbox_sandbox::proto::IdRange::for_root_boxes),
         tmpfs: agentbox_sandbox::proto::TmpfsSizes::for_memory(
             shared.rec.limits.memory_bytes,
             host_ram(),
@@ -764,6 +765,9 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
                     capture,
                     scratch: scratch_use(&shared),
                     pids_limit,
+                    box_root: lock(&shared.box_)
+                        .as_ref()
+                        .and_then(|g| agentbox_sandbox::idmap::of_process(g.running.pid1_host)),
                 },
                 &[],
             );
@@ -1270,7 +1274,14 @@ fn restore_in_place(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Re
         .as_ref()
         .map(|g| g.running.pid1_host)
         .ok_or_else(|| BoxError::Supervisor("the box is restarting; try again".into()))?;
-    let root = crate::restore::BoxRoot::of_pid(pid1)?;
+    let ids = agentbox_sandbox::idmap::of_process(pid1);
+    // Writes through the box's root are made as box root where its layers are idmapped
+    // (as host root they could not be mapped); only this thread, only until the node.
+    let acting = ids
+        .map(agentbox_sandbox::idmap::ActingAsBoxRoot::start)
+        .transpose()
+        .map_err(BoxError::Supervisor)?;
+    let root = crate::restore::BoxRoot::of_pid(pid1, ids)?;
     let failed =
         |path: &std::path::Path, e: std::io::Error| BoxError::io(&PathBuf::from("/").join(path), e);
     // Paths only in the working tree go, deepest first.
@@ -1299,6 +1310,7 @@ fn restore_in_place(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Re
             root.settle_dir(d, &e.meta).map_err(|err| failed(d, err))?;
         }
     }
+    drop(acting);
     let node = shared.store.commit(
         &shared.name,
         CommitOpts {

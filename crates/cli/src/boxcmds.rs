@@ -1127,34 +1127,38 @@ pub struct BoxStatus {
     pub limits: String,
     /// The running box's private in-memory mounts and their use (empty: stopped).
     pub scratch: Vec<agentbox_boxes::proto::ScratchUse>,
+    /// The host ids the running box's root is (`None`: host root, or stopped).
+    pub box_root: Option<agentbox_sandbox::proto::IdRange>,
     /// Paths changed in the box's layer since HEAD (what the next node would hold).
     pub changed: usize,
 }
 
 pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> {
     let rec = record::read(&ctx.home, name)?;
-    let (state, processes, (capture_state, scratch, pids_limit)) = match running(ctx, name)? {
-        Some(c) => {
-            let procs = match c.request(&Request::Ps)? {
-                Reply::Procs { procs } => procs.len(),
-                other => return Err(unexpected(&other)),
-            };
-            // One request per connection.
-            let health = match running(ctx, name)? {
-                Some(c) => match c.request(&Request::Health)? {
-                    Reply::Health {
-                        capture,
-                        scratch,
-                        pids_limit,
-                    } => (capture, scratch, pids_limit),
+    let (state, processes, (capture_state, scratch, pids_limit, box_root)) =
+        match running(ctx, name)? {
+            Some(c) => {
+                let procs = match c.request(&Request::Ps)? {
+                    Reply::Procs { procs } => procs.len(),
                     other => return Err(unexpected(&other)),
-                },
-                None => (None, Vec::new(), None),
-            };
-            ("running", procs, health)
-        }
-        None => ("stopped", 0, (None, Vec::new(), None)),
-    };
+                };
+                // One request per connection.
+                let health = match running(ctx, name)? {
+                    Some(c) => match c.request(&Request::Health)? {
+                        Reply::Health {
+                            capture,
+                            scratch,
+                            pids_limit,
+                            box_root,
+                        } => (capture, scratch, pids_limit, box_root),
+                        other => return Err(unexpected(&other)),
+                    },
+                    None => (None, Vec::new(), None, None),
+                };
+                ("running", procs, health)
+            }
+            None => ("stopped", 0, (None, Vec::new(), None, None)),
+        };
     let l = &rec.limits;
     let mut limits = Vec::new();
     if let Some(m) = l.memory_bytes {
@@ -1215,6 +1219,7 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
         capture: rec.capture,
         capture_state,
         scratch,
+        box_root,
         limits: if limits.is_empty() {
             "none".to_owned()
         } else {

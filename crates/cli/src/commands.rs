@@ -970,6 +970,18 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                     .collect();
                 s.push_str(&format!("in memory:    {}\n", mounts.join(", ")));
             }
+            if b.state == "running" {
+                s.push_str(&match &b.box_root {
+                    Some(r) => format!(
+                        "box root:     host uid {} (box ids 0-{} are host ids {}-{})\n",
+                        r.uid,
+                        r.count.saturating_sub(1),
+                        r.uid,
+                        r.uid.saturating_add(r.count.saturating_sub(1))
+                    ),
+                    None => "box root:     host root (no user namespace; see the supervisor's log)\n".to_owned(),
+                });
+            }
         } else if let Some(e) = &st.env {
             s.push_str(&format!(
                 "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",

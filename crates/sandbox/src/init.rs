@@ -42,6 +42,15 @@ pub fn launcher_main() -> ! {
         Err(e) => fail(&ctl, format!("reading the box specification: {e}")),
     };
     protect_from_oom();
+    // Before the PID namespace: the namespace is made by a child this process must find in
+    // the host's /proc.
+    let userns = match spec.ids {
+        Some(range) if !spec.rootless => match crate::idmap::BoxUserNs::create(range) {
+            Ok(ns) => Some(ns),
+            Err(e) => fail(&ctl, e),
+        },
+        _ => None,
+    };
     let mut flags =
         libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
     if spec.network == Network::None {
@@ -82,7 +91,7 @@ pub fn launcher_main() -> ! {
         fail(&ctl, format!("fork: {}", std::io::Error::last_os_error()));
     }
     if pid == 0 {
-        pid1(spec, ctl);
+        pid1(spec, ctl, userns);
     }
     let _ = ipc::send(&ctl, &FromInit::Pid1 { host_pid: pid }, &[]);
     // Only PID 1 keeps the socket: its end-of-file then means PID 1 is gone.
@@ -123,16 +132,22 @@ fn protect_from_oom() {
     let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
 }
 
-fn pid1(spec: BoxSpec, ctl: OwnedFd) -> ! {
+fn pid1(spec: BoxSpec, ctl: OwnedFd, userns: Option<crate::idmap::BoxUserNs>) -> ! {
     // SAFETY: plain prctl; dies with the launcher, which dies with the supervisor.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
     let setup = if spec.rootless {
-        setup_root_rootless(&spec)
+        setup_root_rootless(&spec).map(|()| false)
     } else {
-        setup_root(&spec)
+        setup_root(&spec, userns.as_ref())
     };
-    if let Err(e) = setup {
-        fail(&ctl, e);
+    match (setup, userns) {
+        (Err(e), _) => fail(&ctl, e),
+        (Ok(true), Some(ns)) => {
+            if let Err(e) = ns.enter() {
+                fail(&ctl, e);
+            }
+        }
+        _ => {}
     }
     let sfd = match block_sigchld() {
         Ok(fd) => fd,
@@ -258,14 +273,40 @@ fn enter_root(root: &Path, spec: &BoxSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// Build the box's root and pivot into it.
-fn setup_root(spec: &BoxSpec) -> Result<(), String> {
+/// Build the box's root and pivot into it. With `userns`, every layer is reached through an
+/// idmapped mount and the files are made as box root (see [`crate::idmap`]); returns
+/// whether that was done — a base whose file system cannot be idmapped (an overlayfs `/`,
+/// when agentbox itself runs in a container) leaves box root as host root, said in the
+/// supervisor's log, with the rest of the hardening unchanged.
+fn setup_root(spec: &BoxSpec, userns: Option<&crate::idmap::BoxUserNs>) -> Result<bool, String> {
     let scratch = &private_scratch(spec)?;
     let (empty, base, root) = (scratch.join("e"), scratch.join("b"), scratch.join("r"));
     for d in [&empty, &base, &root] {
         mkdir_p(d)?;
     }
     hide_dirs(&empty, &spec.base, &spec.hide)?;
+    let mapped = match userns {
+        Some(ns) => {
+            let (me, mb) = (scratch.join("m/e"), scratch.join("m/b"));
+            mkdir_p(&me)?;
+            mkdir_p(&mb)?;
+            match ns
+                .idmapped_mount(&empty, &me)
+                .and_then(|()| ns.idmapped_mount(&spec.base, &mb))
+            {
+                Ok(()) => Some((ns, me, mb)),
+                Err(e) => {
+                    eprintln!("box root stays host root (no user namespace): {e}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let (lower_empty, lower_base) = match &mapped {
+        Some((_, me, mb)) => (me.clone(), mb.clone()),
+        None => (empty.clone(), spec.base.clone()),
+    };
     // The base goes through a read-only overlay of its own (an empty tmpfs layer over it):
     // overlayfs refuses a lower layer that is an ancestor of another layer's directory, and
     // the store usually lives on the base's filesystem. The wrapper is a new filesystem,
@@ -276,11 +317,24 @@ fn setup_root(spec: &BoxSpec) -> Result<(), String> {
         &base,
         "overlay",
         MountFlags::RDONLY,
-        &format!("lowerdir={}:{}", path_str(&empty)?, path_str(&spec.base)?),
+        &format!(
+            "lowerdir={}:{}",
+            path_str(&lower_empty)?,
+            path_str(&lower_base)?
+        ),
     )?;
-    mount_box_root(spec, &root, Some(&base))?;
+    let ns = mapped.as_ref().map(|(ns, ..)| *ns);
+    if let Some(ns) = ns {
+        ns.act_on_files_as_box_root()?;
+    }
+    mount_box_root(
+        spec,
+        &root,
+        Some(&base),
+        ns.map(|ns| (ns, scratch.as_path())),
+    )?;
     let resolv = std::fs::read("/etc/resolv.conf").ok();
-    special_mounts(&root, spec)?;
+    special_mounts(&root, spec, ns)?;
     if spec.base != Path::new("/") && spec.network == Network::Host {
         // An image's own name-service files describe some other machine's network.
         for file in ["etc/resolv.conf", "etc/hosts"] {
@@ -289,21 +343,63 @@ fn setup_root(spec: &BoxSpec) -> Result<(), String> {
     } else if let Some(content) = resolv {
         provide_resolv_conf(&root, &content)?;
     }
-    enter_root(&root, spec)
+    enter_root(&root, spec)?;
+    Ok(ns.is_some())
 }
 
 /// Mount the box's root overlay at `root`: its layers (over `base`, when given) with its
 /// working upper directory. A rootless box's overlay is an unprivileged one (`userxattr`,
-/// which keeps redirects and metacopy off itself and refuses them as options).
-fn mount_box_root(spec: &BoxSpec, root: &Path, base: Option<&Path>) -> Result<(), String> {
-    let mut lowers = spec
-        .lowers
+/// which keeps redirects and metacopy off itself and refuses them as options). With
+/// `mapped`, each layer and the upper directory's parent are idmapped mounts made below its
+/// scratch directory, and the overlay is mounted as box root (see [`crate::idmap`]).
+fn mount_box_root(
+    spec: &BoxSpec,
+    root: &Path,
+    base: Option<&Path>,
+    mapped: Option<(&crate::idmap::BoxUserNs, &Path)>,
+) -> Result<(), String> {
+    let (mut lowers, upper, workdir) = match mapped {
+        None => (
+            spec.lowers.clone(),
+            spec.upper.clone(),
+            spec.workdir.clone(),
+        ),
+        Some((ns, scratch)) => {
+            let mut lowers = Vec::new();
+            for (i, l) in spec.lowers.iter().enumerate() {
+                let at = scratch.join(format!("m/{i}"));
+                mkdir_p(&at)?;
+                ns.idmapped_mount(l, &at)?;
+                lowers.push(at);
+            }
+            // Upper and work directory must be on one mount: their common parent.
+            let (Some(parent), Some(u), Some(w)) = (
+                spec.upper.parent(),
+                spec.upper.file_name(),
+                spec.workdir.file_name(),
+            ) else {
+                return Err("the box's upper directory has no parent".into());
+            };
+            if spec.workdir.parent() != Some(parent) {
+                return Err(format!(
+                    "{} and {} are not in one directory",
+                    spec.upper.display(),
+                    spec.workdir.display()
+                ));
+            }
+            let at = scratch.join("m/u");
+            mkdir_p(&at)?;
+            ns.idmapped_mount(parent, &at)?;
+            (lowers, at.join(u), at.join(w))
+        }
+    };
+    if let Some(b) = base {
+        lowers.push(b.to_owned());
+    }
+    let lowers = lowers
         .iter()
         .map(|l| path_str(l))
         .collect::<Result<Vec<_>, _>>()?;
-    if let Some(b) = base {
-        lowers.push(path_str(b)?);
-    }
     let mode = if spec.rootless {
         "userxattr"
     } else {
@@ -319,8 +415,8 @@ fn mount_box_root(spec: &BoxSpec, root: &Path, base: Option<&Path>) -> Result<()
         &format!(
             "lowerdir={},upperdir={},workdir={},{mode},index=off,xino=off",
             lowers.join(":"),
-            path_str(&spec.upper)?,
-            path_str(&spec.workdir)?
+            path_str(&upper)?,
+            path_str(&workdir)?
         ),
     )
 }
@@ -346,7 +442,7 @@ fn setup_root_rootless(spec: &BoxSpec) -> Result<(), String> {
     let scratch = &private_scratch(spec)?;
     let root = scratch.join("r");
     mkdir_p(&root)?;
-    mount_box_root(spec, &root, None)?;
+    mount_box_root(spec, &root, None, None)?;
     for entry in std::fs::read_dir("/")
         .map_err(|e| err("reading /", e))?
         .flatten()
@@ -380,7 +476,7 @@ fn setup_root_rootless(spec: &BoxSpec) -> Result<(), String> {
             mount("agentbox", &inside, "tmpfs", MountFlags::RDONLY, "size=4k")?;
         }
     }
-    special_mounts(&root, spec)?;
+    special_mounts(&root, spec, None)?;
     enter_root(&root, spec)
 }
 
@@ -483,7 +579,11 @@ fn copy_owner_mode(from: &Path, to: &Path) {
 }
 
 /// `/proc`, `/sys`, a minimal `/dev`, private `/tmp` and `/run`, and the binds.
-fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
+fn special_mounts(
+    root: &Path,
+    spec: &BoxSpec,
+    ns: Option<&crate::idmap::BoxUserNs>,
+) -> Result<(), String> {
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
     let proc_ = root.join("proc");
     mkdir_p(&proc_)?;
@@ -566,7 +666,7 @@ fn special_mounts(root: &Path, spec: &BoxSpec) -> Result<(), String> {
     mkdir_p(&run)?;
     mount("run", &run, "tmpfs", nosuid, &sized("755", sizes.run))?;
     for b in &spec.binds {
-        bind(root, b)?;
+        bind(root, b, ns)?;
     }
     Ok(())
 }
@@ -644,7 +744,10 @@ fn mask_dir(p: &Path) -> Result<(), String> {
     )
 }
 
-fn bind(root: &Path, b: &Bind) -> Result<(), String> {
+/// Bind host path `b.src` at `b.dst` below `/run` in the box; with `ns`, idmapped where its
+/// file system allows (so the host's root-owned files are box root's), else a plain bind
+/// (host root's files are then owned by nobody in the box, readable as their modes say).
+fn bind(root: &Path, b: &Bind, ns: Option<&crate::idmap::BoxUserNs>) -> Result<(), String> {
     if !b.dst.starts_with("/run/") {
         return Err(format!("bind target {} is not below /run", b.dst.display()));
     }
@@ -661,12 +764,14 @@ fn bind(root: &Path, b: &Bind) -> Result<(), String> {
         std::fs::File::create(&target)
             .map_err(|e| err(format!("creating {}", target.display()), e))?;
     }
-    rustix::mount::mount_bind(&b.src, &target).map_err(|e| {
-        err(
-            format!("binding {}", b.src.display()),
-            std::io::Error::from(e),
-        )
-    })?;
+    if ns.is_none_or(|ns| ns.idmapped_mount(&b.src, &target).is_err()) {
+        rustix::mount::mount_bind(&b.src, &target).map_err(|e| {
+            err(
+                format!("binding {}", b.src.display()),
+                std::io::Error::from(e),
+            )
+        })?;
+    }
     if b.readonly {
         rustix::mount::mount_remount(
             &target,

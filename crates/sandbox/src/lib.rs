@@ -4,6 +4,7 @@
 //! `__box-init` command calls [`init::launcher_main`]. They talk over [`ipc`] with the
 //! messages of [`proto`].
 
+pub mod idmap;
 pub mod init;
 pub mod ipc;
 pub mod launch;

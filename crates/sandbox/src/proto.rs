@@ -35,6 +35,44 @@ pub struct BoxSpec {
     /// Sizes of the box's private in-memory mounts.
     #[serde(default)]
     pub tmpfs: TmpfsSizes,
+    /// The host ids box root and its users are (a root box; see [`crate::idmap`]). `None`:
+    /// box root is the caller (a rootless box maps the caller itself).
+    #[serde(default)]
+    pub ids: Option<IdRange>,
+}
+
+/// Box ids `0..count` are host uids `uid..uid+count` and gids `gid..gid+count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdRange {
+    pub uid: u32,
+    pub gid: u32,
+    pub count: u32,
+}
+
+impl IdRange {
+    /// The range root boxes use: the `agentbox` entries of `/etc/subuid` and `/etc/subgid`
+    /// (at least 65536 ids each) when the machine's administrator reserved one, else
+    /// 65536 ids from 1879048192 (`0x70000000`), above the ranges systemd gives users,
+    /// dynamic users and containers.
+    pub fn for_root_boxes() -> IdRange {
+        const COUNT: u32 = 65536;
+        let reserved = |file: &str| -> Option<u32> {
+            let text = std::fs::read_to_string(file).ok()?;
+            text.lines().find_map(|l| {
+                let mut f = l.trim().split(':');
+                (f.next()? == "agentbox").then_some(())?;
+                let start = f.next()?.parse::<u32>().ok()?;
+                let count = f.next()?.parse::<u32>().ok()?;
+                (count >= COUNT && start > 0).then_some(start)
+            })
+        };
+        const DEFAULT: u32 = 0x7000_0000;
+        IdRange {
+            uid: reserved("/etc/subuid").unwrap_or(DEFAULT),
+            gid: reserved("/etc/subgid").unwrap_or(DEFAULT),
+            count: COUNT,
+        }
+    }
 }
 
 /// Byte sizes of a box's private tmpfs mounts (`0`: the kernel's default, half of RAM each).
