@@ -65,7 +65,9 @@ pub enum Command {
     /// Remove a box or environment (its nodes are freed by `gc` once unreferenced): BOX.
     Destroy(DestroyArgs),
     /// Remove what boxes left behind: records without a box, stale supervisor files, git
-    /// pins of boxes that no longer exist, stray mounts and cgroups.
+    /// pins of boxes that no longer exist, stray mounts and cgroups; and what interrupted
+    /// commits and imports left in the store (half-made layers, staging, unreferenced
+    /// layers), never while another agentbox process is using the store.
     Prune(PruneArgs),
     /// Move a box back to HEAD's parent (processes are killed): [BOX].
     Undo(BoxArg),
@@ -113,7 +115,8 @@ pub enum Command {
     Unmount(Positional),
     /// Free the data of nodes no longer referenced.
     Gc,
-    /// Check the store's consistency (and repair what can be repaired).
+    /// Check the store's consistency (and repair what can be repaired); reports half-made
+    /// data an interrupted commit or import left, with its path and size.
     Fsck(FsckArgs),
     /// Create a loop-mounted btrfs filesystem for the store (root only).
     Setup(SetupArgs),
@@ -547,6 +550,16 @@ pub struct ImportArgs {
     /// Accept device nodes in the archive.
     #[arg(long)]
     pub allow_devices: bool,
+    /// Keep setuid/setgid bits and file capabilities (security.capability) of imported
+    /// files. Without it they are stripped, since a bundle may come from an untrusted box.
+    /// (overlayfs attributes, trusted.overlay.* and user.overlay.*, are never imported.)
+    #[arg(long)]
+    pub allow_setuid: bool,
+    /// Stop the import once the archive expands past SIZE bytes of tar data (e.g. 64G,
+    /// 512M); a guard against decompression bombs. Default: 64 times the bundle's
+    /// compressed size, at least 16G.
+    #[arg(long, value_name = "SIZE", env = "AGENTBOX_IMPORT_MAX_SIZE")]
+    pub max_size: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,18 @@ impl Ctx {
 
     /// Open the existing store.
     pub(crate) fn store(&self) -> CliResult<Store> {
+        let dir = self.existing_store_dir()?;
+        Ok(Store::open(&dir)?)
+    }
+
+    /// Open the existing store as a crash left it (for `fsck` and `prune`, which report
+    /// and remove half-made data themselves).
+    pub(crate) fn store_unreconciled(&self) -> CliResult<Store> {
+        let dir = self.existing_store_dir()?;
+        Ok(Store::open_unreconciled(&dir)?)
+    }
+
+    fn existing_store_dir(&self) -> CliResult<PathBuf> {
         let dir = self.store_dir();
         if !dir.join("store.json").exists() {
             return Err(CliError::new(
@@ -39,7 +51,7 @@ impl Ctx {
                 Some("create a box first: `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory: `agentbox env DIR`)".into()),
             ));
         }
-        Ok(Store::open(&dir)?)
+        Ok(dir)
     }
 
     /// Print `value` as JSON, or `human` as text, on stdout.
@@ -1027,20 +1039,39 @@ fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
         Some(n) => n.clone(),
         None => dir_name(&a.dir)?,
     };
-    let report =
-        agentbox_store::transfer::import(&store, &a.source, &name, &a.dir, a.allow_devices)?;
+    let max_size = a.max_size.as_deref().map(parse_size).transpose()?;
+    let options = agentbox_store::transfer::ImportOptions {
+        allow_devices: a.allow_devices,
+        allow_setuid: a.allow_setuid,
+        max_size,
+    };
+    let report = agentbox_store::transfer::import(&store, &a.source, &name, &a.dir, options)?;
     ctx.out(&report, || {
-        format!(
+        let mut s = format!(
             "imported {} ({} node(s)) as environment {name:?} at {}\n",
             report.kind,
             report.nodes,
             a.dir.display()
-        )
+        );
+        if report.stripped_setuid > 0 {
+            s.push_str(&format!(
+                "stripped setuid/setgid or file capabilities from {} file(s); --allow-setuid keeps them\n",
+                report.stripped_setuid
+            ));
+        }
+        if report.dropped_overlay_xattrs > 0 {
+            s.push_str(&format!(
+                "ignored {} overlayfs attribute(s) (trusted.overlay.*, user.overlay.*) found in the archive; they are never imported\n",
+                report.dropped_overlay_xattrs
+            ));
+        }
+        s
     })
 }
 
 fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
-    let store = ctx.store()?;
+    // Not reconciled on open: what a crash left is what fsck is here to report.
+    let store = ctx.store_unreconciled()?;
     let report = store.fsck(a.repair)?;
     ctx.out(&report, || {
         let mut s = String::new();
@@ -1061,9 +1092,17 @@ fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
         }
         if report.unreferenced_layers > 0 {
             s.push_str(&format!(
-                "{} layers are no longer referenced: `agentbox gc` frees them\n",
-                report.unreferenced_layers
+                "{} layers are no longer referenced{}: `agentbox gc` (or `agentbox prune`) frees them\n",
+                report.unreferenced_layers,
+                if report.leftovers_checked {
+                    format!(" ({})", render::bytes(report.unreferenced_bytes))
+                } else {
+                    String::new()
+                }
             ));
+        }
+        if !report.leftovers_checked && !a.repair {
+            s.push_str("another agentbox process is using the store: half-made data was not checked (run fsck again when it is idle)\n");
         }
         s.push_str(&format!(
             "{} nodes, {} layers, {} environments: {}\n",

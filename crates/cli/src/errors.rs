@@ -5,14 +5,14 @@
 //! | code | meaning |
 //! |---|---|
 //! | 0 | success |
-//! | 1 | failure not covered below (IO, backend) |
+//! | 1 | failure not covered below (IO, backend; a full disk: "no space left on device") |
 //! | 2 | bad usage (arguments) |
 //! | 3 | not found: environment, node, tag, store, config key, project |
 //! | 4 | refused or conflicting: exists, ambiguous, HEAD/last node, invalid name |
 //! | 5 | locked by another process |
 //! | 6 | needs root |
 //! | 7 | store inconsistent (`fsck` found problems) |
-//! | 8 | bad input: malformed or unsafe bundle |
+//! | 8 | bad input: malformed or unsafe bundle, or one past the import size limit |
 //! | 9 | invalid configuration: malformed file, bad value, renamed key |
 
 use agentbox_store::Error as StoreError;

@@ -6,31 +6,65 @@ use serde::Serialize;
 use crate::commands::Ctx;
 use crate::CliResult;
 
+/// One row of the output: a box leftover, or data an interrupted store operation left.
 #[derive(Serialize)]
-struct Pruned<'a> {
-    #[serde(flatten)]
-    leftover: &'a Leftover,
+struct Pruned {
+    kind: String,
+    what: String,
+    target: String,
+    /// Disk space (store leftovers only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
     /// `removed`, `would remove`, or the error that kept it.
     outcome: String,
 }
 
+impl Pruned {
+    fn of_box(l: &Leftover, outcome: String) -> Pruned {
+        Pruned {
+            kind: l.kind.to_owned(),
+            what: l.what.clone(),
+            target: l.target.clone(),
+            bytes: None,
+            outcome,
+        }
+    }
+}
+
 pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
-    let store = ctx.store()?;
+    // Not reconciled on open: half-made store data is reported (and removed) below.
+    let store = ctx.store_unreconciled()?;
     let found = prune::find(&ctx.home, &store, std::time::Duration::from_secs(min_age))?;
-    let rows: Vec<Pruned> = found
+    let mut rows: Vec<Pruned> = found
         .iter()
-        .map(|l| Pruned {
-            leftover: l,
-            outcome: if dry_run {
-                "would remove".to_owned()
-            } else {
-                match prune::remove(&ctx.home, &store, l) {
-                    Ok(()) => "removed".to_owned(),
-                    Err(e) => format!("kept: {e}"),
-                }
-            },
+        .map(|l| {
+            Pruned::of_box(
+                l,
+                if dry_run {
+                    "would remove".to_owned()
+                } else {
+                    match prune::remove(&ctx.home, &store, l) {
+                        Ok(()) => "removed".to_owned(),
+                        Err(e) => format!("kept: {e}"),
+                    }
+                },
+            )
         })
         .collect();
+    // After the boxes: removing a half-created box may leave its environment's data.
+    let store_report = store.prune_leftovers(dry_run)?;
+    if let Some(holder) = &store_report.busy {
+        ctx.note(format!(
+            "store data was not checked: {holder} (half-made data of a running operation is never removed; run prune again when it is idle)"
+        ));
+    }
+    rows.extend(store_report.items.iter().map(|p| Pruned {
+        kind: p.leftover.kind.as_str().to_owned(),
+        what: p.leftover.what.clone(),
+        target: p.leftover.path.display().to_string(),
+        bytes: Some(p.leftover.bytes),
+        outcome: p.outcome.clone(),
+    }));
     let failed = rows
         .iter()
         .filter(|r| r.outcome.starts_with("kept"))
@@ -39,21 +73,34 @@ pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
         if rows.is_empty() {
             return "nothing to prune\n".to_owned();
         }
-        let mut s = format!("{:<12} {:<13} WHAT\n", "KIND", "OUTCOME");
+        let mut s = format!("{:<20} {:<13} {:>10} WHAT\n", "KIND", "OUTCOME", "SIZE");
         for r in &rows {
             s.push_str(&format!(
-                "{:<12} {:<13} {}\n",
-                r.leftover.kind,
+                "{:<20} {:<13} {:>10} {}{}\n",
+                r.kind,
                 if r.outcome.starts_with("kept") {
                     "kept"
                 } else {
                     &r.outcome
                 },
-                r.leftover.what
+                r.bytes.map(crate::render::bytes).unwrap_or_default(),
+                crate::render::text(&r.what),
+                if r.bytes.is_some() {
+                    format!(": {}", crate::render::text(&r.target))
+                } else {
+                    String::new()
+                }
             ));
             if r.outcome.starts_with("kept") {
-                s.push_str(&format!("{:<12} {:<13} {}\n", "", "", r.outcome));
+                s.push_str(&format!("{:<20} {:<13} {:>10} {}\n", "", "", "", r.outcome));
             }
+        }
+        if store_report.bytes > 0 || !store_report.items.is_empty() {
+            s.push_str(&format!(
+                "{} {} of store data\n",
+                if dry_run { "would free" } else { "freed" },
+                crate::render::bytes(store_report.bytes)
+            ));
         }
         if dry_run {
             s.push_str("(dry run: nothing was removed; run `agentbox prune` to remove these)\n");

@@ -35,10 +35,28 @@ fn crash(t: &Env, point: &str, args: &[&str]) {
 
 /// The store is consistent and usable, and the history has `expect_nodes` nodes.
 fn healthy(t: &Env, dir: &Path, point: &str, expect_nodes: usize) {
+    // fsck sees the store as the crash left it: whatever it finds must be repairable, and
+    // `prune` must remove it all.
+    let fsck = t.run(&["--json", "fsck"]);
+    if !fsck.status.success() {
+        assert_eq!(fsck.status.code(), Some(7), "{point}: {}", stderr(&fsck));
+        // The report, then the error (both JSON on stdout).
+        let report: serde_json::Value = serde_json::Deserializer::from_slice(&fsck.stdout)
+            .into_iter()
+            .next()
+            .expect("a report")
+            .expect("JSON");
+        let problems = report["problems"].as_array().expect("problems");
+        assert!(
+            problems.iter().all(|p| p["repairable"] == true),
+            "{point}: fsck after the crash: {report}"
+        );
+        t.ok(&["prune"]);
+    }
     let fsck = t.run(&["--json", "fsck"]);
     assert!(
         fsck.status.success(),
-        "{point}: fsck after the crash:\n{}\n{}",
+        "{point}: fsck after the crash and prune:\n{}\n{}",
         String::from_utf8_lossy(&fsck.stdout),
         stderr(&fsck)
     );

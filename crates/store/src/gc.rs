@@ -34,6 +34,9 @@ pub struct Problem {
     pub message: String,
     /// True when `fsck --repair` (or the next open, or `gc`) fixes it.
     pub repairable: bool,
+    /// Disk space the path occupies, for data an interrupted operation left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 /// What `fsck` found (and repaired).
@@ -44,8 +47,17 @@ pub struct FsckReport {
     pub environments: usize,
     /// Layers no node references any more; `gc` frees them.
     pub unreferenced_layers: usize,
+    /// Disk space of those layers.
+    pub unreferenced_bytes: u64,
     pub problems: Vec<Problem>,
     pub repairs: Vec<String>,
+    /// Whether the store was looked at with no operation running, so that half-made data
+    /// (see [`crate::leftovers`]) could be told from a live operation's and is among the
+    /// problems. False when another process held the store lock.
+    pub leftovers_checked: bool,
+    /// What interrupted operations left (half-made layers, staging, unreferenced layers…);
+    /// empty unless [`FsckReport::leftovers_checked`].
+    pub leftovers: Vec<crate::leftovers::Leftover>,
 }
 
 impl Store {
@@ -155,25 +167,37 @@ impl Store {
 
     /// Check the store's consistency; with `repair`, fix what can be fixed (reconcile,
     /// dangling tags and refs, unreferenced layers).
+    ///
+    /// Without `repair` the store lock is taken exclusively if that is possible at once, so
+    /// that half-made data an interrupted operation left is reported (with its path and
+    /// size); when an operation is running, the lock is taken shared and such data is not
+    /// judged ([`FsckReport::leftovers_checked`] is false), since it may be that
+    /// operation's.
     pub fn fsck(&self, repair: bool) -> Result<FsckReport> {
-        let _lock = self.lock_store(
-            if repair {
-                Mode::Exclusive
-            } else {
-                Mode::Shared
-            },
-            "fsck",
-        )?;
+        let (_lock, exclusive) = if repair {
+            (self.lock_store(Mode::Exclusive, "fsck")?, true)
+        } else {
+            match self.try_exclusive("fsck")? {
+                Ok(lock) => (lock, true),
+                Err(_) => (self.lock_store(Mode::Shared, "fsck")?, false),
+            }
+        };
         let mut repairs = Vec::new();
         if repair {
             repairs = self.reconcile()?;
         }
+        let leftovers = if exclusive {
+            self.leftovers_locked()?
+        } else {
+            Vec::new()
+        };
         let mut problems = Vec::new();
         let mut problem = |path: PathBuf, message: String, repairable: bool| {
             problems.push(Problem {
                 path,
                 message,
                 repairable,
+                bytes: None,
             })
         };
         let files = self.all_node_files()?;
@@ -257,17 +281,44 @@ impl Store {
         // Unreferenced layers are not a problem: retention and deletion leave them for GC.
         let (on_disk, live) = self.layer_sets()?;
         let unreferenced = on_disk.difference(&live).count();
-        for lid in &on_disk {
-            let dir = self.backend().layer_dir(lid);
-            let rec = self.layout().layer_record(lid);
-            if dir.exists() != rec.exists() {
-                problem(
-                    dir,
-                    "layer data and record disagree (gc frees it)".into(),
-                    true,
-                );
+        if !exclusive {
+            // Without the leftovers check, at least flag what no live operation produces
+            // (a live commit may be between publishing a layer and writing its record).
+            for lid in &on_disk {
+                let dir = self.backend().layer_dir(lid);
+                let rec = self.layout().layer_record(lid);
+                if rec.exists() && !dir.exists() && !live.contains(lid) {
+                    problem(dir, "layer record without data (gc frees it)".into(), true);
+                }
             }
         }
+        // Half-made data; interrupted deletions and unacknowledged commits are reported
+        // above already.
+        for l in &leftovers {
+            if l.kind.is_problem()
+                && !matches!(
+                    l.kind,
+                    crate::leftovers::LeftoverKind::InterruptedDeletion
+                        | crate::leftovers::LeftoverKind::UnacknowledgedNode
+                )
+            {
+                problems.push(Problem {
+                    path: l.path.clone(),
+                    message: format!(
+                        "{} ({}); `agentbox prune` removes it",
+                        l.what,
+                        human_bytes(l.bytes)
+                    ),
+                    repairable: true,
+                    bytes: Some(l.bytes),
+                });
+            }
+        }
+        let unreferenced_bytes = leftovers
+            .iter()
+            .filter(|l| l.kind == crate::leftovers::LeftoverKind::UnreferencedLayer)
+            .map(|l| l.bytes)
+            .sum();
         if repair {
             let dangling: BTreeSet<String> = envs
                 .iter()
@@ -297,8 +348,27 @@ impl Store {
             layers: on_disk.len(),
             environments: envs.len(),
             unreferenced_layers: if repair { 0 } else { unreferenced },
+            unreferenced_bytes: if repair { 0 } else { unreferenced_bytes },
             problems,
             repairs,
+            leftovers_checked: exclusive,
+            leftovers: if repair { Vec::new() } else { leftovers },
         })
+    }
+}
+
+/// A byte count for messages (`12.3 MiB`).
+pub(crate) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
     }
 }

@@ -11,6 +11,7 @@ pub mod fsops;
 pub mod gc;
 pub mod history;
 pub mod layout;
+pub mod leftovers;
 pub mod mounts;
 pub mod names;
 pub mod node;

@@ -200,6 +200,15 @@ impl Store {
 
     /// Open an existing store and finish whatever a crash left half-done.
     pub fn open(root: &Path) -> Result<Store> {
+        let store = Store::open_unreconciled(root)?;
+        store.reconcile_if_idle()?;
+        Ok(store)
+    }
+
+    /// Open an existing store as it is, without reconciling: for `fsck` and `prune`, which
+    /// report what a crash left (see [`crate::leftovers`]) and remove it themselves under
+    /// the store lock. Every other command uses [`Store::open`].
+    pub fn open_unreconciled(root: &Path) -> Result<Store> {
         let layout = Layout::new(root);
         let config: StoreConfig = read_json_opt(&layout.config())?.ok_or(Error::NoStore {
             path: root.to_owned(),
@@ -219,13 +228,11 @@ impl Store {
             config.max_depth,
             config.overlay_xattrs,
         );
-        let store = Store {
+        Ok(Store {
             layout,
             config,
             backend,
-        };
-        store.reconcile_if_idle()?;
-        Ok(store)
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -940,7 +947,7 @@ impl Store {
     }
 
     /// Complete a deletion whose tombstone is on disk: re-parent children, remove the file.
-    fn finish_tombstone(&self, id: &str) -> Result<()> {
+    pub(crate) fn finish_tombstone(&self, id: &str) -> Result<()> {
         let Some(tomb) = self.read_node_file(id)? else {
             return Ok(());
         };

@@ -40,6 +40,22 @@ pub struct ImportReport {
     pub head: String,
     pub nodes: usize,
     pub reused_nodes: usize,
+    /// Files whose setuid/setgid bits or file capabilities were stripped (0 with
+    /// [`ImportOptions::allow_setuid`]).
+    pub stripped_setuid: u64,
+    /// Overlayfs-private xattrs in the archive that were not applied (always dropped).
+    pub dropped_overlay_xattrs: u64,
+}
+
+/// Choices of [`import`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImportOptions {
+    /// Create device nodes found in the bundle.
+    pub allow_devices: bool,
+    /// Keep setuid/setgid bits and `security.capability` xattrs (stripped otherwise).
+    pub allow_setuid: bool,
+    /// Decompressed-size limit in bytes; `None`: [`bundle::default_max_size`].
+    pub max_size: Option<u64>,
 }
 
 fn manifest_node(n: &Node, base: Option<String>, layer: &LayerSource) -> Result<ManifestNode> {
@@ -195,11 +211,21 @@ fn fetch(src: &str, dir: &Path) -> Result<PathBuf> {
         message: format!("download failed: {e}"),
     })?;
     let mut file = BufWriter::new(fs_err::File::create(&path)?);
-    std::io::copy(&mut resp.body_mut().as_reader(), &mut file).map_err(|e| Error::Bundle {
-        path: PathBuf::from(src),
-        message: format!("download interrupted: {e}"),
+    std::io::copy(&mut resp.body_mut().as_reader(), &mut file).map_err(|e| {
+        if crate::error::io_is_no_space(&e) {
+            Error::NoSpace {
+                path: path.clone(),
+                detail: format!("downloading {src}: {e}"),
+            }
+        } else {
+            Error::Bundle {
+                path: PathBuf::from(src),
+                message: format!("download interrupted: {e}"),
+            }
+        }
     })?;
-    file.flush()?;
+    file.flush()
+        .map_err(|e| Error::from(e).or_no_space(&path))?;
     Ok(path)
 }
 
@@ -211,6 +237,9 @@ pub fn stage_rootfs(store: &Store, src: &str) -> Result<PathBuf> {
         let opts = ImportOpts {
             same_owner: rustix::process::geteuid().is_root(),
             make_layer_dir: store.backend().staging_dir_maker(),
+            // A base image is the user's choice, as with `docker import` (its `sudo` and
+            // `ping` keep their bits); box processes run with no_new_privs regardless.
+            allow_setuid: true,
             ..ImportOpts::default()
         };
         let imported = bundle::import(&file, &dir.join("x"), &opts)?;
@@ -244,30 +273,39 @@ fn only_tree(layers: Vec<(String, PathBuf)>, file: &Path) -> Result<PathBuf> {
 }
 
 /// Create environment `name` at `dir` from a bundle or rootfs tarball.
+///
+/// Invariant: on any error nothing of the import remains — not the staging area, not a
+/// layer, layer record or node it wrote, not the environment, and not `dir` if the import
+/// created it (and it is still empty). A full disk anywhere is [`Error::NoSpace`].
 pub fn import(
     store: &Store,
     src: &str,
     name: &str,
     dir: &Path,
-    allow_devices: bool,
+    options: ImportOptions,
 ) -> Result<ImportReport> {
     crate::names::validate("environment", name)?;
     if store.env(name).is_ok() {
         return Err(Error::EnvExists { name: name.into() });
     }
+    let dir_existed = dir.exists();
     let stage = staging(store, "import")?;
-    let result = (|| {
+    let result = (|| -> Result<ImportReport> {
         let file = fetch(src, &stage.join("dl"))?;
         let opts = ImportOpts {
-            allow_devices,
+            allow_devices: options.allow_devices,
+            allow_setuid: options.allow_setuid,
             // Owners are restored where the kernel allows it (root); otherwise files belong
             // to the importing user.
             same_owner: rustix::process::geteuid().is_root(),
             make_layer_dir: store.backend().staging_dir_maker(),
+            max_size: options.max_size,
         };
         let imported = bundle::import(&file, &stage.join("x"), &opts)?;
         failpoint::hit("import:after-stage");
-        match imported.manifest {
+        let (stripped_setuid, dropped_overlay_xattrs) =
+            (imported.stripped_setuid, imported.dropped_overlay_xattrs);
+        let mut report = match imported.manifest {
             None => {
                 let layer = only_tree(imported.layers, &file)?;
                 let state = store.create_env(
@@ -276,21 +314,62 @@ pub fn import(
                     Source::Staged(layer),
                     &format!("imported from {src}"),
                 )?;
-                Ok(ImportReport {
+                ImportReport {
                     kind: imported.kind,
                     env: name.to_owned(),
                     head: state.head,
                     nodes: 1,
                     reused_nodes: 0,
-                })
+                    stripped_setuid: 0,
+                    dropped_overlay_xattrs: 0,
+                }
             }
             Some(manifest) => {
-                import_history(store, &manifest, imported.layers, imported.kind, name, dir)
+                import_history(store, &manifest, imported.layers, imported.kind, name, dir)?
             }
-        }
+        };
+        report.stripped_setuid = stripped_setuid;
+        report.dropped_overlay_xattrs = dropped_overlay_xattrs;
+        Ok(report)
     })();
     let _ = store.backend().remove_tree(&stage);
-    result
+    if result.is_err() && !dir_existed {
+        // Only an empty directory goes: `remove_dir` refuses anything else.
+        let _ = std::fs::remove_dir(dir);
+    }
+    result.map_err(|e| e.or_no_space(store.root()))
+}
+
+/// What [`import_history`] has written so far, to take back if it fails.
+#[derive(Default)]
+struct Written {
+    nodes: Vec<String>,
+    layers: Vec<String>,
+}
+
+impl Written {
+    /// Remove what this import wrote (store lock held). Only nodes this import created
+    /// are removed, and only while no environment names them: they have no history
+    /// anywhere else yet. Best effort: whatever stays is garbage `gc` and `prune` free.
+    fn undo(&self, store: &Store) {
+        let named: std::collections::BTreeSet<String> = store
+            .envs()
+            .map(|envs| {
+                envs.into_iter()
+                    .flat_map(|e| std::iter::once(e.head).chain(e.tags.into_values()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in self.nodes.iter().rev() {
+            if !named.contains(id) {
+                let _ = std::fs::remove_file(store.layout().node(id));
+            }
+        }
+        for lid in self.layers.iter().rev() {
+            let _ = std::fs::remove_file(store.layout().layer_record(lid));
+            let _ = store.backend().remove_layer(lid);
+        }
+    }
 }
 
 fn import_history(
@@ -302,6 +381,23 @@ fn import_history(
     dir: &Path,
 ) -> Result<ImportReport> {
     let _lock = store.lock_store(Mode::Shared, "import")?;
+    let mut written = Written::default();
+    let result = import_history_locked(store, manifest, layers, kind, name, dir, &mut written);
+    if result.is_err() {
+        written.undo(store);
+    }
+    result
+}
+
+fn import_history_locked(
+    store: &Store,
+    manifest: &Manifest,
+    layers: Vec<(String, PathBuf)>,
+    kind: BundleKind,
+    name: &str,
+    dir: &Path,
+    written: &mut Written,
+) -> Result<ImportReport> {
     let staged: BTreeMap<String, PathBuf> = layers.into_iter().collect();
     let mut created = 0;
     let mut reused = 0;
@@ -318,6 +414,9 @@ fn import_history(
             message: "node listed in the manifest has no data".into(),
         })?;
         let lid = new_id();
+        // Recorded before the backend starts: a failure half-way leaves `.tmp-` data the
+        // backend removes, or a published layer this import takes back.
+        written.layers.push(lid.clone());
         let record = match &mn.base {
             None => {
                 // A complete tree: drop any marker files a complete layer cannot need.
@@ -347,17 +446,18 @@ fn import_history(
             metadata: mn.metadata.clone(),
             deleted: None,
         };
+        written.nodes.push(node.id.clone());
         write_json_unsynced(&store.layout().node(&node.id), &node)?;
         layer_of.insert(mn.id.clone(), lid);
         created += 1;
     }
     // Every imported layer and node is durable before the environment names them.
-    let written: Vec<PathBuf> = manifest
+    let files: Vec<PathBuf> = manifest
         .nodes
         .iter()
         .map(|n| store.layout().node(&n.id))
         .collect();
-    store.backend().make_durable(&written)?;
+    store.backend().make_durable(&files)?;
     failpoint::hit("import:after-nodes");
     // The environment is the commit point of the import.
     let env_dir = store.claim_env_dir(name)?;
@@ -394,5 +494,7 @@ fn import_history(
         head: state.head,
         nodes: created + reused,
         reused_nodes: reused,
+        stripped_setuid: 0,
+        dropped_overlay_xattrs: 0,
     })
 }

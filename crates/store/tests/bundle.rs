@@ -209,6 +209,7 @@ fn snapshot_bundle(tree_root: &Path, out: &Path, compression: Compression) {
 fn opts() -> ImportOpts {
     ImportOpts {
         allow_devices: true,
+        allow_setuid: true,
         same_owner: is_root(),
         ..ImportOpts::default()
     }
@@ -909,4 +910,77 @@ fn overlay_form_round_trip() {
         .any(|k| k.starts_with("trusted.overlay."))));
     assert_eq!(ls.entries[0].rel, PathBuf::new());
     layer_summary(&ls).expect("a valid layer");
+}
+
+#[test]
+fn a_decompression_bomb_stops_at_the_limit() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_ustar();
+    h.set_path("./zeros").expect("path");
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_size(32 << 20);
+    h.set_cksum();
+    b.append(&h, std::io::Read::take(std::io::repeat(0), 32 << 20))
+        .expect("append");
+    let tar = b.into_inner().expect("tar");
+    let bomb = zstd::encode_all(tar.as_slice(), 3).expect("zstd");
+    assert!(bomb.len() < 32 << 10);
+    let src = write_tmp(tmp.path(), "bomb.tar.zst", &bomb);
+    let staging = tmp.path().join("staging");
+    let opts = ImportOpts {
+        max_size: Some(1 << 20),
+        ..ImportOpts::default()
+    };
+    match import(&src, &staging, &opts) {
+        Err(agentbox_store::Error::TooLarge { message, .. }) => {
+            assert!(message.contains("expands past 1048576 bytes"), "{message}")
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert!(!staging.exists(), "staging left behind");
+    // The default limit (64 × a few KiB, at least 16 GiB) lets the same stream through.
+    let imp = import(&src, &staging, &ImportOpts::default()).expect("under the default");
+    assert_eq!(
+        fs::metadata(imp.layers[0].1.join("zeros"))
+            .expect("zeros")
+            .len(),
+        32 << 20
+    );
+}
+
+#[test]
+fn a_manifest_with_an_invalid_tag_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).expect("mkdir");
+    write(&src.join("f"), b"f");
+    let layer = layer_from_trees(None, &scan(&src)).expect("layer");
+    let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
+    m.nodes.push(node("n0", None, None, &layer));
+    m.tags.insert("a/b".to_owned(), "n0".to_owned());
+    let err = m.validate().expect_err("the writer refuses it too");
+    assert!(err.contains("invalid tag name \"a/b\""), "{err}");
+    m.tags.clear();
+    m.tags.insert("v1".to_owned(), "n0".to_owned());
+    let good = tmp.path().join("good.tar");
+    let f = fs::File::create(&good).expect("create");
+    let mut w = BundleWriter::new(
+        std::io::BufWriter::new(f),
+        BundleKind::Snapshot,
+        Compression::None,
+    )
+    .expect("writer");
+    w.write_manifest(&m).expect("manifest");
+    w.write_layer("n0", &layer).expect("layer");
+    w.finish().expect("finish").flush().expect("flush");
+    let bytes = fs::read(&good).expect("read");
+    // Same length, so the tar framing stays valid: only the tag name changes.
+    let at = find(&bytes, b"\"v1\"");
+    let mut evil = bytes.clone();
+    evil[at + 1..at + 3].copy_from_slice(b"..");
+    expect_rejected(tmp.path(), "evil-tag", &evil, "invalid tag name \"..\"");
 }

@@ -330,7 +330,7 @@ fn export_import_history_round_trip() {
             bundle.to_str().expect("utf8"),
             "y",
             &d2,
-            false,
+            agentbox_store::transfer::ImportOptions::default(),
         )
         .expect("import");
         assert_eq!(rep.nodes, 2);
@@ -510,7 +510,17 @@ proptest::proptest! {
                 let other = Store::open_or_init(&fx.base.join(format!("fid-{kind}")), Some(fx.kind))
                     .expect("store");
                 let d2 = fx.dir(&format!("fid-{kind}"));
-                agentbox_store::transfer::import(&other, bundle.to_str().expect("utf8"), "back", &d2, true)
+                agentbox_store::transfer::import(
+                    &other,
+                    bundle.to_str().expect("utf8"),
+                    "back",
+                    &d2,
+                    agentbox_store::transfer::ImportOptions {
+                        allow_devices: true,
+                        allow_setuid: true,
+                        max_size: None,
+                    },
+                )
                     .expect("import");
                 assert_same(&src, &d2, kind);
                 other.remove_env("back").expect("destroy");

@@ -664,6 +664,9 @@ impl Backend for LayersBackend {
     }
 
     fn remove_layer(&self, id: &str) -> Result<()> {
+        // Also the layer's temporary form, as the btrfs backend does: a caller taking back a
+        // failed import removes whatever stage the layer reached.
+        self.remove_tree(&self.tmp_layer(id))?;
         self.remove_tree(&self.layer_dir(id))
     }
 }

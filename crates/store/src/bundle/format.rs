@@ -248,6 +248,15 @@ impl Manifest {
             return Err(format!("head {} is not among the nodes", self.head));
         }
         for (tag, id) in &self.tags {
+            // Exactly the rule `agentbox tag` applies: a tag becomes a key of the
+            // environment's state and a name users type, so the archive gets no leeway.
+            if let Err(e) = crate::names::validate("tag", tag) {
+                let reason = match e {
+                    crate::Error::InvalidName { reason, .. } => reason,
+                    other => other.to_string(),
+                };
+                return Err(format!("invalid tag name {tag:?}: {reason}"));
+            }
             if !seen.contains(id.as_str()) {
                 return Err(format!(
                     "tag {tag:?} points to {id}, which is not among the nodes"

@@ -443,7 +443,20 @@ pub fn layer_from_trees(base: Option<&Tree>, tree: &Tree) -> Result<LayerSource>
     })
 }
 
-fn apply_err(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
+/// An error applying a staged layer at `path`: [`Error::NoSpace`] when the filesystem is
+/// full (the archive is not to blame for that), else a bundle error.
+fn apply_err<E: std::fmt::Display + 'static>(path: &Path, what: &str, e: E) -> Error {
+    let any: &dyn std::any::Any = &e;
+    let no_space = any
+        .downcast_ref::<io::Error>()
+        .is_some_and(crate::error::io_is_no_space)
+        || any.downcast_ref::<Error>().is_some_and(Error::is_no_space);
+    if no_space {
+        return Error::NoSpace {
+            path: path.to_owned(),
+            detail: format!("applying layer: {what}: {e}"),
+        };
+    }
     Error::Bundle {
         path: path.to_owned(),
         message: format!("applying layer: {what}: {e}"),
@@ -619,4 +632,30 @@ pub fn layer_source_from_overlay(layer_dir: &Path) -> Result<LayerSource> {
         out.entries.push(entry);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_while_applying_is_not_blamed_on_the_archive() {
+        let full = io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error());
+        assert!(matches!(
+            apply_err(Path::new("/x"), "copying", full),
+            Error::NoSpace { .. }
+        ));
+        let quota = Error::Io(io::Error::from_raw_os_error(
+            rustix::io::Errno::DQUOT.raw_os_error(),
+        ));
+        assert!(matches!(
+            apply_err(Path::new("/x"), "copying", quota),
+            Error::NoSpace { .. }
+        ));
+        let other = io::Error::from_raw_os_error(rustix::io::Errno::ACCESS.raw_os_error());
+        assert!(matches!(
+            apply_err(Path::new("/x"), "copying", other),
+            Error::Bundle { .. }
+        ));
+    }
 }

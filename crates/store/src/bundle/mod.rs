@@ -29,6 +29,14 @@
 //! error. Symlinks themselves are data and accepted with any target: since nothing is ever
 //! written or linked through one, no target can make the import write outside its staging
 //! directory.
+//!
+//! Import is also wary of what it would make: setuid/setgid bits and `security.capability`
+//! xattrs are stripped unless allowed ([`ImportOpts::allow_setuid`]), overlayfs-private
+//! xattrs (`trusted.overlay.*`, `user.overlay.*`) are never applied (the markers above are
+//! the only way a bundle expresses whiteouts and opaque directories), tag names are
+//! validated like `agentbox tag` does, the decompressed stream is capped
+//! ([`ImportOpts::max_size`], [`default_max_size`]) against decompression bombs, and a full
+//! disk is reported as such ([`crate::Error::NoSpace`]), not as a damaged archive.
 
 mod compress;
 mod format;
@@ -48,5 +56,5 @@ pub use layer::{
     apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, to_overlay_layer,
     LayerSource, LayerSummary,
 };
-pub use read::{import, ImportOpts, Imported};
+pub use read::{default_max_size, import, ImportOpts, Imported, MAX_EXPANSION, MIN_MAX_SIZE};
 pub use write::BundleWriter;

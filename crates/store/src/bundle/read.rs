@@ -1,5 +1,6 @@
 //! Importing a bundle into a staging directory, refusing anything unsafe or inconsistent.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{DirBuilder, File, OpenOptions};
@@ -7,6 +8,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use super::compress::{decompress, expect_tar};
 use super::format::{
@@ -15,11 +17,33 @@ use super::format::{
 };
 use super::fsutil;
 use super::layer::{Record, SOCKET_RECORD_TYPE};
+use crate::error::io_is_no_space;
+use crate::fsops::scan::is_overlay_xattr;
 use crate::fsops::Kind;
 use crate::{Error, Result};
 
 /// Largest manifest or end record accepted.
 const MAX_JSON: u64 = 256 << 20;
+
+/// Default decompressed-size limit, as a multiple of the compressed size.
+///
+/// Why 64: zstd and gzip shrink source trees, binaries and package caches 3–10×, and even a
+/// bundle full of logs or mostly-zero images stays well under 64× over its whole length,
+/// while a decompression bomb expands hundreds to tens of thousands of times (zstd turns a
+/// few KiB into GiBs of zeros). The ratio is measured over the whole stream, so a
+/// compressible stretch inside an ordinary bundle does not trip it.
+pub const MAX_EXPANSION: u64 = 64;
+
+/// Floor of the default decompressed-size limit: small bundles of very redundant data (a
+/// tiny bundle of a sparse-looking image written in full) stay importable, and a bomb made
+/// of a tiny file still stops at 16 GiB of tar data.
+pub const MIN_MAX_SIZE: u64 = 16 << 30;
+
+/// The default decompressed-size limit for a bundle of `compressed` bytes:
+/// `max(MAX_EXPANSION × compressed, MIN_MAX_SIZE)`.
+pub fn default_max_size(compressed: u64) -> u64 {
+    compressed.saturating_mul(MAX_EXPANSION).max(MIN_MAX_SIZE)
+}
 
 /// Options of [`import`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -29,9 +53,19 @@ pub struct ImportOpts {
     /// Give entries the owners recorded in the bundle (needs root); otherwise they belong to
     /// the importing user.
     pub same_owner: bool,
+    /// Keep the setuid and setgid bits and `security.capability` xattrs of non-directories.
+    /// Off (the default), they are stripped: a bundle may come from an untrusted box, and a
+    /// setuid-root or capability-carrying file in the store is a privilege waiting for a
+    /// host user. The number of files stripped is in [`Imported::stripped_setuid`].
+    /// (Setgid on a directory only sets the group of new files and is kept.)
+    pub allow_setuid: bool,
     /// Creates each staged layer directory (default: a plain directory). A store backend
     /// passes its own so a layer can be adopted without copying (a btrfs subvolume).
     pub make_layer_dir: Option<fn(&Path) -> std::io::Result<()>>,
+    /// Stop once the decompressed tar stream passes this many bytes. `None`: the default,
+    /// [`default_max_size`] of the file's size; for stdin, whose size is unknown, the same
+    /// formula applied to the compressed bytes read so far.
+    pub max_size: Option<u64>,
 }
 
 /// What [`import`] staged.
@@ -42,12 +76,23 @@ pub struct Imported {
     pub manifest: Option<Manifest>,
     /// `(node id, staged layer dir)` in manifest order; `("rootfs", dir)` for a rootfs.
     pub layers: Vec<(String, PathBuf)>,
+    /// Files whose setuid/setgid bits or `security.capability` xattr were stripped (see
+    /// [`ImportOpts::allow_setuid`]).
+    pub stripped_setuid: u64,
+    /// Overlayfs-private xattrs (`trusted.overlay.*`, `user.overlay.*`) found in the archive
+    /// and not applied. `agentbox export` never writes them (whiteouts and opaque
+    /// directories travel as the format's own markers), so a non-zero count means a crafted
+    /// or foreign archive; overlayfs would obey them (redirects, metacopy, opaque).
+    pub dropped_overlay_xattrs: u64,
 }
 
 /// Extract the bundle `src` (a file, or `-` for stdin; plain, gzip or zstd, detected by
 /// magic bytes) into `staging` (which must not exist or be empty): each node's layer goes to
 /// `staging/<id>/` (a rootfs to `staging/rootfs/`), whiteout and opaque markers kept as
 /// empty regular files. On any error `staging` is removed entirely.
+///
+/// A full disk (ENOSPC, EDQUOT) is [`Error::NoSpace`], never blamed on the archive; passing
+/// the decompressed-size limit ([`ImportOpts::max_size`]) is [`Error::TooLarge`].
 pub fn import(src: &Path, staging: &Path, opts: &ImportOpts) -> Result<Imported> {
     match std::fs::symlink_metadata(staging) {
         Ok(md) if md.is_dir() => {
@@ -67,15 +112,98 @@ pub fn import(src: &Path, staging: &Path, opts: &ImportOpts) -> Result<Imported>
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             std::fs::create_dir_all(staging)
-                .map_err(|e| bad(staging, format!("creating staging directory: {e}")))?;
+                .map_err(|e| io_fail(staging, staging, "creating staging directory", e))?;
         }
         Err(e) => return Err(bad(staging, e.to_string())),
     }
-    let result = import_inner(src, staging, opts);
+    let tripped = Rc::new(Cell::new(None));
+    let result = import_inner(src, staging, opts, &tripped).map_err(|e| match tripped.get() {
+        // Whatever error the cut-off stream caused downstream, the cause is the limit.
+        Some(limit) => Error::TooLarge {
+            path: src.to_owned(),
+            message: format!(
+                "the archive expands past {limit} bytes of tar data, the import limit ({}); \
+                 stopped there",
+                match opts.max_size {
+                    Some(_) => "set explicitly".to_owned(),
+                    None => format!(
+                        "{MAX_EXPANSION} × the compressed size, at least {} GiB",
+                        MIN_MAX_SIZE >> 30
+                    ),
+                }
+            ),
+        },
+        None => e,
+    });
     if result.is_err() {
         let _ = fsutil::remove_tree(staging);
     }
     result
+}
+
+/// An IO failure at `path` while importing `src`: [`Error::NoSpace`] for a full filesystem
+/// or quota, else a bundle error.
+fn io_fail(src: &Path, path: &Path, what: &str, e: io::Error) -> Error {
+    if io_is_no_space(&e) {
+        Error::NoSpace {
+            path: path.to_owned(),
+            detail: format!("{what}: {e}"),
+        }
+    } else {
+        bad(src, format!("{}: {what}: {e}", path.display()))
+    }
+}
+
+/// Counts the bytes read from the (compressed) input.
+struct Counted<R> {
+    inner: R,
+    count: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.set(self.count.get().saturating_add(n as u64));
+        Ok(n)
+    }
+}
+
+/// The decompressed-size limit of an import.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    Fixed(u64),
+    /// [`default_max_size`] of the compressed bytes read so far (input of unknown size).
+    OfCompressed,
+}
+
+/// Fails every read once more than the limit has come out of the decompressor, and
+/// records the limit in `tripped` so the import reports the cause, not the symptom.
+struct Limited<R> {
+    inner: R,
+    read: u64,
+    limit: Limit,
+    compressed: Rc<Cell<u64>>,
+    tripped: Rc<Cell<Option<u64>>>,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let limit = match self.limit {
+            Limit::Fixed(n) => n,
+            Limit::OfCompressed => default_max_size(self.compressed.get()),
+        };
+        if self.read > limit {
+            self.tripped.set(Some(limit));
+            return Err(io::Error::other("decompressed-size limit exceeded"));
+        }
+        let n = self.inner.read(buf)?;
+        self.read = self.read.saturating_add(n as u64);
+        if self.read > limit {
+            self.tripped.set(Some(limit));
+            return Err(io::Error::other("decompressed-size limit exceeded"));
+        }
+        Ok(n)
+    }
 }
 
 fn bad(path: &Path, message: String) -> Error {
@@ -101,14 +229,40 @@ impl<R: Read> Read for Tracker<R> {
     }
 }
 
-fn import_inner(src: &Path, staging: &Path, opts: &ImportOpts) -> Result<Imported> {
-    let input: Box<dyn Read> = if src == Path::new("-") {
-        Box::new(io::stdin().lock())
+fn import_inner(
+    src: &Path,
+    staging: &Path,
+    opts: &ImportOpts,
+    tripped: &Rc<Cell<Option<u64>>>,
+) -> Result<Imported> {
+    let (input, size): (Box<dyn Read>, Option<u64>) = if src == Path::new("-") {
+        (Box::new(io::stdin().lock()), None)
     } else {
-        Box::new(File::open(src).map_err(|e| bad(src, format!("opening: {e}")))?)
+        let f = File::open(src).map_err(|e| bad(src, format!("opening: {e}")))?;
+        let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+        (Box::new(f), size)
     };
-    let input = Box::new(io::BufReader::with_capacity(256 << 10, input));
+    let limit = match (opts.max_size, size) {
+        (Some(n), _) => Limit::Fixed(n),
+        (None, Some(size)) => Limit::Fixed(default_max_size(size)),
+        (None, None) => Limit::OfCompressed,
+    };
+    let compressed = Rc::new(Cell::new(0));
+    let input = Box::new(io::BufReader::with_capacity(
+        256 << 10,
+        Counted {
+            inner: input,
+            count: compressed.clone(),
+        },
+    ));
     let (_, dec) = decompress(input).map_err(|e| bad(src, format!("decompressing: {e}")))?;
+    let dec: Box<dyn Read> = Box::new(Limited {
+        inner: dec,
+        read: 0,
+        limit,
+        compressed,
+        tripped: tripped.clone(),
+    });
     let tarr = expect_tar(dec).map_err(|e| bad(src, e.to_string()))?;
     let mut archive = tar::Archive::new(Tracker {
         inner: tarr,
@@ -125,6 +279,8 @@ fn import_inner(src: &Path, staging: &Path, opts: &ImportOpts) -> Result<Importe
         order: Vec::new(),
         end: None,
         last: String::from("<start>"),
+        stripped_setuid: 0,
+        dropped_overlay_xattrs: 0,
     };
     {
         let entries = archive
@@ -206,6 +362,8 @@ struct State<'a> {
     order: Vec<String>,
     end: Option<EndRecord>,
     last: String,
+    stripped_setuid: u64,
+    dropped_overlay_xattrs: u64,
 }
 
 fn components(raw: &[u8]) -> std::result::Result<Vec<OsString>, String> {
@@ -286,7 +444,7 @@ impl State<'_> {
             Some(make) => make(&dir),
             None => DirBuilder::new().mode(0o700).create(&dir),
         }
-        .map_err(|e| bad(&dir, format!("creating staged layer: {e}")))?;
+        .map_err(|e| io_fail(self.src, &dir, "creating staged layer", e))?;
         let mut kinds = HashMap::new();
         kinds.insert(PathBuf::new(), Kind::Dir);
         Ok(NodeState {
@@ -475,7 +633,7 @@ impl State<'_> {
                                 DirBuilder::new()
                                     .mode(0o755)
                                     .create(&p)
-                                    .map_err(|err| bad_entry(format!("creating {}: {err}", p.display())))?;
+                                    .map_err(|err| io_fail(&src, &p, &format!("entry {name}: creating a parent"), err))?;
                                 ns.kinds.insert(acc.clone(), Kind::Dir);
                             }
                         }
@@ -489,7 +647,16 @@ impl State<'_> {
             }
         }
         let target = fsutil::join(&ns.dir, &rel);
-        let ioe = |what: &str, err: io::Error| bad(&src, format!("entry {name}: {what}: {err}"));
+        let ioe = |what: &str, err: io::Error| {
+            if io_is_no_space(&err) {
+                Error::NoSpace {
+                    path: target.clone(),
+                    detail: format!("entry {name}: {what}: {err}"),
+                }
+            } else {
+                bad(&src, format!("entry {name}: {what}: {err}"))
+            }
+        };
         let mut record = Record {
             rel: rel.as_os_str().as_bytes().to_vec(),
             typ: b'0',
@@ -693,8 +860,30 @@ impl State<'_> {
         if opts.same_owner {
             fsutil::set_owner(&target, uid32, gid32).map_err(|err| ioe("chown", err))?;
         }
+        // What the archive says stays in the record (the checksum covers the archive as
+        // written); what reaches the disk is filtered. Overlayfs-private attributes are never
+        // applied: in a layer overlayfs obeys them (redirects to other paths, metacopy,
+        // opaque, whiteouts), and the format carries whiteouts and opaque directories as its
+        // own markers, which the store converts itself.
+        let mut perm = perm;
+        let mut stripped = false;
+        if kind != Kind::Dir && kind != Kind::Symlink && !opts.allow_setuid && perm & 0o6000 != 0 {
+            perm &= !0o6000;
+            stripped = true;
+        }
         for (k, v) in &xattrs {
+            if is_overlay_xattr(k) {
+                self.dropped_overlay_xattrs += 1;
+                continue;
+            }
+            if k == CAPABILITY_XATTR && !opts.allow_setuid && kind != Kind::Dir {
+                stripped = true;
+                continue;
+            }
             xattr::set(&target, k, v).map_err(|err| ioe(&format!("setting xattr {k}"), err))?;
+        }
+        if stripped {
+            self.stripped_setuid += 1;
         }
         if kind == Kind::Dir {
             ns.dirs.push((rel, perm, mtime_sec, mtime_nsec));
@@ -759,7 +948,7 @@ impl State<'_> {
                 let p = fsutil::join(&ns.dir, rel);
                 fsutil::set_perm(&p, *perm)
                     .and_then(|()| fsutil::set_mtime(&p, *sec, *nsec))
-                    .map_err(|e| bad(self.src, format!("directory {}: {e}", p.display())))?;
+                    .map_err(|e| io_fail(self.src, &p, "directory metadata", e))?;
             }
             layers.push((id.clone(), ns.dir.clone()));
         }
@@ -767,9 +956,14 @@ impl State<'_> {
             kind: self.kind,
             manifest: self.manifest.take(),
             layers,
+            stripped_setuid: self.stripped_setuid,
+            dropped_overlay_xattrs: self.dropped_overlay_xattrs,
         })
     }
 }
+
+/// The xattr holding a file's capabilities (what makes `ping` work without setuid).
+const CAPABILITY_XATTR: &str = "security.capability";
 
 /// Decode lowercase or uppercase hex; `None` when malformed.
 fn decode_hex(v: &[u8]) -> Option<Vec<u8>> {
@@ -779,4 +973,46 @@ fn decode_hex(v: &[u8]) -> Option<Vec<u8>> {
     v.chunks(2)
         .map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_limit_is_a_multiple_of_the_compressed_size_with_a_floor() {
+        assert_eq!(default_max_size(0), MIN_MAX_SIZE);
+        assert_eq!(default_max_size(1 << 20), MIN_MAX_SIZE);
+        assert_eq!(default_max_size(1 << 30), 64 << 30);
+        assert_eq!(default_max_size(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn the_limited_reader_fails_past_the_limit_and_says_so() {
+        let tripped = Rc::new(Cell::new(None));
+        let mut r = Limited {
+            inner: io::repeat(7).take(10_000),
+            read: 0,
+            limit: Limit::Fixed(4096),
+            compressed: Rc::new(Cell::new(0)),
+            tripped: tripped.clone(),
+        };
+        let mut buf = Vec::new();
+        assert!(r.read_to_end(&mut buf).is_err());
+        assert_eq!(tripped.get(), Some(4096));
+        assert!(buf.len() <= 4096 + 8192, "{}", buf.len());
+
+        let tripped = Rc::new(Cell::new(None));
+        let mut r = Limited {
+            inner: io::repeat(7).take(4096),
+            read: 0,
+            limit: Limit::Fixed(4096),
+            compressed: Rc::new(Cell::new(0)),
+            tripped: tripped.clone(),
+        };
+        let mut buf = Vec::new();
+        r.read_to_end(&mut buf).expect("exactly the limit is fine");
+        assert_eq!(buf.len(), 4096);
+        assert_eq!(tripped.get(), None);
+    }
 }
