@@ -765,3 +765,43 @@ fn box_root_is_an_unprivileged_host_id_whose_files_keep_their_owners() {
     let (_, out, _) = s.sh("ids", "stat -c '%u %g' /workspace/theirs");
     assert_eq!(out, "1000 1000\n");
 }
+
+#[test]
+fn box_files_mounted_on_the_host_never_run_setuid_or_open_as_devices() {
+    let Some(s) = boxed(
+        "box_files_mounted_on_the_host_never_run_setuid_or_open_as_devices",
+        "suid",
+        &[],
+    ) else {
+        return;
+    };
+    let (status, _, err) = s.sh(
+        "suid",
+        "cp /usr/bin/id /workspace/id && chmod 4755 /workspace/id",
+    );
+    assert_eq!(status, 0, "{err}");
+    let bundle = s.env.path("suid.bundle");
+    s.env
+        .ok(&["export", "suid", "-o", bundle.to_str().expect("utf-8")]);
+    // Imported into the same store, the box's own layer is reused as it is: the mount
+    // is what keeps its setuid bit from meaning anything on the host.
+    let dir = s.env.path("imported");
+    s.env.ok(&[
+        "import",
+        bundle.to_str().expect("utf-8"),
+        "--name",
+        "imported",
+        "--dir",
+        dir.to_str().expect("utf-8"),
+    ]);
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let line = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == dir.to_str())
+        .expect("the environment is mounted");
+    let opts = line.split(' ').nth(5).expect("mount options");
+    assert!(
+        opts.split(',').any(|o| o == "nosuid") && opts.split(',').any(|o| o == "nodev"),
+        "{line}"
+    );
+}

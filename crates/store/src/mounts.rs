@@ -30,6 +30,13 @@ pub fn mounts() -> Vec<MountInfo> {
         .collect()
 }
 
+/// Flags of every environment mounted on the host: `nosuid` and `nodev`, because its files
+/// may come from a box or a bundle — a setuid-root program or a device node in them must
+/// never act with host privileges for whoever runs or opens it on the host.
+pub const HOST_MOUNT_FLAGS: rustix::mount::MountFlags = rustix::mount::MountFlags::from_bits_retain(
+    rustix::mount::MountFlags::NOSUID.bits() | rustix::mount::MountFlags::NODEV.bits(),
+);
+
 /// The top-most mount at `path` (canonicalised when possible), if `path` is a mount point.
 pub fn top_mount(path: &Path) -> Option<MountInfo> {
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());

@@ -268,6 +268,16 @@ impl BtrfsBackend {
         rustix::mount::mount_bind(&tree, mountpoint).map_err(|e| Error::Backend {
             path: mountpoint.clone(),
             message: format!("bind-mount {}: {}", tree.display(), std::io::Error::from(e)),
+        })?;
+        // See `crate::mounts::HOST_MOUNT_FLAGS`.
+        rustix::mount::mount_remount(
+            mountpoint,
+            rustix::mount::MountFlags::BIND | crate::mounts::HOST_MOUNT_FLAGS,
+            "",
+        )
+        .map_err(|e| Error::Backend {
+            path: mountpoint.clone(),
+            message: format!("making the mount nosuid,nodev: {}", std::io::Error::from(e)),
         })
     }
 }

@@ -179,7 +179,7 @@ impl LayersBackend {
             crate::mounts::OVERLAY_SOURCE,
             mountpoint,
             "overlay",
-            MountFlags::empty(),
+            crate::mounts::HOST_MOUNT_FLAGS,
             data.as_c_str(),
         )
         .map_err(|e| {
