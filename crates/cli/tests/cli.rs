@@ -273,6 +273,12 @@ fn setup_btrfs_gives_a_btrfs_store() {
     assert!(report["fstab_line"]
         .as_str()
         .is_some_and(|l| l.contains("btrfs")));
+    // Neither other local users nor boxes read the store's image.
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&image), 0o600);
+    assert_eq!(mode(&t.path("home/store")), 0o700);
     // Setting up twice is refused.
     let again = t.run(&[
         "setup",

@@ -805,3 +805,91 @@ fn box_files_mounted_on_the_host_never_run_setuid_or_open_as_devices() {
         "{line}"
     );
 }
+
+#[test]
+fn agentbox_state_is_private_whatever_the_umask() {
+    let Some(s) = boxed("agentbox_state_is_private_whatever_the_umask", "priv", &[]) else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    s.env.ok(&["start", "priv"]);
+    let home = s.env.path("home");
+    assert_eq!(mode(&home), 0o700, "the agentbox home");
+    assert_eq!(mode(&home.join("store")), 0o700, "the store");
+    // A second home made under umask 0 is private too.
+    let other = s.env.path("other-home");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 0; AGENTBOX_HOME={} {} env {}",
+            other.display(),
+            env!("CARGO_BIN_EXE_agentbox"),
+            s.env.path("proj").display()
+        ))
+        .output()
+        .expect("run");
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(mode(&other), 0o700);
+    assert_eq!(mode(&other.join("store")), 0o700);
+    let _ = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"))
+        .args(["destroy", "proj"])
+        .env("AGENTBOX_HOME", &other)
+        .output();
+}
+
+#[test]
+fn a_rootless_box_gets_the_same_hardening() {
+    let test = "a_rootless_box_gets_the_same_hardening";
+    let Some(g) = GitBox::new(test, true) else {
+        return;
+    };
+    // The user's own home, outside /home: hidden from the box.
+    let user_home =
+        std::path::PathBuf::from(format!("/var/tmp/agentbox-sec-home-{}", std::process::id()));
+    write(&user_home.join("secret"), "the user's secret\n");
+    assert!(std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&user_home)
+        .status()
+        .expect("chown")
+        .success());
+    let nobody_home = g.nobody.clone().expect("rootless");
+    let run = |script: &str| {
+        let exe = nobody_home.join("agentbox");
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&exe)
+            .args(["exec", "g", "--", "sh", "-c", script])
+            .env("AGENTBOX_HOME", &nobody_home)
+            .env("HOME", &user_home)
+            .current_dir("/")
+            .output()
+            .expect("setpriv");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr(&out),
+        )
+    };
+    g.ok(&["stop", "g"]);
+    let (out, err) = run(&format!(
+        "cat {}/secret 2>/dev/null && echo read-home;
+         echo 1 > /proc/sys/kernel/sysrq 2>/dev/null && echo wrote-sysrq;
+         mknod /tmp/disk b 7 0 2>/dev/null && echo made-device;
+         cat /proc/keys 2>/dev/null | wc -c;
+         command -v python3 >/dev/null && python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); r = l.syscall(250, 0, -3, 0, 0, 0); print(\"keyctl\", r, ctypes.get_errno())';
+         true",
+        user_home.display()
+    ));
+    let _ = std::fs::remove_dir_all(&user_home);
+    for bad in ["read-home", "wrote-sysrq", "made-device"] {
+        assert!(!out.contains(bad), "{bad}: {out}{err}");
+    }
+    assert!(
+        out.lines().any(|l| l.trim() == "0"),
+        "/proc/keys is masked: {out}"
+    );
+    if let Some(k) = out.lines().find(|l| l.starts_with("keyctl")) {
+        assert_eq!(k, "keyctl -1 1", "keyctl is refused with EPERM");
+    }
+}
