@@ -7,6 +7,7 @@
 pub mod init;
 pub mod ipc;
 pub mod launch;
+pub mod net;
 pub mod proto;
 pub mod seccomp;
 pub mod userns;
