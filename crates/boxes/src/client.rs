@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use agentbox_core::home::Home;
 use agentbox_sandbox::ipc;
-use agentbox_sandbox::proto::WinSize;
+use agentbox_sandbox::proto::{Network, WinSize};
 use std::os::unix::process::CommandExt;
 
 use crate::proto::{ProcKind, Reply, Request};
@@ -80,7 +80,7 @@ impl Client {
     /// Connect to `name`'s supervisor, starting it (and the box) when it is not running and
     /// `start` is set. `Ok(None)` when it is not running and `start` is not set.
     pub fn connect(home: &Home, name: &str, start: bool) -> Result<Option<Client>> {
-        record::read(home, name)?;
+        let rec = record::read(home, name)?;
         let dirs = BoxDirs::new(home, name);
         if let Ok(sock) = connect_once(&dirs.socket()) {
             return Ok(Some(Client { sock }));
@@ -94,6 +94,12 @@ impl Client {
         }
         if !start {
             return Ok(None);
+        }
+        if rec.network == Network::Private {
+            // The supervisor checks again; checked here, the error keeps its exit code and
+            // hint rather than arriving as a line of the supervisor's log.
+            agentbox_sandbox::net::preflight(&format!("box {name:?}"), rec.rootless)?;
+            agentbox_sandbox::net::check_ports(name, &rec.publish)?;
         }
         let exe = std::env::current_exe()?;
         let log = fs_err::OpenOptions::new()

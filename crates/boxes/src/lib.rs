@@ -72,6 +72,9 @@ pub enum BoxError {
     SupervisorStart { name: String, message: String },
     #[error("{operation} needs root: {reason}")]
     NeedsRoot { operation: String, reason: String },
+    /// A private network that cannot be set up (no `pasta`, a taken port).
+    #[error(transparent)]
+    Network(#[from] agentbox_sandbox::net::NetError),
     #[error(transparent)]
     Store(#[from] agentbox_store::Error),
     #[error(transparent)]
@@ -110,6 +113,7 @@ impl BoxError {
             | BoxError::ImageExists { .. }
             | BoxError::ImageInUse { .. } => 4,
             BoxError::NeedsRoot { .. } => 6,
+            BoxError::Network(e) => e.exit_code(),
             BoxError::Remote { code, .. } => *code,
             BoxError::Command { status, .. } => *status,
             _ => 1,
@@ -145,6 +149,7 @@ impl BoxError {
                 Some("choose another display name; `agentbox rename BOX \"\"` clears it".into())
             }
             BoxError::Store(e) => e.hint().map(str::to_owned),
+            BoxError::Network(e) => e.hint(),
             BoxError::BoxRepo { name, repo, .. } => Some(format!(
                 "fix the repository inside the box (`agentbox exec {name} -- git -C {} status`), then `agentbox sync {name}`",
                 repo.display()

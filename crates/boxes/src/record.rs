@@ -5,6 +5,7 @@
 //! * `sock` — the supervisor's socket (present while it runs);
 //! * `supervisor.json` — the running supervisor's PID, for `stop` and recovery;
 //! * `supervisor.log` — what the supervisor and the box's PID 1 printed;
+//! * `pasta.log` — what a private network's `pasta` printed;
 //! * `logs/<id>.log` — output of spawned processes;
 //! * `scratch/` — empty; PID 1 mounts its private tmpfs there (in its own namespace).
 //!
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use agentbox_core::atomic::{read_json_opt, write_json};
 use agentbox_core::home::Home;
+use agentbox_sandbox::net::Publish;
 use agentbox_sandbox::proto::Network;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -75,6 +77,9 @@ pub struct BoxRecord {
     /// The directory the box's workspace was copied from, if any (hidden inside the box).
     pub source: Option<PathBuf>,
     pub network: Network,
+    /// Host TCP ports forwarded into the box (a private network only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<Publish>,
     /// The host repositories the box's workspace was seeded from (see `agentbox_git` and
     /// [`crate::seeding`]): the project root's first when it is one, then first-level
     /// sub-repositories by name. Written as `"repos": [GitRecord, …]`; a record of an older
@@ -215,6 +220,10 @@ impl BoxDirs {
     }
     pub fn supervisor_log(&self) -> PathBuf {
         self.dir.join("supervisor.log")
+    }
+    /// What the private network's `pasta` said (rewritten at each start of the box).
+    pub fn pasta_log(&self) -> PathBuf {
+        self.dir.join("pasta.log")
     }
     pub fn logs(&self) -> PathBuf {
         self.dir.join("logs")

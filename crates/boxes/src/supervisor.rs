@@ -19,7 +19,8 @@ use agentbox_core::home::Home;
 use agentbox_core::lock::{FileLock, Mode};
 use agentbox_sandbox::ipc;
 use agentbox_sandbox::launch::{launch, Running};
-use agentbox_sandbox::proto::{Bind, BoxSpec, FromInit, ToInit};
+use agentbox_sandbox::net::Pasta;
+use agentbox_sandbox::proto::{Bind, BoxSpec, FromInit, Network, ToInit};
 use agentbox_store::{CommitOpts, Store};
 use chrono::Utc;
 
@@ -60,6 +61,8 @@ struct Pending {
 
 struct Generation {
     running: Running,
+    /// The private network's `pasta` (`Network::Private` only); killed after the box.
+    pasta: Option<Pasta>,
     ctl: Arc<OwnedFd>,
     number: u64,
     /// Where this generation's writes land (watched by auto-capture).
@@ -321,7 +324,21 @@ fn store_backing_files(store: &Path) -> Vec<PathBuf> {
     }
 }
 
+/// Start the box (a new generation: its PID 1 and, on a private network, its `pasta`).
+/// Runs on the main thread, which the box's launcher and `pasta` die with.
 fn start_box(shared: &Arc<Shared>) -> Result<()> {
+    // Before anything runs: a missing `pasta` or a taken port is the user's to fix.
+    let pasta_bin = match shared.rec.network {
+        Network::Private => {
+            let bin = agentbox_sandbox::net::preflight(
+                &format!("box {:?}", shared.name),
+                shared.rec.rootless,
+            )?;
+            agentbox_sandbox::net::check_ports(&shared.name, &shared.rec.publish)?;
+            Some(bin)
+        }
+        _ => None,
+    };
     let layers = shared.store.box_layers(&shared.name)?;
     let upper = layers.upper.clone();
     fs_err::create_dir_all(shared.dirs.scratch())?;
@@ -396,6 +413,23 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
             .try_clone()
             .map_err(|e| BoxError::io(&shared.dirs.dir, e))?,
     );
+    let pasta = match &pasta_bin {
+        Some(bin) => match Pasta::attach(
+            bin,
+            &shared.name,
+            running.launcher.id(),
+            shared.rec.rootless,
+            &shared.rec.publish,
+            &shared.dirs.pasta_log(),
+        ) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                running.kill();
+                return Err(e.into());
+            }
+        },
+        None => None,
+    };
     let number = shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
     {
         let shared = shared.clone();
@@ -404,6 +438,7 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
     }
     *lock(&shared.box_) = Some(Generation {
         running,
+        pasta,
         ctl,
         number,
         upper,
@@ -504,8 +539,12 @@ fn restart_box(shared: &Shared) -> Result<()> {
 fn kill_box(shared: &Shared, by_checkout: bool) -> usize {
     let gen = lock(&shared.box_).take();
     let procs = std::mem::take(&mut *lock(&shared.procs));
-    if let Some(g) = gen {
+    if let Some(mut g) = gen {
         g.running.kill();
+        // After the box: its published ports close once nothing in it can answer.
+        if let Some(p) = g.pasta.as_mut() {
+            p.kill();
+        }
     }
     let n = procs.len();
     for (_, p) in procs {

@@ -329,10 +329,15 @@ pub struct CreateArgs {
     /// Do not copy ignored secret-bearing files (overrides git.withEnv).
     #[arg(long, conflicts_with = "with_env")]
     pub no_with_env: bool,
-    /// `host` (the host's network) or `none` (loopback only). Default: config box.network
-    /// (built-in: host).
+    /// `host` (the host's network), `none` (loopback only) or `private` (a network of its
+    /// own with outbound access through `pasta`, the host's loopback out of reach).
+    /// Default: config box.network (built-in: host).
     #[arg(long)]
     pub network: Option<String>,
+    /// Forward a host TCP port to a port of a private box: HOST:BOX or HOSTIP:HOST:BOX
+    /// (repeatable; needs --network private).
+    #[arg(long = "publish", short = 'p', value_name = "[HOSTIP:]HOST:BOX")]
+    pub publish: Vec<String>,
     /// Do not record a node after each command that changed something (config box.capture).
     #[arg(long)]
     pub no_capture: bool,

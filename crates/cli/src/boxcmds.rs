@@ -71,6 +71,15 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         ));
     }
     let network = o.network;
+    if network == Network::Private {
+        // Checked again whenever the box starts; here, before anything is copied.
+        let what = match &a.name {
+            Some(n) => format!("box {n:?}"),
+            None => "the new box".to_owned(),
+        };
+        agentbox_sandbox::net::preflight(&what, rootless)
+            .map_err(agentbox_boxes::BoxError::from)?;
+    }
     let limits = o.limits.clone();
     limits
         .validate()
@@ -130,6 +139,9 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         None => agentbox_boxes::registry::default_name(&ctx.home, source.as_deref(), index),
     };
     let dirs = BoxDirs::new(&ctx.home, &name);
+    // A port taken now would fail the box's first start: say so before copying anything.
+    agentbox_sandbox::net::check_ports(&name, &o.publish)
+        .map_err(agentbox_boxes::BoxError::from)?;
     // The first node: the box's root layer, holding the workspace copy.
     // Held until the box's environment exists: see `Store::hold`.
     let _staging = store.hold("create a box")?;
@@ -184,6 +196,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         created: Utc::now(),
         source,
         network,
+        publish: o.publish.clone(),
         repos: git_rec.into_iter().map(|r| r.record).collect(),
         rootless,
         image: o.image,
@@ -1120,7 +1133,8 @@ pub struct BoxStatus {
     pub state: &'static str,
     pub processes: usize,
     pub base: String,
-    pub network: &'static str,
+    /// The network as a person reads it (`private (published 8080->8123)`).
+    pub network: String,
     pub capture: bool,
     /// How auto-capture is doing in the running box (`None`: stopped, or capture off).
     pub capture_state: Option<agentbox_boxes::capture::CaptureHealth>,
@@ -1213,8 +1227,17 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
             None => "the host's /".to_owned(),
         },
         network: match rec.network {
-            Network::Host => "host",
-            Network::None => "none (loopback only)",
+            Network::Host => "host".to_owned(),
+            Network::None => "none (loopback only)".to_owned(),
+            Network::Private if rec.publish.is_empty() => "private".to_owned(),
+            Network::Private => format!(
+                "private (published {})",
+                rec.publish
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         },
         capture: rec.capture,
         capture_state,

@@ -436,6 +436,8 @@ fn edit(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResu
 #[derive(Debug, Clone)]
 pub(crate) struct CreateOptions {
     pub network: Network,
+    /// Host ports forwarded into the box; empty unless `network` is private.
+    pub publish: Vec<agentbox_sandbox::net::Publish>,
     pub capture: bool,
     /// `KEY=VALUE` each, checked.
     pub env: Vec<String>,
@@ -515,8 +517,19 @@ pub(crate) fn effective_create_options(ctx: &Ctx, a: &CreateArgs) -> CliResult<C
         }
     }
     let e = config.effective();
+    // Ports are per box (two boxes cannot publish one host port), so they come from the
+    // flag only, never from a configuration every box of the project would share.
+    let publish = agentbox_sandbox::net::parse_publish(&a.publish)
+        .map_err(|err| CliError::usage(err.to_string(), "see `agentbox create --help`"))?;
+    if !publish.is_empty() && e.network != Network::Private {
+        return Err(CliError::usage(
+            "publishing ports (--publish) needs a private network",
+            "add --network private (config box.network = private)",
+        ));
+    }
     Ok(CreateOptions {
         network: e.network,
+        publish,
         capture: e.capture,
         env: e.env,
         ignore: e.ignore,

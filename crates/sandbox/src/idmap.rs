@@ -200,47 +200,6 @@ impl BoxUserNs {
     }
 }
 
-/// Make every permitted capability effective (leaving fsuid 0 clears the file-system
-/// capabilities from the effective set; the permitted set still has them).
-fn raise_effective_caps() -> Result<(), String> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Default, Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const VERSION_3: u32 = 0x2008_0522;
-    let mut header = Header {
-        version: VERSION_3,
-        pid: 0,
-    };
-    let mut data = [Data::default(); 2];
-    // SAFETY: capget/capset with the kernel's structures for version 3 (two data words).
-    unsafe {
-        if libc::syscall(
-            libc::SYS_capget,
-            &mut header as *mut Header,
-            data.as_mut_ptr(),
-        ) != 0
-        {
-            return Err(errno("capget"));
-        }
-        for d in &mut data {
-            d.effective = d.permitted;
-        }
-        if libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) != 0 {
-            return Err(errno("capset"));
-        }
-    }
-    Ok(())
-}
-
 /// The host ids of box root in the box whose PID 1 is host process `pid`, from its
 /// `uid_map` and `gid_map` (`None`: box root is host root, or the box is not running).
 pub fn of_process(pid: i32) -> Option<IdRange> {
@@ -270,7 +229,7 @@ impl ActingAsBoxRoot {
             libc::setfsuid(range.uid);
         }
         let acting = ActingAsBoxRoot(());
-        raise_effective_caps()?;
+        crate::caps::raise_effective().map_err(|e| format!("raising capabilities: {e}"))?;
         Ok(acting)
     }
 }

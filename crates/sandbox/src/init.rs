@@ -53,7 +53,7 @@ pub fn launcher_main() -> ! {
     };
     let mut flags =
         libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
-    if spec.network == Network::None {
+    if spec.network.own_namespace() {
         flags |= libc::CLONE_NEWNET;
     }
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
@@ -92,6 +92,13 @@ pub fn launcher_main() -> ! {
     }
     if pid == 0 {
         pid1(spec, ctl, userns);
+    }
+    // From here on the launcher only waits. Without capabilities it is the box process
+    // whose namespaces the network helper may open (`net::Pasta::attach`): the kernel lets
+    // a process open another's namespaces only when the other holds no capability it
+    // lacks. Dropped before PID 1 is announced, so before the supervisor looks.
+    if let Err(e) = crate::caps::drop_all() {
+        fail(&ctl, format!("dropping the launcher's capabilities: {e}"));
     }
     let _ = ipc::send(&ctl, &FromInit::Pid1 { host_pid: pid }, &[]);
     // Only PID 1 keeps the socket: its end-of-file then means PID 1 is gone.
@@ -260,7 +267,7 @@ fn private_scratch(spec: &BoxSpec) -> Result<PathBuf, String> {
 fn enter_root(root: &Path, spec: &BoxSpec) -> Result<(), String> {
     rustix::system::sethostname(spec.hostname.as_bytes())
         .map_err(|e| err("setting the host name", std::io::Error::from(e)))?;
-    if spec.network == Network::None {
+    if spec.network.own_namespace() {
         loopback_up()?;
     }
     rustix::process::chdir(root)
@@ -335,7 +342,12 @@ fn setup_root(spec: &BoxSpec, userns: Option<&crate::idmap::BoxUserNs>) -> Resul
     )?;
     let resolv = std::fs::read("/etc/resolv.conf").ok();
     special_mounts(&root, spec, ns)?;
-    if spec.base != Path::new("/") && spec.network == Network::Host {
+    if spec.network == Network::Private {
+        private_resolv_conf(scratch, &root, resolv.as_deref())?;
+        if spec.base != Path::new("/") {
+            share_host_file(scratch, &root, "etc/hosts")?;
+        }
+    } else if spec.base != Path::new("/") && spec.network == Network::Host {
         // An image's own name-service files describe some other machine's network.
         for file in ["etc/resolv.conf", "etc/hosts"] {
             share_host_file(scratch, &root, file)?;
@@ -476,7 +488,11 @@ fn setup_root_rootless(spec: &BoxSpec) -> Result<(), String> {
             mount("agentbox", &inside, "tmpfs", MountFlags::RDONLY, "size=4k")?;
         }
     }
+    let resolv = std::fs::read("/etc/resolv.conf").ok();
     special_mounts(&root, spec, None)?;
+    if spec.network == Network::Private {
+        private_resolv_conf(scratch, &root, resolv.as_deref())?;
+    }
     enter_root(&root, spec)
 }
 
@@ -794,6 +810,43 @@ fn share_host_file(scratch: &Path, root: &Path, file: &str) -> Result<(), String
     let Ok(content) = std::fs::read(Path::new("/").join(file)) else {
         return Ok(());
     };
+    bind_content(scratch, root, file, &content)
+}
+
+/// The private network's `/etc/resolv.conf` (see [`crate::net::resolv_conf`]). Where the
+/// base's file is a symlink into `/run` (systemd-resolved), the content goes at its target
+/// in the box's own `/run`, so the box's layer is not touched; otherwise a read-only bind
+/// covers the file.
+fn private_resolv_conf(scratch: &Path, root: &Path, host: Option<&[u8]>) -> Result<(), String> {
+    let content =
+        crate::net::resolv_conf(&String::from_utf8_lossy(host.unwrap_or_default())).into_bytes();
+    let etc = root.join("etc/resolv.conf");
+    if let Ok(target) = std::fs::read_link(&etc) {
+        // Lexically (`../run/…` is the usual spelling): the box's tree is not looked up.
+        let mut abs = PathBuf::from(if target.is_absolute() { "/" } else { "/etc" });
+        for c in target.components() {
+            match c {
+                Component::ParentDir => {
+                    abs.pop();
+                }
+                Component::Normal(n) => abs.push(n),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+        if abs.starts_with("/run/") {
+            let inside = under(root, &abs)?;
+            if let Some(parent) = inside.parent() {
+                mkdir_p(parent)?;
+            }
+            return std::fs::write(&inside, content)
+                .map_err(|e| err(format!("writing {}", inside.display()), e));
+        }
+    }
+    bind_content(scratch, root, "etc/resolv.conf", &content)
+}
+
+/// Show `content` at `/<file>` in the box: a read-only bind of a copy in the scratch tmpfs.
+fn bind_content(scratch: &Path, root: &Path, file: &str, content: &[u8]) -> Result<(), String> {
     let copy = scratch.join(file.replace('/', "_"));
     std::fs::write(&copy, content).map_err(|e| err(format!("writing {}", copy.display()), e))?;
     let target = root.join(file);
@@ -1015,7 +1068,8 @@ const KEPT_CAPS: &[u32] = &[
     31, // CAP_SETFCAP
 ];
 
-/// Every capability this kernel knows that a box on `network` does not keep.
+/// Every capability this kernel knows that a box on `network` does not keep (raw sockets
+/// in a namespace of the box's own see only the box's traffic).
 fn dropped_capabilities(network: Network) -> Vec<u32> {
     const CAP_NET_RAW: u32 = 13;
     let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")

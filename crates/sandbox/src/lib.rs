@@ -4,10 +4,12 @@
 //! `__box-init` command calls [`init::launcher_main`]. They talk over [`ipc`] with the
 //! messages of [`proto`].
 
+mod caps;
 pub mod idmap;
 pub mod init;
 pub mod ipc;
 pub mod launch;
+pub mod net;
 pub mod proto;
 pub mod seccomp;
 pub mod userns;

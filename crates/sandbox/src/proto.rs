@@ -117,6 +117,17 @@ pub enum Network {
     Host,
     /// A private network namespace with only a loopback interface.
     None,
+    /// A private network namespace with outbound access and published ports, through a
+    /// user-mode network stack the supervisor attaches (see [`crate::net`]); the host's
+    /// loopback is out of reach.
+    Private,
+}
+
+impl Network {
+    /// Whether the box has a network namespace of its own.
+    pub fn own_namespace(self) -> bool {
+        self != Network::Host
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

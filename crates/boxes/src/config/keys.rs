@@ -124,7 +124,7 @@ fn empty_list() -> Option<Value> {
 }
 
 /// Network modes of a box.
-pub const NETWORKS: &[&str] = &["host", "none"];
+pub const NETWORKS: &[&str] = &["host", "none", "private"];
 
 /// Every configuration key. Sorted by name (a unit test checks it), so listings are stable.
 pub static KEYS: &[Key] = &[
@@ -181,7 +181,7 @@ pub static KEYS: &[Key] = &[
         name: "box.network",
         kind: Kind::Enum(NETWORKS),
         default: || Some(Value::Str("host".into())),
-        description: "Network of a box: host (the host's network) or none (loopback only)",
+        description: "Network of a box: host (the host's network), none (loopback only) or private (its own, with outbound access through pasta and published ports; the host's loopback out of reach)",
         check: None,
     },
     Key {

@@ -166,6 +166,7 @@ impl Config {
         Effective {
             network: match self.text("box.network") {
                 Some("none") => Network::None,
+                Some("private") => Network::Private,
                 _ => Network::Host,
             },
             capture: self.flag("box.capture"),
