@@ -5,6 +5,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod client;
 pub mod config;
+pub mod hostdata;
 pub mod images;
 pub mod project;
 pub mod proto;

@@ -105,6 +105,10 @@ pub struct BoxRecord {
     /// Paths (relative to the box root) whose changes alone never make a node.
     #[serde(default)]
     pub ignore: Vec<String>,
+    /// `box.hostPaths`: host paths shown in (`/PATH`) or hidden from (`!/PATH`) the box,
+    /// besides the default (see [`crate::hostdata`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_paths: Vec<String>,
     /// Resource limits (memory, processes, CPU) of the box's cgroup.
     #[serde(default, skip_serializing_if = "Limits::is_empty")]
     pub limits: Limits,

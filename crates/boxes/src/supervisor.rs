@@ -220,110 +220,6 @@ fn launcher_loop(shared: &Arc<Shared>, rx: Receiver<LaunchReply>) {
     }
 }
 
-/// Host data directories a box on the host's `/` never sees: the base shows the host's
-/// software, not its data.
-const HOST_DATA: &[&str] = &[
-    "/root",
-    "/home",
-    "/srv",
-    "/mnt",
-    "/media",
-    "/var/backups",
-    "/var/mail",
-    "/var/spool/mail",
-    "/var/spool/cron",
-    "/etc/docker",
-    "/etc/ssl/private",
-    // The host's password hashes are credentials too.
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/sudoers.d",
-];
-
-/// What of `/var/lib` a box sees: the package managers' state, so that `apt`, `dpkg -l`
-/// and `pip` see what is installed. Everything else there is data (databases, container
-/// images, other programs' state).
-const VAR_LIB_SHOWN: &[&str] = &[
-    "dpkg",
-    "apt",
-    "ucf",
-    "pam",
-    "python",
-    "misc",
-    "shells.state",
-];
-
-fn hidden_paths(shared: &Shared) -> Vec<PathBuf> {
-    let mut hide: Vec<PathBuf> = HOST_DATA.iter().map(PathBuf::from).collect();
-    if let Ok(entries) = fs_err::read_dir("/var/lib") {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            if !VAR_LIB_SHOWN.iter().any(|s| name == *s) {
-                hide.push(e.path());
-            }
-        }
-    }
-    // The user's home, wherever it is (not only under /home), and the invoking user's.
-    for var in ["HOME", "SUDO_HOME"] {
-        if let Some(h) = std::env::var_os(var).map(PathBuf::from) {
-            if h.is_absolute() && h != Path::new("/") {
-                hide.push(h);
-            }
-        }
-    }
-    if let Ok(entries) = fs_err::read_dir("/etc/ssh") {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("ssh_host_") && name.ends_with("_key") {
-                hide.push(e.path());
-            }
-        }
-    }
-    for p in [shared.home.root(), shared.home.store_dir().as_path()] {
-        hide.push(p.to_owned());
-        if let Ok(c) = fs_err::canonicalize(p) {
-            hide.push(c);
-        }
-    }
-    if let Some(src) = &shared.rec.source {
-        hide.push(src.clone());
-    }
-    // The file behind the store's filesystem (`agentbox setup --btrfs`'s image): it holds
-    // every box's layers.
-    hide.extend(store_backing_files(shared.home.store_dir().as_path()));
-    for repo in &shared.rec.repos {
-        // The host repository's git directory — for a linked worktree or a submodule it is
-        // outside the source — with its config (credentials), hooks and refs. The box
-        // reaches its objects only through the read-only bind below.
-        hide.push(repo.host().git_dir().to_owned());
-        hide.push(repo.repo.clone());
-    }
-    hide
-}
-
-/// Files backing the loop device the store's filesystem is on (none when it is not on a
-/// loop device).
-fn store_backing_files(store: &Path) -> Vec<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = fs_err::metadata(store) else {
-        return Vec::new();
-    };
-    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-    let Ok(backing) =
-        fs_err::read_to_string(format!("/sys/dev/block/{major}:{minor}/loop/backing_file"))
-    else {
-        return Vec::new();
-    };
-    let path = PathBuf::from(backing.trim_end_matches('\n'));
-    if path.is_absolute() {
-        vec![path]
-    } else {
-        Vec::new()
-    }
-}
-
 /// Start the box (a new generation: its PID 1 and, on a private network, its `pasta`).
 /// Runs on the main thread, which the box's launcher and `pasta` die with.
 fn start_box(shared: &Arc<Shared>) -> Result<()> {
@@ -347,12 +243,15 @@ fn start_box(shared: &Arc<Shared>) -> Result<()> {
         // A rootless box has its own /root and /home (the host's are never bound).
         None if shared.rec.rootless => (
             PathBuf::from("/"),
-            hidden_paths(shared)
+            crate::hostdata::hidden_paths(&shared.home, &shared.rec)
                 .into_iter()
                 .filter(|p| p != Path::new("/root") && p != Path::new("/home"))
                 .collect(),
         ),
-        None => (PathBuf::from("/"), hidden_paths(shared)),
+        None => (
+            PathBuf::from("/"),
+            crate::hostdata::hidden_paths(&shared.home, &shared.rec),
+        ),
     };
     let mut binds = vec![
         Bind {

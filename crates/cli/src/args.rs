@@ -354,6 +354,12 @@ pub struct CreateArgs {
     /// replaces config box.ignore.
     #[arg(long, value_name = "PATTERN")]
     pub ignore: Vec<String>,
+    /// A host path the box sees besides the host's software (`/srv/datasets`, read-only), or
+    /// hides too (`!/opt/private`). Repeatable; replaces config box.hostPaths. The host's
+    /// secrets (password hashes, host keys, the user's home, agentbox's own state) are
+    /// never shown.
+    #[arg(long = "host-path", value_name = "[!]PATH")]
+    pub host_paths: Vec<String>,
     /// Memory limit of the box (RAM and swap together), e.g. 512M, 2G (config box.memory).
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,

@@ -203,6 +203,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         capture: o.capture,
         env: o.env,
         ignore: o.ignore,
+        host_paths: o.host_paths,
         limits,
         keep: Some(o.keep),
     };

@@ -442,6 +442,8 @@ pub(crate) struct CreateOptions {
     /// `KEY=VALUE` each, checked.
     pub env: Vec<String>,
     pub ignore: Vec<String>,
+    /// `box.hostPaths` entries, checked.
+    pub host_paths: Vec<String>,
     pub keep: u64,
     /// Checked like `Limits::validate`; whether cgroups are available is `create`'s to check.
     pub limits: Limits,
@@ -496,6 +498,11 @@ pub(crate) fn effective_create_options(ctx: &Ctx, a: &CreateArgs) -> CliResult<C
             "--ignore",
             Some(a.ignore.clone()).filter(|v| !v.is_empty()),
         ),
+        (
+            "box.hostPaths",
+            "--host-path",
+            Some(a.host_paths.clone()).filter(|v| !v.is_empty()),
+        ),
         ("box.keep", "--keep", single(a.keep.map(|n| n.to_string()))),
         ("box.memory", "--memory", single(a.memory.clone())),
         ("box.pids", "--pids", single(a.pids.map(|n| n.to_string()))),
@@ -533,6 +540,7 @@ pub(crate) fn effective_create_options(ctx: &Ctx, a: &CreateArgs) -> CliResult<C
         capture: e.capture,
         env: e.env,
         ignore: e.ignore,
+        host_paths: e.host_paths,
         keep: e.keep,
         limits: Limits {
             memory_bytes: e.memory_bytes,

@@ -893,3 +893,66 @@ fn a_rootless_box_gets_the_same_hardening() {
         assert_eq!(k, "keyctl -1 1", "keyctl is refused with EPERM");
     }
 }
+
+#[test]
+fn host_paths_show_only_what_is_asked_and_never_secrets() {
+    let Some(s) = boxed(
+        "host_paths_show_only_what_is_asked_and_never_secrets",
+        "none-shown",
+        &[],
+    ) else {
+        return;
+    };
+    let tag = format!("agentbox-hp-{}", std::process::id());
+    let srv = Path::new("/srv").join(&tag);
+    let opt = Path::new("/opt").join(&tag);
+    write(&srv.join("shown/f"), "shown\n");
+    write(&srv.join("other/f"), "other\n");
+    write(&opt.join("f"), "opt\n");
+    let proj = s.env.path("proj");
+    let proj = proj.to_str().expect("utf-8");
+    let shown = format!("--host-path={}", srv.join("shown").display());
+    let hidden_opt = format!("--host-path=!{}", opt.display());
+    s.env
+        .ok(&["create", "hp", "--from", proj, &shown, &hidden_opt]);
+    let (_, out, err) = s.sh(
+        "hp",
+        &format!(
+            "cat {srv}/shown/f; cat {srv}/other/f 2>/dev/null && echo other-visible; cat {opt}/f 2>/dev/null && echo opt-visible; echo x > {srv}/shown/new 2>/dev/null; test -e /etc/shadow && echo shadow; true",
+            srv = srv.display(),
+            opt = opt.display()
+        ),
+    );
+    let (_, before, _) = s.sh(
+        "none-shown",
+        &format!("ls {} 2>/dev/null | wc -l", srv.display()),
+    );
+    let _ = std::fs::remove_dir_all(&srv);
+    let _ = std::fs::remove_dir_all(&opt);
+    assert_eq!(out, "shown\n", "{out}{err}");
+    assert_eq!(
+        before.trim(),
+        "0",
+        "without box.hostPaths /srv stays hidden"
+    );
+    assert!(
+        !srv.join("shown/new").exists(),
+        "the host path is read-only from the box"
+    );
+    // Secrets are never shown, as a flag or as configuration.
+    for secret in ["/etc/shadow", "/etc/ssl/private"] {
+        let out = s.env.run(&[
+            "create",
+            "oops",
+            "--from",
+            proj,
+            &format!("--host-path={secret}"),
+        ]);
+        assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("secrets"), "{}", stderr(&out));
+        let out = s
+            .env
+            .run(&["config", "set", "--global", "box.hostPaths", secret]);
+        assert_ne!(code(&out), Some(0), "{}", stderr(&out));
+    }
+}

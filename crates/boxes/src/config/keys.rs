@@ -150,6 +150,13 @@ pub static KEYS: &[Key] = &[
         check: Some(check_env),
     },
     Key {
+        name: "box.hostPaths",
+        kind: Kind::List,
+        default: empty_list,
+        description: "Host paths a box sees besides the host's software (/srv/datasets), or hides too (!/opt/private); secrets never show",
+        check: Some(check_host_paths),
+    },
+    Key {
         name: "box.ignore",
         kind: Kind::List,
         default: empty_list,
@@ -432,6 +439,15 @@ fn check_env(v: &Value) -> Result<(), String> {
                     ))
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+fn check_host_paths(v: &Value) -> Result<(), String> {
+    if let Value::List(items) = v {
+        for entry in items {
+            crate::hostdata::parse(entry)?;
         }
     }
     Ok(())

@@ -188,6 +188,7 @@ impl Config {
             },
             env: self.list("box.env"),
             ignore: self.list("box.ignore"),
+            host_paths: self.list("box.hostPaths"),
             image: self.text("box.image").map(str::to_owned),
             carry: self.flag("git.carry"),
             with_env: self.flag("git.withEnv"),
@@ -266,6 +267,8 @@ pub struct Effective {
     pub env: Vec<String>,
     /// `box.ignore`.
     pub ignore: Vec<String>,
+    /// `box.hostPaths`.
+    pub host_paths: Vec<String>,
     /// `box.image`.
     pub image: Option<String>,
     /// `git.carry`.
