@@ -312,6 +312,23 @@ fn restrict_to_box(cli: &mut Cli, name: &str) -> CliResult {
         | Command::Checkout(_)
         | Command::Tag(_) => Ok(()),
         Command::Undo(a) | Command::Ps(a) if a.name.as_deref().is_none_or(|n| n == name) => Ok(()),
+        // Nothing of the box reaches the host's git command line: the host picks the
+        // remote (the branch's, or `git.remote`) and the branch to pull.
+        Command::Push(crate::args::PushArgs {
+            remote: Some(_), ..
+        })
+        | Command::Pull(crate::args::PullArgs {
+            remote: Some(_), ..
+        }) => Err(CliError::usage(
+            "--remote is not allowed inside a box".to_owned(),
+            "the host pushes and pulls with the remote it configured (the branch's remote, or git.remote); run `agentbox push --remote …` on the host",
+        )),
+        Command::Pull(crate::args::PullArgs {
+            branch: Some(_), ..
+        }) => Err(CliError::usage(
+            "--branch is not allowed inside a box".to_owned(),
+            "inside a box, pull merges the upstream of the branch the box was made from; run `agentbox pull --branch …` on the host",
+        )),
         // The relay for credentialed git: run here, on the host, with the user's
         // credentials, for this box's own branches.
         Command::Push(crate::args::PushArgs { name: n, .. })

@@ -250,6 +250,17 @@ fn agentbox_in_a_box_cannot_choose_another_home_or_box() {
         assert_eq!(status, 2, "{attack}: {err}");
         assert!(err.contains("not allowed inside a box"), "{attack}: {err}");
     }
+    // Nothing of the box reaches the host's git command line.
+    for attack in [
+        "agentbox push --remote=--receive-pack=touch\\ /tmp/pwned",
+        "agentbox push --remote /etc",
+        "agentbox pull --remote origin",
+        "agentbox pull --branch 'x:refs/heads/main'",
+    ] {
+        let (status, _, err) = s.sh("relay", attack);
+        assert_eq!(status, 2, "{attack}: {err}");
+        assert!(err.contains("not allowed inside a box"), "{attack}: {err}");
+    }
     // The box's own commands still work.
     let (status, out, err) = s.sh("relay", "agentbox log --json");
     assert_eq!(status, 0, "{err}");
