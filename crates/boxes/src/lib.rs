@@ -5,6 +5,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod client;
 pub mod config;
+pub mod create;
 pub mod hostdata;
 pub mod images;
 pub mod project;
@@ -67,6 +68,27 @@ pub enum BoxError {
         repo: PathBuf,
         why: String,
     },
+    /// A setting of a new box (a `create` flag, or the configuration key it overrides)
+    /// with a value it cannot take.
+    #[error("{key} {given}: {reason}")]
+    BadSetting {
+        /// The configuration key (`box.network`), or `publish` / `limits` (whose reason
+        /// quotes the value).
+        key: String,
+        given: String,
+        reason: String,
+    },
+    #[error("publishing ports needs a private network")]
+    PublishNeedsPrivate,
+    #[error("resource limits cannot be enforced here: {reason}")]
+    LimitsUnavailable { reason: String },
+    #[error("{} {why}", path.display())]
+    BadWorkspace { path: PathBuf, why: String },
+    /// Making the box's repositories from the host's failed.
+    #[error(transparent)]
+    Seed(agentbox_git::GitError),
+    #[error(transparent)]
+    Config(Box<crate::config::ConfigError>),
     #[error("supervisor: {0}")]
     Supervisor(String),
     #[error("box {name:?}: the supervisor did not start: {message}")]
@@ -113,7 +135,11 @@ impl BoxError {
             BoxError::BoxExists { .. }
             | BoxError::ImageExists { .. }
             | BoxError::ImageInUse { .. } => 4,
-            BoxError::NeedsRoot { .. } => 6,
+            BoxError::NeedsRoot { .. } | BoxError::LimitsUnavailable { .. } => 6,
+            BoxError::BadSetting { .. }
+            | BoxError::PublishNeedsPrivate
+            | BoxError::BadWorkspace { .. } => 2,
+            BoxError::Config(e) => e.exit_code(),
             BoxError::Network(e) => e.exit_code(),
             BoxError::Remote { code, .. } => *code,
             BoxError::Command { status, .. } => *status,
@@ -150,6 +176,21 @@ impl BoxError {
                 Some("choose another display name; `agentbox rename BOX \"\"` clears it".into())
             }
             BoxError::Store(e) => e.hint().map(str::to_owned),
+            BoxError::BadSetting { .. } => Some("see `agentbox create --help`".into()),
+            BoxError::PublishNeedsPrivate => {
+                Some("add --network private (config box.network = private)".into())
+            }
+            BoxError::LimitsUnavailable { .. } => Some(
+                "create the box without --memory/--pids/--cpus, or on a machine with cgroups"
+                    .into(),
+            ),
+            BoxError::BadWorkspace { .. } => {
+                Some("--from takes the directory to copy into /workspace".into())
+            }
+            BoxError::Seed(_) => {
+                Some("`agentbox create --no-git` copies the directory as it is".into())
+            }
+            BoxError::Config(e) => e.hint(),
             BoxError::Network(e) => e.hint(),
             BoxError::BoxRepo { name, repo, .. } => Some(format!(
                 "fix the repository inside the box (`agentbox exec {name} -- git -C {} status`), then `agentbox sync {name}`",

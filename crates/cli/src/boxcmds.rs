@@ -1,16 +1,15 @@
 //! Commands that run boxes: create, exec, shell, spawn, ps, logs, kill, start, stop, undo.
 
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
 use agentbox_boxes::client::{self, Client};
+use agentbox_boxes::create;
 use agentbox_boxes::proto::{ProcKind, Reply, Request};
 use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
 use agentbox_sandbox::proto::Network;
-use agentbox_store::{CommitOpts, Source, Store};
-use chrono::Utc;
+use agentbox_store::{CommitOpts, Store};
 use serde::Serialize;
 
 use crate::args::{
@@ -54,169 +53,24 @@ struct Created<'a> {
 }
 
 pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
-    if let Some(n) = &a.name {
-        agentbox_store::names::validate("box", n)?;
-    }
-    // Flags over the configuration (see `configcmd`).
-    let o = crate::configcmd::effective_create_options(ctx, &a)?;
-    let rootless = !rustix::process::geteuid().is_root();
-    if rootless && o.image.is_some() {
-        return Err(CliError::new(
-            6,
-            "a box on an image needs root in this version",
-            Some(
-                "run it with sudo, or create the box on the host's own tools (without --image)"
-                    .into(),
-            ),
-        ));
-    }
-    let network = o.network;
-    if network == Network::Private {
-        // Checked again whenever the box starts; here, before anything is copied.
-        let what = match &a.name {
-            Some(n) => format!("box {n:?}"),
-            None => "the new box".to_owned(),
-        };
-        agentbox_sandbox::net::preflight(&what, rootless)
-            .map_err(agentbox_boxes::BoxError::from)?;
-    }
-    let limits = o.limits.clone();
-    limits
-        .validate()
-        .map_err(|e| CliError::usage(e.to_string(), "see `agentbox create --help`"))?;
-    if !limits.is_empty() {
-        agentbox_boxes::cgroup::available().map_err(|e| {
-            CliError::new(
-                6,
-                format!("resource limits cannot be enforced here: {e}"),
-                Some(
-                    "create the box without --memory/--pids/--cpus, or on a machine with cgroups"
-                        .into(),
-                ),
-            )
-        })?;
-    }
-    let source = match &a.from {
-        Some(d) => {
-            if !d.exists() {
-                return Err(CliError::usage(
-                    format!("{} does not exist", d.display()),
-                    "--from takes the directory to copy into /workspace",
-                ));
-            }
-            let d = fs_err::canonicalize(d)?;
-            if !d.is_dir() {
-                return Err(CliError::usage(
-                    format!("{} is not a directory", d.display()),
-                    "--from takes the directory to copy into /workspace",
-                ));
-            }
-            Some(d)
-        }
-        None if a.empty => None,
-        None => {
-            let found = agentbox_boxes::project::find_root(&std::env::current_dir()?);
-            match &found {
-                Some(p) => ctx.note(format!("making the box from project {}", p.display())),
-                None => ctx.note(
-                    "not inside a project: the box's /workspace starts empty (-C DIR makes it from a directory)",
-                ),
-            }
-            found
-        }
+    let spec = create::Spec {
+        name: a.name.clone(),
+        workspace: match (&a.from, a.empty) {
+            (Some(d), _) => create::Workspace::From(d.clone()),
+            (None, true) => create::Workspace::Empty,
+            (None, false) => create::Workspace::ProjectOf(std::env::current_dir()?),
+        },
+        from_ref: a.from_branch.clone(),
+        no_git: a.no_git,
+        settings: create_settings(&a),
     };
-    let store = Store::open_or_init(&ctx.home.store_dir(), None)?;
-    if let Some(image) = &o.image {
-        agentbox_boxes::images::get(&ctx.home, image)?;
-    }
-    let taken = |n: &str| BoxDirs::new(&ctx.home, n).record().exists() || store.env(n).is_ok();
-    if let Some(n) = a.name.as_deref().filter(|n| taken(n)) {
-        return Err(agentbox_boxes::BoxError::BoxExists { name: n.to_owned() }.into());
-    }
-    let index = agentbox_boxes::registry::allocate_index(&ctx.home, source.as_deref())?;
-    let name = match a.name.clone() {
-        Some(n) => n,
-        None => agentbox_boxes::registry::default_name(&ctx.home, source.as_deref(), index),
-    };
-    let dirs = BoxDirs::new(&ctx.home, &name);
-    // A port taken now would fail the box's first start: say so before copying anything.
-    agentbox_sandbox::net::check_ports(&name, &o.publish)
-        .map_err(agentbox_boxes::BoxError::from)?;
-    // The first node: the box's root layer, holding the workspace copy.
-    // Held until the box's environment exists: see `Store::hold`.
-    let _staging = store.hold("create a box")?;
-    let staged = agentbox_store::transfer::staging(&store, "box")?;
-    // A staging directory the backend can adopt without a copy (a subvolume on btrfs).
-    match store.backend().staging_dir_maker() {
-        Some(make) => make(&staged).map_err(|e| CliError::from(agentbox_store::Error::Io(e)))?,
-        None => fs_err::create_dir_all(&staged)?,
-    }
-    fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
-    let ws = staged.join("workspace");
-    let mut git_rec = Vec::new();
-    let copied = ctx.busy("copying the workspace", || -> CliResult {
-        if rootless {
-            // Mount points for the host's directories, bound read-only into the box.
-            agentbox_sandbox::init::host_skeleton(&staged)?;
-        }
-        match &source {
-            Some(src) => {
-                git_rec = agentbox_boxes::seeding::seed_workspace(
-                    &ctx.home,
-                    src,
-                    &name,
-                    &ws,
-                    &seed_opts(&a, &o),
-                    !a.no_git,
-                )
-                .map_err(git_error)?;
-            }
-            None => fs_err::create_dir(&ws)?,
-        }
-        Ok(())
-    });
-    if let Err(e) = copied {
-        let _ = fs_err::remove_dir_all(&staged);
-        return Err(e);
-    }
-    note_seeded(ctx, &git_rec);
-    let message = match &source {
-        Some(s) => format!("box created from {}", s.display()),
-        None => "box created".to_owned(),
-    };
-    let state = store.create_env(&name, None, Source::Staged(staged), &message)?;
-    let rec = BoxRecord {
-        id: agentbox_core::id::new_id(),
-        name: name.clone(),
-        display_name: None,
-        provider: record::LOCAL_PROVIDER.to_owned(),
-        project: source.clone(),
-        index,
-        last_agent: None,
-        created: Utc::now(),
-        source,
-        network,
-        publish: o.publish.clone(),
-        repos: git_rec.into_iter().map(|r| r.record).collect(),
-        rootless,
-        image: o.image,
-        capture: o.capture,
-        env: o.env,
-        ignore: o.ignore,
-        host_paths: o.host_paths,
-        limits,
-        keep: Some(o.keep),
-    };
-    fs_err::create_dir_all(&dirs.dir)?;
-    if let Err(e) = record::write(&ctx.home, &rec) {
-        let _ = store.remove_env(&name);
-        let _ = fs_err::remove_dir_all(&dirs.dir);
-        return Err(e.into());
-    }
+    let made = create::create(&ctx.home, &spec, ctx).map_err(setting_error)?;
+    note_seeded(ctx, &made.seeded);
+    let rec = &made.record;
     ctx.out(
         &Created {
-            record: &rec,
-            head: state.head.clone(),
+            record: rec,
+            head: made.head.clone(),
         },
         || {
             format!(
@@ -224,20 +78,69 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
                 rec.name,
                 rec.index,
                 &rec.id[..8],
-                render::short(&state.head),
+                render::short(&made.head),
                 rec.name
             )
         },
     )
 }
 
-/// What `create` makes of its git options, for every repository of the project.
-fn seed_opts(a: &CreateArgs, o: &crate::configcmd::CreateOptions) -> agentbox_git::SeedOpts {
-    agentbox_git::SeedOpts {
-        from_ref: a.from_branch.clone(),
-        no_carry: !o.carry,
-        with_env: o.with_env.clone(),
-        exclude: Vec::new(),
+/// The settings `create`'s flags give.
+fn create_settings(a: &CreateArgs) -> create::Settings {
+    let either = |on: bool, off: bool| match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
+    create::Settings {
+        network: a.network.clone(),
+        capture: either(a.capture, a.no_capture),
+        env: a.vars.clone(),
+        ignore: a.ignore.clone(),
+        host_paths: a.host_paths.clone(),
+        keep: a.keep,
+        memory: a.memory.clone(),
+        pids: a.pids,
+        cpus: a.cpus,
+        image: a.image.clone(),
+        carry: either(a.carry, a.no_carry),
+        with_env: either(a.with_env, a.no_with_env),
+        publish: a.publish.clone(),
+    }
+}
+
+/// A bad setting named as the user gave it: by its `create` flag.
+fn setting_error(e: agentbox_boxes::BoxError) -> CliError {
+    use agentbox_boxes::BoxError as B;
+    match e {
+        B::BadSetting { key, given, reason } => {
+            let flag = match key.as_str() {
+                "box.network" => "--network",
+                "box.capture" => "--capture",
+                "box.env" => "--env",
+                "box.ignore" => "--ignore",
+                "box.hostPaths" => "--host-path",
+                "box.keep" => "--keep",
+                "box.memory" => "--memory",
+                "box.pids" => "--pids",
+                "box.cpus" => "--cpus",
+                "box.image" => "--image",
+                "git.carry" => "--carry",
+                "git.withEnv" => "--with-env",
+                _ => "",
+            };
+            let message = match (flag, given.is_empty()) {
+                ("", _) => reason,
+                (f, true) => format!("{f}: {reason}"),
+                (f, false) => format!("{f} {given}: {reason}"),
+            };
+            CliError::usage(message, "see `agentbox create --help`")
+        }
+        B::PublishNeedsPrivate => CliError::usage(
+            "publishing ports (--publish) needs a private network",
+            "add --network private (config box.network = private)",
+        ),
+        other => other.into(),
     }
 }
 
@@ -981,14 +884,6 @@ pub fn commit_running(ctx: &Ctx, name: &str, opts: &CommitOpts) -> CliResult<Opt
 }
 
 /// A git error of `create`: where nothing better is known, the way around git.
-fn git_error(e: agentbox_git::GitError) -> CliError {
-    let mut err = CliError::from(e);
-    if err.hint.is_none() {
-        err.hint = Some("`agentbox create --no-git` copies the directory as it is".to_owned());
-    }
-    err
-}
-
 /// Remove a box: stop it, then its environment and its directory; with `delete_branch`,
 /// its branches in the host repositories too. Returns the branches deleted.
 pub fn destroy_box(

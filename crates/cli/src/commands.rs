@@ -191,6 +191,21 @@ impl Ctx {
     }
 }
 
+/// Library operations report through the printer: notes to stderr, long work under a
+/// spinner.
+impl agentbox_boxes::create::Progress for Ctx {
+    fn note(&self, line: &str) {
+        Ctx::note(self, line);
+    }
+    fn busy(
+        &self,
+        what: &str,
+        work: &mut dyn FnMut() -> agentbox_boxes::Result<()>,
+    ) -> agentbox_boxes::Result<()> {
+        Ctx::busy(self, what, work)
+    }
+}
+
 impl Ctx {
     /// The project the current directory is in: box numbers and the implicit box are
     /// relative to it.

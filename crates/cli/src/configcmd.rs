@@ -6,16 +6,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use agentbox_boxes::cgroup::Limits;
 use agentbox_boxes::config::{
     self, layer_path, Config, ConfigError, ConfigWarning, Entry, Kind, Layer, Value,
 };
 use agentbox_boxes::project::find_root;
-use agentbox_sandbox::proto::Network;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::args::{ConfigCmd, ConfigFlags, ConfigTarget, CreateArgs};
+use crate::args::{ConfigCmd, ConfigFlags, ConfigTarget};
 use crate::commands::Ctx;
 use crate::errors::CliError;
 use crate::CliResult;
@@ -429,130 +427,4 @@ fn edit(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResu
         }),
         String::new,
     )
-}
-
-/// What `agentbox create` takes from its flags and, where a flag is not given, from the
-/// effective configuration of the project it is made from.
-#[derive(Debug, Clone)]
-pub(crate) struct CreateOptions {
-    pub network: Network,
-    /// Host ports forwarded into the box; empty unless `network` is private.
-    pub publish: Vec<agentbox_sandbox::net::Publish>,
-    pub capture: bool,
-    /// `KEY=VALUE` each, checked.
-    pub env: Vec<String>,
-    pub ignore: Vec<String>,
-    /// `box.hostPaths` entries, checked.
-    pub host_paths: Vec<String>,
-    pub keep: u64,
-    /// Checked like `Limits::validate`; whether cgroups are available is `create`'s to check.
-    pub limits: Limits,
-    pub image: Option<String>,
-    pub carry: bool,
-    /// The ignored files to copy into the box: git.envPatterns when git.withEnv is on,
-    /// else none.
-    pub with_env: Vec<String>,
-}
-
-/// Flags of `create` over the configuration of the project `--from` (else the current
-/// directory) is in. A bad flag value is a usage error naming the flag; a bad file is a
-/// configuration error naming the file.
-pub(crate) fn effective_create_options(ctx: &Ctx, a: &CreateArgs) -> CliResult<CreateOptions> {
-    let dir = match &a.from {
-        Some(d) => d.clone(),
-        None => std::env::current_dir()?,
-    };
-    let root = find_root(&dir);
-    let mut config = Config::load(&ctx.home, root.as_deref())?;
-    warn(config.warnings());
-    let mut flag = |key: &str, flag: &str, values: Vec<String>| -> CliResult {
-        let value = config::parse_set_args(key, &values).map_err(|e| match e {
-            ConfigError::InvalidValue { reason, .. } => CliError::usage(
-                format!("{flag} {}: {reason}", values.join(" ")),
-                "see `agentbox create --help`",
-            ),
-            other => other.into(),
-        })?;
-        Ok(config.apply_flag(key, value)?)
-    };
-    let bool_flag = |on: bool, off: bool| match (on, off) {
-        (true, _) => Some("true".to_owned()),
-        (_, true) => Some("false".to_owned()),
-        _ => None,
-    };
-    let single = |v: Option<String>| v.map(|v| vec![v]);
-    for (key, name, values) in [
-        ("box.network", "--network", single(a.network.clone())),
-        (
-            "box.capture",
-            "--capture",
-            single(bool_flag(a.capture, a.no_capture)),
-        ),
-        (
-            "box.env",
-            "--env",
-            Some(a.vars.clone()).filter(|v| !v.is_empty()),
-        ),
-        (
-            "box.ignore",
-            "--ignore",
-            Some(a.ignore.clone()).filter(|v| !v.is_empty()),
-        ),
-        (
-            "box.hostPaths",
-            "--host-path",
-            Some(a.host_paths.clone()).filter(|v| !v.is_empty()),
-        ),
-        ("box.keep", "--keep", single(a.keep.map(|n| n.to_string()))),
-        ("box.memory", "--memory", single(a.memory.clone())),
-        ("box.pids", "--pids", single(a.pids.map(|n| n.to_string()))),
-        ("box.cpus", "--cpus", single(a.cpus.map(|n| n.to_string()))),
-        ("box.image", "--image", single(a.image.clone())),
-        (
-            "git.carry",
-            "--carry",
-            single(bool_flag(a.carry, a.no_carry)),
-        ),
-        (
-            "git.withEnv",
-            "--with-env",
-            single(bool_flag(a.with_env, a.no_with_env)),
-        ),
-    ] {
-        if let Some(values) = values {
-            flag(key, name, values)?;
-        }
-    }
-    let e = config.effective();
-    // Ports are per box (two boxes cannot publish one host port), so they come from the
-    // flag only, never from a configuration every box of the project would share.
-    let publish = agentbox_sandbox::net::parse_publish(&a.publish)
-        .map_err(|err| CliError::usage(err.to_string(), "see `agentbox create --help`"))?;
-    if !publish.is_empty() && e.network != Network::Private {
-        return Err(CliError::usage(
-            "publishing ports (--publish) needs a private network",
-            "add --network private (config box.network = private)",
-        ));
-    }
-    Ok(CreateOptions {
-        network: e.network,
-        publish,
-        capture: e.capture,
-        env: e.env,
-        ignore: e.ignore,
-        host_paths: e.host_paths,
-        keep: e.keep,
-        limits: Limits {
-            memory_bytes: e.memory_bytes,
-            pids: e.pids,
-            cpus: e.cpus,
-        },
-        image: e.image,
-        carry: e.carry,
-        with_env: if e.with_env {
-            e.env_patterns
-        } else {
-            Vec::new()
-        },
-    })
 }

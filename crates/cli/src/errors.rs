@@ -113,6 +113,15 @@ impl From<agentbox_boxes::BoxError> for CliError {
             B::Store(s) => s.into(),
             B::Core(c) => c.into(),
             B::Git(g) => g.into(),
+            B::Seed(g) => {
+                let mut err = CliError::from(g);
+                if err.hint.is_none() {
+                    err.hint =
+                        Some("`agentbox create --no-git` copies the directory as it is".into());
+                }
+                err
+            }
+            B::Config(c) => (*c).into(),
             other => CliError {
                 code: other.exit_code(),
                 hint: other.hint(),
