@@ -8,8 +8,11 @@ pub mod config;
 pub mod create;
 pub mod hostdata;
 pub mod images;
+pub mod local;
+pub mod ops;
 pub mod project;
 pub mod proto;
+pub mod provider;
 pub mod prune;
 pub mod record;
 pub mod registry;
@@ -78,6 +81,10 @@ pub enum BoxError {
         given: String,
         reason: String,
     },
+    #[error("box {name:?} is not running")]
+    NotRunning { name: String },
+    #[error("box {name:?} was not made from a git repository")]
+    NoRepositories { name: String },
     #[error("publishing ports needs a private network")]
     PublishNeedsPrivate,
     #[error("resource limits cannot be enforced here: {reason}")]
@@ -127,12 +134,14 @@ impl BoxError {
             BoxError::Store(e) => e.exit_code(),
             BoxError::Core(agentbox_core::Error::Locked { .. }) => 5,
             BoxError::NoSuchBox { .. }
+            | BoxError::NotRunning { .. }
             | BoxError::NoSuchProcess { .. }
             | BoxError::NoSuchImage { .. } => 3,
             BoxError::Ambiguous { .. }
             | BoxError::WhichBox { .. }
             | BoxError::BadDisplayName { .. } => 2,
             BoxError::BoxExists { .. }
+            | BoxError::NoRepositories { .. }
             | BoxError::ImageExists { .. }
             | BoxError::ImageInUse { .. } => 4,
             BoxError::NeedsRoot { .. } | BoxError::LimitsUnavailable { .. } => 6,
@@ -159,6 +168,13 @@ impl BoxError {
             BoxError::BoxExists { .. } => {
                 Some("choose another name, or `agentbox destroy NAME` first".into())
             }
+            BoxError::NotRunning { name } => Some(format!(
+                "`agentbox start {name}` starts it; `agentbox ps {name}` lists its processes"
+            )),
+            BoxError::NoRepositories { .. } => Some(
+                "only boxes created --from a repository (or a directory of repositories) have branches"
+                    .into(),
+            ),
             BoxError::NoSuchProcess { name, .. } => {
                 Some(format!("`agentbox ps {name}` lists its processes"))
             }

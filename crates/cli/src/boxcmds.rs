@@ -8,8 +8,7 @@ use agentbox_boxes::client::{self, Client};
 use agentbox_boxes::create;
 use agentbox_boxes::proto::{ProcKind, Reply, Request};
 use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
-use agentbox_sandbox::proto::Network;
-use agentbox_store::{CommitOpts, Store};
+use agentbox_store::Store;
 use serde::Serialize;
 
 use crate::args::{
@@ -34,15 +33,6 @@ fn need_root(operation: &str) -> CliResult {
 fn connect(ctx: &Ctx, name: &str) -> CliResult<Client> {
     Ok(Client::connect(&ctx.home, name, true)?
         .expect("connect with start=true either connects or fails"))
-}
-
-/// The running supervisor of `name`; `None` when it is not running or `name` is not a box
-/// (a versioned directory).
-fn running(ctx: &Ctx, name: &str) -> CliResult<Option<Client>> {
-    if !is_box(ctx, name) {
-        return Ok(None);
-    }
-    Ok(Client::connect(&ctx.home, name, false)?)
 }
 
 #[derive(Serialize)]
@@ -375,13 +365,7 @@ fn unexpected(r: &Reply) -> CliError {
 
 pub fn ps(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     let name = &ctx.resolve_box(reference)?.name;
-    let procs = match running(ctx, name)? {
-        Some(c) => match c.request(&Request::Ps)? {
-            Reply::Procs { procs } => procs,
-            other => return Err(unexpected(&other)),
-        },
-        None => Vec::new(),
-    };
+    let procs = ctx.boxes().processes(name)?;
     ctx.out(&procs, || {
         let mut s = format!(
             "{:<5} {:<7} {:<6} {:<20} COMMAND\n",
@@ -449,12 +433,7 @@ pub fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {
         if !a.follow {
             return Ok(());
         }
-        let alive = match running(ctx, &a.name)? {
-            Some(c) => {
-                matches!(c.request(&Request::Ps)?, Reply::Procs { procs } if procs.iter().any(|p| p.id == a.id))
-            }
-            None => false,
-        };
+        let alive = ctx.boxes().processes(&a.name)?.iter().any(|p| p.id == a.id);
         if !alive {
             // One last read: it may have written just before it ended.
             let pos = f.stream_position()?;
@@ -500,14 +479,7 @@ fn parse_signal(s: &str) -> CliResult<i32> {
 pub fn kill(ctx: &Ctx, a: KillArgs) -> CliResult {
     let signal = parse_signal(&a.signal)?;
     let (name, id) = box_and_id(ctx, &a.args)?;
-    let Some(c) = running(ctx, &name)? else {
-        return Err(CliError::new(
-            3,
-            format!("box {name:?} is not running"),
-            Some(format!("`agentbox ps {name}` lists its processes")),
-        ));
-    };
-    c.request(&Request::Kill { target: id, signal })?;
+    ctx.boxes().kill(&name, id, signal)?;
     ctx.out(
         &serde_json::json!({"signalled": id, "signal": signal}),
         || format!("sent signal {signal} to process {id}\n"),
@@ -516,13 +488,7 @@ pub fn kill(ctx: &Ctx, a: KillArgs) -> CliResult {
 
 pub fn start(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     let name = &ctx.resolve_box(reference)?.name;
-    // A supervisor killed a moment ago may still accept connections while its last threads
-    // exit; asking again reaches its successor.
-    let answered = connect(ctx, name)?.request(&Request::Ping).is_ok();
-    if !answered {
-        std::thread::sleep(Duration::from_millis(100));
-        connect(ctx, name)?.request(&Request::Ping)?;
-    }
+    ctx.boxes().start(name)?;
     ctx.out(&serde_json::json!({"box": name, "running": true}), || {
         format!("box {name:?} is running\n")
     })
@@ -569,12 +535,8 @@ fn chosen<'r>(rec: &'r BoxRecord, only: &[String]) -> CliResult<Vec<&'r record::
 
 /// Bring every box branch into its host repository now (through the supervisor, which
 /// serialises it with nodes).
-fn sync_now(ctx: &Ctx, name: &str) -> CliResult<Vec<agentbox_boxes::proto::SyncedRepo>> {
-    let reply = connect(ctx, name)?.request(&Request::Sync)?;
-    let Reply::Synced { repos } = reply else {
-        return Err(unexpected(&reply));
-    };
-    Ok(repos)
+fn sync_now(ctx: &Ctx, rec: &BoxRecord) -> CliResult<Vec<agentbox_boxes::proto::SyncedRepo>> {
+    Ok(ctx.boxes().sync(rec)?)
 }
 
 fn short_tip(tip: Option<&str>) -> String {
@@ -590,7 +552,7 @@ pub fn sync(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     let rec = ctx.resolve_box(reference)?;
     let name = &rec.name;
     box_repos(&rec, "sync")?;
-    let repos = sync_now(ctx, name)?;
+    let repos = sync_now(ctx, &rec)?;
     ctx.out(&serde_json::json!({"box": name, "repos": repos}), || {
         let mut s = String::new();
         for r in &repos {
@@ -676,7 +638,7 @@ pub fn push(ctx: &Ctx, a: PushArgs) -> CliResult {
         .iter()
         .map(|g| agentbox_git::remote_for(&g.host(), remote.as_deref(), g.source_branch.as_deref()))
         .collect::<Result<Vec<_>, _>>()?;
-    let synced = sync_now(ctx, &rec.name)?;
+    let synced = sync_now(ctx, &rec)?;
     let mut results = Vec::new();
     for (g, remote) in repos.into_iter().zip(remotes) {
         let tip = synced
@@ -815,15 +777,7 @@ pub fn pull(ctx: &Ctx, a: PullArgs) -> CliResult {
 
 pub fn stop(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     let name = &ctx.resolve_box(reference)?.name;
-    let was = match running(ctx, name)? {
-        Some(c) => {
-            // The supervisor answers, then ends; the box's processes die with it.
-            let _ = c.request(&Request::Stop);
-            wait_stopped(ctx, name);
-            true
-        }
-        None => false,
-    };
+    let was = ctx.boxes().stop(name)?;
     ctx.out(
         &serde_json::json!({"box": name, "was_running": was}),
         || {
@@ -834,106 +788,6 @@ pub fn stop(ctx: &Ctx, reference: Option<&str>) -> CliResult {
             }
         },
     )
-}
-
-/// Wait until the supervisor has exited (it holds the box's lock until then).
-fn wait_stopped(ctx: &Ctx, name: &str) {
-    if let Err(e) = agentbox_boxes::supervisor::wait_gone(&ctx.home, name) {
-        ctx.note(format!(
-            "agentbox: waiting for the supervisor of {name:?} to exit: {e}"
-        ));
-    }
-}
-
-/// Checkout of a box: through its supervisor when it runs (which kills its processes).
-/// Returns the node and how many processes were killed; `None` when the box is not running.
-pub fn checkout_running(
-    ctx: &Ctx,
-    name: &str,
-    reference: &str,
-    keep_processes: bool,
-) -> CliResult<Option<(String, usize)>> {
-    let Some(c) = running(ctx, name)? else {
-        return Ok(None);
-    };
-    match c.request(&Request::Checkout {
-        reference: reference.to_owned(),
-        keep_processes,
-    })? {
-        Reply::Node {
-            node: Some(node),
-            killed,
-        } => Ok(Some((node, killed))),
-        other => Err(unexpected(&other)),
-    }
-}
-
-/// Commit of a running box goes through its supervisor, which serialises it with
-/// auto-capture.
-pub fn commit_running(ctx: &Ctx, name: &str, opts: &CommitOpts) -> CliResult<Option<String>> {
-    let Some(c) = running(ctx, name)? else {
-        return Ok(None);
-    };
-    match c.request(&Request::Commit {
-        message: opts.message.clone(),
-        command: opts.command.clone(),
-    })? {
-        Reply::Node { node, .. } => Ok(node),
-        other => Err(unexpected(&other)),
-    }
-}
-
-/// A git error of `create`: where nothing better is known, the way around git.
-/// Remove a box: stop it, then its environment and its directory; with `delete_branch`,
-/// its branches in the host repositories too. Returns the branches deleted.
-pub fn destroy_box(
-    ctx: &Ctx,
-    store: &Store,
-    name: &str,
-    delete_branch: bool,
-) -> CliResult<Vec<String>> {
-    let mut deleted = Vec::new();
-    let mut unpinned = true;
-    if let Some(c) = running(ctx, name)? {
-        let _ = c.request(&Request::Stop);
-        wait_stopped(ctx, name);
-    }
-    agentbox_boxes::supervisor::remove_cgroup(&ctx.home, name);
-    for git in record::read(&ctx.home, name)
-        .map(|r| r.repos)
-        .unwrap_or_default()
-    {
-        // The base pins go with the box; its branches stay (they are the user's work).
-        if let Err(e) = agentbox_git::unpin(&git.repo, name) {
-            unpinned = false;
-            ctx.note(format!(
-                "agentbox: could not remove refs/agentbox/{name}/ from {}: {e}",
-                git.repo.display()
-            ));
-        }
-        if delete_branch {
-            match agentbox_git::delete_branch(&git.repo, &git.branch) {
-                Ok(()) => deleted.push(git.branch.clone()),
-                Err(e) => ctx.note(format!(
-                    "agentbox: kept branch {} in {}: {e}",
-                    git.branch,
-                    git.repo.display()
-                )),
-            }
-        }
-    }
-    if unpinned {
-        // Kept otherwise: `prune` retries the refs that could not be removed.
-        agentbox_boxes::registry::forget_pins(&ctx.home, name)?;
-    }
-    if store.env(name).is_ok() {
-        store.remove_env(name)?;
-    }
-    let dirs = BoxDirs::new(&ctx.home, name);
-    // The record goes first: without it the box no longer exists.
-    let _ = fs_err::remove_file(dirs.record());
-    fs_err::remove_dir_all(&dirs.dir)?;
-    Ok(deleted)
 }
 
 /// `rename [BOX] NAME`: set (or, with an empty NAME, clear) a box's display name.
@@ -1000,154 +854,6 @@ pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
             })
         }
     }
-}
-
-/// A box branch as `status` shows it.
-#[derive(Serialize)]
-pub struct BranchStatus {
-    /// The host repository.
-    pub repository: std::path::PathBuf,
-    pub branch: String,
-    /// The branch's tip in the host repository (`None`: not synced yet, or deleted).
-    pub tip: Option<String>,
-    /// The host branch compared with (the one checked out in the host repository).
-    pub against: Option<String>,
-    /// Commits of the box branch not on `against`, and the reverse.
-    pub ahead: Option<u64>,
-    pub behind: Option<u64>,
-    /// Uncommitted paths in the box's repository (`None` when it cannot be looked at: a
-    /// rootless box that is not running).
-    pub dirty: Option<Vec<String>>,
-}
-
-/// What `status BOX` adds for a box.
-#[derive(Serialize)]
-pub struct BoxStatus {
-    #[serde(flatten)]
-    pub record: BoxRecord,
-    pub branches: Vec<BranchStatus>,
-    pub state: &'static str,
-    pub processes: usize,
-    pub base: String,
-    /// The network as a person reads it (`private (published 8080->8123)`).
-    pub network: String,
-    pub capture: bool,
-    /// How auto-capture is doing in the running box (`None`: stopped, or capture off).
-    pub capture_state: Option<agentbox_boxes::capture::CaptureHealth>,
-    pub limits: String,
-    /// The running box's private in-memory mounts and their use (empty: stopped).
-    pub scratch: Vec<agentbox_boxes::proto::ScratchUse>,
-    /// The host ids the running box's root is (`None`: host root, or stopped).
-    pub box_root: Option<agentbox_sandbox::proto::IdRange>,
-    /// Paths changed in the box's layer since HEAD (what the next node would hold).
-    pub changed: usize,
-}
-
-pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> {
-    let rec = record::read(&ctx.home, name)?;
-    let (state, processes, (capture_state, scratch, pids_limit, box_root)) =
-        match running(ctx, name)? {
-            Some(c) => {
-                let procs = match c.request(&Request::Ps)? {
-                    Reply::Procs { procs } => procs.len(),
-                    other => return Err(unexpected(&other)),
-                };
-                // One request per connection.
-                let health = match running(ctx, name)? {
-                    Some(c) => match c.request(&Request::Health)? {
-                        Reply::Health {
-                            capture,
-                            scratch,
-                            pids_limit,
-                            box_root,
-                        } => (capture, scratch, pids_limit, box_root),
-                        other => return Err(unexpected(&other)),
-                    },
-                    None => (None, Vec::new(), None, None),
-                };
-                ("running", procs, health)
-            }
-            None => ("stopped", 0, (None, Vec::new(), None, None)),
-        };
-    let l = &rec.limits;
-    let mut limits = Vec::new();
-    if let Some(m) = l.memory_bytes {
-        limits.push(format!("memory {}", render::bytes(m)));
-    }
-    match (l.pids, pids_limit) {
-        (Some(p), _) => limits.push(format!("{p} processes")),
-        (None, Some(p)) => limits.push(format!("{p} processes (default)")),
-        (None, None) => {}
-    }
-    if let Some(c) = l.cpus {
-        limits.push(format!("{c} CPUs"));
-    }
-    let mut branches = Vec::new();
-    // The box's repositories are read only inside the box, by its supervisor: a stopped
-    // box's uncommitted paths are not known.
-    let dirty_inside = match (rec.repos.is_empty(), running(ctx, name)?) {
-        (false, Some(c)) => match c.request(&Request::Dirty)? {
-            Reply::Dirty { repos } => repos,
-            other => return Err(unexpected(&other)),
-        },
-        _ => Vec::new(),
-    };
-    for (i, git) in rec.repos.iter().enumerate() {
-        let tip = agentbox_git::branch_tip(&git.repo, &git.branch, &git.objects)
-            .ok()
-            .flatten();
-        let against = agentbox_git::current_branch(&git.repo).ok().flatten();
-        let (ahead, behind) = match (&tip, &against) {
-            (Some(_), Some(a)) => agentbox_git::ahead_behind(&git.repo, &git.branch, a)
-                .map(|(x, y)| (Some(x), Some(y)))
-                .unwrap_or((None, None)),
-            _ => (None, None),
-        };
-        let dirty = dirty_inside.get(i).cloned().flatten();
-        branches.push(BranchStatus {
-            repository: git.repo.clone(),
-            branch: git.branch.clone(),
-            tip,
-            against,
-            ahead,
-            behind,
-            dirty,
-        });
-    }
-    Ok(BoxStatus {
-        branches,
-        state,
-        processes,
-        base: match &rec.image {
-            Some(i) => format!("image {i}"),
-            None => "the host's /".to_owned(),
-        },
-        network: match rec.network {
-            Network::Host => "host".to_owned(),
-            Network::None => "none (loopback only)".to_owned(),
-            Network::Private if rec.publish.is_empty() => "private".to_owned(),
-            Network::Private => format!(
-                "private (published {})",
-                rec.publish
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        },
-        capture: rec.capture,
-        capture_state,
-        scratch,
-        box_root,
-        limits: if limits.is_empty() {
-            "none".to_owned()
-        } else {
-            limits.join(", ")
-        },
-        changed: record::counted_changes(&record::ignore_set(&rec), &store.changed_paths(name)?)
-            .len(),
-        record: rec,
-    })
 }
 
 pub fn is_box(ctx: &Ctx, name: &str) -> bool {

@@ -22,9 +22,27 @@ pub(crate) struct Ctx {
     pub(crate) home: Home,
     pub(crate) json: bool,
     pub(crate) env: Option<String>,
+    /// The domain façade over the provider this binary wires in (see [`Ctx::boxes`]).
+    boxes: agentbox_boxes::ops::Boxes,
 }
 
 impl Ctx {
+    /// The composition root: boxes of this home, run by the local provider.
+    pub(crate) fn new(home: Home, json: bool, env: Option<String>) -> Ctx {
+        let provider = std::sync::Arc::new(agentbox_boxes::local::LocalProvider::new(home.clone()));
+        Ctx {
+            boxes: agentbox_boxes::ops::Boxes::new(home.clone(), provider),
+            home,
+            json,
+            env,
+        }
+    }
+
+    /// Every box operation goes through the façade.
+    pub(crate) fn boxes(&self) -> &agentbox_boxes::ops::Boxes {
+        &self.boxes
+    }
+
     fn store_dir(&self) -> PathBuf {
         self.home.store_dir()
     }
@@ -374,11 +392,7 @@ pub fn run(mut cli: Cli) -> CliResult {
         Some(h) => Home::at(h.clone()),
         None => Home::from_env()?,
     };
-    let ctx = Ctx {
-        home,
-        json: cli.json,
-        env: cli.env.clone(),
-    };
+    let ctx = Ctx::new(home, cli.json, cli.env.clone());
     match cli.command {
         Command::Setup(a) => setup(&ctx, a),
         Command::Env(a) => env(&ctx, a),
@@ -714,10 +728,7 @@ fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
         command: a.command,
         ..CommitOpts::default()
     };
-    let node = match boxcmds::commit_running(ctx, &env, &opts)? {
-        Some(id) => store.node(&id)?,
-        None => store.commit(&env, opts)?,
-    };
+    let node = ctx.boxes().commit(&store, &env, opts)?;
     ctx.out(&node, || {
         format!(
             "[{env} {}] {}\n",
@@ -730,18 +741,17 @@ fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
 fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliResult {
     let store = ctx.store()?;
     let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
-    let node = match boxcmds::checkout_running(ctx, &env, &rest[0], keep_processes)? {
-        Some((id, killed)) => {
-            if killed > 0 {
-                ctx.note(format!(
-                    "killed {killed} process{} of box {env:?}",
-                    if killed == 1 { "" } else { "es" }
-                ));
-            }
-            store.node(&id)?
-        }
-        None => store.checkout(&env, &rest[0])?,
-    };
+    let done = ctx
+        .boxes()
+        .checkout(&store, &env, &rest[0], keep_processes)?;
+    let killed = done.killed;
+    if killed > 0 {
+        ctx.note(format!(
+            "killed {killed} process{} of box {env:?}",
+            if killed == 1 { "" } else { "es" }
+        ));
+    }
+    let node = done.node;
     let state = store.env(&env)?;
     let inside = |m: &Path| {
         std::env::current_dir().is_ok_and(|cwd| cwd.starts_with(m))
@@ -915,7 +925,7 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
     };
     let st = store.status(env.as_deref())?;
     let boxed = match &env {
-        Some(name) if boxcmds::is_box(ctx, name) => Some(boxcmds::box_status(ctx, &store, name)?),
+        Some(name) if boxcmds::is_box(ctx, name) => Some(ctx.boxes().status(&store, name)?),
         _ => None,
     };
     #[derive(Serialize)]
@@ -923,7 +933,7 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
         #[serde(flatten)]
         store: &'a agentbox_store::history::Status,
         #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
-        boxed: Option<&'a boxcmds::BoxStatus>,
+        boxed: Option<&'a agentbox_boxes::ops::BoxStatus>,
     }
     let out = Out {
         store: &st,
@@ -953,7 +963,7 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                     Some(p) => format!("in project {}", p.display()),
                     None => "(no project)".to_owned(),
                 },
-                b.state,
+                b.state.as_str(),
                 b.processes,
             ));
             if let Some(a) = &r.last_agent {
@@ -970,7 +980,7 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 let dirty = match &br.dirty {
                     Some(d) if d.is_empty() => ", clean".to_owned(),
                     Some(d) => format!(", {} uncommitted path(s)", d.len()),
-                    None if b.state == "stopped" => {
+                    None if b.state == agentbox_boxes::ops::BoxState::Stopped => {
                         ", uncommitted paths not known while the box is stopped".to_owned()
                     }
                     None => String::new(),
@@ -1014,7 +1024,7 @@ fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                     .collect();
                 s.push_str(&format!("in memory:    {}\n", mounts.join(", ")));
             }
-            if b.state == "running" {
+            if b.state == agentbox_boxes::ops::BoxState::Running {
                 s.push_str(&match &b.box_root {
                     Some(r) => format!(
                         "box root:     host uid {} (box ids 0-{} are host ids {}-{})\n",
@@ -1190,7 +1200,7 @@ fn destroy(ctx: &Ctx, args: &[String], delete_branch: bool) -> CliResult {
     if !is_directory {
         let rec = ctx.resolve_box(Some(&reference))?;
         let name = rec.name.clone();
-        let deleted = boxcmds::destroy_box(ctx, &store, &name, delete_branch)?;
+        let deleted = ctx.boxes().destroy(&store, &name, delete_branch, ctx)?;
         return ctx.out(
             &serde_json::json!({ "destroyed": name, "id": rec.id, "deleted_branches": deleted }),
             || {

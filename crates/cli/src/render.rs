@@ -126,20 +126,7 @@ pub fn tree(h: &History) -> String {
 }
 
 /// Human-readable byte count.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use agentbox_core::units::bytes;
 
 /// A size, or nothing for entries without content (directories, empty files).
 fn size_or_blank(n: Option<u64>) -> String {

@@ -9,6 +9,7 @@ pub mod home;
 pub mod id;
 pub mod lock;
 pub mod timing;
+pub mod units;
 
 pub use error::{Error, Result};
 pub use home::Home;

@@ -358,17 +358,4 @@ impl Store {
 }
 
 /// A byte count for messages (`12.3 MiB`).
-pub(crate) fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} bytes")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub(crate) use agentbox_core::units::bytes as human_bytes;

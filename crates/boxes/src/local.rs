@@ -1,0 +1,169 @@
+//! The local provider: boxes as Linux namespaces on this host, each run by its supervisor
+//! process ([`crate::supervisor`]), reached through its socket ([`crate::client`]).
+
+use agentbox_core::home::Home;
+
+use crate::client::Client;
+use crate::proto::{ProcInfo, Reply, Request, SyncedRepo};
+use crate::provider::{CheckedOut, Health, OnBox, Provider};
+use crate::{BoxError, Result};
+
+/// Boxes of one agentbox home, run on this host.
+pub struct LocalProvider {
+    home: Home,
+}
+
+impl LocalProvider {
+    pub fn new(home: Home) -> LocalProvider {
+        LocalProvider { home }
+    }
+
+    /// The running supervisor of box `name` (`None`: not running, or not a box).
+    fn running(&self, name: &str) -> Result<Option<Client>> {
+        if !crate::record::BoxDirs::new(&self.home, name)
+            .record()
+            .exists()
+        {
+            return Ok(None);
+        }
+        Client::connect(&self.home, name, false)
+    }
+
+    /// One request to the running box (the supervisor serves one per connection).
+    fn ask(&self, name: &str, req: &Request) -> Result<OnBox<Reply>> {
+        match self.running(name)? {
+            Some(c) => Ok(OnBox::Running(c.request(req)?)),
+            None => Ok(OnBox::Stopped),
+        }
+    }
+}
+
+fn unexpected(r: &Reply) -> BoxError {
+    BoxError::Supervisor(format!("unexpected reply from the supervisor: {r:?}"))
+}
+
+impl Provider for LocalProvider {
+    fn kind(&self) -> &'static str {
+        crate::record::LOCAL_PROVIDER
+    }
+
+    fn is_running(&self, name: &str) -> Result<bool> {
+        Ok(crate::client::is_running(&self.home, name))
+    }
+
+    fn start(&self, name: &str) -> Result<()> {
+        // A supervisor killed a moment ago may still accept connections while its last
+        // threads exit; asking again reaches its successor.
+        let connect = || {
+            Client::connect(&self.home, name, true)?
+                .ok_or_else(|| BoxError::Supervisor(format!("box {name:?} did not start")))
+        };
+        if connect()?.request(&Request::Ping).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            connect()?.request(&Request::Ping)?;
+        }
+        Ok(())
+    }
+
+    fn stop(&self, name: &str) -> Result<bool> {
+        let Some(c) = self.running(name)? else {
+            return Ok(false);
+        };
+        // The supervisor answers, then ends; the box's processes die with it.
+        let _ = c.request(&Request::Stop);
+        crate::supervisor::wait_gone(&self.home, name)?;
+        Ok(true)
+    }
+
+    fn forget(&self, name: &str) {
+        crate::supervisor::remove_cgroup(&self.home, name);
+    }
+
+    fn commit(
+        &self,
+        name: &str,
+        message: &str,
+        command: Option<&str>,
+    ) -> Result<OnBox<Option<String>>> {
+        let req = Request::Commit {
+            message: message.to_owned(),
+            command: command.map(str::to_owned),
+        };
+        match self.ask(name, &req)? {
+            OnBox::Running(Reply::Node { node, .. }) => Ok(OnBox::Running(node)),
+            OnBox::Running(other) => Err(unexpected(&other)),
+            OnBox::Stopped => Ok(OnBox::Stopped),
+        }
+    }
+
+    fn checkout(
+        &self,
+        name: &str,
+        reference: &str,
+        keep_processes: bool,
+    ) -> Result<OnBox<CheckedOut>> {
+        let req = Request::Checkout {
+            reference: reference.to_owned(),
+            keep_processes,
+        };
+        match self.ask(name, &req)? {
+            OnBox::Running(Reply::Node {
+                node: Some(node),
+                killed,
+            }) => Ok(OnBox::Running(CheckedOut { node, killed })),
+            OnBox::Running(other) => Err(unexpected(&other)),
+            OnBox::Stopped => Ok(OnBox::Stopped),
+        }
+    }
+
+    fn sync(&self, name: &str) -> Result<Vec<SyncedRepo>> {
+        let c = Client::connect(&self.home, name, true)?
+            .ok_or_else(|| BoxError::Supervisor(format!("box {name:?} did not start")))?;
+        match c.request(&Request::Sync)? {
+            Reply::Synced { repos } => Ok(repos),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn dirty(&self, name: &str) -> Result<OnBox<Vec<Option<Vec<String>>>>> {
+        match self.ask(name, &Request::Dirty)? {
+            OnBox::Running(Reply::Dirty { repos }) => Ok(OnBox::Running(repos)),
+            OnBox::Running(other) => Err(unexpected(&other)),
+            OnBox::Stopped => Ok(OnBox::Stopped),
+        }
+    }
+
+    fn processes(&self, name: &str) -> Result<OnBox<Vec<ProcInfo>>> {
+        match self.ask(name, &Request::Ps)? {
+            OnBox::Running(Reply::Procs { procs }) => Ok(OnBox::Running(procs)),
+            OnBox::Running(other) => Err(unexpected(&other)),
+            OnBox::Stopped => Ok(OnBox::Stopped),
+        }
+    }
+
+    fn kill(&self, name: &str, target: u64, signal: i32) -> Result<OnBox<()>> {
+        match self.ask(name, &Request::Kill { target, signal })? {
+            OnBox::Running(Reply::Ok) => Ok(OnBox::Running(())),
+            OnBox::Running(other) => Err(unexpected(&other)),
+            OnBox::Stopped => Ok(OnBox::Stopped),
+        }
+    }
+
+    fn health(&self, name: &str) -> Result<OnBox<Health>> {
+        match self.ask(name, &Request::Health)? {
+            OnBox::Running(Reply::Health {
+                capture,
+                scratch,
+                pids_limit,
+                box_root,
+            }) => Ok(OnBox::Running(Health {
+                capture,
+                scratch,
+                pids_limit,
+                box_root,
+            })),
+            OnBox::Running(other) => Err(unexpected(&other)),
+            OnBox::Stopped => Ok(OnBox::Stopped),
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The domain façade: every box operation a front end needs, with typed inputs and results.
+//!
+//! A front end (the CLI; later the MCP server and the web view) builds one [`Boxes`] with
+//! the provider it picked, calls one operation per command, and renders what it returns.
+//! The façade decides what goes through the box's provider and what through the store —
+//! "a running box is changed only through its provider" is decided here, once.
+
+use std::sync::Arc;
+
+use agentbox_core::home::Home;
+use agentbox_sandbox::proto::Network;
+use agentbox_store::{CommitOpts, Node, Store};
+use serde::Serialize;
+
+use crate::create::{Created, Progress, Spec};
+use crate::proto::{ProcInfo, SyncedRepo};
+use crate::provider::{OnBox, Provider};
+use crate::record::{self, BoxDirs, BoxRecord};
+use crate::{BoxError, Result};
+
+/// The boxes of one agentbox home, run by one provider.
+pub struct Boxes {
+    home: Home,
+    provider: Arc<dyn Provider>,
+}
+
+/// A checkout's result.
+#[derive(Debug)]
+pub struct CheckedOut {
+    /// The node HEAD is on now.
+    pub node: Node,
+    /// The box's processes killed for it (0 for a stopped box or an environment).
+    pub killed: usize,
+}
+
+/// A box branch as `status` shows it.
+#[derive(Debug, Serialize)]
+pub struct BranchStatus {
+    /// The host repository.
+    pub repository: std::path::PathBuf,
+    pub branch: String,
+    /// The branch's tip in the host repository (`None`: not synced yet, or deleted).
+    pub tip: Option<String>,
+    /// The host branch compared with (the one checked out in the host repository).
+    pub against: Option<String>,
+    /// Commits of the box branch not on `against`, and the reverse.
+    pub ahead: Option<u64>,
+    pub behind: Option<u64>,
+    /// Uncommitted paths in the box's repository (`None` when they cannot be told: the
+    /// box is stopped — they are read inside it).
+    pub dirty: Option<Vec<String>>,
+}
+
+/// Whether a box runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BoxState {
+    Running,
+    Stopped,
+}
+
+impl BoxState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BoxState::Running => "running",
+            BoxState::Stopped => "stopped",
+        }
+    }
+}
+
+/// A box's status.
+#[derive(Debug, Serialize)]
+pub struct BoxStatus {
+    #[serde(flatten)]
+    pub record: BoxRecord,
+    pub branches: Vec<BranchStatus>,
+    pub state: BoxState,
+    pub processes: usize,
+    pub base: String,
+    /// The network as a person reads it (`private (published 8080->8123)`).
+    pub network: String,
+    pub capture: bool,
+    /// How auto-capture is doing in the running box (`None`: stopped, or capture off).
+    pub capture_state: Option<crate::capture::CaptureHealth>,
+    pub limits: String,
+    /// The running box's private in-memory mounts and their use (empty: stopped).
+    pub scratch: Vec<crate::proto::ScratchUse>,
+    /// The host ids the running box's root is (`None`: host root, or stopped).
+    pub box_root: Option<agentbox_sandbox::proto::IdRange>,
+    /// Paths changed in the box's layer since HEAD (what the next node would hold).
+    pub changed: usize,
+}
+
+impl Boxes {
+    pub fn new(home: Home, provider: Arc<dyn Provider>) -> Boxes {
+        Boxes { home, provider }
+    }
+
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    pub fn provider(&self) -> &dyn Provider {
+        &*self.provider
+    }
+
+    /// Whether `name` is a box (else it may be a plain versioned directory).
+    pub fn is_box(&self, name: &str) -> bool {
+        BoxDirs::new(&self.home, name).record().exists()
+    }
+
+    /// Make a box (see [`crate::create`]).
+    pub fn create(&self, spec: &Spec, progress: &dyn Progress) -> Result<Created> {
+        crate::create::create(&self.home, spec, progress)
+    }
+
+    /// Commit environment `env` of `store`: a running box through its provider (which
+    /// serialises it with auto-capture), anything else in the store.
+    pub fn commit(&self, store: &Store, env: &str, opts: CommitOpts) -> Result<Node> {
+        if self.is_box(env) {
+            if let OnBox::Running(id) =
+                self.provider
+                    .commit(env, &opts.message, opts.command.as_deref())?
+            {
+                let id = id.ok_or_else(|| {
+                    BoxError::Supervisor(format!("box {env:?} made no node for the commit"))
+                })?;
+                return Ok(store.node(&id)?);
+            }
+        }
+        Ok(store.commit(env, opts)?)
+    }
+
+    /// Check out `reference` in `env`: a running box through its provider (which kills its
+    /// processes unless `keep_processes`), anything else in the store.
+    pub fn checkout(
+        &self,
+        store: &Store,
+        env: &str,
+        reference: &str,
+        keep_processes: bool,
+    ) -> Result<CheckedOut> {
+        if self.is_box(env) {
+            if let OnBox::Running(done) = self.provider.checkout(env, reference, keep_processes)? {
+                return Ok(CheckedOut {
+                    node: store.node(&done.node)?,
+                    killed: done.killed,
+                });
+            }
+        }
+        Ok(CheckedOut {
+            node: store.checkout(env, reference)?,
+            killed: 0,
+        })
+    }
+
+    pub fn start(&self, name: &str) -> Result<()> {
+        self.provider.start(name)
+    }
+
+    /// Stop box `name`; whether it was running.
+    pub fn stop(&self, name: &str) -> Result<bool> {
+        self.provider.stop(name)
+    }
+
+    /// The running box's processes (none when it is stopped).
+    pub fn processes(&self, name: &str) -> Result<Vec<ProcInfo>> {
+        Ok(self.provider.processes(name)?.running().unwrap_or_default())
+    }
+
+    /// Signal process `target` of the running box `name`.
+    pub fn kill(&self, name: &str, target: u64, signal: i32) -> Result<()> {
+        match self.provider.kill(name, target, signal)? {
+            OnBox::Running(()) => Ok(()),
+            OnBox::Stopped => Err(BoxError::NotRunning { name: name.into() }),
+        }
+    }
+
+    /// Bring every branch of box `rec` into its host repository now.
+    pub fn sync(&self, rec: &BoxRecord) -> Result<Vec<SyncedRepo>> {
+        if rec.repos.is_empty() {
+            return Err(BoxError::NoRepositories {
+                name: rec.name.clone(),
+            });
+        }
+        self.provider.sync(&rec.name)
+    }
+
+    /// Remove box `name`: stop it, its provider's state, the base pins in its host
+    /// repositories (with `delete_branch`, its branches too), its environment and its
+    /// directory. Returns the branches deleted; what could not be removed is noted on
+    /// `progress` (and retried by `prune`).
+    pub fn destroy(
+        &self,
+        store: &Store,
+        name: &str,
+        delete_branch: bool,
+        progress: &dyn Progress,
+    ) -> Result<Vec<String>> {
+        let mut deleted = Vec::new();
+        let mut unpinned = true;
+        self.provider.stop(name)?;
+        self.provider.forget(name);
+        for git in record::read(&self.home, name)
+            .map(|r| r.repos)
+            .unwrap_or_default()
+        {
+            // The base pins go with the box; its branches stay (they are the user's work).
+            if let Err(e) = agentbox_git::unpin(&git.repo, name) {
+                unpinned = false;
+                progress.note(&format!(
+                    "agentbox: could not remove refs/agentbox/{name}/ from {}: {e}",
+                    git.repo.display()
+                ));
+            }
+            if delete_branch {
+                match agentbox_git::delete_branch(&git.repo, &git.branch) {
+                    Ok(()) => deleted.push(git.branch.clone()),
+                    Err(e) => progress.note(&format!(
+                        "agentbox: kept branch {} in {}: {e}",
+                        git.branch,
+                        git.repo.display()
+                    )),
+                }
+            }
+        }
+        if unpinned {
+            // Kept otherwise: `prune` retries the refs that could not be removed.
+            crate::registry::forget_pins(&self.home, name)?;
+        }
+        if store.env(name).is_ok() {
+            store.remove_env(name)?;
+        }
+        let dirs = BoxDirs::new(&self.home, name);
+        // The record goes first: without it the box no longer exists.
+        let _ = fs_err::remove_file(dirs.record());
+        fs_err::remove_dir_all(&dirs.dir)?;
+        Ok(deleted)
+    }
+
+    /// Box `name`'s status: its record, state, branches (ahead/behind the host's checked-out
+    /// branch, uncommitted paths read inside the running box), limits and health.
+    pub fn status(&self, store: &Store, name: &str) -> Result<BoxStatus> {
+        let rec = record::read(&self.home, name)?;
+        let health = self.provider.health(name)?.running();
+        let state = if health.is_some() {
+            BoxState::Running
+        } else {
+            BoxState::Stopped
+        };
+        let processes = self.processes(name)?.len();
+        let health = health.unwrap_or_default();
+        let l = &rec.limits;
+        let mut limits = Vec::new();
+        if let Some(m) = l.memory_bytes {
+            limits.push(format!("memory {}", agentbox_core::units::bytes(m)));
+        }
+        match (l.pids, health.pids_limit) {
+            (Some(p), _) => limits.push(format!("{p} processes")),
+            (None, Some(p)) => limits.push(format!("{p} processes (default)")),
+            (None, None) => {}
+        }
+        if let Some(c) = l.cpus {
+            limits.push(format!("{c} CPUs"));
+        }
+        // The box's repositories are read only inside the box: a stopped box's
+        // uncommitted paths are not known.
+        let dirty = if rec.repos.is_empty() {
+            Vec::new()
+        } else {
+            self.provider.dirty(name)?.running().unwrap_or_default()
+        };
+        let branches = rec
+            .repos
+            .iter()
+            .enumerate()
+            .map(|(i, git)| {
+                let tip = agentbox_git::branch_tip(&git.repo, &git.branch, &git.objects)
+                    .ok()
+                    .flatten();
+                let against = agentbox_git::current_branch(&git.repo).ok().flatten();
+                let (ahead, behind) = match (&tip, &against) {
+                    (Some(_), Some(a)) => agentbox_git::ahead_behind(&git.repo, &git.branch, a)
+                        .map(|(x, y)| (Some(x), Some(y)))
+                        .unwrap_or((None, None)),
+                    _ => (None, None),
+                };
+                BranchStatus {
+                    repository: git.repo.clone(),
+                    branch: git.branch.clone(),
+                    tip,
+                    against,
+                    ahead,
+                    behind,
+                    dirty: dirty.get(i).cloned().flatten(),
+                }
+            })
+            .collect();
+        Ok(BoxStatus {
+            branches,
+            state,
+            processes,
+            base: match &rec.image {
+                Some(i) => format!("image {i}"),
+                None => "the host's /".to_owned(),
+            },
+            network: match rec.network {
+                Network::Host => "host".to_owned(),
+                Network::None => "none (loopback only)".to_owned(),
+                Network::Private if rec.publish.is_empty() => "private".to_owned(),
+                Network::Private => format!(
+                    "private (published {})",
+                    rec.publish
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+            capture: rec.capture,
+            capture_state: health.capture,
+            scratch: health.scratch,
+            box_root: health.box_root,
+            limits: if limits.is_empty() {
+                "none".to_owned()
+            } else {
+                limits.join(", ")
+            },
+            changed: record::counted_changes(
+                &record::ignore_set(&rec),
+                &store.changed_paths(name)?,
+            )
+            .len(),
+            record: rec,
+        })
+    }
+}

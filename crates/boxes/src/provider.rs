@@ -1,0 +1,95 @@
+//! Where boxes run. The domain operations ([`crate::ops::Boxes`]) ask a [`Provider`] for
+//! everything that needs a box's runtime — starting and stopping it, its processes, and the
+//! history operations a running box must serialise with its own (commit, checkout, sync) —
+//! and never name an implementation: the front end picks one (the local provider,
+//! [`crate::local::LocalProvider`], today; Docker and remote hosts later).
+//!
+//! Invariant every implementation keeps: while a box runs, its tree is changed only through
+//! its provider (a checkout of a stopped box goes through the store; of a running one,
+//! through [`Provider::checkout`]).
+
+use crate::proto::{ProcInfo, ScratchUse, SyncedRepo};
+use crate::Result;
+
+/// What an operation did on a box that may not be running.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OnBox<T> {
+    /// It runs, and the provider did it.
+    Running(T),
+    /// It does not run: nothing was done (the caller may act on the store directly).
+    Stopped,
+}
+
+impl<T> OnBox<T> {
+    pub fn running(self) -> Option<T> {
+        match self {
+            OnBox::Running(t) => Some(t),
+            OnBox::Stopped => None,
+        }
+    }
+}
+
+/// The state of a running box as its provider sees it.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    /// How auto-capture is doing (`None`: capture is off).
+    pub capture: Option<crate::capture::CaptureHealth>,
+    /// The box's private in-memory mounts and how full they are.
+    pub scratch: Vec<ScratchUse>,
+    /// The process limit in force (the owner's, or the default); `None`: unlimited.
+    pub pids_limit: Option<u64>,
+    /// The host ids box root is (`None`: host root).
+    pub box_root: Option<agentbox_sandbox::proto::IdRange>,
+}
+
+/// A checkout done by a running box's provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedOut {
+    /// The node HEAD is on now.
+    pub node: String,
+    /// How many of the box's processes were killed for it.
+    pub killed: usize,
+}
+
+/// A runtime for boxes. Every method takes the box's name; "not running" is
+/// [`OnBox::Stopped`], not an error.
+pub trait Provider: Send + Sync {
+    /// The provider's name, as box records keep it (`local`).
+    fn kind(&self) -> &'static str;
+    /// Whether box `name` runs.
+    fn is_running(&self, name: &str) -> Result<bool>;
+    /// Start box `name` (nothing when it runs).
+    fn start(&self, name: &str) -> Result<()>;
+    /// Stop box `name` and wait until it has; whether it was running.
+    fn stop(&self, name: &str) -> Result<bool>;
+    /// Let go of whatever the provider keeps for a box that is being destroyed (its cgroup,
+    /// say), after [`Provider::stop`].
+    fn forget(&self, name: &str);
+    /// Commit the running box's tree (serialised with auto-capture); the node made.
+    fn commit(
+        &self,
+        name: &str,
+        message: &str,
+        command: Option<&str>,
+    ) -> Result<OnBox<Option<String>>>;
+    /// Check out `reference` in the running box: its processes are killed unless
+    /// `keep_processes`, in which case the tree is restored under them.
+    fn checkout(
+        &self,
+        name: &str,
+        reference: &str,
+        keep_processes: bool,
+    ) -> Result<OnBox<CheckedOut>>;
+    /// Bring the box's branches into their host repositories (starting the box when it is
+    /// stopped: its repositories are read inside it).
+    fn sync(&self, name: &str) -> Result<Vec<SyncedRepo>>;
+    /// Each box repository's uncommitted paths (`None` where they cannot be told).
+    fn dirty(&self, name: &str) -> Result<OnBox<Vec<Option<Vec<String>>>>>;
+    /// The running box's processes.
+    fn processes(&self, name: &str) -> Result<OnBox<Vec<ProcInfo>>>;
+    /// Send `signal` to process `target` (an id as `processes` gives it, else a PID in the
+    /// box).
+    fn kill(&self, name: &str, target: u64, signal: i32) -> Result<OnBox<()>>;
+    /// The running box's health.
+    fn health(&self, name: &str) -> Result<OnBox<Health>>;
+}
