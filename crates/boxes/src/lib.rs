@@ -16,6 +16,7 @@ pub mod provider;
 pub mod prune;
 pub mod record;
 pub mod registry;
+pub mod remote;
 pub mod restore;
 pub mod seeding;
 pub mod supervisor;
@@ -85,6 +86,28 @@ pub enum BoxError {
     NotRunning { name: String },
     #[error("box {name:?} was not made from a git repository")]
     NoRepositories { name: String },
+    #[error("box {name:?} has no repository {repo:?}")]
+    NoSuchRepository {
+        name: String,
+        repo: String,
+        known: Vec<String>,
+    },
+    #[error("box {name:?}: {} was on no branch when the box was made", repo.display())]
+    NoUpstream { name: String, repo: PathBuf },
+    #[error("box {name:?}: merging {remote}/{branch} into {} conflicts; the box repository is left mid-merge", inside.display())]
+    MergeConflict {
+        name: String,
+        remote: String,
+        branch: String,
+        inside: PathBuf,
+    },
+    #[error("box {name:?}: merging {remote}/{branch} into {} failed (see above)", inside.display())]
+    MergeFailed {
+        name: String,
+        remote: String,
+        branch: String,
+        inside: PathBuf,
+    },
     #[error("publishing ports needs a private network")]
     PublishNeedsPrivate,
     #[error("resource limits cannot be enforced here: {reason}")]
@@ -140,6 +163,8 @@ impl BoxError {
             BoxError::Ambiguous { .. }
             | BoxError::WhichBox { .. }
             | BoxError::BadDisplayName { .. } => 2,
+            BoxError::NoSuchRepository { .. } | BoxError::NoUpstream { .. } => 2,
+            BoxError::MergeConflict { .. } => 4,
             BoxError::BoxExists { .. }
             | BoxError::NoRepositories { .. }
             | BoxError::ImageExists { .. }
@@ -167,6 +192,19 @@ impl BoxError {
             BoxError::ImageInUse { by, .. } => Some(format!("destroy box {by:?} first")),
             BoxError::BoxExists { .. } => {
                 Some("choose another name, or `agentbox destroy NAME` first".into())
+            }
+            BoxError::NoSuchRepository { known, .. } => {
+                Some(format!("its repositories: {}", known.join(" ")))
+            }
+            BoxError::NoUpstream { .. } => {
+                Some("name the remote's branch to merge with --branch".into())
+            }
+            BoxError::MergeConflict { name, inside, .. } => Some(format!(
+                "resolve the conflicts inside the box (agentbox shell {name} -w {}), then `git commit`; or `git merge --abort` there",
+                inside.display()
+            )),
+            BoxError::MergeFailed { .. } => {
+                Some("commit or stash the box's changes there first".to_owned())
             }
             BoxError::NotRunning { name } => Some(format!(
                 "`agentbox start {name}` starts it; `agentbox ps {name}` lists its processes"

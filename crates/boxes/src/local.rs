@@ -5,7 +5,7 @@ use agentbox_core::home::Home;
 
 use crate::client::Client;
 use crate::proto::{ProcInfo, Reply, Request, SyncedRepo};
-use crate::provider::{CheckedOut, Health, OnBox, Provider};
+use crate::provider::{CheckedOut, Collected, Health, OnBox, Provider};
 use crate::{BoxError, Result};
 
 /// Boxes of one agentbox home, run on this host.
@@ -165,5 +165,23 @@ impl Provider for LocalProvider {
             OnBox::Running(other) => Err(unexpected(&other)),
             OnBox::Stopped => Ok(OnBox::Stopped),
         }
+    }
+
+    fn collect(
+        &self,
+        name: &str,
+        argv: Vec<String>,
+        cwd: &str,
+        capture: bool,
+    ) -> Result<Collected> {
+        let c = Client::connect(&self.home, name, true)?
+            .ok_or_else(|| BoxError::Supervisor(format!("box {name:?} did not start")))?;
+        let (outcome, output) =
+            crate::client::exec_collect(&c, argv, Some(cwd.to_owned()), capture)?;
+        Ok(Collected {
+            status: outcome.status,
+            output,
+            node: outcome.node,
+        })
     }
 }

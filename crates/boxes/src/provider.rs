@@ -51,6 +51,17 @@ pub struct CheckedOut {
     pub killed: usize,
 }
 
+/// What a command run in a box for agentbox gave back.
+#[derive(Debug, Clone)]
+pub struct Collected {
+    /// Its exit status (128 + signal when killed).
+    pub status: i32,
+    /// Its stdout and stderr together (box-controlled text).
+    pub output: String,
+    /// The node its changes made, when it was run with capture.
+    pub node: Option<String>,
+}
+
 /// A runtime for boxes. Every method takes the box's name; "not running" is
 /// [`OnBox::Stopped`], not an error.
 pub trait Provider: Send + Sync {
@@ -92,4 +103,8 @@ pub trait Provider: Send + Sync {
     fn kill(&self, name: &str, target: u64, signal: i32) -> Result<OnBox<()>>;
     /// The running box's health.
     fn health(&self, name: &str) -> Result<OnBox<Health>>;
+    /// Run `argv` in the box (starting it when stopped) in directory `cwd`, with no input,
+    /// collecting its output; with `capture`, a change it makes becomes a node.
+    fn collect(&self, name: &str, argv: Vec<String>, cwd: &str, capture: bool)
+        -> Result<Collected>;
 }

@@ -1,13 +1,13 @@
 //! Commands that run boxes: create, exec, shell, spawn, ps, logs, kill, start, stop, undo.
 
 use std::io::{Read, Seek, Write};
-use std::path::Path;
 use std::time::Duration;
 
 use agentbox_boxes::client::{self, Client};
 use agentbox_boxes::create;
 use agentbox_boxes::proto::{ProcKind, Reply, Request};
 use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
+use agentbox_boxes::remote::RemoteResult;
 use agentbox_store::Store;
 use serde::Serialize;
 
@@ -494,45 +494,6 @@ pub fn start(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     })
 }
 
-/// The box's repositories; an error when it was not made from any.
-fn box_repos(rec: &BoxRecord, what: &str) -> CliResult<()> {
-    if rec.repos.is_empty() {
-        return Err(CliError::new(
-            4,
-            format!("box {:?} was not made from a git repository", rec.name),
-            Some(format!(
-                "only boxes created --from a repository (or a directory of repositories) have branches to {what}"
-            )),
-        ));
-    }
-    Ok(())
-}
-
-/// The box's repositories `only` names (`.` for the root; all when empty).
-fn chosen<'r>(rec: &'r BoxRecord, only: &[String]) -> CliResult<Vec<&'r record::GitRecord>> {
-    if let Some(unknown) = only
-        .iter()
-        .find(|o| !rec.repos.iter().any(|g| g.label() == o.as_str()))
-    {
-        return Err(CliError::usage(
-            format!("box {:?} has no repository {unknown:?}", rec.name),
-            format!(
-                "its repositories: {}",
-                rec.repos
-                    .iter()
-                    .map(|g| g.label())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
-        ));
-    }
-    Ok(rec
-        .repos
-        .iter()
-        .filter(|g| only.is_empty() || only.iter().any(|o| o == g.label()))
-        .collect())
-}
-
 /// Bring every box branch into its host repository now (through the supervisor, which
 /// serialises it with nodes).
 fn sync_now(ctx: &Ctx, rec: &BoxRecord) -> CliResult<Vec<agentbox_boxes::proto::SyncedRepo>> {
@@ -551,7 +512,6 @@ fn short_tip(tip: Option<&str>) -> String {
 pub fn sync(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     let rec = ctx.resolve_box(reference)?;
     let name = &rec.name;
-    box_repos(&rec, "sync")?;
     let repos = sync_now(ctx, &rec)?;
     ctx.out(&serde_json::json!({"box": name, "repos": repos}), || {
         let mut s = String::new();
@@ -574,24 +534,6 @@ pub fn sync(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     })
 }
 
-/// One repository's part of `push` or `pull`.
-#[derive(Serialize)]
-struct RemoteResult {
-    /// `None`: the project root.
-    sub: Option<String>,
-    repo: std::path::PathBuf,
-    remote: String,
-    /// The box's branch (push), or the remote's branch merged (pull).
-    branch: String,
-    /// What was pushed, or what was merged (`None`: nothing, see `outcome`).
-    commit: Option<String>,
-    /// `pushed`, `no-branch` (push); `merged`, `up-to-date`, `conflict`, `failed` (pull).
-    outcome: &'static str,
-    /// The node the merge made, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    node: Option<String>,
-}
-
 fn remote_table(results: &[RemoteResult]) -> String {
     let mut s = format!(
         "{:<12} {:<28} {:<10} {:<13} RESULT\n",
@@ -600,11 +542,11 @@ fn remote_table(results: &[RemoteResult]) -> String {
     for r in results {
         s.push_str(&format!(
             "{:<12} {:<28} {:<10} {:<13} {}\n",
-            r.sub.as_deref().unwrap_or("."),
+            render::text(r.sub.as_deref().unwrap_or(".")),
             r.branch,
             r.remote,
             short_tip(r.commit.as_deref()),
-            r.outcome
+            r.outcome.as_str()
         ));
     }
     s
@@ -613,166 +555,37 @@ fn remote_table(results: &[RemoteResult]) -> String {
 /// `push --json`: a list of `{"sub", "repo", "remote", "branch", "commit", "outcome"}`, one
 /// per repository. Runs on the host only, as the user, with the user's git configuration
 /// and credentials: the box is never involved beyond the sync of its branches.
-/// The remote `push`/`pull` use: `--remote`, else `git.remote` when a configuration file
-/// (not the built-in default) sets it, else `None` (the branch's tracked remote, or `origin`).
-fn chosen_remote(ctx: &Ctx, rec: &BoxRecord, flag: Option<&str>) -> CliResult<Option<String>> {
-    if let Some(r) = flag {
-        return Ok(Some(r.to_owned()));
-    }
-    use agentbox_boxes::config::{keys::Value, layers::Layer, Config};
-    let config = Config::load(&ctx.home, rec.project.as_deref())?;
-    let entry = config.entry("git.remote")?;
-    Ok(match (&entry.value, entry.origin.layer) {
-        (Some(Value::Str(r)), layer) if layer != Layer::Builtin => Some(r.clone()),
-        _ => None,
-    })
-}
-
 pub fn push(ctx: &Ctx, a: PushArgs) -> CliResult {
     let rec = ctx.resolve_box(a.name.as_deref())?;
-    let remote = chosen_remote(ctx, &rec, a.remote.as_deref())?;
-    box_repos(&rec, "push")?;
-    let repos = chosen(&rec, &a.repos)?;
-    // Every remote is checked before anything is pushed.
-    let remotes = repos
-        .iter()
-        .map(|g| agentbox_git::remote_for(&g.host(), remote.as_deref(), g.source_branch.as_deref()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let synced = sync_now(ctx, &rec)?;
-    let mut results = Vec::new();
-    for (g, remote) in repos.into_iter().zip(remotes) {
-        let tip = synced
-            .iter()
-            .find(|s| s.sub == g.sub)
-            .and_then(|s| s.tip.clone());
-        if tip.is_some() {
-            ctx.busy(&format!("pushing {} to {remote}", g.branch), || {
-                agentbox_git::push(&g.host(), &remote, &g.branch, a.force)
-            })?;
-        }
-        results.push(RemoteResult {
-            sub: g.sub.clone(),
-            repo: g.repo.clone(),
-            remote,
-            branch: g.branch.clone(),
-            outcome: if tip.is_some() { "pushed" } else { "no-branch" },
-            commit: tip,
-            node: None,
-        });
-    }
+    let results = ctx
+        .boxes()
+        .push(&rec, a.remote.as_deref(), &a.repos, a.force, ctx)?;
     ctx.out(&results, || remote_table(&results))
 }
 
-/// `pull --json`: a list like `push`'s. For each repository: fetch on the host (the user's
-/// credentials) into `refs/agentbox/<box>/fetched`, then `git merge` of that commit inside
-/// the box, where it is reachable through the read-only object store. A merge that
-/// conflicts leaves the box repository in its conflicted state; the exit code is then 4.
+/// `pull --json`: a list like `push`'s. A merge that conflicts leaves the box repository in
+/// its conflicted state; the exit code is then 4.
 pub fn pull(ctx: &Ctx, a: PullArgs) -> CliResult {
     let rec = ctx.resolve_box(a.name.as_deref())?;
-    let remote = chosen_remote(ctx, &rec, a.remote.as_deref())?;
-    box_repos(&rec, "pull")?;
-    let mut plan = Vec::new();
-    for g in chosen(&rec, &a.repos)? {
-        let host = g.host();
-        let remote =
-            agentbox_git::remote_for(&host, remote.as_deref(), g.source_branch.as_deref())?;
-        let branch = match (&a.branch, &g.source_branch) {
-            (Some(b), _) => b.clone(),
-            (None, Some(src)) => agentbox_git::upstream_branch(&host, src),
-            (None, None) => {
-                return Err(CliError::usage(
-                    format!(
-                        "box {:?}: {} was on no branch when the box was made",
-                        rec.name,
-                        g.repo.display()
-                    ),
-                    "name the remote's branch to merge with --branch",
-                ))
-            }
-        };
-        plan.push((g, remote, branch));
-    }
-    let client = connect(ctx, &rec.name)?;
-    let mut results = Vec::new();
-    for (g, remote, branch) in plan {
-        let sha = ctx.busy(&format!("fetching {branch} from {remote}"), || {
-            agentbox_git::fetch(&g.host(), &rec.name, &remote, &branch)
-        })?;
-        let argv = vec![
-            "git".to_owned(),
-            "merge".to_owned(),
-            "--no-edit".to_owned(),
-            "-m".to_owned(),
-            format!("Merge {remote}/{branch}"),
-            sha.clone(),
-        ];
-        let (outcome, output) = client::exec_collect(
-            &client,
-            argv,
-            Some(g.workspace().to_string_lossy().into_owned()),
-            true,
-        )?;
-        let result = match outcome.status {
-            0 if output.contains("Already up to date") => "up-to-date",
-            0 => "merged",
-            _ if output.contains("CONFLICT") => "conflict",
-            _ => "failed",
-        };
-        if outcome.status != 0 {
-            ctx.note(format!(
-                "{}: {}",
-                g.workspace().display(),
-                output.trim_end()
-            ));
+    let results = ctx.boxes().pull(
+        &rec,
+        a.remote.as_deref(),
+        a.branch.as_deref(),
+        &a.repos,
+        ctx,
+    )?;
+    for r in &results {
+        if let Some(out) = &r.output {
+            let inside =
+                std::path::Path::new(record::WORKSPACE).join(r.sub.as_deref().unwrap_or(""));
+            ctx.note(format!("{}: {}", inside.display(), render::text(out)));
         }
-        results.push(RemoteResult {
-            sub: g.sub.clone(),
-            repo: g.repo.clone(),
-            remote,
-            branch,
-            commit: Some(sha),
-            outcome: result,
-            node: outcome.node,
-        });
     }
     ctx.out(&results, || remote_table(&results))?;
-    let inside = |r: &RemoteResult| {
-        Path::new(record::WORKSPACE)
-            .join(r.sub.as_deref().unwrap_or(""))
-            .display()
-            .to_string()
-    };
-    if let Some(r) = results.iter().find(|r| r.outcome == "conflict") {
-        return Err(CliError::new(
-            4,
-            format!(
-                "box {:?}: merging {}/{} into {} conflicts; the box repository is left mid-merge",
-                rec.name,
-                r.remote,
-                r.branch,
-                inside(r)
-            ),
-            Some(format!(
-                "resolve the conflicts inside the box (agentbox shell {} -w {}), then `git commit`; or `git merge --abort` there",
-                rec.name,
-                inside(r)
-            )),
-        ));
+    match agentbox_boxes::remote::pull_problem(&rec, &results) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
-    if let Some(r) = results.iter().find(|r| r.outcome == "failed") {
-        return Err(CliError::new(
-            1,
-            format!(
-                "box {:?}: merging {}/{} into {} failed (see above)",
-                rec.name,
-                r.remote,
-                r.branch,
-                inside(r)
-            ),
-            Some("commit or stash the box's changes there first".to_owned()),
-        ));
-    }
-    Ok(())
 }
 
 pub fn stop(ctx: &Ctx, reference: Option<&str>) -> CliResult {
