@@ -245,6 +245,27 @@ pub fn caller_env(extra: &[String]) -> Vec<(String, String)> {
     env
 }
 
+/// What `agentbox shell` runs, and whether on a terminal: `argv` (empty: the box's
+/// shell), on a PTY only when the caller's stdin is a terminal. Without one the shell reads
+/// the caller's own stdin and ends at its end: a PTY would keep the end of input from ever
+/// reaching it, and an interactive shell ignores the SIGTERM that must end it.
+pub fn shell_command(argv: Vec<String>) -> (Vec<String>, bool) {
+    let tty = std::io::stdin().is_terminal();
+    if !argv.is_empty() {
+        return (argv, tty);
+    }
+    // bash when the base has it; `-l` would read the host's profile, so it is not used.
+    let shell = if tty {
+        "if command -v bash >/dev/null; then exec bash -i; else exec sh -i; fi"
+    } else {
+        "if command -v bash >/dev/null; then exec bash; else exec sh; fi"
+    };
+    (
+        vec!["/bin/sh".to_owned(), "-c".to_owned(), shell.to_owned()],
+        tty,
+    )
+}
+
 /// Run `argv` in the box in the foreground: a PTY when stdin is a terminal, otherwise the
 /// caller's own descriptors. Signals the CLI receives are forwarded to the command.
 pub fn exec(

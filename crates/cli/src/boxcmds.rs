@@ -404,16 +404,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
 pub fn shell(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
     let (rec, argv) = target(ctx, a.name, a.argv, None)?;
     let client = connect(ctx, &rec.name)?;
-    let argv = if argv.is_empty() {
-        // bash when the base has it; `-l` would read the host's profile, so it is not used.
-        vec![
-            "/bin/sh".to_owned(),
-            "-c".to_owned(),
-            "if command -v bash >/dev/null; then exec bash -i; else exec sh -i; fi".to_owned(),
-        ]
-    } else {
-        argv
-    };
+    let (argv, tty) = client::shell_command(argv);
     let outcome = client::exec(
         &client,
         argv,
@@ -421,7 +412,7 @@ pub fn shell(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
         ctx.workdir(&rec, a.opts.workdir),
         ProcKind::Shell,
         true,
-        Some(true),
+        Some(tty),
     )?;
     finish_exec(ctx, outcome)
 }

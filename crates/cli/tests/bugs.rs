@@ -1,0 +1,134 @@
+//! Behaviours a new user relies on at the edges: commands without a terminal, processes
+//! that die at once, limits that kill, bad working directories, plain exports, names that
+//! look like ids, and a current directory a checkout replaced (the real binary; most need
+//! root).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use agentbox_testkit::tier::require_root;
+use common::{code, kill_supervisors, stderr, write, Env};
+
+/// A temporary home whose box supervisors are killed when the test ends.
+struct Boxes {
+    env: Env,
+    proj: PathBuf,
+}
+
+impl Boxes {
+    /// `None`: the test is skipped (not root).
+    fn new(test: &str) -> Option<Boxes> {
+        if !require_root(test) {
+            return None;
+        }
+        let env = Env::new();
+        let proj = env.home.path().join("proj");
+        write(&proj.join("README"), "readme\n");
+        Some(Boxes { env, proj })
+    }
+
+    fn create(&self, name: &str, extra: &[&str]) {
+        let from = self.proj.to_str().expect("utf-8 path");
+        let mut args = vec!["create", name, "--from", from];
+        args.extend_from_slice(extra);
+        self.env.ok(&args);
+    }
+}
+
+impl Drop for Boxes {
+    fn drop(&mut self) {
+        kill_supervisors(&self.env.path("home"));
+    }
+}
+
+/// Wait for `child` to end; a child still running after a generous deadline is killed and
+/// the test fails (it hung).
+fn wait_or_fail(mut child: Child, what: &str) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!("{what} hung; stderr: {}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn shell_without_a_terminal_reads_stdin_to_its_end_and_ends_on_sigterm() {
+    let Some(b) = Boxes::new("shell_without_a_terminal_reads_stdin_to_its_end_and_ends_on_sigterm")
+    else {
+        return;
+    };
+    b.create("sh", &["--no-capture"]);
+    // A script on stdin: its output and exit status pass through, and its end ends the shell.
+    let mut child = b
+        .env
+        .command(&["shell", "sh"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"echo hi\necho there >&2\nexit 3\n")
+        .expect("write");
+    let out = wait_or_fail(child, "a shell fed a script");
+    assert_eq!(code(&out), Some(3), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert!(stderr(&out).contains("there"), "{}", stderr(&out));
+
+    // The end of input alone ends it too, with the last command's status.
+    let mut child = b
+        .env
+        .command(&["shell", "sh"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"echo $((40 + 2))\n")
+        .expect("write");
+    let out = wait_or_fail(child, "a shell at the end of its input");
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "42\n");
+
+    // SIGTERM to the client ends the shell, even in the middle of a command.
+    let mut child = b
+        .env
+        .command(&["shell", "sh"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(b"echo ready\nsleep 1000\n")
+        .expect("write");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    assert_eq!(lines.next().expect("a line").expect("read"), "ready");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).expect("pid"),
+        rustix::process::Signal::TERM,
+    )
+    .expect("signal");
+    let out = wait_or_fail(child, "a shell sent SIGTERM");
+    drop(input);
+    assert_eq!(code(&out), Some(128 + 15), "{}", stderr(&out));
+}
