@@ -11,7 +11,7 @@ use agentbox_sandbox::ipc;
 use agentbox_sandbox::proto::{Network, WinSize};
 use std::os::unix::process::CommandExt;
 
-use crate::proto::{ProcKind, Reply, Request};
+use crate::proto::{ProcKind, Reply, Request, Workdir};
 use crate::record::{self, BoxDirs, ENV_ALLOW};
 use crate::{BoxError, Result};
 
@@ -272,7 +272,7 @@ pub fn exec(
     client: &Client,
     argv: Vec<String>,
     env: Vec<(String, String)>,
-    cwd: Option<String>,
+    cwd: Option<Workdir>,
     kind: ProcKind,
     capture: bool,
     force_tty: Option<bool>,
@@ -367,7 +367,7 @@ pub fn exec_collect(
     let req = Request::Exec {
         argv,
         env: caller_env(&["LC_ALL=C".to_owned()]),
-        cwd,
+        cwd: cwd.map(Workdir::default_for),
         tty: None,
         kind: ProcKind::Exec,
         capture,

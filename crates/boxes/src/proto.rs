@@ -13,6 +13,35 @@ pub enum ProcKind {
     Spawn,
 }
 
+/// Where a command starts in the box.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workdir {
+    /// A path inside the box.
+    pub path: String,
+    /// The user named it (`-w`): a command whose directory the box lacks is an error. A
+    /// default (the box's copy of the caller's directory) falls back to the nearest
+    /// existing ancestor, since the box need not have every directory of the host's project.
+    pub explicit: bool,
+}
+
+impl Workdir {
+    /// A directory the user named.
+    pub fn explicit(path: impl Into<String>) -> Workdir {
+        Workdir {
+            path: path.into(),
+            explicit: true,
+        }
+    }
+
+    /// A directory agentbox chose.
+    pub fn default_for(path: impl Into<String>) -> Workdir {
+        Workdir {
+            path: path.into(),
+            explicit: false,
+        }
+    }
+}
+
 /// CLI → supervisor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -23,7 +52,8 @@ pub enum Request {
     Exec {
         argv: Vec<String>,
         env: Vec<(String, String)>,
-        cwd: Option<String>,
+        /// `None`: the box's `/workspace`.
+        cwd: Option<Workdir>,
         tty: Option<WinSize>,
         kind: ProcKind,
         capture: bool,
@@ -36,7 +66,8 @@ pub enum Request {
     Spawn {
         argv: Vec<String>,
         env: Vec<(String, String)>,
-        cwd: Option<String>,
+        /// `None`: the box's `/workspace`.
+        cwd: Option<Workdir>,
     },
     Ps,
     /// Signal a process by its id or box PID.

@@ -24,7 +24,7 @@ use agentbox_sandbox::proto::{Bind, BoxSpec, FromInit, Network, ToInit};
 use agentbox_store::{CommitOpts, Store};
 use chrono::Utc;
 
-use crate::proto::{ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo};
+use crate::proto::{ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo, Workdir};
 use crate::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
 use crate::{BoxError, Result};
 
@@ -753,7 +753,7 @@ fn start_process(
     shared: &Shared,
     info: ProcInfo,
     env: Vec<(String, String)>,
-    cwd: Option<String>,
+    cwd: Option<Workdir>,
     pty: Option<agentbox_sandbox::proto::WinSize>,
     fds: &[BorrowedFd<'_>],
     exit_tx: Option<Sender<ExitNote>>,
@@ -770,12 +770,14 @@ fn start_process(
             exit_tx,
         },
     );
+    let cwd = cwd.unwrap_or_else(|| Workdir::default_for(WORKSPACE));
     let msg = ToInit::Spawn {
         id,
         argv,
         env: command_env(shared, env),
-        cwd: cwd.unwrap_or_else(|| WORKSPACE.to_owned()),
+        cwd: cwd.path,
         pty,
+        exact_cwd: cwd.explicit,
     };
     if let Err(e) = ipc::send(&*ctl, &msg, fds) {
         lock(&shared.pending).remove(&id);
@@ -827,7 +829,7 @@ fn exec(
     conn: &OwnedFd,
     argv: Vec<String>,
     env: Vec<(String, String)>,
-    cwd: Option<String>,
+    cwd: Option<Workdir>,
     tty: Option<agentbox_sandbox::proto::WinSize>,
     kind: ProcKind,
     capture: bool,
@@ -990,7 +992,7 @@ fn spawn_bg(
     conn: &OwnedFd,
     argv: Vec<String>,
     env: Vec<(String, String)>,
-    cwd: Option<String>,
+    cwd: Option<Workdir>,
 ) -> Result<()> {
     let info = new_info(shared, ProcKind::Spawn, argv);
     let id = info.id;
@@ -1294,7 +1296,7 @@ impl crate::boxgit::BoxRunner for Shared {
             self,
             info,
             env,
-            Some(cwd.to_owned()),
+            Some(Workdir::default_for(cwd)),
             None,
             &fds,
             Some(exit_tx),

@@ -7,6 +7,7 @@ use agentbox_core::Home;
 use agentbox_store::{BackendKind, CommitOpts, Source, Store};
 use serde::Serialize;
 
+use agentbox_boxes::proto::Workdir;
 use agentbox_boxes::record::BoxRecord;
 use agentbox_boxes::registry;
 use agentbox_boxes::BoxError;
@@ -231,17 +232,18 @@ impl Ctx {
     /// Where a command in box `rec` starts: `explicit` (`-w`), else the directory matching
     /// the current one when it is inside the box's project (`/workspace/<same path>`),
     /// else the supervisor's default (`/workspace`).
-    pub(crate) fn workdir(&self, rec: &BoxRecord, explicit: Option<String>) -> Option<String> {
-        if explicit.is_some() {
-            return explicit;
+    pub(crate) fn workdir(&self, rec: &BoxRecord, explicit: Option<String>) -> Option<Workdir> {
+        if let Some(dir) = explicit {
+            return Some(Workdir::explicit(dir));
         }
         let cwd = std::fs::canonicalize(std::env::current_dir().ok()?).ok()?;
         let rel = cwd.strip_prefix(rec.project.as_deref()?).ok()?;
         (!rel.as_os_str().is_empty()).then(|| {
-            Path::new(agentbox_boxes::record::WORKSPACE)
-                .join(rel)
-                .to_string_lossy()
-                .into_owned()
+            Workdir::default_for(
+                Path::new(agentbox_boxes::record::WORKSPACE)
+                    .join(rel)
+                    .to_string_lossy(),
+            )
         })
     }
 

@@ -132,3 +132,45 @@ fn shell_without_a_terminal_reads_stdin_to_its_end_and_ends_on_sigterm() {
     drop(input);
     assert_eq!(code(&out), Some(128 + 15), "{}", stderr(&out));
 }
+
+#[test]
+fn a_working_directory_that_does_not_exist_is_an_error() {
+    let Some(b) = Boxes::new("a_working_directory_that_does_not_exist_is_an_error") else {
+        return;
+    };
+    b.create("wd", &["--no-capture"]);
+    for args in [
+        &["exec", "wd", "-w", "/nonexistent/dir", "--", "pwd"][..],
+        &["spawn", "wd", "-w", "/nonexistent/dir", "--", "pwd"][..],
+        &["shell", "wd", "-w", "/nonexistent/dir"][..],
+    ] {
+        let out = b
+            .env
+            .command(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(code(&out), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("the working directory /nonexistent/dir does not exist in the box"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(out.stdout.is_empty(), "{args:?} ran: {:?}", out.stdout);
+    }
+    // A directory that exists is used as it is.
+    let out = b.env.ok(&["exec", "wd", "-w", "/tmp", "--", "pwd"]);
+    assert_eq!(out, "/tmp\n");
+    // The default directory (the box's copy of the caller's) still falls back to the
+    // nearest one the box has.
+    let sub = b.proj.join("made-after-create");
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    let out = b
+        .env
+        .command(&["exec", "wd", "--", "pwd"])
+        .current_dir(&sub)
+        .output()
+        .expect("run");
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "/workspace\n");
+}
