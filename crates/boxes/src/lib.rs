@@ -44,6 +44,19 @@ pub enum BoxError {
     ImageExists { name: String },
     #[error("image {name:?} is used by box {by:?}")]
     ImageInUse { name: String, by: String },
+    /// A background process that ended before `spawn` returned, with a non-zero status.
+    #[error(
+        "box {name:?}: process {id} ({command}) exited at once with status {status}{}",
+        output_block(output)
+    )]
+    SpawnExited {
+        name: String,
+        id: u64,
+        command: String,
+        status: i32,
+        /// The first lines of its output.
+        output: Vec<String>,
+    },
     #[error("box {name:?} has no process {target}")]
     NoSuchProcess { name: String, target: u64 },
     #[error("box {name:?} could not start: {message}")]
@@ -136,6 +149,9 @@ impl BoxError {
             BoxError::NoSuchProcess { name, .. } => {
                 Some(format!("`agentbox ps {name}` lists its processes"))
             }
+            BoxError::SpawnExited { name, id, .. } => Some(format!(
+                "`agentbox logs {name} {id}` shows its whole output, `agentbox ps {name}` its exit"
+            )),
             BoxError::Remote { hint, .. } => hint.clone(),
             BoxError::Ambiguous { .. } => {
                 Some("name the box by its name or a longer id prefix (`agentbox list --all`)".into())
@@ -161,6 +177,26 @@ impl BoxError {
             _ => None,
         }
     }
+}
+
+/// A process's first output lines, indented under a message. They are the box's text,
+/// printed on the host: control characters (escape sequences) are shown escaped.
+fn output_block(lines: &[String]) -> String {
+    if lines.is_empty() {
+        return "; it printed nothing".to_owned();
+    }
+    let mut s = "; its output began:".to_owned();
+    for l in lines {
+        s.push_str("\n  ");
+        for c in l.chars() {
+            if c.is_control() {
+                s.extend(c.escape_default());
+            } else {
+                s.push(c);
+            }
+        }
+    }
+    s
 }
 
 fn which_box_message(project: Option<&Path>, candidates: &[String]) -> String {

@@ -126,7 +126,31 @@ pub struct ProcInfo {
     pub kind: ProcKind,
     pub argv: Vec<String>,
     pub started: DateTime<Utc>,
+    /// How it ended (`None`: it is running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ProcExit>,
 }
+
+/// How a process ended, kept by the supervisor for `ps` (the last
+/// [`RECENT_EXITS`] spawned ones).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcExit {
+    /// Its exit code, or 128 + the signal that killed it.
+    pub status: i32,
+    pub ended: DateTime<Utc>,
+    /// A checkout of the box killed it.
+    #[serde(default)]
+    pub killed_by_checkout: bool,
+    /// The first lines of its output (its log: stdout and stderr together).
+    #[serde(default)]
+    pub output: Vec<String>,
+}
+
+/// How many ended background processes a supervisor remembers.
+pub const RECENT_EXITS: usize = 20;
+
+/// How many lines of an ended process's output are kept with its exit.
+pub const EXIT_OUTPUT_LINES: usize = 5;
 
 /// Supervisor → CLI.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -161,7 +185,11 @@ pub enum Reply {
         box_root: Option<agentbox_sandbox::proto::IdRange>,
     },
     Procs {
+        /// The running processes.
         procs: Vec<ProcInfo>,
+        /// The most recently ended background processes, oldest first (each has `exit`).
+        #[serde(default)]
+        exited: Vec<ProcInfo>,
     },
     /// A commit or checkout: the node HEAD is now on (`None` when nothing changed).
     Node {

@@ -24,7 +24,10 @@ use agentbox_sandbox::proto::{Bind, BoxSpec, FromInit, Network, ToInit};
 use agentbox_store::{CommitOpts, Store};
 use chrono::Utc;
 
-use crate::proto::{ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo, Workdir};
+use crate::proto::{
+    ProcExit, ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo, Workdir,
+    EXIT_OUTPUT_LINES, RECENT_EXITS,
+};
 use crate::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
 use crate::{BoxError, Result};
 
@@ -80,6 +83,8 @@ struct Shared {
     exe: PathBuf,
     box_: Mutex<Option<Generation>>,
     procs: Mutex<BTreeMap<i32, ProcEntry>>,
+    /// The last [`RECENT_EXITS`] background processes that ended, oldest first.
+    exited: Mutex<std::collections::VecDeque<ProcInfo>>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     generation: AtomicU64,
@@ -121,6 +126,7 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         exe,
         box_: Mutex::new(None),
         procs: Mutex::new(BTreeMap::new()),
+        exited: Mutex::new(Default::default()),
         pending: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
         generation: AtomicU64::new(0),
@@ -447,14 +453,62 @@ fn kill_box(shared: &Shared, by_checkout: bool) -> usize {
     }
     let n = procs.len();
     for (_, p) in procs {
+        let note = ExitNote {
+            status: 128 + libc::SIGKILL,
+            by_checkout,
+        };
+        note_exit(shared, p.info, note);
         if let Some(tx) = p.exit_tx {
-            let _ = tx.send(ExitNote {
-                status: 128 + libc::SIGKILL,
-                by_checkout,
-            });
+            let _ = tx.send(note);
         }
     }
     n
+}
+
+/// Remember how a background process ended, for `ps` (foreground commands told their
+/// caller already). The oldest beyond [`RECENT_EXITS`] is forgotten.
+fn note_exit(shared: &Shared, mut info: ProcInfo, note: ExitNote) {
+    if info.kind != ProcKind::Spawn {
+        return;
+    }
+    info.exit = Some(ProcExit {
+        status: note.status,
+        ended: Utc::now(),
+        killed_by_checkout: note.by_checkout,
+        output: first_lines(&shared.dirs.log(info.id), EXIT_OUTPUT_LINES),
+    });
+    let mut exited = lock(&shared.exited);
+    exited.push_back(info);
+    while exited.len() > RECENT_EXITS {
+        exited.pop_front();
+    }
+}
+
+/// The first `n` lines of the file at `path` (a process's log), each cut to a line's
+/// worth of characters; none when it cannot be read. Only its start is read: a log can be
+/// large.
+fn first_lines(path: &Path, n: usize) -> Vec<String> {
+    use std::io::Read;
+    const HEAD: u64 = 16 * 1024;
+    const WIDTH: usize = 200;
+    let mut head = Vec::new();
+    let read = fs_err::File::open(path).and_then(|f| f.take(HEAD).read_to_end(&mut head));
+    if read.is_err() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&head)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(n)
+        .map(|l| {
+            let mut l = l.trim_end().to_owned();
+            if let Some((cut, _)) = l.char_indices().nth(WIDTH) {
+                l.truncate(cut);
+                l.push('…');
+            }
+            l
+        })
+        .collect()
 }
 
 fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
@@ -480,12 +534,17 @@ fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
                 }
             }
             Ok((FromInit::Exited { pid, code, signal }, _)) => {
-                if let Some(p) = lock(&shared.procs).remove(&pid) {
+                let ended = lock(&shared.procs).remove(&pid);
+                if let Some(p) = ended {
+                    let note = ExitNote {
+                        status: FromInit::status(code, signal),
+                        by_checkout: false,
+                    };
+                    // Before the waiter hears of it: a `ps` after `spawn` reports the
+                    // exit shows it.
+                    note_exit(&shared, p.info, note);
                     if let Some(tx) = p.exit_tx {
-                        let _ = tx.send(ExitNote {
-                            status: FromInit::status(code, signal),
-                            by_checkout: false,
-                        });
+                        let _ = tx.send(note);
                     }
                 }
             }
@@ -633,7 +692,8 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
                 .values()
                 .map(|p| p.info.clone())
                 .collect();
-            reply(&conn, &Reply::Procs { procs }, &[]);
+            let exited = lock(&shared.exited).iter().cloned().collect();
+            reply(&conn, &Reply::Procs { procs, exited }, &[]);
             Ok(())
         }
         Request::Kill { target, signal } => kill_one(&shared, &conn, target, signal),
@@ -820,6 +880,7 @@ fn new_info(shared: &Shared, kind: ProcKind, argv: Vec<String>) -> ProcInfo {
         kind,
         argv,
         started: Utc::now(),
+        exit: None,
     }
 }
 
@@ -994,16 +1055,35 @@ fn spawn_bg(
     env: Vec<(String, String)>,
     cwd: Option<Workdir>,
 ) -> Result<()> {
+    let command = crate::render_command(&argv);
     let info = new_info(shared, ProcKind::Spawn, argv);
     let id = info.id;
     let log_path = shared.dirs.log(id);
     let log = fs_err::File::create(&log_path)?.into_parts().0;
     let null = fs_err::File::open("/dev/null")?.into_parts().0;
     let fds = [null.as_fd(), log.as_fd(), log.as_fd()];
-    let (pid, _) = start_process(shared, info, env, cwd, None, &fds, None)?;
-    reply(conn, &Reply::Started { id, pid }, &[]);
-    Ok(())
+    let (exit_tx, exit_rx) = channel();
+    let (pid, _) = start_process(shared, info, env, cwd, None, &fds, Some(exit_tx))?;
+    // A process that fails at once (a bad argument, a port taken) must not be reported as
+    // started: give it a moment. One still running after it counts as started; one that
+    // ended cleanly is no failure (`ps` shows its exit).
+    match exit_rx.recv_timeout(SPAWN_SETTLE) {
+        Ok(note) if note.status != 0 => Err(BoxError::SpawnExited {
+            name: shared.name.clone(),
+            id,
+            command,
+            status: note.status,
+            output: first_lines(&log_path, EXIT_OUTPUT_LINES),
+        }),
+        _ => {
+            reply(conn, &Reply::Started { id, pid }, &[]);
+            Ok(())
+        }
+    }
 }
+
+/// How long `spawn` waits to see whether the process fails at once.
+const SPAWN_SETTLE: Duration = Duration::from_millis(300);
 
 fn kill_one(shared: &Shared, conn: &OwnedFd, target: u64, signal: i32) -> Result<()> {
     // An id (as spawn and ps print it) first; a PID inside the box only when no id matches.

@@ -463,30 +463,15 @@ fn unexpected(r: &Reply) -> CliError {
 
 pub fn ps(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     let name = &ctx.resolve_box(reference)?.name;
+    // The running processes, then the recent exits (each with `exit`).
     let procs = match running(ctx, name)? {
         Some(c) => match c.request(&Request::Ps)? {
-            Reply::Procs { procs } => procs,
+            Reply::Procs { procs, exited } => procs.into_iter().chain(exited).collect(),
             other => return Err(unexpected(&other)),
         },
         None => Vec::new(),
     };
-    ctx.out(&procs, || {
-        let mut s = format!(
-            "{:<5} {:<7} {:<6} {:<20} COMMAND\n",
-            "ID", "PID", "KIND", "STARTED"
-        );
-        for p in &procs {
-            s.push_str(&format!(
-                "{:<5} {:<7} {:<6} {:<20} {}\n",
-                p.id,
-                p.pid,
-                format!("{:?}", p.kind).to_lowercase(),
-                p.started.format("%Y-%m-%d %H:%M:%S"),
-                agentbox_boxes::render_command(&p.argv)
-            ));
-        }
-        s
-    })
+    ctx.out(&procs, || render::procs(&procs))
 }
 
 /// `[BOX] ID`: the box and a process id.
@@ -539,7 +524,7 @@ pub fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {
         }
         let alive = match running(ctx, &a.name)? {
             Some(c) => {
-                matches!(c.request(&Request::Ps)?, Reply::Procs { procs } if procs.iter().any(|p| p.id == a.id))
+                matches!(c.request(&Request::Ps)?, Reply::Procs { procs, .. } if procs.iter().any(|p| p.id == a.id))
             }
             None => false,
         };
@@ -1145,7 +1130,7 @@ pub fn box_status(ctx: &Ctx, store: &Store, name: &str) -> CliResult<BoxStatus> 
         match running(ctx, name)? {
             Some(c) => {
                 let procs = match c.request(&Request::Ps)? {
-                    Reply::Procs { procs } => procs.len(),
+                    Reply::Procs { procs, .. } => procs.len(),
                     other => return Err(unexpected(&other)),
                 };
                 // One request per connection.

@@ -118,9 +118,7 @@ fn shell_without_a_terminal_reads_stdin_to_its_end_and_ends_on_sigterm() {
         .spawn()
         .expect("spawn");
     let mut input = child.stdin.take().expect("stdin");
-    input
-        .write_all(b"echo ready\nsleep 1000\n")
-        .expect("write");
+    input.write_all(b"echo ready\nsleep 1000\n").expect("write");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     assert_eq!(lines.next().expect("a line").expect("read"), "ready");
     rustix::process::kill_process(
@@ -152,7 +150,8 @@ fn a_working_directory_that_does_not_exist_is_an_error() {
             .expect("run");
         assert_eq!(code(&out), Some(2), "{args:?}: {}", stderr(&out));
         assert!(
-            stderr(&out).contains("the working directory /nonexistent/dir does not exist in the box"),
+            stderr(&out)
+                .contains("the working directory /nonexistent/dir does not exist in the box"),
             "{args:?}: {}",
             stderr(&out)
         );
@@ -173,4 +172,59 @@ fn a_working_directory_that_does_not_exist_is_an_error() {
         .expect("run");
     assert_eq!(code(&out), Some(0), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "/workspace\n");
+}
+
+#[test]
+fn spawn_reports_a_process_that_dies_at_once_and_ps_shows_exits() {
+    let Some(b) = Boxes::new("spawn_reports_a_process_that_dies_at_once_and_ps_shows_exits") else {
+        return;
+    };
+    b.create("sp", &["--no-capture"]);
+    let out = b.env.run(&[
+        "spawn",
+        "sp",
+        "--",
+        "sh",
+        "-c",
+        "echo cannot listen: address in use >&2; exit 3",
+    ]);
+    assert_eq!(code(&out), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("exited at once with status 3"), "{err}");
+    assert!(err.contains("cannot listen: address in use"), "{err}");
+    assert!(out.stdout.is_empty(), "{:?}", out.stdout);
+
+    // A process that keeps running is started as before.
+    let long = b.env.json(&["spawn", "sp", "--", "sleep", "1000"]);
+    assert!(long["id"].as_u64().is_some(), "{long}");
+    // `ps` lists the running process, then the exit with its status and first lines.
+    let ps = b.env.json(&["ps", "sp"]);
+    let ps = ps.as_array().expect("a list");
+    assert_eq!(ps.len(), 2, "{ps:?}");
+    assert_eq!(ps[0]["argv"], serde_json::json!(["sleep", "1000"]));
+    assert!(ps[0]["exit"].is_null(), "{ps:?}");
+    assert_eq!(ps[1]["exit"]["status"], 3, "{ps:?}");
+    assert_eq!(
+        ps[1]["exit"]["output"],
+        serde_json::json!(["cannot listen: address in use"])
+    );
+    let human = b.env.ok(&["ps", "sp"]);
+    assert!(human.contains("running"), "{human}");
+    assert!(human.contains("exited 3"), "{human}");
+    assert!(human.contains("| cannot listen: address in use"), "{human}");
+
+    // Only the last 20 exits are kept.
+    for i in 0..25 {
+        let _ = b
+            .env
+            .run(&["spawn", "sp", "--", "sh", "-c", &format!("exit {}", 10 + i)]);
+    }
+    let ps = b.env.json(&["ps", "sp"]);
+    let exits: Vec<i64> = ps
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|p| p["exit"]["status"].as_i64())
+        .collect();
+    assert_eq!(exits, (15..35).collect::<Vec<i64>>());
 }

@@ -1132,7 +1132,10 @@ fn spawn(
     // named is the only candidate, and its absence is said before anything is forked (the
     // child's failed chdir is reported too, for a directory removed in between).
     if exact_cwd && !Path::new(cwd).is_dir() {
-        return Err(bad_cwd(cwd, &std::io::Error::from_raw_os_error(libc::ENOENT)));
+        return Err(bad_cwd(
+            cwd,
+            &std::io::Error::from_raw_os_error(libc::ENOENT),
+        ));
     }
     let c_cwds = std::path::Path::new(cwd)
         .ancestors()
