@@ -228,6 +228,8 @@ pub struct ExecOutcome {
     pub killed_by_checkout: bool,
     /// Why the command's changes could not be captured as a node.
     pub capture_error: Option<String>,
+    /// Why the command was killed, when the box knows (its memory ran out).
+    pub killed_because: Option<String>,
 }
 
 /// The caller's environment variables that pass into a box, plus `extra` (`KEY=VALUE`).
@@ -333,6 +335,7 @@ pub fn exec(
                     node,
                     killed_by_checkout,
                     capture_error,
+                    killed_because,
                 },
                 _,
             ) => {
@@ -345,6 +348,7 @@ pub fn exec(
                     node,
                     killed_by_checkout,
                     capture_error,
+                    killed_because,
                 });
             }
             _ => continue,
@@ -380,6 +384,7 @@ pub fn exec_collect(
                 node,
                 killed_by_checkout,
                 capture_error,
+                killed_because,
             },
             _,
         ) = client.recv()?
@@ -394,6 +399,7 @@ pub fn exec_collect(
                     node,
                     killed_by_checkout,
                     capture_error,
+                    killed_because,
                 },
                 text,
             ));

@@ -170,6 +170,9 @@ pub enum Reply {
         /// and are captured by a later node).
         #[serde(default)]
         capture_error: Option<String>,
+        /// Why the command was killed, when the box knows (its memory ran out).
+        #[serde(default)]
+        killed_because: Option<String>,
     },
     /// Auto-capture's state (`None`: capture is off for the box).
     Health {

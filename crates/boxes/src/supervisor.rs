@@ -908,6 +908,7 @@ fn exec(
     };
     let info = new_info(shared, kind, argv);
     let id = info.id;
+    let oom_before = oom_kills(shared);
     let (exit_tx, exit_rx) = channel();
     let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
     let (pid, master) = start_process(shared, info, env, cwd, tty, &borrowed, Some(exit_tx))?;
@@ -945,6 +946,19 @@ fn exec(
         status: 128 + libc::SIGKILL,
         by_checkout: false,
     });
+    // A SIGKILL while the box's OOM killer struck: the memory limit, not a checkout or a
+    // `kill -9`, ended it.
+    let killed_because = match (oom_before, note.status == 128 + libc::SIGKILL) {
+        (Some(before), true) if !note.by_checkout && oom_kills(shared) > Some(before) => {
+            shared.rec.limits.memory_bytes.map(|limit| {
+                format!(
+                    "the box ran out of memory (limit {}; --memory raises it)",
+                    crate::cgroup::size_text(limit)
+                )
+            })
+        }
+        _ => None,
+    };
     let (node, capture_error) = if capture && shared.rec.capture && !note.by_checkout {
         match auto_capture(shared, &label, Some(&label)) {
             Ok(node) => (node, None),
@@ -960,10 +974,21 @@ fn exec(
             node,
             killed_by_checkout: note.by_checkout,
             capture_error,
+            killed_because,
         },
         &[],
     );
     Ok(())
+}
+
+/// The box's OOM-kill count (see [`crate::cgroup::BoxCgroup::oom_kills`]); `None` for a
+/// box without a memory limit, whose commands the box's OOM killer never ends.
+fn oom_kills(shared: &Shared) -> Option<u64> {
+    shared.rec.limits.memory_bytes?;
+    crate::cgroup::BoxCgroup::open(&record::cgroup_name(&shared.home, &shared.name))
+        .ok()
+        .flatten()?
+        .oom_kills()
 }
 
 /// Commit the box if something not ignored changed; the node gets `message` and `command`.
@@ -1177,6 +1202,7 @@ fn cli_for_box(
                 node: None,
                 killed_by_checkout: false,
                 capture_error: None,
+                killed_because: None,
             },
             &[],
         );
@@ -1208,6 +1234,7 @@ fn cli_for_box(
             node: None,
             killed_by_checkout: false,
             capture_error: None,
+            killed_because: None,
         },
         &[],
     );

@@ -280,6 +280,9 @@ fn finish_exec(ctx: &Ctx, outcome: client::ExecOutcome) -> CliResult {
     if outcome.killed_by_checkout {
         ctx.note("agentbox: the command was killed by a checkout of its box");
     }
+    if let Some(why) = &outcome.killed_because {
+        ctx.note(format!("agentbox: the command was killed: {why}"));
+    }
     if let Some(e) = &outcome.capture_error {
         ctx.note(format!(
             "agentbox: warning: the command's changes were not recorded as a node: {e}\n  hint: they stay in the box; `agentbox status` shows auto-capture's state, `agentbox commit` records them"

@@ -228,3 +228,25 @@ fn spawn_reports_a_process_that_dies_at_once_and_ps_shows_exits() {
         .collect();
     assert_eq!(exits, (15..35).collect::<Vec<i64>>());
 }
+
+#[test]
+fn a_memory_limit_kill_says_so() {
+    let Some(b) = Boxes::new("a_memory_limit_kill_says_so") else {
+        return;
+    };
+    b.create("mem", &["--no-capture", "--memory", "64M"]);
+    // `tail` keeps the one endless line of /dev/zero in memory until the limit kills it.
+    let out = b.env.run(&["exec", "mem", "--", "tail", "/dev/zero"]);
+    assert_eq!(code(&out), Some(137), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "agentbox: the command was killed: the box ran out of memory (limit 64.0 MiB; --memory raises it)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    // Another SIGKILL is not blamed on memory.
+    let out = b.env.run(&["exec", "mem", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(code(&out), Some(137), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("out of memory"), "{}", stderr(&out));
+}
