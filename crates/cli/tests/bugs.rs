@@ -250,3 +250,52 @@ fn a_memory_limit_kill_says_so() {
     assert_eq!(code(&out), Some(137), "{}", stderr(&out));
     assert!(!stderr(&out).contains("out of memory"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_rootfs_export_is_a_plain_tar() {
+    let t = Env::new();
+    let src = t.path("tree");
+    write(&src.join("small"), "small\n");
+    // Above the size the writer holds in memory: its content streams.
+    write(&src.join("dir/large"), &"x".repeat(3 << 20));
+    std::os::unix::fs::symlink("small", src.join("link")).expect("symlink");
+    t.ok(&["env", src.to_str().expect("utf-8")]);
+    let tar = t.path("tree.tar");
+    let tar = tar.to_str().expect("utf-8");
+    t.ok(&[
+        "export",
+        "tree",
+        "--kind",
+        "rootfs",
+        "--compress",
+        "none",
+        "-o",
+        tar,
+    ]);
+    // GNU tar warns about every record it does not know: there must be none.
+    let listed = std::process::Command::new("tar")
+        .args(["-tvf", tar])
+        .output()
+        .expect("run tar");
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert_eq!(stderr(&listed), "", "tar warned");
+    let names = String::from_utf8_lossy(&listed.stdout);
+    assert!(names.contains("./dir/large"), "{names}");
+    let out = t.path("unpacked");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let unpacked = std::process::Command::new("tar")
+        .args(["-xf", tar, "-C"])
+        .arg(&out)
+        .output()
+        .expect("run tar");
+    assert!(unpacked.status.success(), "{}", stderr(&unpacked));
+    assert_eq!(stderr(&unpacked), "", "tar warned");
+    assert_eq!(
+        std::fs::read_to_string(out.join("dir/large")).expect("large"),
+        "x".repeat(3 << 20)
+    );
+    assert_eq!(
+        std::fs::read_link(out.join("link")).expect("link"),
+        Path::new("small")
+    );
+}
