@@ -55,7 +55,7 @@ struct Created<'a> {
 
 pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     if let Some(n) = &a.name {
-        agentbox_store::names::validate("box", n)?;
+        agentbox_boxes::registry::check_new_name(&ctx.home, n)?;
     }
     // Flags over the configuration (see `configcmd`).
     let o = crate::configcmd::effective_create_options(ctx, &a)?;

@@ -504,16 +504,16 @@ struct EnvCreated<'a> {
 fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
     let name = match &a.name {
         Some(n) => n.clone(),
-        None => dir_name(&a.dir)?,
+        None => agentbox_store::names::from_dir_name(&dir_name(&a.dir)?),
     };
-    agentbox_store::names::validate("environment", &name).map_err(|e| {
+    let store = Store::open_or_init(&ctx.store_dir(), parse_backend(a.backend.as_deref())?)?;
+    store.check_new_env_name(&name).map_err(|e| {
         let mut e = CliError::from(e);
         if a.name.is_none() {
             e.hint = Some("the name comes from the directory; choose one with --name NAME".into());
         }
         e
     })?;
-    let store = Store::open_or_init(&ctx.store_dir(), parse_backend(a.backend.as_deref())?)?;
     let dir = std::path::absolute(&a.dir)?;
     // Held until the environment exists: see `Store::hold`.
     let _staging = store.hold("create an environment")?;

@@ -299,3 +299,65 @@ fn a_rootfs_export_is_a_plain_tar() {
         Path::new("small")
     );
 }
+
+#[test]
+fn names_of_hex_digits_work_unless_they_are_an_id_prefix() {
+    let t = Env::new();
+    // An environment named from its directory, `d`.
+    let d = t.path("d");
+    write(&d.join("f"), "one\n");
+    let out = t.command(&["env", "./d"]).output().expect("run");
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    write(&d.join("f"), "two\n");
+    t.ok(&["commit", "d", "-m", "second"]);
+    let log = t.json(&["log", "d"]);
+    let nodes = log["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 2, "{log}");
+    // Another directory's name that is all hex.
+    let cafe = t.path("cafe");
+    write(&cafe.join("f"), "x\n");
+    t.ok(&["env", cafe.to_str().expect("utf-8")]);
+    assert_eq!(
+        t.json(&["log", "cafe"])["nodes"].as_array().map(Vec::len),
+        Some(1)
+    );
+
+    // A name that is a prefix of an existing node's id is refused: it would take the
+    // prefix from the node.
+    let id = nodes[0]["id"].as_str().expect("an id");
+    let other = t.path("other");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    let out = t.run(&["env", other.to_str().expect("utf-8"), "--name", &id[..6]]);
+    assert_eq!(code(&out), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be a prefix of an existing id"),
+        "{}",
+        stderr(&out)
+    );
+    // A directory whose name is no valid name gets one made from it.
+    let spaced = t.path("my dir");
+    write(&spaced.join("f"), "x\n");
+    t.ok(&["env", spaced.to_str().expect("utf-8")]);
+    t.ok(&["log", "my-dir"]);
+}
+
+#[test]
+fn a_box_named_with_hex_digits_works() {
+    let Some(b) = Boxes::new("a_box_named_with_hex_digits_works") else {
+        return;
+    };
+    b.create("cafe", &["--no-capture"]);
+    let out = b.env.ok(&["exec", "cafe", "--", "hostname"]);
+    assert_eq!(out, "cafe\n");
+    // A name equal to a prefix of an existing box's id is refused.
+    let list = b.env.json(&["list"]);
+    let id = list[0]["box"]["id"].as_str().expect("an id").to_owned();
+    let from = b.proj.to_str().expect("utf-8");
+    let out = b.env.run(&["create", &id[..5], "--from", from]);
+    assert_eq!(code(&out), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be a prefix of an existing id"),
+        "{}",
+        stderr(&out)
+    );
+}
