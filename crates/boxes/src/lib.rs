@@ -100,6 +100,10 @@ pub enum BoxError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The current directory was removed or replaced (by a checkout, typically) under the
+    /// process; `shell_pwd` is where the caller's shell says it is.
+    #[error("the current directory{} no longer exists (a checkout replaced it); run cd \"$PWD\"", shell_pwd.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    StaleCurrentDir { shell_pwd: Option<PathBuf> },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

@@ -115,7 +115,8 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         }
         None if a.empty => None,
         None => {
-            let found = agentbox_boxes::project::find_root(&std::env::current_dir()?);
+            let found =
+                agentbox_boxes::project::find_root(&agentbox_boxes::project::current_dir()?);
             match &found {
                 Some(p) => ctx.note(format!("making the box from project {}", p.display())),
                 None => ctx.note(

@@ -196,13 +196,13 @@ impl Ctx {
     /// The project the current directory is in: box numbers and the implicit box are
     /// relative to it.
     pub(crate) fn here(&self) -> CliResult<Option<PathBuf>> {
-        let cwd = std::env::current_dir()?;
+        let cwd = agentbox_boxes::project::current_dir()?;
         Ok(registry::current_project(&self.home, &cwd)?)
     }
 
     /// The box `reference` names (else `-b`, else the current project's only box).
     pub(crate) fn resolve_box(&self, reference: Option<&str>) -> CliResult<BoxRecord> {
-        let cwd = std::env::current_dir()?;
+        let cwd = agentbox_boxes::project::current_dir()?;
         Ok(match reference.or(self.env.as_deref()) {
             Some(r) => registry::resolve(&self.home, r, &cwd)?,
             None => registry::implicit(&self.home, &cwd)?,
@@ -212,7 +212,7 @@ impl Ctx {
     /// The current project's only box; `None` when there is none, an error when there are
     /// several (the user has to say which).
     fn implicit_box(&self) -> CliResult<Option<BoxRecord>> {
-        match registry::implicit(&self.home, &std::env::current_dir()?) {
+        match registry::implicit(&self.home, &agentbox_boxes::project::current_dir()?) {
             Ok(rec) => Ok(Some(rec)),
             Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
             Err(e) => Err(e.into()),
@@ -222,7 +222,11 @@ impl Ctx {
     /// The box `reference` names, `None` when it names none (other errors, like an
     /// ambiguous reference, are errors).
     pub(crate) fn find_box(&self, reference: &str) -> CliResult<Option<BoxRecord>> {
-        match registry::resolve(&self.home, reference, &std::env::current_dir()?) {
+        match registry::resolve(
+            &self.home,
+            reference,
+            &agentbox_boxes::project::current_dir()?,
+        ) {
             Ok(r) => Ok(Some(r)),
             Err(BoxError::NoSuchBox { .. }) => Ok(None),
             Err(e) => Err(e.into()),

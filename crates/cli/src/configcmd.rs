@@ -21,7 +21,7 @@ use crate::errors::CliError;
 use crate::CliResult;
 
 pub fn run(ctx: &Ctx, cmd: ConfigCmd) -> CliResult {
-    let cwd = std::env::current_dir()?;
+    let cwd = agentbox_boxes::project::current_dir()?;
     let root = find_root(&cwd);
     let root = root.as_deref();
     match cmd {
@@ -460,7 +460,7 @@ pub(crate) struct CreateOptions {
 pub(crate) fn effective_create_options(ctx: &Ctx, a: &CreateArgs) -> CliResult<CreateOptions> {
     let dir = match &a.from {
         Some(d) => d.clone(),
-        None => std::env::current_dir()?,
+        None => agentbox_boxes::project::current_dir()?,
     };
     let root = find_root(&dir);
     let mut config = Config::load(&ctx.home, root.as_deref())?;

@@ -361,3 +361,37 @@ fn a_box_named_with_hex_digits_works() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_current_directory_replaced_by_a_checkout_is_explained() {
+    // The environment's directory is a mount, which a checkout replaces.
+    if !require_root("a_current_directory_replaced_by_a_checkout_is_explained") {
+        return;
+    }
+    let t = Env::new();
+    let d = t.path("work");
+    write(&d.join("sub/f"), "one\n");
+    t.ok(&["env", d.to_str().expect("utf-8")]);
+    write(&d.join("sub/f"), "two\n");
+    t.ok(&["commit", "work", "-m", "two"]);
+    // A shell inside the directory, a checkout under it, then a command from that shell.
+    let agentbox = env!("CARGO_BIN_EXE_agentbox");
+    let sub = d.join("sub");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"cd "$1" && "$2" checkout HEAD~1 >/dev/null 2>&1 && "$2" commit -m three"#)
+        .args(["sh", sub.to_str().expect("utf-8"), agentbox])
+        .env("AGENTBOX_HOME", t.path("home"))
+        .output()
+        .expect("run sh");
+    assert_eq!(code(&out), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "the current directory {} no longer exists (a checkout replaced it); run cd \"$PWD\"",
+            sub.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("os error"), "{err}");
+}
