@@ -1032,6 +1032,21 @@ impl BoxCgroup {
         Ok(limits)
     }
 
+    /// How many processes of the box the kernel's OOM killer has killed for its memory
+    /// limit since the cgroup was made (`oom_kill` of `memory.events` on v2, of
+    /// `memory.oom_control` on v1). `None` when the box has no memory controller or the
+    /// kernel does not count them.
+    pub fn oom_kills(&self) -> Option<u64> {
+        let file = if self.version == 2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        let dir = self.groups.iter().find(|g| g.has(Controller::Memory))?;
+        let text = read_file(&dir.path.join(file)).ok()?;
+        oom_kill_count(&text)
+    }
+
     /// The directory used in messages: the pids hierarchy's on v1 (the one that always has
     /// every process), the only one on v2.
     fn primary(&self) -> &Path {
@@ -1042,6 +1057,26 @@ impl BoxCgroup {
             .map(|g| g.path.as_path())
             .unwrap_or_else(|| Path::new("/sys/fs/cgroup"))
     }
+}
+
+/// The `oom_kill N` line of a `memory.events` or `memory.oom_control` file.
+fn oom_kill_count(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next() == Some("oom_kill"))
+            .then(|| f.next()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// A size for messages, to one decimal in the largest fitting binary unit (`64.0 MiB`).
+pub fn size_text(b: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if b >= 1 << shift {
+            return format!("{:.1} {unit}", b as f64 / (1u64 << shift) as f64);
+        }
+    }
+    format!("{b} bytes")
 }
 
 /// A number from a cgroup file, `None` when it is not one.
@@ -1532,6 +1567,18 @@ mod tests {
                 "{bad:?} must be rejected"
             );
         }
+    }
+
+    #[test]
+    fn oom_kill_counts_and_sizes() {
+        let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+        assert_eq!(oom_kill_count(v1), Some(3));
+        let v2 = "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\noom_group_kill 0\n";
+        assert_eq!(oom_kill_count(v2), Some(2));
+        assert_eq!(oom_kill_count("oom_kill_disable 0\n"), None);
+        assert_eq!(size_text(64 << 20), "64.0 MiB");
+        assert_eq!(size_text(1536 << 20), "1.5 GiB");
+        assert_eq!(size_text(100), "100 bytes");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use agentbox_sandbox::ipc;
 use agentbox_sandbox::proto::{Network, WinSize};
 use std::os::unix::process::CommandExt;
 
-use crate::proto::{ProcKind, Reply, Request};
+use crate::proto::{ProcKind, Reply, Request, Workdir};
 use crate::record::{self, BoxDirs, ENV_ALLOW};
 use crate::{BoxError, Result};
 
@@ -228,6 +228,8 @@ pub struct ExecOutcome {
     pub killed_by_checkout: bool,
     /// Why the command's changes could not be captured as a node.
     pub capture_error: Option<String>,
+    /// Why the command was killed, when the box knows (its memory ran out).
+    pub killed_because: Option<String>,
 }
 
 /// The caller's environment variables that pass into a box, plus `extra` (`KEY=VALUE`).
@@ -245,13 +247,34 @@ pub fn caller_env(extra: &[String]) -> Vec<(String, String)> {
     env
 }
 
+/// What `agentbox shell` runs, and whether on a terminal: `argv` (empty: the box's
+/// shell), on a PTY only when the caller's stdin is a terminal. Without one the shell reads
+/// the caller's own stdin and ends at its end: a PTY would keep the end of input from ever
+/// reaching it, and an interactive shell ignores the SIGTERM that must end it.
+pub fn shell_command(argv: Vec<String>) -> (Vec<String>, bool) {
+    let tty = std::io::stdin().is_terminal();
+    if !argv.is_empty() {
+        return (argv, tty);
+    }
+    // bash when the base has it; `-l` would read the host's profile, so it is not used.
+    let shell = if tty {
+        "if command -v bash >/dev/null; then exec bash -i; else exec sh -i; fi"
+    } else {
+        "if command -v bash >/dev/null; then exec bash; else exec sh; fi"
+    };
+    (
+        vec!["/bin/sh".to_owned(), "-c".to_owned(), shell.to_owned()],
+        tty,
+    )
+}
+
 /// Run `argv` in the box in the foreground: a PTY when stdin is a terminal, otherwise the
 /// caller's own descriptors. Signals the CLI receives are forwarded to the command.
 pub fn exec(
     client: &Client,
     argv: Vec<String>,
     env: Vec<(String, String)>,
-    cwd: Option<String>,
+    cwd: Option<Workdir>,
     kind: ProcKind,
     capture: bool,
     force_tty: Option<bool>,
@@ -312,6 +335,7 @@ pub fn exec(
                     node,
                     killed_by_checkout,
                     capture_error,
+                    killed_because,
                 },
                 _,
             ) => {
@@ -324,6 +348,7 @@ pub fn exec(
                     node,
                     killed_by_checkout,
                     capture_error,
+                    killed_because,
                 });
             }
             _ => continue,
@@ -346,7 +371,7 @@ pub fn exec_collect(
     let req = Request::Exec {
         argv,
         env: caller_env(&["LC_ALL=C".to_owned()]),
-        cwd,
+        cwd: cwd.map(Workdir::default_for),
         tty: None,
         kind: ProcKind::Exec,
         capture,
@@ -359,6 +384,7 @@ pub fn exec_collect(
                 node,
                 killed_by_checkout,
                 capture_error,
+                killed_because,
             },
             _,
         ) = client.recv()?
@@ -373,6 +399,7 @@ pub fn exec_collect(
                     node,
                     killed_by_checkout,
                     capture_error,
+                    killed_because,
                 },
                 text,
             ));

@@ -221,7 +221,7 @@ pub struct Created {
 /// starts it.
 pub fn create(home: &Home, spec: &Spec, progress: &dyn Progress) -> Result<Created> {
     if let Some(n) = &spec.name {
-        agentbox_store::names::validate("box", n)?;
+        crate::registry::check_new_name(home, n)?;
     }
     let config_dir = match &spec.workspace {
         Workspace::From(d) | Workspace::ProjectOf(d) => Some(d.clone()),

@@ -49,6 +49,19 @@ pub enum BoxError {
     ImageExists { name: String },
     #[error("image {name:?} is used by box {by:?}")]
     ImageInUse { name: String, by: String },
+    /// A background process that ended before `spawn` returned, with a non-zero status.
+    #[error(
+        "box {name:?}: process {id} ({command}) exited at once with status {status}{}",
+        output_block(output)
+    )]
+    SpawnExited {
+        name: String,
+        id: u64,
+        command: String,
+        status: i32,
+        /// The first lines of its output.
+        output: Vec<String>,
+    },
     #[error("box {name:?} has no process {target}")]
     NoSuchProcess { name: String, target: u64 },
     #[error("box {name:?} could not start: {message}")]
@@ -139,6 +152,10 @@ pub enum BoxError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The current directory was removed or replaced (by a checkout, typically) under the
+    /// process; `shell_pwd` is where the caller's shell says it is.
+    #[error("the current directory{} no longer exists (a checkout replaced it); run cd \"$PWD\"", shell_pwd.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    StaleCurrentDir { shell_pwd: Option<PathBuf> },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -216,6 +233,9 @@ impl BoxError {
             BoxError::NoSuchProcess { name, .. } => {
                 Some(format!("`agentbox ps {name}` lists its processes"))
             }
+            BoxError::SpawnExited { name, id, .. } => Some(format!(
+                "`agentbox logs {name} {id}` shows its whole output, `agentbox ps {name}` its exit"
+            )),
             BoxError::Remote { hint, .. } => hint.clone(),
             BoxError::Ambiguous { .. } => {
                 Some("name the box by its name or a longer id prefix (`agentbox list --all`)".into())
@@ -256,6 +276,26 @@ impl BoxError {
             _ => None,
         }
     }
+}
+
+/// A process's first output lines, indented under a message. They are the box's text,
+/// printed on the host: control characters (escape sequences) are shown escaped.
+fn output_block(lines: &[String]) -> String {
+    if lines.is_empty() {
+        return "; it printed nothing".to_owned();
+    }
+    let mut s = "; its output began:".to_owned();
+    for l in lines {
+        s.push_str("\n  ");
+        for c in l.chars() {
+            if c.is_control() {
+                s.extend(c.escape_default());
+            } else {
+                s.push(c);
+            }
+        }
+    }
+    s
 }
 
 fn which_box_message(project: Option<&Path>, candidates: &[String]) -> String {

@@ -135,7 +135,9 @@ impl Provider for LocalProvider {
 
     fn processes(&self, name: &str) -> Result<OnBox<Vec<ProcInfo>>> {
         match self.ask(name, &Request::Ps)? {
-            OnBox::Running(Reply::Procs { procs }) => Ok(OnBox::Running(procs)),
+            OnBox::Running(Reply::Procs { procs, exited }) => {
+                Ok(OnBox::Running(procs.into_iter().chain(exited).collect()))
+            }
             OnBox::Running(other) => Err(unexpected(&other)),
             OnBox::Stopped => Ok(OnBox::Stopped),
         }

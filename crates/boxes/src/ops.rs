@@ -163,7 +163,8 @@ impl Boxes {
         self.provider.stop(name)
     }
 
-    /// The running box's processes (none when it is stopped).
+    /// The running box's processes, then the last ones that ended (with their `exit`;
+    /// none when the box is stopped).
     pub fn processes(&self, name: &str) -> Result<Vec<ProcInfo>> {
         Ok(self.provider.processes(name)?.running().unwrap_or_default())
     }
@@ -248,7 +249,11 @@ impl Boxes {
         } else {
             BoxState::Stopped
         };
-        let processes = self.processes(name)?.len();
+        let processes = self
+            .processes(name)?
+            .iter()
+            .filter(|p| p.exit.is_none())
+            .count();
         let health = health.unwrap_or_default();
         let l = &rec.limits;
         let mut limits = Vec::new();

@@ -13,6 +13,35 @@ pub enum ProcKind {
     Spawn,
 }
 
+/// Where a command starts in the box.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workdir {
+    /// A path inside the box.
+    pub path: String,
+    /// The user named it (`-w`): a command whose directory the box lacks is an error. A
+    /// default (the box's copy of the caller's directory) falls back to the nearest
+    /// existing ancestor, since the box need not have every directory of the host's project.
+    pub explicit: bool,
+}
+
+impl Workdir {
+    /// A directory the user named.
+    pub fn explicit(path: impl Into<String>) -> Workdir {
+        Workdir {
+            path: path.into(),
+            explicit: true,
+        }
+    }
+
+    /// A directory agentbox chose.
+    pub fn default_for(path: impl Into<String>) -> Workdir {
+        Workdir {
+            path: path.into(),
+            explicit: false,
+        }
+    }
+}
+
 /// CLI → supervisor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -23,7 +52,8 @@ pub enum Request {
     Exec {
         argv: Vec<String>,
         env: Vec<(String, String)>,
-        cwd: Option<String>,
+        /// `None`: the box's `/workspace`.
+        cwd: Option<Workdir>,
         tty: Option<WinSize>,
         kind: ProcKind,
         capture: bool,
@@ -36,7 +66,8 @@ pub enum Request {
     Spawn {
         argv: Vec<String>,
         env: Vec<(String, String)>,
-        cwd: Option<String>,
+        /// `None`: the box's `/workspace`.
+        cwd: Option<Workdir>,
     },
     Ps,
     /// Signal a process by its id or box PID.
@@ -95,7 +126,31 @@ pub struct ProcInfo {
     pub kind: ProcKind,
     pub argv: Vec<String>,
     pub started: DateTime<Utc>,
+    /// How it ended (`None`: it is running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ProcExit>,
 }
+
+/// How a process ended, kept by the supervisor for `ps` (the last
+/// [`RECENT_EXITS`] spawned ones).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcExit {
+    /// Its exit code, or 128 + the signal that killed it.
+    pub status: i32,
+    pub ended: DateTime<Utc>,
+    /// A checkout of the box killed it.
+    #[serde(default)]
+    pub killed_by_checkout: bool,
+    /// The first lines of its output (its log: stdout and stderr together).
+    #[serde(default)]
+    pub output: Vec<String>,
+}
+
+/// How many ended background processes a supervisor remembers.
+pub const RECENT_EXITS: usize = 20;
+
+/// How many lines of an ended process's output are kept with its exit.
+pub const EXIT_OUTPUT_LINES: usize = 5;
 
 /// Supervisor → CLI.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -115,6 +170,9 @@ pub enum Reply {
         /// and are captured by a later node).
         #[serde(default)]
         capture_error: Option<String>,
+        /// Why the command was killed, when the box knows (its memory ran out).
+        #[serde(default)]
+        killed_because: Option<String>,
     },
     /// Auto-capture's state (`None`: capture is off for the box).
     Health {
@@ -130,7 +188,11 @@ pub enum Reply {
         box_root: Option<agentbox_sandbox::proto::IdRange>,
     },
     Procs {
+        /// The running processes.
         procs: Vec<ProcInfo>,
+        /// The most recently ended background processes, oldest first (each has `exit`).
+        #[serde(default)]
+        exited: Vec<ProcInfo>,
     },
     /// A commit or checkout: the node HEAD is now on (`None` when nothing changed).
     Node {

@@ -196,7 +196,7 @@ fn one(reference: &str, mut found: Vec<BoxRecord>) -> Result<Option<BoxRecord>> 
 pub fn resolve(home: &Home, reference: &str, cwd: &Path) -> Result<BoxRecord> {
     // A box's name is the common case, and its record is found without reading the others
     // (this is on the path of every `exec`).
-    if agentbox_store::names::validate("box", reference).is_ok() {
+    if agentbox_store::names::validate_env("box", reference).is_ok() {
         if let Ok(rec) = record::read(home, reference) {
             return Ok(rec);
         }
@@ -262,6 +262,23 @@ pub fn check_display_name(home: &Home, name: &str, display: &str) -> Result<()> 
         if r.name != name && (r.name == display || r.id == display) {
             return Err(bad(&format!("it is the name or id of box {:?}", r.name)));
         }
+    }
+    Ok(())
+}
+
+/// Check the name of a new box: valid (see [`agentbox_store::names::validate_env`]) and,
+/// when all hex, not a prefix of another box's id or of a node's id in the home's store —
+/// names are looked up before id prefixes, so it would take that prefix from its owner.
+pub fn check_new_name(home: &Home, name: &str) -> Result<()> {
+    use agentbox_store::names;
+    names::validate_env("box", name)?;
+    if !agentbox_core::id::is_hex(name) {
+        return Ok(());
+    }
+    names::check_not_id_prefix("box", name, record::list(home)?.iter().map(|r| &r.id))?;
+    // A home without a store has no nodes yet.
+    if let Ok(store) = agentbox_store::Store::open_unreconciled(&home.store_dir()) {
+        names::check_not_id_prefix("box", name, store.nodes()?.keys())?;
     }
     Ok(())
 }

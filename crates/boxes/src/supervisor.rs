@@ -24,7 +24,10 @@ use agentbox_sandbox::proto::{Bind, BoxSpec, FromInit, Network, ToInit};
 use agentbox_store::{CommitOpts, Store};
 use chrono::Utc;
 
-use crate::proto::{ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo};
+use crate::proto::{
+    ProcExit, ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo, Workdir,
+    EXIT_OUTPUT_LINES, RECENT_EXITS,
+};
 use crate::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
 use crate::{BoxError, Result};
 
@@ -80,6 +83,8 @@ struct Shared {
     exe: PathBuf,
     box_: Mutex<Option<Generation>>,
     procs: Mutex<BTreeMap<i32, ProcEntry>>,
+    /// The last [`RECENT_EXITS`] background processes that ended, oldest first.
+    exited: Mutex<std::collections::VecDeque<ProcInfo>>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     generation: AtomicU64,
@@ -121,6 +126,7 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         exe,
         box_: Mutex::new(None),
         procs: Mutex::new(BTreeMap::new()),
+        exited: Mutex::new(Default::default()),
         pending: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(1),
         generation: AtomicU64::new(0),
@@ -447,14 +453,62 @@ fn kill_box(shared: &Shared, by_checkout: bool) -> usize {
     }
     let n = procs.len();
     for (_, p) in procs {
+        let note = ExitNote {
+            status: 128 + libc::SIGKILL,
+            by_checkout,
+        };
+        note_exit(shared, p.info, note);
         if let Some(tx) = p.exit_tx {
-            let _ = tx.send(ExitNote {
-                status: 128 + libc::SIGKILL,
-                by_checkout,
-            });
+            let _ = tx.send(note);
         }
     }
     n
+}
+
+/// Remember how a background process ended, for `ps` (foreground commands told their
+/// caller already). The oldest beyond [`RECENT_EXITS`] is forgotten.
+fn note_exit(shared: &Shared, mut info: ProcInfo, note: ExitNote) {
+    if info.kind != ProcKind::Spawn {
+        return;
+    }
+    info.exit = Some(ProcExit {
+        status: note.status,
+        ended: Utc::now(),
+        killed_by_checkout: note.by_checkout,
+        output: first_lines(&shared.dirs.log(info.id), EXIT_OUTPUT_LINES),
+    });
+    let mut exited = lock(&shared.exited);
+    exited.push_back(info);
+    while exited.len() > RECENT_EXITS {
+        exited.pop_front();
+    }
+}
+
+/// The first `n` lines of the file at `path` (a process's log), each cut to a line's
+/// worth of characters; none when it cannot be read. Only its start is read: a log can be
+/// large.
+fn first_lines(path: &Path, n: usize) -> Vec<String> {
+    use std::io::Read;
+    const HEAD: u64 = 16 * 1024;
+    const WIDTH: usize = 200;
+    let mut head = Vec::new();
+    let read = fs_err::File::open(path).and_then(|f| f.take(HEAD).read_to_end(&mut head));
+    if read.is_err() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&head)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(n)
+        .map(|l| {
+            let mut l = l.trim_end().to_owned();
+            if let Some((cut, _)) = l.char_indices().nth(WIDTH) {
+                l.truncate(cut);
+                l.push('…');
+            }
+            l
+        })
+        .collect()
 }
 
 fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
@@ -480,12 +534,17 @@ fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
                 }
             }
             Ok((FromInit::Exited { pid, code, signal }, _)) => {
-                if let Some(p) = lock(&shared.procs).remove(&pid) {
+                let ended = lock(&shared.procs).remove(&pid);
+                if let Some(p) = ended {
+                    let note = ExitNote {
+                        status: FromInit::status(code, signal),
+                        by_checkout: false,
+                    };
+                    // Before the waiter hears of it: a `ps` after `spawn` reports the
+                    // exit shows it.
+                    note_exit(&shared, p.info, note);
                     if let Some(tx) = p.exit_tx {
-                        let _ = tx.send(ExitNote {
-                            status: FromInit::status(code, signal),
-                            by_checkout: false,
-                        });
+                        let _ = tx.send(note);
                     }
                 }
             }
@@ -633,7 +692,8 @@ fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
                 .values()
                 .map(|p| p.info.clone())
                 .collect();
-            reply(&conn, &Reply::Procs { procs }, &[]);
+            let exited = lock(&shared.exited).iter().cloned().collect();
+            reply(&conn, &Reply::Procs { procs, exited }, &[]);
             Ok(())
         }
         Request::Kill { target, signal } => kill_one(&shared, &conn, target, signal),
@@ -753,7 +813,7 @@ fn start_process(
     shared: &Shared,
     info: ProcInfo,
     env: Vec<(String, String)>,
-    cwd: Option<String>,
+    cwd: Option<Workdir>,
     pty: Option<agentbox_sandbox::proto::WinSize>,
     fds: &[BorrowedFd<'_>],
     exit_tx: Option<Sender<ExitNote>>,
@@ -770,12 +830,14 @@ fn start_process(
             exit_tx,
         },
     );
+    let cwd = cwd.unwrap_or_else(|| Workdir::default_for(WORKSPACE));
     let msg = ToInit::Spawn {
         id,
         argv,
         env: command_env(shared, env),
-        cwd: cwd.unwrap_or_else(|| WORKSPACE.to_owned()),
+        cwd: cwd.path,
         pty,
+        exact_cwd: cwd.explicit,
     };
     if let Err(e) = ipc::send(&*ctl, &msg, fds) {
         lock(&shared.pending).remove(&id);
@@ -818,6 +880,7 @@ fn new_info(shared: &Shared, kind: ProcKind, argv: Vec<String>) -> ProcInfo {
         kind,
         argv,
         started: Utc::now(),
+        exit: None,
     }
 }
 
@@ -827,7 +890,7 @@ fn exec(
     conn: &OwnedFd,
     argv: Vec<String>,
     env: Vec<(String, String)>,
-    cwd: Option<String>,
+    cwd: Option<Workdir>,
     tty: Option<agentbox_sandbox::proto::WinSize>,
     kind: ProcKind,
     capture: bool,
@@ -845,6 +908,7 @@ fn exec(
     };
     let info = new_info(shared, kind, argv);
     let id = info.id;
+    let oom_before = oom_kills(shared);
     let (exit_tx, exit_rx) = channel();
     let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
     let (pid, master) = start_process(shared, info, env, cwd, tty, &borrowed, Some(exit_tx))?;
@@ -882,6 +946,19 @@ fn exec(
         status: 128 + libc::SIGKILL,
         by_checkout: false,
     });
+    // A SIGKILL while the box's OOM killer struck: the memory limit, not a checkout or a
+    // `kill -9`, ended it.
+    let killed_because = match (oom_before, note.status == 128 + libc::SIGKILL) {
+        (Some(before), true) if !note.by_checkout && oom_kills(shared) > Some(before) => {
+            shared.rec.limits.memory_bytes.map(|limit| {
+                format!(
+                    "the box ran out of memory (limit {}; --memory raises it)",
+                    crate::cgroup::size_text(limit)
+                )
+            })
+        }
+        _ => None,
+    };
     let (node, capture_error) = if capture && shared.rec.capture && !note.by_checkout {
         match auto_capture(shared, &label, Some(&label)) {
             Ok(node) => (node, None),
@@ -897,10 +974,21 @@ fn exec(
             node,
             killed_by_checkout: note.by_checkout,
             capture_error,
+            killed_because,
         },
         &[],
     );
     Ok(())
+}
+
+/// The box's OOM-kill count (see [`crate::cgroup::BoxCgroup::oom_kills`]); `None` for a
+/// box without a memory limit, whose commands the box's OOM killer never ends.
+fn oom_kills(shared: &Shared) -> Option<u64> {
+    shared.rec.limits.memory_bytes?;
+    crate::cgroup::BoxCgroup::open(&record::cgroup_name(&shared.home, &shared.name))
+        .ok()
+        .flatten()?
+        .oom_kills()
 }
 
 /// Commit the box if something not ignored changed; the node gets `message` and `command`.
@@ -990,18 +1078,37 @@ fn spawn_bg(
     conn: &OwnedFd,
     argv: Vec<String>,
     env: Vec<(String, String)>,
-    cwd: Option<String>,
+    cwd: Option<Workdir>,
 ) -> Result<()> {
+    let command = crate::render_command(&argv);
     let info = new_info(shared, ProcKind::Spawn, argv);
     let id = info.id;
     let log_path = shared.dirs.log(id);
     let log = fs_err::File::create(&log_path)?.into_parts().0;
     let null = fs_err::File::open("/dev/null")?.into_parts().0;
     let fds = [null.as_fd(), log.as_fd(), log.as_fd()];
-    let (pid, _) = start_process(shared, info, env, cwd, None, &fds, None)?;
-    reply(conn, &Reply::Started { id, pid }, &[]);
-    Ok(())
+    let (exit_tx, exit_rx) = channel();
+    let (pid, _) = start_process(shared, info, env, cwd, None, &fds, Some(exit_tx))?;
+    // A process that fails at once (a bad argument, a port taken) must not be reported as
+    // started: give it a moment. One still running after it counts as started; one that
+    // ended cleanly is no failure (`ps` shows its exit).
+    match exit_rx.recv_timeout(SPAWN_SETTLE) {
+        Ok(note) if note.status != 0 => Err(BoxError::SpawnExited {
+            name: shared.name.clone(),
+            id,
+            command,
+            status: note.status,
+            output: first_lines(&log_path, EXIT_OUTPUT_LINES),
+        }),
+        _ => {
+            reply(conn, &Reply::Started { id, pid }, &[]);
+            Ok(())
+        }
+    }
 }
+
+/// How long `spawn` waits to see whether the process fails at once.
+const SPAWN_SETTLE: Duration = Duration::from_millis(300);
 
 fn kill_one(shared: &Shared, conn: &OwnedFd, target: u64, signal: i32) -> Result<()> {
     // An id (as spawn and ps print it) first; a PID inside the box only when no id matches.
@@ -1095,6 +1202,7 @@ fn cli_for_box(
                 node: None,
                 killed_by_checkout: false,
                 capture_error: None,
+                killed_because: None,
             },
             &[],
         );
@@ -1126,6 +1234,7 @@ fn cli_for_box(
             node: None,
             killed_by_checkout: false,
             capture_error: None,
+            killed_because: None,
         },
         &[],
     );
@@ -1294,7 +1403,7 @@ impl crate::boxgit::BoxRunner for Shared {
             self,
             info,
             env,
-            Some(cwd.to_owned()),
+            Some(Workdir::default_for(cwd)),
             None,
             &fds,
             Some(exit_tx),

@@ -48,7 +48,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         workspace: match (&a.from, a.empty) {
             (Some(d), _) => create::Workspace::From(d.clone()),
             (None, true) => create::Workspace::Empty,
-            (None, false) => create::Workspace::ProjectOf(std::env::current_dir()?),
+            (None, false) => create::Workspace::ProjectOf(agentbox_boxes::project::current_dir()?),
         },
         from_ref: a.from_branch.clone(),
         no_git: a.no_git,
@@ -172,6 +172,9 @@ fn finish_exec(ctx: &Ctx, outcome: client::ExecOutcome) -> CliResult {
     }
     if outcome.killed_by_checkout {
         ctx.note("agentbox: the command was killed by a checkout of its box");
+    }
+    if let Some(why) = &outcome.killed_because {
+        ctx.note(format!("agentbox: the command was killed: {why}"));
     }
     if let Some(e) = &outcome.capture_error {
         ctx.note(format!(
@@ -297,16 +300,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
 pub fn shell(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
     let (rec, argv) = target(ctx, a.name, a.argv, None)?;
     let client = connect(ctx, &rec.name)?;
-    let argv = if argv.is_empty() {
-        // bash when the base has it; `-l` would read the host's profile, so it is not used.
-        vec![
-            "/bin/sh".to_owned(),
-            "-c".to_owned(),
-            "if command -v bash >/dev/null; then exec bash -i; else exec sh -i; fi".to_owned(),
-        ]
-    } else {
-        argv
-    };
+    let (argv, tty) = client::shell_command(argv);
     let outcome = client::exec(
         &client,
         argv,
@@ -314,7 +308,7 @@ pub fn shell(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
         ctx.workdir(&rec, a.opts.workdir),
         ProcKind::Shell,
         true,
-        Some(true),
+        Some(tty),
     )?;
     finish_exec(ctx, outcome)
 }
@@ -365,24 +359,9 @@ fn unexpected(r: &Reply) -> CliError {
 
 pub fn ps(ctx: &Ctx, reference: Option<&str>) -> CliResult {
     let name = &ctx.resolve_box(reference)?.name;
+    // The running processes, then the recent exits (each with `exit`).
     let procs = ctx.boxes().processes(name)?;
-    ctx.out(&procs, || {
-        let mut s = format!(
-            "{:<5} {:<7} {:<6} {:<20} COMMAND\n",
-            "ID", "PID", "KIND", "STARTED"
-        );
-        for p in &procs {
-            s.push_str(&format!(
-                "{:<5} {:<7} {:<6} {:<20} {}\n",
-                p.id,
-                p.pid,
-                format!("{:?}", p.kind).to_lowercase(),
-                p.started.format("%Y-%m-%d %H:%M:%S"),
-                agentbox_boxes::render_command(&p.argv)
-            ));
-        }
-        s
-    })
+    ctx.out(&procs, || render::procs(&procs))
 }
 
 /// `[BOX] ID`: the box and a process id.
@@ -433,7 +412,11 @@ pub fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {
         if !a.follow {
             return Ok(());
         }
-        let alive = ctx.boxes().processes(&a.name)?.iter().any(|p| p.id == a.id);
+        let alive = ctx
+            .boxes()
+            .processes(&a.name)?
+            .iter()
+            .any(|p| p.id == a.id && p.exit.is_none());
         if !alive {
             // One last read: it may have written just before it ended.
             let pos = f.stream_position()?;

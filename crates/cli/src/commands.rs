@@ -7,6 +7,7 @@ use agentbox_core::Home;
 use agentbox_store::{BackendKind, CommitOpts, Source, Store};
 use serde::Serialize;
 
+use agentbox_boxes::proto::Workdir;
 use agentbox_boxes::record::BoxRecord;
 use agentbox_boxes::registry;
 use agentbox_boxes::BoxError;
@@ -228,13 +229,13 @@ impl Ctx {
     /// The project the current directory is in: box numbers and the implicit box are
     /// relative to it.
     pub(crate) fn here(&self) -> CliResult<Option<PathBuf>> {
-        let cwd = std::env::current_dir()?;
+        let cwd = agentbox_boxes::project::current_dir()?;
         Ok(registry::current_project(&self.home, &cwd)?)
     }
 
     /// The box `reference` names (else `-b`, else the current project's only box).
     pub(crate) fn resolve_box(&self, reference: Option<&str>) -> CliResult<BoxRecord> {
-        let cwd = std::env::current_dir()?;
+        let cwd = agentbox_boxes::project::current_dir()?;
         Ok(match reference.or(self.env.as_deref()) {
             Some(r) => registry::resolve(&self.home, r, &cwd)?,
             None => registry::implicit(&self.home, &cwd)?,
@@ -244,7 +245,7 @@ impl Ctx {
     /// The current project's only box; `None` when there is none, an error when there are
     /// several (the user has to say which).
     fn implicit_box(&self) -> CliResult<Option<BoxRecord>> {
-        match registry::implicit(&self.home, &std::env::current_dir()?) {
+        match registry::implicit(&self.home, &agentbox_boxes::project::current_dir()?) {
             Ok(rec) => Ok(Some(rec)),
             Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
             Err(e) => Err(e.into()),
@@ -254,7 +255,11 @@ impl Ctx {
     /// The box `reference` names, `None` when it names none (other errors, like an
     /// ambiguous reference, are errors).
     pub(crate) fn find_box(&self, reference: &str) -> CliResult<Option<BoxRecord>> {
-        match registry::resolve(&self.home, reference, &std::env::current_dir()?) {
+        match registry::resolve(
+            &self.home,
+            reference,
+            &agentbox_boxes::project::current_dir()?,
+        ) {
             Ok(r) => Ok(Some(r)),
             Err(BoxError::NoSuchBox { .. }) => Ok(None),
             Err(e) => Err(e.into()),
@@ -264,17 +269,18 @@ impl Ctx {
     /// Where a command in box `rec` starts: `explicit` (`-w`), else the directory matching
     /// the current one when it is inside the box's project (`/workspace/<same path>`),
     /// else the supervisor's default (`/workspace`).
-    pub(crate) fn workdir(&self, rec: &BoxRecord, explicit: Option<String>) -> Option<String> {
-        if explicit.is_some() {
-            return explicit;
+    pub(crate) fn workdir(&self, rec: &BoxRecord, explicit: Option<String>) -> Option<Workdir> {
+        if let Some(dir) = explicit {
+            return Some(Workdir::explicit(dir));
         }
         let cwd = std::fs::canonicalize(std::env::current_dir().ok()?).ok()?;
         let rel = cwd.strip_prefix(rec.project.as_deref()?).ok()?;
         (!rel.as_os_str().is_empty()).then(|| {
-            Path::new(agentbox_boxes::record::WORKSPACE)
-                .join(rel)
-                .to_string_lossy()
-                .into_owned()
+            Workdir::default_for(
+                Path::new(agentbox_boxes::record::WORKSPACE)
+                    .join(rel)
+                    .to_string_lossy(),
+            )
         })
     }
 
@@ -531,16 +537,16 @@ struct EnvCreated<'a> {
 fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
     let name = match &a.name {
         Some(n) => n.clone(),
-        None => dir_name(&a.dir)?,
+        None => agentbox_store::names::from_dir_name(&dir_name(&a.dir)?),
     };
-    agentbox_store::names::validate("environment", &name).map_err(|e| {
+    let store = Store::open_or_init(&ctx.store_dir(), parse_backend(a.backend.as_deref())?)?;
+    store.check_new_env_name(&name).map_err(|e| {
         let mut e = CliError::from(e);
         if a.name.is_none() {
             e.hint = Some("the name comes from the directory; choose one with --name NAME".into());
         }
         e
     })?;
-    let store = Store::open_or_init(&ctx.store_dir(), parse_backend(a.backend.as_deref())?)?;
     let dir = std::path::absolute(&a.dir)?;
     // Held until the environment exists: see `Store::hold`.
     let _staging = store.hold("create an environment")?;

@@ -19,7 +19,7 @@ use crate::errors::CliError;
 use crate::CliResult;
 
 pub fn run(ctx: &Ctx, cmd: ConfigCmd) -> CliResult {
-    let cwd = std::env::current_dir()?;
+    let cwd = agentbox_boxes::project::current_dir()?;
     let root = find_root(&cwd);
     let root = root.as_deref();
     match cmd {

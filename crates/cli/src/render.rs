@@ -173,3 +173,33 @@ pub fn place(mountpoint: &Option<std::path::PathBuf>) -> String {
         None => "(box)".to_owned(),
     }
 }
+
+/// The table of `agentbox ps`: running processes, then recent exits with their status and
+/// the first lines of their output under them.
+pub fn procs(procs: &[agentbox_boxes::proto::ProcInfo]) -> String {
+    let mut s = format!(
+        "{:<5} {:<7} {:<6} {:<20} {:<18} COMMAND\n",
+        "ID", "PID", "KIND", "STARTED", "STATE"
+    );
+    for p in procs {
+        let state = match &p.exit {
+            None => "running".to_owned(),
+            Some(e) if e.killed_by_checkout => "killed by checkout".to_owned(),
+            Some(e) => format!("exited {}", e.status),
+        };
+        s.push_str(&format!(
+            "{:<5} {:<7} {:<6} {:<20} {:<18} {}\n",
+            p.id,
+            p.pid,
+            format!("{:?}", p.kind).to_lowercase(),
+            p.started.format("%Y-%m-%d %H:%M:%S"),
+            state,
+            text(&agentbox_boxes::render_command(&p.argv))
+        ));
+        for line in p.exit.iter().flat_map(|e| &e.output) {
+            // A box's output is the box's text: escaped like any other.
+            s.push_str(&format!("      | {}\n", text(line)));
+        }
+    }
+    s
+}

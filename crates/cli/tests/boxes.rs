@@ -84,6 +84,13 @@ fn host_processes_with(marker: &str) -> Vec<i32> {
     out
 }
 
+/// The running processes of a `ps --json` (it lists recent exits after them).
+fn running(ps: &serde_json::Value) -> Vec<serde_json::Value> {
+    ps.as_array()
+        .map(|a| a.iter().filter(|p| p["exit"].is_null()).cloned().collect())
+        .unwrap_or_default()
+}
+
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cond() {
@@ -404,7 +411,7 @@ fn checkout_kills_every_process_of_the_box() {
         !host_processes_with(&format!("{marker}3")).is_empty()
     });
     let ps = b.env.json(&["ps", "k"]);
-    assert_eq!(ps.as_array().map_or(0, |a| a.len()), 3, "{ps}");
+    assert_eq!(running(&ps).len(), 3, "{ps}");
 
     let out = b.env.run(&["checkout", "k", "HEAD"]);
     assert_eq!(code(&out), Some(0), "{}", stderr(&out));
@@ -420,10 +427,7 @@ fn checkout_kills_every_process_of_the_box() {
         "the foreground exec was killed too"
     );
     assert!(host_processes_with(&marker).is_empty());
-    assert_eq!(
-        b.env.json(&["ps", "k"]).as_array().map_or(1, |a| a.len()),
-        0
-    );
+    assert_eq!(running(&b.env.json(&["ps", "k"])).len(), 0);
     // The box is running again.
     assert_eq!(b.sh_ok("k", "echo alive"), "alive\n");
 }
@@ -796,15 +800,12 @@ fn spawned_processes_have_logs_ps_and_kill() {
     assert_eq!(out, "out\nerr\nlate\n");
     let long = b.env.json(&["spawn", "svc", "--", "sleep", "1000"]);
     let long_id = long["id"].as_u64().expect("id").to_string();
-    let ps = b.env.json(&["ps", "svc"]);
-    assert_eq!(ps.as_array().map(|a| a.len()), Some(1), "{ps}");
+    let ps = running(&b.env.json(&["ps", "svc"]));
+    assert_eq!(ps.len(), 1, "{ps:?}");
     assert_eq!(ps[0]["argv"], serde_json::json!(["sleep", "1000"]));
     b.env.ok(&["kill", "svc", &long_id, "--signal", "KILL"]);
     wait_until("the killed process to leave ps", || {
-        b.env
-            .json(&["ps", "svc"])
-            .as_array()
-            .is_some_and(|a| a.is_empty())
+        running(&b.env.json(&["ps", "svc"])).is_empty()
     });
     let out = b.env.run(&["kill", "svc", "999"]);
     assert_eq!(code(&out), Some(3), "{}", stderr(&out));

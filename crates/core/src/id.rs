@@ -1,7 +1,9 @@
 //! Random identifiers.
 //!
-//! Ids are lowercase hex. Anything shown to users as a "name" (tags, environment names) must
-//! contain a non-hex character so it can never be mistaken for an id or an id prefix.
+//! Ids are lowercase hex. Tags must contain a non-hex character so they can never be
+//! mistaken for an id or an id prefix; environment and box names are looked up before id
+//! prefixes and may be all hex, but never a prefix of an existing id (see the store's
+//! `names`).
 
 /// Length in hex characters of a node or layer id (64 random bits).
 pub const ID_LEN: usize = 16;

@@ -1005,7 +1005,8 @@ fn handle(
             env,
             cwd,
             pty,
-        } => match spawn(&argv, &env, &cwd, pty, fds, hardening) {
+            exact_cwd,
+        } => match spawn(&argv, &env, &cwd, exact_cwd, pty, fds, hardening) {
             Ok((pid, master)) => {
                 tracked.insert(pid);
                 let attached: Vec<_> = master.iter().map(|m| m.as_fd()).collect();
@@ -1102,12 +1103,18 @@ impl From<&str> for SpawnError {
     }
 }
 
-/// Fork and exec one process in its own session. Returns its PID and, with a PTY, the
+/// The status of a command whose explicit working directory the box does not have: a
+/// usage error, as the CLI's own.
+const BAD_CWD_STATUS: i32 = 2;
+
+/// Fork and exec one process in its own session, in `cwd` (with `exact_cwd`, only there;
+/// otherwise in its nearest existing ancestor). Returns its PID and, with a PTY, the
 /// terminal's master side.
 fn spawn(
     argv: &[String],
     env: &[(String, String)],
     cwd: &str,
+    exact_cwd: bool,
     pty: Option<crate::proto::WinSize>,
     fds: Vec<OwnedFd>,
     hardening: &Hardening,
@@ -1120,10 +1127,19 @@ fn spawn(
         .map(|(k, v)| cstring(format!("{k}={v}")))
         .collect::<Result<Vec<_>, _>>()?;
     let paths = candidates(argv0, env)?;
-    // The directory and its ancestors, nearest first: a command whose directory does not
-    // exist in the box starts in the nearest one that does.
+    // The directory and its ancestors, nearest first: a command whose default directory
+    // does not exist in the box starts in the nearest one that does. A directory the user
+    // named is the only candidate, and its absence is said before anything is forked (the
+    // child's failed chdir is reported too, for a directory removed in between).
+    if exact_cwd && !Path::new(cwd).is_dir() {
+        return Err(bad_cwd(
+            cwd,
+            &std::io::Error::from_raw_os_error(libc::ENOENT),
+        ));
+    }
     let c_cwds = std::path::Path::new(cwd)
         .ancestors()
+        .take(if exact_cwd { 1 } else { usize::MAX })
         .map(|d| cstring(d.to_string_lossy().as_ref()))
         .collect::<Result<Vec<_>, _>>()?;
     let drop_caps = &hardening.drop_caps;
@@ -1228,10 +1244,17 @@ fn spawn(
                     }
                 }
             }
+            let mut entered = false;
             for d in &c_cwds {
                 if libc::chdir(d.as_ptr()) == 0 {
+                    entered = true;
                     break;
                 }
+            }
+            if exact_cwd && !entered {
+                // A negative errno tells the parent it was the directory, not the program.
+                *libc::__errno_location() = -*libc::__errno_location();
+                child_fail(err_w.as_raw_fd());
             }
             let mut last = libc::ENOENT;
             for p in &paths {
@@ -1255,6 +1278,9 @@ fn spawn(
         let mut status = 0;
         // SAFETY: reaping the child that failed to exec.
         unsafe { libc::waitpid(pid, &mut status, 0) };
+        if errno < 0 {
+            return Err(bad_cwd(cwd, &std::io::Error::from_raw_os_error(-errno)));
+        }
         let e = std::io::Error::from_raw_os_error(errno);
         return Err(if errno == libc::ENOENT {
             SpawnError {
@@ -1266,6 +1292,19 @@ fn spawn(
         });
     }
     Ok((pid, master))
+}
+
+/// The failure of a command whose explicit working directory cannot be entered.
+fn bad_cwd(cwd: &str, e: &std::io::Error) -> SpawnError {
+    let message = if e.kind() == std::io::ErrorKind::NotFound {
+        format!("the working directory {cwd} does not exist in the box")
+    } else {
+        format!("cannot enter the working directory {cwd} in the box: {e}")
+    };
+    SpawnError {
+        message,
+        status: BAD_CWD_STATUS,
+    }
 }
 
 /// In a forked child: report errno through the pipe and exit 127.

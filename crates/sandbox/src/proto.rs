@@ -157,6 +157,10 @@ pub enum ToInit {
         env: Vec<(String, String)>,
         cwd: String,
         pty: Option<WinSize>,
+        /// `cwd` must exist: the command fails (status 2) instead of starting in the
+        /// nearest existing ancestor, which only a default directory may fall back to.
+        #[serde(default)]
+        exact_cwd: bool,
     },
     /// Send `signal` to the process group of `pid` (a box PID).
     Signal { pid: i32, signal: i32 },

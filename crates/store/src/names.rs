@@ -1,14 +1,30 @@
-//! Validation of user-chosen names (environments, tags, store-wide refs).
+//! Validation of user-chosen names (environments, boxes, tags, store-wide refs).
 //!
-//! Invariant: a valid name can never be mistaken for a node id or an id prefix, because it
-//! must contain at least one character that is not a lowercase hex digit. `HEAD` (and
-//! `HEAD~N`) is reserved for the environment's current node.
+//! Invariants: a tag or ref name can never be mistaken for a node id or an id prefix,
+//! because it must contain at least one character that is not a lowercase hex digit (refs
+//! are resolved as tags and ids alike). Environment and box names are looked up by name
+//! before any id prefix, so they may be all hex (`d`, `cafe`, `acc1`, as directories are
+//! named), but never the length of a full id, and a new one never equals a prefix of an
+//! existing id ([`check_not_id_prefix`]): what a name meant when it was made stays what it
+//! means. `HEAD` (and `HEAD~N`) is reserved for the environment's current node.
+
+use agentbox_core::id;
 
 use crate::{Error, Result};
 
-/// Check a name: 1–64 characters of `[A-Za-z0-9._-]`, starting with a letter or digit, not
-/// all lowercase hex, not `HEAD`.
+/// Check a tag or ref name: 1–64 characters of `[A-Za-z0-9._-]`, starting with a letter or
+/// digit, not all lowercase hex, not `HEAD`.
 pub fn validate(kind: &str, name: &str) -> Result<()> {
+    check(kind, name, false)
+}
+
+/// Check an environment's or a box's name: as [`validate`], except that it may be all
+/// lowercase hex when shorter than a full id.
+pub fn validate_env(kind: &str, name: &str) -> Result<()> {
+    check(kind, name, true)
+}
+
+fn check(kind: &str, name: &str, hex_allowed: bool) -> Result<()> {
     let bad = |reason: &str| {
         Err(Error::InvalidName {
             name: name.to_owned(),
@@ -27,8 +43,14 @@ pub fn validate(kind: &str, name: &str) -> Result<()> {
     if !name.as_bytes()[0].is_ascii_alphanumeric() {
         return bad("names must start with a letter or a digit");
     }
-    if agentbox_core::id::is_hex(name) {
+    if id::is_hex(name) && !hex_allowed {
         return bad("names must contain a character other than 0-9 and a-f, so they cannot be mistaken for a node id");
+    }
+    if id::is_hex(name) && name.len() >= id::ID_LEN {
+        return bad(&format!(
+            "names of only 0-9 and a-f must be shorter than an id ({} characters)",
+            id::ID_LEN
+        ));
     }
     if name == "HEAD" || name.starts_with("HEAD~") || name.starts_with("HEAD^") {
         return bad("names cannot be HEAD (it always means the current node)");
@@ -36,9 +58,64 @@ pub fn validate(kind: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuse a new name that equals a prefix of one of `ids` (one long enough to be taken
+/// for an id prefix): it would take that prefix from the id it names today.
+pub fn check_not_id_prefix<I, S>(kind: &str, name: &str, ids: I) -> Result<()>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    if name.len() < id::MIN_PREFIX || !id::is_hex(name) {
+        return Ok(());
+    }
+    match ids.into_iter().find(|i| i.as_ref().starts_with(name)) {
+        Some(taken) => Err(Error::InvalidName {
+            name: name.to_owned(),
+            reason: format!(
+                "{kind} names cannot be a prefix of an existing id ({} starts with it)",
+                taken.as_ref()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// An environment name made from a directory's name: characters a name may not hold
+/// become `-`, leading ones that may not start it are dropped, and it is cut to 64
+/// characters (or lengthened past an id's). Always valid for [`validate_env`].
+pub fn from_dir_name(dir: &str) -> String {
+    let mapped: String = dir
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let mut name: String = mapped
+        .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+        .chars()
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        name = "env".to_owned();
+    }
+    if name == "HEAD" || name.starts_with("HEAD~") || name.starts_with("HEAD^") {
+        name = format!("env-{name}");
+        name.truncate(64);
+    }
+    if id::is_hex(&name) && name.len() >= id::ID_LEN {
+        name.truncate(60);
+        name.push_str("-env");
+    }
+    name
+}
+
 #[cfg(test)]
 mod tests {
-    use super::validate;
+    use super::{check_not_id_prefix, from_dir_name, validate, validate_env};
 
     #[test]
     fn names() {
@@ -49,6 +126,40 @@ mod tests {
             "", "beef", "0123", "-x", "a/b", "HEAD", "HEAD~1", "a b", ".hidden",
         ] {
             assert!(validate("tag", bad).is_err(), "{bad:?} must be rejected");
+        }
+    }
+
+    #[test]
+    fn environment_names_may_be_hex() {
+        for ok in ["d", "cafe", "acc1", "0123", "web"] {
+            validate_env("environment", ok).expect(ok);
+        }
+        for bad in ["0123456789abcdef", "", "-x", "HEAD", "a b"] {
+            assert!(
+                validate_env("environment", bad).is_err(),
+                "{bad:?} must be rejected"
+            );
+        }
+        let ids = ["cafe0123456789ab", "0000111122223333"];
+        assert!(check_not_id_prefix("box", "cafe", ids).is_err());
+        assert!(check_not_id_prefix("box", "cafe01", ids).is_err());
+        check_not_id_prefix("box", "caf", ids).expect("shorter than a prefix");
+        check_not_id_prefix("box", "beef", ids).expect("no such id");
+        check_not_id_prefix("box", "cafe-x", ids).expect("not hex");
+    }
+
+    #[test]
+    fn names_from_directories_are_valid() {
+        for (dir, name) in [
+            ("d", "d"),
+            ("my app", "my-app"),
+            (".hidden", "hidden"),
+            ("...", "env"),
+            ("HEAD", "env-HEAD"),
+            ("0123456789abcdef", "0123456789abcdef-env"),
+        ] {
+            assert_eq!(from_dir_name(dir), name);
+            validate_env("environment", name).expect(name);
         }
     }
 }

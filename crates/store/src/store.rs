@@ -477,6 +477,16 @@ impl Store {
             .work_dirs(&state.name, state.mountpoint.as_deref())
     }
 
+    /// Check the name of a new environment: valid (see [`names::validate_env`]) and, when
+    /// all hex, not a prefix of an existing node's id.
+    pub fn check_new_env_name(&self, name: &str) -> Result<()> {
+        names::validate_env("environment", name)?;
+        if id::is_hex(name) {
+            names::check_not_id_prefix("environment", name, self.nodes()?.keys())?;
+        }
+        Ok(())
+    }
+
     /// Create environment `name` whose working tree is mounted at `mountpoint` (none for a
     /// box), with a first node holding `source`.
     pub fn create_env(
@@ -486,7 +496,7 @@ impl Store {
         source: Source,
         message: &str,
     ) -> Result<EnvState> {
-        names::validate("environment", name)?;
+        self.check_new_env_name(name)?;
         let _store = self.lock_store(Mode::Shared, "create")?;
         let env_dir = self.claim_env_dir(name)?;
         let _lock = FileLock::acquire(
@@ -584,7 +594,7 @@ impl Store {
         name: &str,
         mountpoint: Option<&Path>,
     ) -> Result<EnvState> {
-        names::validate("environment", name)?;
+        self.check_new_env_name(name)?;
         let node = self.node(&self.resolve(from_env, reference)?)?;
         let _store = self.lock_store(Mode::Shared, "fork")?;
         let env_dir = self.claim_env_dir(name)?;

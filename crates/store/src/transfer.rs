@@ -284,7 +284,7 @@ pub fn import(
     dir: &Path,
     options: ImportOptions,
 ) -> Result<ImportReport> {
-    crate::names::validate("environment", name)?;
+    store.check_new_env_name(name)?;
     if store.env(name).is_ok() {
         return Err(Error::EnvExists { name: name.into() });
     }

@@ -280,6 +280,13 @@ impl<W: Write> BundleWriter<W> {
             .map_err(|e| werr(name, format!("writing: {e}")))
     }
 
+    /// Whether members carry agentbox's own PAX records (`AGENTBOX.*`: content hashes,
+    /// sparse maps, hex-encoded xattrs). A rootfs bundle is a plain tar for other tools
+    /// (`docker import`, GNU tar, which warns about every unknown record): it carries none.
+    fn private_records(&self) -> bool {
+        self.kind != BundleKind::Rootfs
+    }
+
     fn pad(&mut self, size: u64) -> io::Result<()> {
         let rem = (size % BLOCK) as usize;
         if rem != 0 {
@@ -366,10 +373,13 @@ impl<W: Write> BundleWriter<W> {
         }
         let shown = lossy(&path);
         let meta = &p.meta;
+        let private = self.private_records();
         let mut pax: Vec<(String, Vec<u8>)> = Vec::new();
         if !matches!(p.kind, PlanKind::HardLink(_) | PlanKind::Marker) {
             for (k, v) in &meta.xattrs {
-                if v.contains(&b'\n') {
+                // PAX records are length-prefixed, so any value fits in a standard one;
+                // agentbox's own bundles hex-encode values with a newline for their reader.
+                if private && v.contains(&b'\n') {
                     let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
                     pax.push((format!("{PAX_XATTR_HEX_PREFIX}{k}"), hex.into_bytes()));
                 } else {
@@ -418,10 +428,12 @@ impl<W: Write> BundleWriter<W> {
                 self.write_file(&mut member, &src, meta.size, sparse)
             }
             PlanKind::Marker => {
-                member.pax.push((
-                    PAX_BLAKE3.to_owned(),
-                    blake3::hash(b"").to_hex().as_bytes().to_vec(),
-                ));
+                if private {
+                    member.pax.push((
+                        PAX_BLAKE3.to_owned(),
+                        blake3::hash(b"").to_hex().as_bytes().to_vec(),
+                    ));
+                }
                 self.write_header(&member)
                     .map_err(|e| werr(&shown, format!("writing: {e}")))
             }
@@ -464,6 +476,7 @@ impl<W: Write> BundleWriter<W> {
         let payload: u64 = segs.iter().map(|(_, l)| l).sum();
         m.size = payload;
         let werr_io = |e: io::Error| werr(&shown, format!("writing: {e}"));
+        let private = self.private_records();
         if payload <= SMALL_FILE {
             let mut data = Vec::with_capacity(payload as usize);
             for &(off, len) in &segs {
@@ -471,25 +484,30 @@ impl<W: Write> BundleWriter<W> {
                 data.resize(start + len as usize, 0);
                 file.read_exact_at(&mut data[start..], off).map_err(rerr)?;
             }
-            m.pax.push((
-                PAX_BLAKE3.to_owned(),
-                blake3::hash(&data).to_hex().as_bytes().to_vec(),
-            ));
+            if private {
+                m.pax.push((
+                    PAX_BLAKE3.to_owned(),
+                    blake3::hash(&data).to_hex().as_bytes().to_vec(),
+                ));
+            }
             self.write_header(m).map_err(werr_io)?;
             self.out.write_all(&data).map_err(werr_io)?;
             return self.pad(payload).map_err(werr_io);
         }
         let mut buf = std::mem::take(&mut self.buf);
         let result = (|| -> Result<()> {
-            let mut hasher = blake3::Hasher::new();
-            each_chunk(&file, &segs, &mut buf, rerr, |chunk| {
-                hasher.update(chunk);
-                Ok(())
-            })?;
-            m.pax.push((
-                PAX_BLAKE3.to_owned(),
-                hasher.finalize().to_hex().as_bytes().to_vec(),
-            ));
+            if private {
+                // The hash goes in the header, before the content: a first pass makes it.
+                let mut hasher = blake3::Hasher::new();
+                each_chunk(&file, &segs, &mut buf, rerr, |chunk| {
+                    hasher.update(chunk);
+                    Ok(())
+                })?;
+                m.pax.push((
+                    PAX_BLAKE3.to_owned(),
+                    hasher.finalize().to_hex().as_bytes().to_vec(),
+                ));
+            }
             self.write_header(m).map_err(werr_io)?;
             each_chunk(&file, &segs, &mut buf, rerr, |chunk| {
                 self.out.write_all(chunk).map_err(werr_io)
