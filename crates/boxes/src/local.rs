@@ -5,7 +5,7 @@ use agentbox_core::home::Home;
 
 use crate::client::Client;
 use crate::proto::{ProcInfo, Reply, Request, SyncedRepo};
-use crate::provider::{CheckedOut, Collected, Health, OnBox, Provider};
+use crate::provider::{CheckedOut, Collected, Command, Health, OnBox, Provider, Started};
 use crate::{BoxError, Result};
 
 /// Boxes of one agentbox home, run on this host.
@@ -27,6 +27,12 @@ impl LocalProvider {
             return Ok(None);
         }
         Client::connect(&self.home, name, false)
+    }
+
+    /// The supervisor of box `name`, started (with the box) when it is not running.
+    fn started(&self, name: &str) -> Result<Client> {
+        Client::connect(&self.home, name, true)?
+            .ok_or_else(|| BoxError::Supervisor(format!("box {name:?} did not start")))
     }
 
     /// One request to the running box (the supervisor serves one per connection).
@@ -117,8 +123,7 @@ impl Provider for LocalProvider {
     }
 
     fn sync(&self, name: &str) -> Result<Vec<SyncedRepo>> {
-        let c = Client::connect(&self.home, name, true)?
-            .ok_or_else(|| BoxError::Supervisor(format!("box {name:?} did not start")))?;
+        let c = self.started(name)?;
         match c.request(&Request::Sync)? {
             Reply::Synced { repos } => Ok(repos),
             other => Err(unexpected(&other)),
@@ -169,6 +174,35 @@ impl Provider for LocalProvider {
         }
     }
 
+    fn exec(&self, name: &str, command: Command) -> Result<crate::client::ExecOutcome> {
+        let c = self.started(name)?;
+        crate::client::exec(
+            &c,
+            command.argv,
+            command.env,
+            command.workdir,
+            command.kind,
+            command.capture,
+            command.tty,
+        )
+    }
+
+    fn spawn(&self, name: &str, command: Command) -> Result<Started> {
+        let c = self.started(name)?;
+        match c.request(&Request::Spawn {
+            argv: command.argv,
+            env: command.env,
+            cwd: command.workdir,
+        })? {
+            Reply::Started { id, pid } => Ok(Started {
+                id,
+                pid,
+                log: crate::record::BoxDirs::new(&self.home, name).log(id),
+            }),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     fn collect(
         &self,
         name: &str,
@@ -176,8 +210,7 @@ impl Provider for LocalProvider {
         cwd: &str,
         capture: bool,
     ) -> Result<Collected> {
-        let c = Client::connect(&self.home, name, true)?
-            .ok_or_else(|| BoxError::Supervisor(format!("box {name:?} did not start")))?;
+        let c = self.started(name)?;
         let (outcome, output) =
             crate::client::exec_collect(&c, argv, Some(cwd.to_owned()), capture)?;
         Ok(Collected {

@@ -169,6 +169,25 @@ impl Boxes {
         Ok(self.provider.processes(name)?.running().unwrap_or_default())
     }
 
+    /// Run `command` in box `name` (started when it is not running), attached to this
+    /// process's standard input and output, until it ends.
+    pub fn exec(
+        &self,
+        name: &str,
+        command: crate::provider::Command,
+    ) -> Result<crate::client::ExecOutcome> {
+        self.provider.exec(name, command)
+    }
+
+    /// Start `command` in the background in box `name`.
+    pub fn spawn(
+        &self,
+        name: &str,
+        command: crate::provider::Command,
+    ) -> Result<crate::provider::Started> {
+        self.provider.spawn(name, command)
+    }
+
     /// Signal process `target` of the running box `name`.
     pub fn kill(&self, name: &str, target: u64, signal: i32) -> Result<()> {
         match self.provider.kill(name, target, signal)? {

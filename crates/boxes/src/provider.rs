@@ -62,6 +62,33 @@ pub struct Collected {
     pub node: Option<String>,
 }
 
+/// A command to run in a box, attached to the caller's standard input and output.
+#[derive(Debug, Clone)]
+pub struct Command {
+    pub argv: Vec<String>,
+    /// `KEY=VALUE` pairs beyond the box's own environment.
+    pub env: Vec<(String, String)>,
+    /// Where it starts (`None`: the box's default).
+    pub workdir: Option<crate::proto::Workdir>,
+    pub kind: crate::proto::ProcKind,
+    /// A change it makes becomes a node.
+    pub capture: bool,
+    /// Run on a terminal: `Some(true)` always, `Some(false)` never, `None` when the
+    /// caller's standard input and output are one.
+    pub tty: Option<bool>,
+}
+
+/// A background process just started.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Started {
+    /// Its id in the box's process table (what `ps`, `logs` and `kill` take).
+    pub id: u64,
+    /// Its PID inside the box.
+    pub pid: i32,
+    /// Where its output goes.
+    pub log: std::path::PathBuf,
+}
+
 /// A runtime for boxes. Every method takes the box's name; "not running" is
 /// [`OnBox::Stopped`], not an error.
 pub trait Provider: Send + Sync {
@@ -103,6 +130,12 @@ pub trait Provider: Send + Sync {
     fn kill(&self, name: &str, target: u64, signal: i32) -> Result<OnBox<()>>;
     /// The running box's health.
     fn health(&self, name: &str) -> Result<OnBox<Health>>;
+    /// Run `command` in the box (starting it when stopped), attached to this process's
+    /// standard input and output (and terminal), until it ends.
+    fn exec(&self, name: &str, command: Command) -> Result<crate::client::ExecOutcome>;
+    /// Start `command` (its `kind`, `capture` and `tty` unused) in the background in the
+    /// box (starting it when stopped), its output to a log.
+    fn spawn(&self, name: &str, command: Command) -> Result<Started>;
     /// Run `argv` in the box (starting it when stopped) in directory `cwd`, with no input,
     /// collecting its output; with `capture`, a change it makes becomes a node.
     fn collect(&self, name: &str, argv: Vec<String>, cwd: &str, capture: bool)

@@ -3,9 +3,10 @@
 use std::io::{Read, Seek, Write};
 use std::time::Duration;
 
-use agentbox_boxes::client::{self, Client};
+use agentbox_boxes::client;
 use agentbox_boxes::create;
-use agentbox_boxes::proto::{ProcKind, Reply, Request};
+use agentbox_boxes::proto::ProcKind;
+use agentbox_boxes::provider::Command;
 use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
 use agentbox_boxes::remote::RemoteResult;
 use agentbox_store::Store;
@@ -28,11 +29,6 @@ fn need_root(operation: &str) -> CliResult {
         ));
     }
     Ok(())
-}
-
-fn connect(ctx: &Ctx, name: &str) -> CliResult<Client> {
-    Ok(Client::connect(&ctx.home, name, true)?
-        .expect("connect with start=true either connects or fails"))
 }
 
 #[derive(Serialize)]
@@ -244,7 +240,6 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
         a.argv,
         Some(("exec", "agentbox exec [BOX] [--] CMD [ARGS...]")),
     )?;
-    let client = connect(ctx, &rec.name)?;
     let tty = if a.tty {
         Some(true)
     } else if a.no_tty || ctx.json {
@@ -252,14 +247,16 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
     } else {
         None
     };
-    let outcome = client::exec(
-        &client,
-        argv,
-        client::caller_env(&a.opts.vars),
-        ctx.workdir(&rec, a.opts.workdir),
-        ProcKind::Exec,
-        !a.no_capture,
-        tty,
+    let outcome = ctx.boxes().exec(
+        &rec.name,
+        Command {
+            argv,
+            env: client::caller_env(&a.opts.vars),
+            workdir: ctx.workdir(&rec, a.opts.workdir),
+            kind: ProcKind::Exec,
+            capture: !a.no_capture,
+            tty,
+        },
     )?;
     finish_exec(ctx, outcome)
 }
@@ -273,16 +270,17 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
     )?;
     let mut launches = 0u32;
     loop {
-        let client = connect(ctx, &rec.name)?;
         launches += 1;
-        let outcome = client::exec(
-            &client,
-            argv.clone(),
-            client::caller_env(&a.opts.vars),
-            ctx.workdir(&rec, a.opts.workdir.clone()),
-            ProcKind::Exec,
-            true,
-            None,
+        let outcome = ctx.boxes().exec(
+            &rec.name,
+            Command {
+                argv: argv.clone(),
+                env: client::caller_env(&a.opts.vars),
+                workdir: ctx.workdir(&rec, a.opts.workdir.clone()),
+                kind: ProcKind::Exec,
+                capture: true,
+                tty: None,
+            },
         )?;
         if a.supervise && outcome.killed_by_checkout {
             ctx.note(format!(
@@ -299,25 +297,19 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
 
 pub fn shell(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
     let (rec, argv) = target(ctx, a.name, a.argv, None)?;
-    let client = connect(ctx, &rec.name)?;
     let (argv, tty) = client::shell_command(argv);
-    let outcome = client::exec(
-        &client,
-        argv,
-        client::caller_env(&a.opts.vars),
-        ctx.workdir(&rec, a.opts.workdir),
-        ProcKind::Shell,
-        true,
-        Some(tty),
+    let outcome = ctx.boxes().exec(
+        &rec.name,
+        Command {
+            argv,
+            env: client::caller_env(&a.opts.vars),
+            workdir: ctx.workdir(&rec, a.opts.workdir),
+            kind: ProcKind::Shell,
+            capture: true,
+            tty: Some(tty),
+        },
     )?;
     finish_exec(ctx, outcome)
-}
-
-#[derive(Serialize)]
-struct Spawned {
-    id: u64,
-    pid: i32,
-    log: std::path::PathBuf,
 }
 
 pub fn spawn(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
@@ -328,33 +320,23 @@ pub fn spawn(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
         Some(("spawn", "agentbox spawn [BOX] [--] CMD [ARGS...]")),
     )?;
     let name = rec.name.clone();
-    let client = connect(ctx, &name)?;
-    let reply = client.request(&Request::Spawn {
-        argv,
-        env: client::caller_env(&a.opts.vars),
-        cwd: ctx.workdir(&rec, a.opts.workdir),
-    })?;
-    let Reply::Started { id, pid } = reply else {
-        return Err(unexpected(&reply));
-    };
-    let out = Spawned {
-        id,
-        pid,
-        log: BoxDirs::new(&ctx.home, &name).log(id),
-    };
+    let out = ctx.boxes().spawn(
+        &name,
+        Command {
+            argv,
+            env: client::caller_env(&a.opts.vars),
+            workdir: ctx.workdir(&rec, a.opts.workdir),
+            kind: ProcKind::Spawn,
+            capture: false,
+            tty: Some(false),
+        },
+    )?;
+    let (id, pid) = (out.id, out.pid);
     ctx.out(&out, || {
         format!(
             "started process {id} (pid {pid} in the box)\nOutput: agentbox logs {name} {id} -f\n"
         )
     })
-}
-
-fn unexpected(r: &Reply) -> CliError {
-    CliError::new(
-        1,
-        format!("unexpected answer from the supervisor: {r:?}"),
-        None,
-    )
 }
 
 pub fn ps(ctx: &Ctx, reference: Option<&str>) -> CliResult {
