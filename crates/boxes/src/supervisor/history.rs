@@ -1,0 +1,234 @@
+//! The box's history as the supervisor keeps it: auto-capture after commands and while
+//! background processes write, checkout (killing the processes, or restoring under them).
+
+use super::*;
+
+/// Commit the box if something not ignored changed; the node gets `message` and `command`.
+/// Every attempt's outcome is recorded for `status`; a failure is logged once (until an
+/// attempt succeeds again).
+pub(super) fn auto_capture(
+    shared: &Shared,
+    message: &str,
+    command: Option<&str>,
+) -> Result<Option<String>> {
+    let result = try_auto_capture(shared, message, command);
+    let mut health = lock(&shared.capture);
+    match &result {
+        Ok(_) => {
+            if health.failure.is_some() {
+                eprintln!("auto-capture: working again");
+            }
+            health.record(Ok(()));
+        }
+        Err(e) => {
+            let text = e.to_string();
+            if health.failure.as_deref() != Some(text.as_str()) {
+                eprintln!("auto-capture: capturing the changes ({message}) failed: {text}");
+            }
+            health.record(Err(text));
+        }
+    }
+    result
+}
+
+pub(super) fn try_auto_capture(
+    shared: &Shared,
+    message: &str,
+    command: Option<&str>,
+) -> Result<Option<String>> {
+    let _ops = lock(&shared.ops);
+    if !changed_since_head(shared)? {
+        return Ok(None);
+    }
+    let node = shared.store.commit(
+        &shared.name,
+        CommitOpts {
+            message: message.to_owned(),
+            command: command.map(str::to_owned),
+            metadata: git_metadata(shared),
+        },
+    )?;
+    after_node(shared);
+    // Automatic nodes accumulate: thin old ones (stable positions; tags, branch points and
+    // the newest `keep` stay). Only once the history is longer than what is kept anyway.
+    let keep = shared.rec.keep.unwrap_or(record::DEFAULT_KEEP);
+    if node.seq > keep {
+        if let Err(e) = shared.store.retain(&shared.name, keep) {
+            eprintln!("retention after an automatic node failed: {e}");
+        }
+    }
+    Ok(Some(node.id))
+}
+
+/// Whether the box's tree differs from HEAD in a path that is not ignored.
+///
+/// The upper directory's marks say which entries were touched since the last commit, in one
+/// `lstat` each. When only directories were touched, that is not proof of a change:
+/// overlayfs writes its own attributes on a merged directory (`overlay.origin`,
+/// `overlay.impure`) the first time the box looks into it after a restart on a new lower,
+/// which moves the directory's ctime. Those cases are settled by comparing the tree with
+/// HEAD's, so such a restart makes no node.
+pub(super) fn changed_since_head(shared: &Shared) -> Result<bool> {
+    let ignore = record::ignore_set(&shared.rec);
+    let changed = shared.store.changed_paths(&shared.name)?;
+    let counted = record::counted_changes(&ignore, &changed);
+    if counted.is_empty() {
+        return Ok(false);
+    }
+    let only_dirs = counted
+        .iter()
+        .all(|p| changed.iter().any(|(c, dir)| *dir && c == p));
+    if !only_dirs {
+        return Ok(true);
+    }
+    let head = shared.store.resolve(&shared.name, "HEAD")?;
+    Ok(shared
+        .store
+        .diff(&shared.name, &head, None)?
+        .iter()
+        .any(|c| !ignore.is_ignored(&c.path)))
+}
+
+pub(super) fn checkout(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Result<()> {
+    let _ops = lock(&shared.ops);
+    // Resolve first: a bad reference must not kill anything.
+    shared.store.resolve(&shared.name, reference)?;
+    let killed = kill_box(shared, true);
+    let result = shared.store.checkout(&shared.name, reference);
+    // Whatever happened, the box runs again (on the old tree if the checkout failed).
+    let restarted = restart_box(shared);
+    let node = result?;
+    restarted?;
+    // The box's repository came back with the tree: its branch moved with it.
+    after_node(shared);
+    reply(
+        conn,
+        &Reply::Node {
+            node: Some(node.id),
+            killed,
+        },
+        &[],
+    );
+    Ok(())
+}
+
+impl crate::capture::Capturer for Shared {
+    fn layer_dir(&self) -> Option<(u64, PathBuf)> {
+        lock(&self.box_)
+            .as_ref()
+            .map(|g| (g.number, g.upper.clone()))
+    }
+
+    fn capture(&self) -> std::result::Result<(), String> {
+        // Label the node with what was running: background processes first (they are the
+        // usual authors of unattended changes), else the foreground commands.
+        let label = {
+            let procs = lock(&self.procs);
+            let mut spawned = procs.values().filter(|p| p.info.kind == ProcKind::Spawn);
+            let mut others = procs.values().filter(|p| p.info.kind != ProcKind::Spawn);
+            match (spawned.next(), others.next()) {
+                (Some(p), _) => format!(
+                    "auto: while {} ran{}",
+                    crate::render_command(&p.info.argv),
+                    match spawned.count() {
+                        0 => String::new(),
+                        n => format!(" (and {n} more)"),
+                    }
+                ),
+                (None, Some(p)) => format!("auto: during {}", crate::render_command(&p.info.argv)),
+                (None, None) => "auto: changes".to_owned(),
+            }
+        };
+        auto_capture(self, &label, None)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    fn alive(&self) -> bool {
+        !self.stopping.load(Ordering::SeqCst)
+    }
+
+    fn report(&self, health: &crate::capture::CaptureHealth) {
+        lock(&self.capture).update_watcher(health);
+    }
+}
+
+/// `checkout --keep-processes`: make the running box's tree that of `reference` by writing
+/// the differences through the box's root, then record the result as a new node (a child of
+/// HEAD, with the reference's tree). The processes keep running and see the change.
+pub(super) fn restore_in_place(
+    shared: &Arc<Shared>,
+    conn: &OwnedFd,
+    reference: &str,
+) -> Result<()> {
+    use agentbox_store::fsops::diff::ChangeKind;
+    let _ops = lock(&shared.ops);
+    let target = shared
+        .store
+        .node(&shared.store.resolve(&shared.name, reference)?)?;
+    let tree = shared.store.node_tree(&target)?;
+    // From the target to the working tree: what to undo.
+    let changes = shared.store.diff(&shared.name, &target.id, None)?;
+    let pid1 = lock(&shared.box_)
+        .as_ref()
+        .map(|g| g.running.pid1_host)
+        .ok_or_else(|| BoxError::Supervisor("the box is restarting; try again".into()))?;
+    let ids = agentbox_sandbox::idmap::of_process(pid1);
+    // Writes through the box's root are made as box root where its layers are idmapped
+    // (as host root they could not be mapped); only this thread, only until the node.
+    let acting = ids
+        .map(agentbox_sandbox::idmap::ActingAsBoxRoot::start)
+        .transpose()
+        .map_err(BoxError::Supervisor)?;
+    let root = crate::restore::BoxRoot::of_pid(pid1, ids)?;
+    let failed =
+        |path: &std::path::Path, e: std::io::Error| BoxError::io(&PathBuf::from("/").join(path), e);
+    // Paths only in the working tree go, deepest first.
+    for c in changes.iter().rev().filter(|c| c.kind == ChangeKind::Added) {
+        root.remove(&c.path).map_err(|e| failed(&c.path, e))?;
+    }
+    // The rest takes the target's entry, parents first.
+    let mut dirs = Vec::new();
+    for c in changes.iter().filter(|c| c.kind != ChangeKind::Added) {
+        let Some(e) = tree.entries.get(&c.path) else {
+            continue;
+        };
+        root.put(&c.path, &e.src, &e.meta)
+            .map_err(|err| failed(&c.path, err))?;
+        if let Some(parent) = c.path.parent() {
+            dirs.push(parent.to_owned());
+        }
+        if e.meta.kind == agentbox_store::fsops::Kind::Dir {
+            dirs.push(c.path.clone());
+        }
+    }
+    dirs.sort();
+    dirs.dedup();
+    for d in dirs.iter().rev() {
+        if let Some(e) = tree.entries.get(d) {
+            root.settle_dir(d, &e.meta).map_err(|err| failed(d, err))?;
+        }
+    }
+    drop(acting);
+    let node = shared.store.commit(
+        &shared.name,
+        CommitOpts {
+            message: format!(
+                "restored {} (processes kept)",
+                &target.id[..12.min(target.id.len())]
+            ),
+            command: None,
+            metadata: git_metadata(shared),
+        },
+    )?;
+    after_node(shared);
+    reply(
+        conn,
+        &Reply::Node {
+            node: Some(node.id),
+            killed: 0,
+        },
+        &[],
+    );
+    Ok(())
+}
