@@ -2,7 +2,7 @@
 
 pub mod boxgit;
 pub mod capture;
-pub mod cgroup;
+pub use agentbox_sandbox::cgroup;
 pub mod client;
 pub mod config;
 pub mod create;

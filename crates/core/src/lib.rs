@@ -8,6 +8,7 @@ pub mod failpoint;
 pub mod home;
 pub mod id;
 pub mod lock;
+pub mod mountinfo;
 pub mod timing;
 pub mod units;
 

@@ -5,6 +5,7 @@
 //! messages of [`proto`].
 
 mod caps;
+pub mod cgroup;
 pub mod idmap;
 pub mod init;
 pub mod ipc;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentbox_boxes::cgroup::{BoxCgroup, CgroupError, Limits, PARENT_ENV};
+use agentbox_sandbox::cgroup::{BoxCgroup, CgroupError, Limits, PARENT_ENV};
 use agentbox_testkit::tier::require_root;
 
 /// Removes the box, then the parent's `agentbox` directory and the parent itself, in every

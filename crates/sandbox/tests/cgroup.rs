@@ -6,7 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-use agentbox_boxes::cgroup::{self, BoxCgroup, Limits};
+use agentbox_sandbox::cgroup::{self, BoxCgroup, Limits};
 use agentbox_testkit::tier::require_root;
 
 /// A box name unique to this test process and test.
