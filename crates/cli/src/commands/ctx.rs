@@ -1,0 +1,313 @@
+//! What every command gets: the home, the output mode, the chosen environment, the façade
+//! over the provider this binary wires in, and the printer (data to stdout, notes and
+//! progress to stderr).
+
+use super::*;
+
+/// What every command gets.
+pub(crate) struct Ctx {
+    pub(crate) home: Home,
+    pub(crate) json: bool,
+    pub(crate) env: Option<String>,
+    /// The domain façade over the provider this binary wires in (see [`Ctx::boxes`]).
+    boxes: agentbox_boxes::ops::Boxes,
+}
+
+impl Ctx {
+    /// The composition root: boxes of this home, run by the local provider.
+    pub(crate) fn new(home: Home, json: bool, env: Option<String>) -> Ctx {
+        let provider = std::sync::Arc::new(agentbox_boxes::local::LocalProvider::new(home.clone()));
+        Ctx {
+            boxes: agentbox_boxes::ops::Boxes::new(home.clone(), provider),
+            home,
+            json,
+            env,
+        }
+    }
+
+    /// Every box operation goes through the façade.
+    pub(crate) fn boxes(&self) -> &agentbox_boxes::ops::Boxes {
+        &self.boxes
+    }
+
+    pub(super) fn store_dir(&self) -> PathBuf {
+        self.home.store_dir()
+    }
+
+    /// Open the existing store.
+    pub(crate) fn store(&self) -> CliResult<Store> {
+        let dir = self.existing_store_dir()?;
+        Ok(Store::open(&dir)?)
+    }
+
+    /// Open the existing store as a crash left it (for `fsck` and `prune`, which report
+    /// and remove half-made data themselves).
+    pub(crate) fn store_unreconciled(&self) -> CliResult<Store> {
+        let dir = self.existing_store_dir()?;
+        Ok(Store::open_unreconciled(&dir)?)
+    }
+
+    pub(super) fn existing_store_dir(&self) -> CliResult<PathBuf> {
+        let dir = self.store_dir();
+        if !dir.join("store.json").exists() {
+            return Err(CliError::new(
+                3,
+                format!("no agentbox store at {}", dir.display()),
+                Some("create a box first: `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory: `agentbox env DIR`)".into()),
+            ));
+        }
+        Ok(dir)
+    }
+
+    /// Print `value` as JSON, or `human` as text, on stdout.
+    pub(crate) fn out<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> CliResult {
+        let mut stdout = std::io::stdout().lock();
+        let text = if self.json {
+            let mut s = serde_json::to_string_pretty(value).map_err(|e| {
+                CliError::new(1, format!("cannot encode output as JSON: {e}"), None)
+            })?;
+            s.push('\n');
+            s
+        } else {
+            human()
+        };
+        // A closed pipe (`| head`) is not an error worth reporting.
+        let _ = stdout.write_all(text.as_bytes());
+        Ok(())
+    }
+
+    /// Status message on stderr (suppressed with --json, where stdout carries the result).
+    pub(crate) fn note(&self, msg: impl AsRef<str>) {
+        if !self.json {
+            eprintln!("{}", msg.as_ref());
+        }
+    }
+
+    /// Run long work under a spinner with the elapsed time on stderr (only on a terminal and
+    /// without --json, so pipes and scripts see clean output).
+    pub(crate) fn busy<T>(&self, msg: &str, work: impl FnOnce() -> T) -> T {
+        use std::io::IsTerminal;
+        if self.json || !std::io::stderr().is_terminal() {
+            return work();
+        }
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .expect("the template is valid"),
+        );
+        bar.set_message(msg.to_owned());
+        bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        let out = work();
+        bar.finish_and_clear();
+        out
+    }
+
+    /// Split positional arguments into the environment and the rest. The environment is
+    /// `-b NAME`, else the first argument when more than `min_rest` were given and it names
+    /// an environment or a box, else the environment containing the current directory, else
+    /// the current project's only box, else the only environment.
+    pub(super) fn env_and_args(
+        &self,
+        store: &Store,
+        args: &[String],
+        min_rest: usize,
+        max_rest: usize,
+    ) -> CliResult<(String, Vec<String>)> {
+        let (env, rest) = if let Some(e) = &self.env {
+            let e = self.env_name(store, e)?;
+            // Naming the same environment again as the first argument is harmless.
+            if args.len() > min_rest && args.first() == Some(&e) {
+                (e, args[1..].to_vec())
+            } else {
+                (e, args.to_vec())
+            }
+        } else if args.len() > min_rest && store.env(&args[0]).is_ok() {
+            (args[0].clone(), args[1..].to_vec())
+        } else if let Some(rec) = (args.len() > min_rest)
+            .then(|| self.find_box(&args[0]))
+            .transpose()?
+            .flatten()
+        {
+            (rec.name, args[1..].to_vec())
+        } else if args.len() == max_rest + 1 {
+            // One argument too many for the command: the first must name the box.
+            return Err(BoxError::NoSuchBox {
+                name: args[0].clone(),
+            }
+            .into());
+        } else {
+            (self.implicit_env(store)?, args.to_vec())
+        };
+        store.env(&env)?;
+        if rest.len() < min_rest || rest.len() > max_rest {
+            return Err(CliError::usage(
+                format!(
+                    "expected {} argument{} after the environment, got {}: {:?}",
+                    if min_rest == max_rest {
+                        min_rest.to_string()
+                    } else {
+                        format!("{min_rest} to {max_rest}")
+                    },
+                    if max_rest == 1 { "" } else { "s" },
+                    rest.len(),
+                    rest
+                ),
+                "see `agentbox help <command>`",
+            ));
+        }
+        Ok((env, rest))
+    }
+
+    /// An environment's name from `-b NAME`: an environment's own name, else a box
+    /// reference (id, number, display name…).
+    pub(super) fn env_name(&self, store: &Store, reference: &str) -> CliResult<String> {
+        if store.env(reference).is_ok() {
+            return Ok(reference.to_owned());
+        }
+        Ok(self.resolve_box(Some(reference))?.name)
+    }
+
+    pub(super) fn implicit_env(&self, store: &Store) -> CliResult<String> {
+        if let Ok(cwd) = std::env::current_dir() {
+            if let Some(e) = store.env_for_path(&cwd)? {
+                return Ok(e.name);
+            }
+        }
+        if let Some(rec) = self.implicit_box()? {
+            return Ok(rec.name);
+        }
+        let envs = store.envs()?;
+        match envs.len() {
+            1 => Ok(envs[0].name.clone()),
+            0 => Err(CliError::new(
+                3,
+                "there are no boxes or environments",
+                Some("create a box with `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory with `agentbox env DIR`)".into()),
+            )),
+            _ => Err(CliError::usage(
+                format!(
+                    "which box or environment? there are {}: {}",
+                    envs.len(),
+                    envs.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                "name it as the first argument or with -b NAME, or run the command inside its directory or project",
+            )),
+        }
+    }
+}
+
+/// Library operations report through the printer: notes to stderr, long work under a
+/// spinner.
+impl agentbox_boxes::create::Progress for Ctx {
+    fn note(&self, line: &str) {
+        Ctx::note(self, line);
+    }
+    fn busy(
+        &self,
+        what: &str,
+        work: &mut dyn FnMut() -> agentbox_boxes::Result<()>,
+    ) -> agentbox_boxes::Result<()> {
+        Ctx::busy(self, what, work)
+    }
+}
+
+impl Ctx {
+    /// The project the current directory is in: box numbers and the implicit box are
+    /// relative to it.
+    pub(crate) fn here(&self) -> CliResult<Option<PathBuf>> {
+        let cwd = agentbox_boxes::project::current_dir()?;
+        Ok(registry::current_project(&self.home, &cwd)?)
+    }
+
+    /// The box `reference` names (else `-b`, else the current project's only box).
+    pub(crate) fn resolve_box(&self, reference: Option<&str>) -> CliResult<BoxRecord> {
+        let cwd = agentbox_boxes::project::current_dir()?;
+        Ok(match reference.or(self.env.as_deref()) {
+            Some(r) => registry::resolve(&self.home, r, &cwd)?,
+            None => registry::implicit(&self.home, &cwd)?,
+        })
+    }
+
+    /// The current project's only box; `None` when there is none, an error when there are
+    /// several (the user has to say which).
+    pub(super) fn implicit_box(&self) -> CliResult<Option<BoxRecord>> {
+        match registry::implicit(&self.home, &agentbox_boxes::project::current_dir()?) {
+            Ok(rec) => Ok(Some(rec)),
+            Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The box `reference` names, `None` when it names none (other errors, like an
+    /// ambiguous reference, are errors).
+    pub(crate) fn find_box(&self, reference: &str) -> CliResult<Option<BoxRecord>> {
+        match registry::resolve(
+            &self.home,
+            reference,
+            &agentbox_boxes::project::current_dir()?,
+        ) {
+            Ok(r) => Ok(Some(r)),
+            Err(BoxError::NoSuchBox { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Where a command in box `rec` starts: `explicit` (`-w`), else the directory matching
+    /// the current one when it is inside the box's project (`/workspace/<same path>`),
+    /// else the supervisor's default (`/workspace`).
+    pub(crate) fn workdir(&self, rec: &BoxRecord, explicit: Option<String>) -> Option<Workdir> {
+        if let Some(dir) = explicit {
+            return Some(Workdir::explicit(dir));
+        }
+        let cwd = std::fs::canonicalize(std::env::current_dir().ok()?).ok()?;
+        let rel = cwd.strip_prefix(rec.project.as_deref()?).ok()?;
+        (!rel.as_os_str().is_empty()).then(|| {
+            Workdir::default_for(
+                Path::new(agentbox_boxes::record::WORKSPACE)
+                    .join(rel)
+                    .to_string_lossy(),
+            )
+        })
+    }
+
+    /// Split `[BOX] CMD…`: `first` is the box when it names one; otherwise it is the
+    /// command's first word and the box is `-b` or the current project's only box — unless
+    /// the user wrote `first --`, which only makes sense for a box.
+    pub(crate) fn box_and_command(
+        &self,
+        first: Option<String>,
+        mut argv: Vec<String>,
+    ) -> CliResult<(BoxRecord, Vec<String>)> {
+        let Some(first) = first else {
+            return Ok((self.resolve_box(None)?, argv));
+        };
+        if let Some(b) = &self.env {
+            let rec = self.resolve_box(Some(b))?;
+            if first != *b && first != rec.name {
+                argv.insert(0, first);
+            }
+            return Ok((rec, argv));
+        }
+        if let Some(rec) = self.find_box(&first)? {
+            return Ok((rec, argv));
+        }
+        let meant_a_box = std::env::args()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w[0] == first && w[1] == "--");
+        let missing = BoxError::NoSuchBox {
+            name: first.clone(),
+        };
+        if meant_a_box {
+            return Err(missing.into());
+        }
+        // Several boxes here: which one is the question, not `first`.
+        match self.implicit_box()? {
+            Some(rec) => {
+                argv.insert(0, first);
+                Ok((rec, argv))
+            }
+            None => Err(missing.into()),
+        }
+    }
+}

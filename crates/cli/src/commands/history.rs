@@ -1,0 +1,194 @@
+//! History commands: commit, checkout, log, show, diff, tag, delete, retain, gc.
+
+use super::*;
+
+pub(super) fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
+    let store = ctx.store()?;
+    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+    let opts = CommitOpts {
+        message: a.message,
+        command: a.command,
+        ..CommitOpts::default()
+    };
+    let node = ctx.boxes().commit(&store, &env, opts)?;
+    ctx.out(&node, || {
+        format!(
+            "[{env} {}] {}\n",
+            render::short(&node.id),
+            render::text(&node.message)
+        )
+    })
+}
+
+pub(super) fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
+    let done = ctx
+        .boxes()
+        .checkout(&store, &env, &rest[0], keep_processes)?;
+    let killed = done.killed;
+    if killed > 0 {
+        ctx.note(format!(
+            "killed {killed} process{} of box {env:?}",
+            if killed == 1 { "" } else { "es" }
+        ));
+    }
+    let node = done.node;
+    let state = store.env(&env)?;
+    let inside = |m: &Path| {
+        std::env::current_dir().is_ok_and(|cwd| cwd.starts_with(m))
+            || std::env::var_os("PWD").is_some_and(|p| Path::new(&p).starts_with(m))
+    };
+    if state.mountpoint.as_deref().is_some_and(inside) {
+        // The working tree was remounted: a shell already inside it still sees the old one.
+        ctx.note(format!(
+            "note: {} was remounted; shells already inside it see the previous tree until they run: cd \"$PWD\"",
+            render::place(&state.mountpoint)
+        ));
+    }
+    ctx.out(&node, || {
+        format!(
+            "{env}: HEAD is now {} {}\n",
+            render::short(&node.id),
+            render::text(&node.message)
+        )
+    })
+}
+
+pub(super) fn log(ctx: &Ctx, a: crate::args::LogArgs) -> CliResult {
+    let store = ctx.store()?;
+    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+    if a.ancestors {
+        let nodes = store.log(&env)?;
+        let state = store.env(&env)?;
+        let tags = render::tags_by_node(&state.tags);
+        return ctx.out(&nodes, || {
+            nodes
+                .iter()
+                .map(|n| format!("{}\n", render::node_line(n, &state.head, &tags)))
+                .collect()
+        });
+    }
+    let h = store.history(&env)?;
+    if a.leaves {
+        let leaves: Vec<_> = h.leaves().into_iter().cloned().collect();
+        let tags = render::tags_by_node(&h.tags);
+        return ctx.out(&leaves, || {
+            leaves
+                .iter()
+                .map(|n| format!("{}\n", render::node_line(n, &h.head, &tags)))
+                .collect()
+        });
+    }
+    ctx.out(&h, || render::tree(&h))
+}
+
+#[derive(Serialize)]
+pub(super) struct Shown {
+    node: agentbox_store::Node,
+    changes: Vec<agentbox_store::fsops::diff::Change>,
+}
+
+pub(super) fn show(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, args, 0, 1)?;
+    let reference = rest.first().map(String::as_str).unwrap_or("HEAD");
+    let (node, changes) = store.show(&env, reference)?;
+    let state = store.env(&env)?;
+    let shown = Shown { node, changes };
+    ctx.out(&shown, || {
+        let mut s = format!(
+            "{}\nparent: {}\n",
+            render::node_line(&shown.node, &state.head, &render::tags_by_node(&state.tags)),
+            shown
+                .node
+                .parent
+                .as_deref()
+                .map(render::short)
+                .unwrap_or("(none)")
+        );
+        s.push_str(&render::changes(&shown.changes));
+        s
+    })
+}
+
+pub(super) fn diff(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, args, 1, 2)?;
+    let changes = store.diff(&env, &rest[0], rest.get(1).map(String::as_str))?;
+    ctx.out(&changes, || render::changes(&changes))
+}
+
+pub(super) fn tag(ctx: &Ctx, a: crate::args::TagArgs) -> CliResult {
+    let store = ctx.store()?;
+    if let Some(name) = &a.delete {
+        let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+        let id = store.delete_tag(&env, name)?;
+        ctx.note(format!("deleted tag {name} (was {})", render::short(&id)));
+        return ctx.out(
+            &serde_json::json!({"deleted": name, "node": id}),
+            String::new,
+        );
+    }
+    let (env, rest) = ctx.env_and_args(&store, &a.args, 0, 2)?;
+    match rest.as_slice() {
+        [] => {
+            let tags = store.env(&env)?.tags;
+            ctx.out(&tags, || {
+                tags.iter()
+                    .map(|(t, id)| format!("{t:<24} {}\n", render::short(id)))
+                    .collect()
+            })
+        }
+        [name, reference @ ..] => {
+            let reference = reference.first().map(String::as_str).unwrap_or("HEAD");
+            let id = store.set_tag(&env, name, reference)?;
+            ctx.out(&serde_json::json!({"tag": name, "node": id}), || {
+                format!("{name} -> {}\n", render::short(&id))
+            })
+        }
+    }
+}
+
+pub(super) fn delete(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
+    let node = store.delete_node(&env, &rest[0])?;
+    ctx.out(&node, || {
+        format!(
+            "deleted node {} {} (its children now descend from {}); `agentbox gc` frees its data\n",
+            render::short(&node.id),
+            render::text(&node.message),
+            node.parent
+                .as_deref()
+                .map(render::short)
+                .unwrap_or("nothing")
+        )
+    })
+}
+
+pub(super) fn retain(ctx: &Ctx, a: crate::args::RetainArgs) -> CliResult {
+    let store = ctx.store()?;
+    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+    let report = store.retain(&env, a.keep)?;
+    ctx.out(&report, || {
+        format!(
+            "{env}: kept {} nodes, dropped {}; `agentbox gc` frees their data\n",
+            report.kept,
+            report.dropped.len()
+        )
+    })
+}
+
+pub(super) fn gc(ctx: &Ctx) -> CliResult {
+    let store = ctx.store()?;
+    let report = ctx.busy("collecting garbage", || store.gc())?;
+    ctx.out(&report, || {
+        format!(
+            "removed {} unreferenced layers; store disk usage {} -> {}\n",
+            report.removed_layers.len(),
+            render::bytes(report.disk_bytes_before),
+            render::bytes(report.disk_bytes_after)
+        )
+    })
+}

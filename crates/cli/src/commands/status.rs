@@ -1,0 +1,145 @@
+//! `agentbox status`: the store, an environment, a box.
+
+use super::*;
+
+pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
+    let store = ctx.store()?;
+    let env = if ctx.env.is_some() || !args.is_empty() {
+        Some(ctx.env_and_args(&store, args, 0, 0)?.0)
+    } else {
+        std::env::current_dir()
+            .ok()
+            .and_then(|cwd| store.env_for_path(&cwd).ok().flatten())
+            .map(|e| e.name)
+            // Inside a project with one box: that box.
+            .or_else(|| ctx.resolve_box(None).ok().map(|r| r.name))
+    };
+    let st = store.status(env.as_deref())?;
+    let boxed = match &env {
+        Some(name) if boxcmds::is_box(ctx, name) => Some(ctx.boxes().status(&store, name)?),
+        _ => None,
+    };
+    #[derive(Serialize)]
+    struct Out<'a> {
+        #[serde(flatten)]
+        store: &'a agentbox_store::history::Status,
+        #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
+        boxed: Option<&'a agentbox_boxes::ops::BoxStatus>,
+    }
+    let out = Out {
+        store: &st,
+        boxed: boxed.as_ref(),
+    };
+    ctx.out(&out, || {
+        let mut s = format!(
+            "store:        {}\nbackend:      {} ({})\nenvironments: {}\nnodes:        {}\nlayers:       {}\ndisk usage:   {} (shared data counted once; {} apparent)\n",
+            st.store.display(),
+            st.backend,
+            if st.backend_chosen == "auto" { "chosen by the filesystem" } else { "chosen explicitly" },
+            st.environments,
+            st.nodes,
+            st.layers,
+            render::bytes(st.disk_bytes),
+            render::bytes(st.logical_bytes),
+        );
+        if let (Some(e), Some(b)) = (&st.env, &boxed) {
+            let r = &b.record;
+            s.push_str(&format!(
+                "\nbox:          {}{}\nid:           {}\nnumber:       {} {}\nstate:        {}\nprocesses:    {}\n",
+                e.name,
+                r.display_name.as_deref().map(|d| format!(" (shown as {d:?})")).unwrap_or_default(),
+                r.id,
+                r.index,
+                match &r.project {
+                    Some(p) => format!("in project {}", p.display()),
+                    None => "(no project)".to_owned(),
+                },
+                b.state.as_str(),
+                b.processes,
+            ));
+            if let Some(a) = &r.last_agent {
+                s.push_str(&format!("last agent:   {a}\n"));
+            }
+            for br in &b.branches {
+                let rel = match (&br.tip, br.ahead, br.behind, &br.against) {
+                    (None, ..) => "not in the host repository yet".to_owned(),
+                    (Some(_), Some(a), Some(bh), Some(against)) => {
+                        format!("{a} ahead, {bh} behind {against}")
+                    }
+                    _ => "tip synced".to_owned(),
+                };
+                let dirty = match &br.dirty {
+                    Some(d) if d.is_empty() => ", clean".to_owned(),
+                    Some(d) => format!(", {} uncommitted path(s)", d.len()),
+                    None if b.state == agentbox_boxes::ops::BoxState::Stopped => {
+                        ", uncommitted paths not known while the box is stopped".to_owned()
+                    }
+                    None => String::new(),
+                };
+                s.push_str(&format!(
+                    "branch:       {} in {} ({rel}{dirty})\n",
+                    br.branch,
+                    br.repository.display()
+                ));
+            }
+            s.push_str(&format!(
+                "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} path(s) since HEAD\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\nbox disk:     {}\n",
+                b.base,
+                b.network,
+                match (&b.capture_state, b.capture) {
+                    (_, false) => "off".to_owned(),
+                    (None, true) => "on".to_owned(),
+                    (Some(h), true) => format!("on, {}", h.describe()),
+                },
+                b.limits,
+                b.changed,
+                render::short(&e.head),
+                e.nodes,
+                e.leaves,
+                e.tags,
+                e.chain_depth,
+                render::bytes(e.disk_bytes),
+            ));
+            if !b.scratch.is_empty() {
+                let mounts: Vec<String> = b
+                    .scratch
+                    .iter()
+                    .map(|m| {
+                        format!(
+                            "{} {} of {}",
+                            m.path,
+                            render::bytes(m.used_bytes),
+                            render::bytes(m.size_bytes)
+                        )
+                    })
+                    .collect();
+                s.push_str(&format!("in memory:    {}\n", mounts.join(", ")));
+            }
+            if b.state == agentbox_boxes::ops::BoxState::Running {
+                s.push_str(&match &b.box_root {
+                    Some(r) => format!(
+                        "box root:     host uid {} (box ids 0-{} are host ids {}-{})\n",
+                        r.uid,
+                        r.count.saturating_sub(1),
+                        r.uid,
+                        r.uid.saturating_add(r.count.saturating_sub(1))
+                    ),
+                    None => "box root:     host root (no user namespace; see the supervisor's log)\n".to_owned(),
+                });
+            }
+        } else if let Some(e) = &st.env {
+            s.push_str(&format!(
+                "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",
+                e.name,
+                render::place(&e.mountpoint),
+                if e.mounted { "mounted" } else { "NOT mounted: run `agentbox mount`" },
+                render::short(&e.head),
+                e.nodes,
+                e.leaves,
+                e.tags,
+                e.chain_depth
+            ));
+        }
+        s
+    })
+}
