@@ -190,7 +190,6 @@ impl Hardening {
     }
 }
 
-/// Fork and exec one process in its own session, in `cwd` (with `exact_cwd`, only there;
 /// In a forked child: report errno through the pipe and exit 127.
 unsafe fn child_fail(fd: RawFd) -> ! {
     // SAFETY: async-signal-safe calls only.

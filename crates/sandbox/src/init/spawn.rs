@@ -84,6 +84,7 @@ impl From<&str> for SpawnError {
 /// usage error, as the CLI's own.
 pub(super) const BAD_CWD_STATUS: i32 = 2;
 
+/// Fork and exec one process in its own session, in `cwd` (with `exact_cwd`, only there;
 /// otherwise in its nearest existing ancestor). Returns its PID and, with a PTY, the
 /// terminal's master side.
 pub(super) fn spawn(
