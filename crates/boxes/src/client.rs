@@ -170,9 +170,11 @@ impl Client {
 
     /// From inside a box: run `agentbox ARGS` through the supervisor, with this process's
     /// stdio. Returns the exit status.
-    pub fn forward_cli(&self, args: Vec<String>) -> Result<i32> {
+    /// Send one in-box request (see [`crate::relay`]) with this process's stdin, stdout
+    /// and stderr, where the host writes its answer; the command's exit status.
+    pub fn relay(&self, call: crate::relay::RelayCall) -> Result<i32> {
         let (i, o, e) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-        self.send(&Request::Cli { args }, &[i.as_fd(), o.as_fd(), e.as_fd()])?;
+        self.send(&Request::Relay { call }, &[i.as_fd(), o.as_fd(), e.as_fd()])?;
         loop {
             if let (Reply::Exited { status, .. }, _) = self.recv()? {
                 return Ok(status);

@@ -16,6 +16,7 @@ pub mod provider;
 pub mod prune;
 pub mod record;
 pub mod registry;
+pub mod relay;
 pub mod remote;
 pub mod restore;
 pub mod seeding;

@@ -97,11 +97,10 @@ pub enum Request {
     Dirty,
     /// How auto-capture is doing. Reply: `Health`.
     Health,
-    /// From inside the box only: run `agentbox ARGS` on the box's behalf, restricted to the
-    /// box's own history commands. Carries the caller's stdin, stdout and stderr; replies
-    /// `Exited`.
-    Cli {
-        args: Vec<String>,
+    /// From inside the box only: one request of the in-box `agentbox` (see
+    /// [`crate::relay`]). Carries the caller's stdin, stdout and stderr; replies `Exited`.
+    Relay {
+        call: crate::relay::RelayCall,
     },
 }
 

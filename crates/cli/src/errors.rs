@@ -140,3 +140,20 @@ impl From<agentbox_boxes::config::ConfigError> for CliError {
         }
     }
 }
+
+/// How a failed command is reported: with `--json`, the error as JSON for stdout; and one
+/// line with a hint for stderr, escaped (messages can quote box-controlled text — git's
+/// stderr, file names, refs).
+pub fn report(e: &CliError, json: bool) -> (Option<String>, String) {
+    let data = json.then(|| {
+        format!(
+            "{}\n",
+            serde_json::json!({"error": e.message, "hint": e.hint, "code": e.code})
+        )
+    });
+    let mut text = format!("agentbox: error: {}\n", crate::render::text(&e.message));
+    if let Some(h) = &e.hint {
+        text.push_str(&format!("  hint: {}\n", crate::render::text(h)));
+    }
+    (data, text)
+}

@@ -10,6 +10,7 @@ mod commands;
 mod configcmd;
 mod errors;
 mod prune;
+mod relay;
 mod render;
 
 use clap::Parser;
@@ -31,36 +32,37 @@ fn main() {
             }
         }
     }
-    // Inside a box, agentbox is a thin client: the box's supervisor runs the command on the
-    // host side, restricted to this box.
+    // Inside a box, agentbox is a thin client: its command line becomes one typed request
+    // the box's supervisor answers on the host, for this box only (see `relay`).
     if let Some(client) = agentbox_boxes::client::Client::inside_box() {
-        let args = std::env::args().skip(1).collect();
-        match client.forward_cli(args) {
-            Ok(status) => std::process::exit(status),
-            Err(e) => {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let checked = relay::check_options(&args).and_then(|()| {
+            let cli = Cli::parse();
+            let own = std::env::var("AGENTBOX_BOX").unwrap_or_default();
+            relay::request_for(&cli, &own)
+        });
+        let status = match checked {
+            Ok(call) => client.relay(call).unwrap_or_else(|e| {
                 eprintln!("agentbox: error: {e}");
-                std::process::exit(1);
+                1
+            }),
+            Err(e) => {
+                eprint!("{}", errors::report(&e, false).1);
+                e.code
             }
-        }
+        };
+        std::process::exit(status);
     }
     let cli = Cli::parse();
     let json = cli.json;
     match commands::run(cli) {
         Ok(()) => {}
         Err(e) => {
-            if json {
-                let v = serde_json::json!({
-                    "error": e.message,
-                    "hint": e.hint,
-                    "code": e.code,
-                });
-                println!("{v}");
+            let (data, text) = errors::report(&e, json);
+            if let Some(d) = data {
+                print!("{d}");
             }
-            // Messages can quote box-controlled text (git's stderr, file names, refs).
-            eprintln!("agentbox: error: {}", render::text(&e.message));
-            if let Some(h) = &e.hint {
-                eprintln!("  hint: {}", render::text(h));
-            }
+            eprint!("{text}");
             std::process::exit(e.code);
         }
     }

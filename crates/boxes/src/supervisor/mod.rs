@@ -49,10 +49,6 @@ use self::{generation::*, history::*, procs::*, relay::*, repos::*, server::*};
 /// Where the agentbox binary appears inside every box.
 pub const BOX_BINARY: &str = "/run/agentbox/bin/agentbox";
 
-/// Set for an `agentbox` the supervisor runs on behalf of a command inside box `NAME`: the
-/// CLI then allows only that box's own history commands.
-pub const INBOX_ENV: &str = "AGENTBOX_INBOX_BOX";
-
 /// How a process ended, as told to whoever waits for it.
 #[derive(Debug, Clone, Copy)]
 struct ExitNote {
@@ -110,6 +106,8 @@ struct Shared {
     capture: Mutex<crate::capture::CaptureHealth>,
     /// See [`BoxDirs::from_box`].
     spool: PathBuf,
+    /// Answers the in-box `agentbox` (see [`crate::relay`]).
+    relay: Arc<dyn crate::relay::RelayHandler>,
     /// The process limit the box's cgroup enforces (0: none), set at each launch.
     pids_limit: AtomicU64,
 }
@@ -119,8 +117,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Run the supervisor of box `name` until it is stopped. Detaches from the caller's session.
-pub fn run(home: Home, name: &str) -> Result<()> {
+/// Run the supervisor of box `name` until it is stopped, answering the in-box `agentbox`
+/// with `relay`. Detaches from the caller's session.
+pub fn run(home: Home, name: &str, relay: Arc<dyn crate::relay::RelayHandler>) -> Result<()> {
     let _ = rustix::process::setsid();
     let dirs = BoxDirs::new(&home, name);
     let rec = record::read(&home, name)?;
@@ -150,6 +149,7 @@ pub fn run(home: Home, name: &str) -> Result<()> {
         stopping: std::sync::atomic::AtomicBool::new(false),
         capture: Mutex::new(Default::default()),
         spool,
+        relay,
         pids_limit: AtomicU64::new(0),
     });
     fs_err::create_dir_all(dirs.inbox())?;

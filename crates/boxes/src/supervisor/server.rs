@@ -98,7 +98,7 @@ pub(super) fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
     let _ = set_socket_timeout(&conn, Timeout::Recv, None);
     // Inside the box, only the box's own CLI commands are served.
     let result = match req {
-        Request::Cli { args } if inbox => cli_for_box(&shared, &conn, args, fds),
+        Request::Relay { call } if inbox => relay(&shared, &conn, call, fds),
         Request::Ping if inbox => {
             reply(&conn, &Reply::Ok, &[]);
             Ok(())
@@ -106,8 +106,8 @@ pub(super) fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
         _ if inbox => Err(BoxError::Supervisor(
             "only agentbox commands are served inside a box".into(),
         )),
-        Request::Cli { .. } => Err(BoxError::Supervisor(
-            "CLI forwarding is for commands inside the box".into(),
+        Request::Relay { .. } => Err(BoxError::Supervisor(
+            "relayed requests come from inside the box".into(),
         )),
         Request::Exec {
             argv,

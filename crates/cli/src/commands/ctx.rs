@@ -11,6 +11,9 @@ pub(crate) struct Ctx {
     pub(crate) env: Option<String>,
     /// The domain façade over the provider this binary wires in (see [`Ctx::boxes`]).
     boxes: agentbox_boxes::ops::Boxes,
+    /// Where data and notes go when not this process's stdout and stderr: the caller's own,
+    /// for a request of the in-box `agentbox` answered on the host.
+    relayed: Option<std::sync::Mutex<(std::fs::File, std::fs::File)>>,
 }
 
 impl Ctx {
@@ -22,7 +25,49 @@ impl Ctx {
             home,
             json,
             env,
+            relayed: None,
         }
+    }
+
+    /// The context of a request of the in-box `agentbox` of box `name`: that box is the
+    /// environment, and the output goes to the caller's `stdout` and `stderr`.
+    pub(crate) fn for_relay(
+        home: Home,
+        json: bool,
+        name: &str,
+        stdout: std::fs::File,
+        stderr: std::fs::File,
+    ) -> Ctx {
+        let mut ctx = Ctx::new(home, json, Some(name.to_owned()));
+        ctx.relayed = Some(std::sync::Mutex::new((stdout, stderr)));
+        ctx
+    }
+
+    /// Write `text` to the command's stdout (`to_err`: stderr). A closed pipe (`| head`) is
+    /// not an error worth reporting.
+    fn write(&self, text: &str, to_err: bool) {
+        match &self.relayed {
+            Some(files) => {
+                let mut files = files.lock().unwrap_or_else(|p| p.into_inner());
+                let f = if to_err { &mut files.1 } else { &mut files.0 };
+                let _ = f.write_all(text.as_bytes());
+            }
+            None if to_err => {
+                let _ = std::io::stderr().lock().write_all(text.as_bytes());
+            }
+            None => {
+                let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            }
+        }
+    }
+
+    /// Report a failed command (see [`crate::errors::report`]).
+    pub(crate) fn error(&self, e: &CliError) {
+        let (data, text) = crate::errors::report(e, self.json);
+        if let Some(d) = data {
+            self.write(&d, false);
+        }
+        self.write(&text, true);
     }
 
     /// Every box operation goes through the façade.
@@ -61,7 +106,6 @@ impl Ctx {
 
     /// Print `value` as JSON, or `human` as text, on stdout.
     pub(crate) fn out<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> CliResult {
-        let mut stdout = std::io::stdout().lock();
         let text = if self.json {
             let mut s = serde_json::to_string_pretty(value).map_err(|e| {
                 CliError::new(1, format!("cannot encode output as JSON: {e}"), None)
@@ -71,15 +115,14 @@ impl Ctx {
         } else {
             human()
         };
-        // A closed pipe (`| head`) is not an error worth reporting.
-        let _ = stdout.write_all(text.as_bytes());
+        self.write(&text, false);
         Ok(())
     }
 
     /// Status message on stderr (suppressed with --json, where stdout carries the result).
     pub(crate) fn note(&self, msg: impl AsRef<str>) {
         if !self.json {
-            eprintln!("{}", msg.as_ref());
+            self.write(&format!("{}\n", msg.as_ref()), true);
         }
     }
 
@@ -87,7 +130,7 @@ impl Ctx {
     /// without --json, so pipes and scripts see clean output).
     pub(crate) fn busy<T>(&self, msg: &str, work: impl FnOnce() -> T) -> T {
         use std::io::IsTerminal;
-        if self.json || !std::io::stderr().is_terminal() {
+        if self.json || self.relayed.is_some() || !std::io::stderr().is_terminal() {
             return work();
         }
         let bar = indicatif::ProgressBar::new_spinner();

@@ -1,6 +1,6 @@
 //! The commands: `run` dispatches each to its function (one file per group: [`envs`],
 //! [`history`], [`status`], and `crate::boxcmds` for boxes), after the in-box policy
-//! ([`restrict_to_box`]) when the command came from inside a box. [`Ctx`] is what each gets.
+//! ([`answer`] serves the in-box `agentbox`'s requests, see [`crate::relay`]). [`Ctx`] is what each gets.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use agentbox_boxes::record::BoxRecord;
 use agentbox_boxes::registry;
 use agentbox_boxes::BoxError;
 
-use crate::args::{BoxArg, Cli, Command};
+use crate::args::{Cli, Command};
 use crate::boxcmds;
 use crate::errors::CliError;
 use crate::render;
@@ -28,74 +28,84 @@ mod status;
 pub(crate) use self::ctx::Ctx;
 use self::{envs::*, history::*, status::*};
 
-/// For a command run on behalf of box `name` (from inside it): only the box's own history
-/// commands, only on that box.
-fn restrict_to_box(cli: &mut Cli, name: &str) -> CliResult {
-    let refuse = |what: String| {
-        CliError::new(
-            4,
-            what,
-            Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps, push, pull — on this box only".into()),
-        )
-    };
-    if cli.env.as_deref().is_some_and(|e| e != name) {
-        return Err(refuse(format!(
-            "this box is {name:?}; other boxes are not reachable from inside it"
-        )));
-    }
-    cli.env = Some(name.to_owned());
-    match &cli.command {
-        Command::Log(_)
-        | Command::Show(_)
-        | Command::Diff(_)
-        | Command::Status(_)
-        | Command::Commit(_)
-        | Command::Checkout(_)
-        | Command::Tag(_) => Ok(()),
-        Command::Undo(a) | Command::Ps(a) if a.name.as_deref().is_none_or(|n| n == name) => Ok(()),
-        // Nothing of the box reaches the host's git command line: the host picks the
-        // remote (the branch's, or `git.remote`) and the branch to pull.
-        Command::Push(crate::args::PushArgs {
-            remote: Some(_), ..
-        })
-        | Command::Pull(crate::args::PullArgs {
-            remote: Some(_), ..
-        }) => Err(CliError::usage(
-            "--remote is not allowed inside a box".to_owned(),
-            "the host pushes and pulls with the remote it configured (the branch's remote, or git.remote); run `agentbox push --remote …` on the host",
-        )),
-        Command::Pull(crate::args::PullArgs {
-            branch: Some(_), ..
-        }) => Err(CliError::usage(
-            "--branch is not allowed inside a box".to_owned(),
-            "inside a box, pull merges the upstream of the branch the box was made from; run `agentbox pull --branch …` on the host",
-        )),
-        // The relay for credentialed git: run here, on the host, with the user's
-        // credentials, for this box's own branches.
-        Command::Push(crate::args::PushArgs { name: n, .. })
-        | Command::Pull(crate::args::PullArgs { name: n, .. })
-            if n.as_deref().is_none_or(|n| n == name) =>
-        {
-            Ok(())
-        }
-        Command::Undo(BoxArg { name: Some(other) })
-        | Command::Ps(BoxArg { name: Some(other) })
-        | Command::Push(crate::args::PushArgs {
-            name: Some(other), ..
-        })
-        | Command::Pull(crate::args::PullArgs {
-            name: Some(other), ..
-        }) => Err(refuse(format!(
-            "this box is {name:?}; box {other:?} is not reachable from inside it"
-        ))),
-        _ => Err(refuse("that command is not available inside a box".into())),
+/// Answer a request of the in-box `agentbox` (see [`crate::relay`]) as the host command it
+/// stands for, on the box `ctx` is for.
+pub(crate) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) -> CliResult {
+    use agentbox_boxes::relay::RelayRequest as R;
+    let name = ctx
+        .env
+        .clone()
+        .expect("a relayed request's context names its box");
+    let args = |v: Vec<Option<String>>| v.into_iter().flatten().collect::<Vec<_>>();
+    match request {
+        R::Log { ancestors, leaves } => log(
+            ctx,
+            crate::args::LogArgs {
+                args: Vec::new(),
+                ancestors,
+                leaves,
+            },
+        ),
+        R::Show { reference } => show(ctx, &args(vec![reference])),
+        R::Diff { from, to } => diff(ctx, &args(vec![Some(from), to])),
+        R::Status => status(ctx, &[name]),
+        R::Commit { message, command } => commit(
+            ctx,
+            crate::args::CommitArgs {
+                args: Vec::new(),
+                message,
+                command,
+            },
+        ),
+        R::Checkout {
+            reference,
+            keep_processes,
+        } => checkout(ctx, &[reference], keep_processes),
+        R::Undo => checkout(ctx, &["HEAD~1".to_owned()], false),
+        R::Tags => tag(
+            ctx,
+            crate::args::TagArgs {
+                args: Vec::new(),
+                delete: None,
+            },
+        ),
+        R::Tag { name, reference } => tag(
+            ctx,
+            crate::args::TagArgs {
+                args: args(vec![Some(name), reference]),
+                delete: None,
+            },
+        ),
+        R::Untag { name } => tag(
+            ctx,
+            crate::args::TagArgs {
+                args: Vec::new(),
+                delete: Some(name),
+            },
+        ),
+        R::Ps => boxcmds::ps(ctx, Some(&name)),
+        R::Push { force, repos } => boxcmds::push(
+            ctx,
+            crate::args::PushArgs {
+                name: Some(name),
+                remote: None,
+                force,
+                repos,
+            },
+        ),
+        R::Pull { repos } => boxcmds::pull(
+            ctx,
+            crate::args::PullArgs {
+                name: Some(name),
+                remote: None,
+                branch: None,
+                repos,
+            },
+        ),
     }
 }
 
-pub fn run(mut cli: Cli) -> CliResult {
-    if let Ok(name) = std::env::var(agentbox_boxes::supervisor::INBOX_ENV) {
-        restrict_to_box(&mut cli, &name)?;
-    }
+pub fn run(cli: Cli) -> CliResult {
     let home = match &cli.home {
         Some(h) => Home::at(h.clone()),
         None => Home::from_env()?,
@@ -142,7 +152,12 @@ pub fn run(mut cli: Cli) -> CliResult {
         Command::Config(a) => crate::configcmd::run(&ctx, a),
         Command::Push(a) => boxcmds::push(&ctx, a),
         Command::Pull(a) => boxcmds::pull(&ctx, a),
-        Command::Supervise { name } => Ok(agentbox_boxes::supervisor::run(ctx.home, &name)?),
+        Command::Supervise { name } => {
+            let relay = std::sync::Arc::new(crate::relay::CliRelay {
+                home: ctx.home.clone(),
+            });
+            Ok(agentbox_boxes::supervisor::run(ctx.home, &name, relay)?)
+        }
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
     }
 }

@@ -1,0 +1,235 @@
+//! The in-box `agentbox` (see `agentbox_boxes::relay`): inside a box, a command line becomes
+//! one typed request ([`request_for`], the policy on what a box may ask); on the host, the
+//! supervisor has [`CliRelay`] answer it with the same commands and printer as the host's
+//! own, writing to the caller's stdout and stderr.
+
+use agentbox_boxes::relay::{RelayCall, RelayHandler, RelayRequest};
+
+use crate::args::{BoxArg, Cli, Command, PullArgs, PushArgs};
+use crate::errors::CliError;
+use crate::CliResult;
+
+/// Options an in-box command may never give, in any spelling: they would choose what the
+/// host acts on (another agentbox home — a fake store built in the box's layer — or another
+/// box). A request has no field for them anyway; refusing them here says so.
+const REFUSED: &[&str] = &["--home", "--box", "-b"];
+
+/// `args` (the in-box command line, without the program) naming a refused option: `--home
+/// X`, `--home=X`, `-bX`, an abbreviation clap would accept; anywhere before `--`.
+fn refused_option(args: &[String]) -> Option<&String> {
+    args.iter().take_while(|a| *a != "--").find(|a| {
+        match a.strip_prefix("--") {
+            Some(long) => {
+                let name = long.split('=').next().unwrap_or(long);
+                name.len() >= 2
+                    && REFUSED
+                        .iter()
+                        .filter_map(|r| r.strip_prefix("--"))
+                        .any(|r| r.starts_with(name))
+            }
+            // `-b`, `-bNAME`, and bundles such as `-xb`.
+            None => a.len() > 1 && a.starts_with('-') && a[1..].contains('b'),
+        }
+    })
+}
+
+fn not_here(what: String) -> CliError {
+    CliError::new(
+        4,
+        what,
+        Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps, push, pull — on this box only".into()),
+    )
+}
+
+/// Refuse an in-box command line (`args`, without the program) that names an option a box
+/// may not give (before it is parsed: an abbreviation is refused as the option itself).
+pub fn check_options(args: &[String]) -> CliResult {
+    match refused_option(args) {
+        Some(a) => Err(CliError::usage(
+            format!("{a:?} is not allowed inside a box"),
+            "inside a box, agentbox acts on this box only, with the host's own settings",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The request the in-box command line (parsed as `cli`) makes of the host, for box `own`;
+/// an error (exit 2 or 4) for anything a box may not ask.
+pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
+    // A first positional argument naming the box itself is allowed (and dropped).
+    let strip = |args: &[String]| -> Vec<String> {
+        match args.first() {
+            Some(first) if first == own => args[1..].to_vec(),
+            _ => args.to_vec(),
+        }
+    };
+    let at_most = |args: Vec<String>, n: usize, what: &str| -> CliResult<Vec<String>> {
+        if args.len() > n {
+            return Err(CliError::usage(
+                format!("{what} takes at most {n} argument(s) inside a box: {args:?}"),
+                "inside a box, commands act on this box; give only references",
+            ));
+        }
+        Ok(args)
+    };
+    let other_box = |name: &Option<String>| -> CliResult {
+        match name {
+            Some(n) if n != own => Err(not_here(format!(
+                "this box is {own:?}; box {n:?} is not reachable from inside it"
+            ))),
+            _ => Ok(()),
+        }
+    };
+    use RelayRequest as R;
+    let request = match &cli.command {
+        Command::Log(a) => {
+            at_most(strip(&a.args), 0, "log")?;
+            R::Log {
+                ancestors: a.ancestors,
+                leaves: a.leaves,
+            }
+        }
+        Command::Show(a) => R::Show {
+            reference: at_most(strip(&a.args), 1, "show")?.pop(),
+        },
+        Command::Diff(a) => {
+            let mut refs = at_most(strip(&a.args), 2, "diff")?.into_iter();
+            R::Diff {
+                from: refs.next().ok_or_else(|| {
+                    CliError::usage("diff needs a reference", "agentbox diff FROM [TO]")
+                })?,
+                to: refs.next(),
+            }
+        }
+        Command::Status(a) => {
+            at_most(strip(&a.args), 0, "status")?;
+            R::Status
+        }
+        Command::Commit(a) => {
+            at_most(strip(&a.args), 0, "commit")?;
+            R::Commit {
+                message: a.message.clone(),
+                command: a.command.clone(),
+            }
+        }
+        Command::Checkout(a) => R::Checkout {
+            reference: at_most(strip(&a.args), 1, "checkout")?
+                .pop()
+                .ok_or_else(|| CliError::usage("checkout needs a reference", "agentbox checkout REF"))?,
+            keep_processes: a.keep_processes,
+        },
+        Command::Undo(BoxArg { name }) => {
+            other_box(name)?;
+            R::Undo
+        }
+        Command::Tag(a) => match (&a.delete, strip(&a.args).as_slice()) {
+            (Some(name), []) => R::Untag { name: name.clone() },
+            (None, []) => R::Tags,
+            (None, [name]) => R::Tag {
+                name: name.clone(),
+                reference: None,
+            },
+            (None, [name, reference]) => R::Tag {
+                name: name.clone(),
+                reference: Some(reference.clone()),
+            },
+            _ => {
+                return Err(CliError::usage(
+                    "tag takes NAME [REF] (or --delete NAME) inside a box",
+                    "agentbox tag NAME [REF]",
+                ))
+            }
+        },
+        Command::Ps(BoxArg { name }) => {
+            other_box(name)?;
+            R::Ps
+        }
+        // Nothing of the box reaches the host's git command line: the host picks the remote
+        // (the branch's, or `git.remote`) and the branch to pull.
+        Command::Push(PushArgs { remote: Some(_), .. })
+        | Command::Pull(PullArgs { remote: Some(_), .. }) => {
+            return Err(CliError::usage(
+                "--remote is not allowed inside a box",
+                "the host pushes and pulls with the remote it configured (the branch's remote, or git.remote); run `agentbox push --remote …` on the host",
+            ))
+        }
+        Command::Pull(PullArgs { branch: Some(_), .. }) => {
+            return Err(CliError::usage(
+                "--branch is not allowed inside a box",
+                "inside a box, pull merges the upstream of the branch the box was made from; run `agentbox pull --branch …` on the host",
+            ))
+        }
+        Command::Push(a) => {
+            other_box(&a.name)?;
+            R::Push {
+                force: a.force,
+                repos: a.repos.clone(),
+            }
+        }
+        Command::Pull(a) => {
+            other_box(&a.name)?;
+            R::Pull {
+                repos: a.repos.clone(),
+            }
+        }
+        _ => return Err(not_here("that command is not available inside a box".into())),
+    };
+    Ok(RelayCall {
+        json: cli.json,
+        request,
+    })
+}
+
+/// Answers the in-box `agentbox` on the host: the request becomes the host command it
+/// stands for, on the caller's box, printed to the caller's stdout and stderr.
+pub struct CliRelay {
+    pub home: agentbox_core::Home,
+}
+
+impl RelayHandler for CliRelay {
+    fn answer(
+        &self,
+        name: &str,
+        call: RelayCall,
+        stdout: std::fs::File,
+        stderr: std::fs::File,
+    ) -> i32 {
+        let ctx =
+            crate::commands::Ctx::for_relay(self.home.clone(), call.json, name, stdout, stderr);
+        match crate::commands::answer(&ctx, call.request) {
+            Ok(()) => 0,
+            Err(e) => {
+                ctx.error(&e);
+                e.code
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused_option;
+
+    #[test]
+    fn refused_options_in_every_spelling() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        for bad in [
+            &["--home", "/x", "log"][..],
+            &["log", "--home=/x"],
+            &["--ho", "/x", "log"],
+            &["-b", "x", "log"],
+            &["-bx", "log"],
+            &["--box=x", "log"],
+        ] {
+            assert!(refused_option(&v(bad)).is_some(), "{bad:?}");
+        }
+        for ok in [
+            &["log"][..],
+            &["commit", "-m", "x"],
+            &["--json", "log"],
+            &["exec", "--", "--home"],
+        ] {
+            assert!(refused_option(&v(ok)).is_none(), "{ok:?}");
+        }
+    }
+}
