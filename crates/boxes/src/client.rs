@@ -80,6 +80,17 @@ impl Client {
     /// Connect to `name`'s supervisor, starting it (and the box) when it is not running and
     /// `start` is set. `Ok(None)` when it is not running and `start` is not set.
     pub fn connect(home: &Home, name: &str, start: bool) -> Result<Option<Client>> {
+        Client::connect_using(home, name, start, &std::env::current_exe()?)
+    }
+
+    /// [`Client::connect`], starting a supervisor as `exe __supervise NAME` (the agentbox
+    /// binary; a library's caller names it).
+    pub fn connect_using(
+        home: &Home,
+        name: &str,
+        start: bool,
+        exe: &std::path::Path,
+    ) -> Result<Option<Client>> {
         let rec = record::read(home, name)?;
         let dirs = BoxDirs::new(home, name);
         if let Ok(sock) = connect_once(&dirs.socket()) {
@@ -101,7 +112,6 @@ impl Client {
             agentbox_sandbox::net::preflight(&format!("box {name:?}"), rec.rootless)?;
             agentbox_sandbox::net::check_ports(name, &rec.publish)?;
         }
-        let exe = std::env::current_exe()?;
         let log = fs_err::OpenOptions::new()
             .create(true)
             .append(true)

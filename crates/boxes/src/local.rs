@@ -11,11 +11,25 @@ use crate::{BoxError, Result};
 /// Boxes of one agentbox home, run on this host.
 pub struct LocalProvider {
     home: Home,
+    /// The agentbox binary supervisors run as (`agentbox __supervise BOX`).
+    exe: std::path::PathBuf,
 }
 
 impl LocalProvider {
+    /// The local provider of `home`, run by this binary (the agentbox binary).
     pub fn new(home: Home) -> LocalProvider {
-        LocalProvider { home }
+        let exe = std::env::current_exe().unwrap_or_else(|_| "agentbox".into());
+        LocalProvider::with_binary(home, exe)
+    }
+
+    /// The local provider of `home` whose supervisors are `exe` (the agentbox binary), for a
+    /// program that is not it (a test of the provider).
+    pub fn with_binary(home: Home, exe: std::path::PathBuf) -> LocalProvider {
+        LocalProvider { home, exe }
+    }
+
+    fn connect(&self, name: &str, start: bool) -> Result<Option<Client>> {
+        Client::connect_using(&self.home, name, start, &self.exe)
     }
 
     /// The running supervisor of box `name` (`None`: not running, or not a box).
@@ -26,12 +40,12 @@ impl LocalProvider {
         {
             return Ok(None);
         }
-        Client::connect(&self.home, name, false)
+        self.connect(name, false)
     }
 
     /// The supervisor of box `name`, started (with the box) when it is not running.
     fn started(&self, name: &str) -> Result<Client> {
-        Client::connect(&self.home, name, true)?
+        self.connect(name, true)?
             .ok_or_else(|| BoxError::Supervisor(format!("box {name:?} did not start")))
     }
 
@@ -61,7 +75,7 @@ impl Provider for LocalProvider {
         // A supervisor killed a moment ago may still accept connections while its last
         // threads exit; asking again reaches its successor.
         let connect = || {
-            Client::connect(&self.home, name, true)?
+            self.connect(name, true)?
                 .ok_or_else(|| BoxError::Supervisor(format!("box {name:?} did not start")))
         };
         if connect()?.request(&Request::Ping).is_err() {
