@@ -44,7 +44,7 @@ pub enum Command {
     Run(RunArgs),
     /// Start a background process in a box: [BOX] [--] CMD [ARGS...].
     Spawn(BoxCommandArgs),
-    /// List a box's running processes: [BOX].
+    /// List a box's processes (the running ones, then the last that ended): [BOX].
     Ps(BoxArg),
     /// Output of a spawned process: [BOX] ID.
     Logs(LogsArgs),
