@@ -13,7 +13,9 @@ fn commands() -> Vec<Vec<String>> {
             continue;
         };
         for line in section.lines() {
-            let Some(name) = line.strip_prefix("  ").and_then(|l| l.split_whitespace().next())
+            let Some(name) = line
+                .strip_prefix("  ")
+                .and_then(|l| l.split_whitespace().next())
             else {
                 break;
             };
