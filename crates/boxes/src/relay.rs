@@ -30,10 +30,12 @@ pub enum RelayRequest {
     Show {
         reference: Option<String>,
     },
-    /// What changed from `from` to `to` (`None`: the working tree).
+    /// What changed from `from` (`None`: HEAD) to `to` (`None`: the working tree); with
+    /// `patch`, the files' content differences too.
     Diff {
-        from: String,
+        from: Option<String>,
         to: Option<String>,
+        patch: bool,
     },
     Status,
     Commit {
@@ -86,9 +88,7 @@ impl RelayCall {
         use RelayRequest as R;
         let texts: Vec<&str> = match &self.request {
             R::Show { reference } => reference.iter().map(String::as_str).collect(),
-            R::Diff { from, to } => std::iter::once(from.as_str())
-                .chain(to.as_deref())
-                .collect(),
+            R::Diff { from, to, .. } => from.iter().chain(to).map(String::as_str).collect(),
             R::Commit { message, command } => std::iter::once(message.as_str())
                 .chain(command.as_deref())
                 .collect(),

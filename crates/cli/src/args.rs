@@ -79,8 +79,9 @@ pub enum Command {
     Log(LogArgs),
     /// What a node changed relative to its parent: [ENV] [REF].
     Show(Positional),
-    /// Differences between two nodes, or a node and the working tree: [ENV] A [B].
-    Diff(Positional),
+    /// Differences between two nodes, or a node (default HEAD) and the working tree:
+    /// [ENV] [A [B]]; -p shows the changed files' contents.
+    Diff(DiffArgs),
     /// List tags, set or move one ([ENV] NAME [REF]), or delete one (-d NAME).
     Tag(TagArgs),
     /// Delete a node; its children move to its parent: [ENV] REF.
@@ -496,6 +497,15 @@ pub struct CommitArgs {
 #[derive(Debug, Args)]
 pub struct Positional {
     pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    pub args: Vec<String>,
+    /// Show the content differences of changed files (unified diffs; binary and files over
+    /// 1 MiB are named only).
+    #[arg(short, long)]
+    pub patch: bool,
 }
 
 #[derive(Debug, Args)]

@@ -95,10 +95,9 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
         Command::Diff(a) => {
             let mut refs = at_most(strip(&a.args), 2, "diff")?.into_iter();
             R::Diff {
-                from: refs.next().ok_or_else(|| {
-                    CliError::usage("diff needs a reference", "agentbox diff FROM [TO]")
-                })?,
+                from: refs.next(),
                 to: refs.next(),
+                patch: a.patch,
             }
         }
         Command::Status(a) => {

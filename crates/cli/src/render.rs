@@ -134,9 +134,46 @@ fn size_or_blank(n: Option<u64>) -> String {
 }
 
 /// A change list like `git diff --stat`: one line per path.
+/// Whether `path` is inside a repository's git directory (`.git` as a component).
+pub fn in_git_dir(path: &std::path::Path) -> bool {
+    path.components().any(|c| c.as_os_str() == ".git")
+}
+
+/// Box-controlled multi-line text (a file's contents, a diff): control characters other
+/// than newlines and tabs escaped as [`text`] does.
+pub fn text_block(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// The changes, one line each; a repository's git directory is summarised in one line
+/// (its objects and refs are not what a person reviews).
 pub fn changes(list: &[Change]) -> String {
     let mut out = String::new();
-    for c in list {
+    let mut git_dirs: BTreeMap<std::path::PathBuf, usize> = BTreeMap::new();
+    for c in list.iter().filter(|c| in_git_dir(&c.path)) {
+        let mut dir = std::path::PathBuf::new();
+        for part in c.path.components() {
+            dir.push(part);
+            if part.as_os_str() == ".git" {
+                break;
+            }
+        }
+        *git_dirs.entry(dir).or_default() += 1;
+    }
+    for (dir, n) in &git_dirs {
+        let _ = writeln!(
+            out,
+            "~ {}  ({n} change(s) inside the git directory)",
+            path(dir)
+        );
+    }
+    for c in list.iter().filter(|c| !in_git_dir(&c.path)) {
         let (sign, what) = match c.kind {
             ChangeKind::Added => ("+", size_or_blank(c.new_size)),
             ChangeKind::Removed => ("-", size_or_blank(c.old_size)),

@@ -395,3 +395,53 @@ fn a_current_directory_replaced_by_a_checkout_is_explained() {
     );
     assert!(!err.contains("os error"), "{err}");
 }
+
+#[test]
+fn diff_takes_a_box_and_shows_contents_with_patch() {
+    let Some(b) = Boxes::new("diff_takes_a_box_and_shows_contents_with_patch") else {
+        return;
+    };
+    b.create("df", &[]);
+    b.env.ok(&[
+        "exec",
+        "df",
+        "--no-capture",
+        "--",
+        "sh",
+        "-c",
+        "echo more >> README; printf '\\0bin' > data; mkdir -p r/.git/objects; echo x > r/.git/objects/o; echo y > r/.git/HEAD",
+    ]);
+    // `diff BOX`: the box's working tree against its HEAD.
+    let out = b.env.ok(&["diff", "df"]);
+    assert!(out.contains("M workspace/README"), "{out}");
+    assert!(out.contains("+ workspace/data"), "{out}");
+    // A repository's git directory is one line, not one per object.
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("~ workspace/r/.git  (")
+                && l.ends_with("inside the git directory)")),
+        "{out}"
+    );
+    assert!(!out.contains("objects/o"), "{out}");
+    // `-p`: the content, as a unified diff; binary files are named.
+    let out = b.env.ok(&["diff", "df", "-p"]);
+    assert!(out.contains("--- a/workspace/README"), "{out}");
+    assert!(out.contains("+more"), "{out}");
+    assert!(out.contains("binary file workspace/data differs"), "{out}");
+    let json = b.env.json(&["diff", "df", "-p"]);
+    let readme = json
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["path"] == "workspace/README"))
+        .expect("README in the JSON");
+    assert!(
+        readme["patch"]
+            .as_str()
+            .is_some_and(|p| p.contains("+more")),
+        "{readme}"
+    );
+    // Inside the box too.
+    let out = b
+        .env
+        .ok(&["exec", "df", "--no-capture", "--", "agentbox", "diff", "-p"]);
+    assert!(out.contains("+more"), "{out}");
+}

@@ -1,7 +1,7 @@
 //! Reading the history: log, tree, leaves, show, diff, status.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -161,6 +161,31 @@ impl Store {
 
     /// Differences between two nodes; with `b = None`, between `a` and the working tree.
     pub fn diff(&self, env: &str, a: &str, b: Option<&str>) -> Result<Vec<Change>> {
+        self.diff_with(env, a, b, |_, _, _| None)
+            .map(|v| v.into_iter().map(|(c, _)| c).collect())
+    }
+
+    /// [`Store::diff`] with each changed file's content differences as a unified diff
+    /// (see [`crate::patch`]).
+    pub fn diff_patch(
+        &self,
+        env: &str,
+        a: &str,
+        b: Option<&str>,
+    ) -> Result<Vec<(Change, Option<String>)>> {
+        self.diff_with(env, a, b, crate::patch::unified)
+    }
+
+    /// The differences, each with what `content` makes of the change and the files on both
+    /// sides (readable only during the call: a working tree is seen through a view that goes
+    /// away after it).
+    fn diff_with(
+        &self,
+        env: &str,
+        a: &str,
+        b: Option<&str>,
+        content: impl Fn(&Change, Option<&Path>, Option<&Path>) -> Option<String>,
+    ) -> Result<Vec<(Change, Option<String>)>> {
         let state = self.env(env)?;
         let old = self.node_tree(&self.node(&self.resolve_in(&state, a)?)?)?;
         // Kept until the comparison has read the files it names.
@@ -180,7 +205,21 @@ impl Store {
                 t
             }
         };
-        diff_trees(&old, &new)
+        let changes = diff_trees(&old, &new)?;
+        Ok(changes
+            .into_iter()
+            .map(|c| {
+                let src = |t: &crate::fsops::Tree| {
+                    t.entries
+                        .get(&c.path)
+                        .filter(|e| e.meta.kind == crate::fsops::Kind::File)
+                        .map(|e| e.src.clone())
+                };
+                let (o, n) = (src(&old), src(&new));
+                let text = content(&c, o.as_deref(), n.as_deref());
+                (c, text)
+            })
+            .collect())
     }
 
     /// Store summary, with details of `env` when given.

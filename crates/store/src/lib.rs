@@ -15,6 +15,7 @@ pub mod leftovers;
 pub mod mounts;
 pub mod names;
 pub mod node;
+pub mod patch;
 pub mod retention;
 pub mod setup;
 pub mod store;

@@ -112,11 +112,43 @@ pub(super) fn show(ctx: &Ctx, args: &[String]) -> CliResult {
     })
 }
 
-pub(super) fn diff(ctx: &Ctx, args: &[String]) -> CliResult {
+/// One changed path of `diff -p`: the change and its content difference.
+#[derive(Serialize)]
+struct Patched {
+    #[serde(flatten)]
+    change: agentbox_store::fsops::diff::Change,
+    /// A unified diff, or a line naming a binary or large file (`None`: metadata only).
+    patch: Option<String>,
+}
+
+pub(super) fn diff(ctx: &Ctx, a: crate::args::DiffArgs) -> CliResult {
     let store = ctx.store()?;
-    let (env, rest) = ctx.env_and_args(&store, args, 1, 2)?;
-    let changes = store.diff(&env, &rest[0], rest.get(1).map(String::as_str))?;
-    ctx.out(&changes, || render::changes(&changes))
+    let (env, rest) = ctx.env_and_args(&store, &a.args, 0, 2)?;
+    let from = rest.first().map(String::as_str).unwrap_or("HEAD");
+    let to = rest.get(1).map(String::as_str);
+    if !a.patch {
+        let changes = store.diff(&env, from, to)?;
+        return ctx.out(&changes, || render::changes(&changes));
+    }
+    let patched: Vec<Patched> = store
+        .diff_patch(&env, from, to)?
+        .into_iter()
+        .map(|(change, patch)| Patched { change, patch })
+        .collect();
+    ctx.out(&patched, || {
+        let changes: Vec<_> = patched.iter().map(|p| p.change.clone()).collect();
+        let mut s = render::changes(&changes);
+        for p in patched
+            .iter()
+            .filter(|p| !render::in_git_dir(&p.change.path))
+        {
+            if let Some(text) = &p.patch {
+                s.push('\n');
+                s.push_str(&render::text_block(text));
+            }
+        }
+        s
+    })
 }
 
 pub(super) fn tag(ctx: &Ctx, a: crate::args::TagArgs) -> CliResult {

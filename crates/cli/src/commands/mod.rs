@@ -47,7 +47,13 @@ pub(crate) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
             },
         ),
         R::Show { reference } => show(ctx, &args(vec![reference])),
-        R::Diff { from, to } => diff(ctx, &args(vec![Some(from), to])),
+        R::Diff { from, to, patch } => diff(
+            ctx,
+            crate::args::DiffArgs {
+                args: args(vec![from, to]),
+                patch,
+            },
+        ),
         R::Status => status(ctx, &[name]),
         R::Commit { message, command } => commit(
             ctx,
@@ -119,7 +125,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Checkout(a) => checkout(&ctx, &a.args, a.keep_processes),
         Command::Log(a) => log(&ctx, a),
         Command::Show(a) => show(&ctx, &a.args),
-        Command::Diff(a) => diff(&ctx, &a.args),
+        Command::Diff(a) => diff(&ctx, a),
         Command::Tag(a) => tag(&ctx, a),
         Command::Delete(a) => delete(&ctx, &a.args),
         Command::Retain(a) => retain(&ctx, a),
