@@ -445,3 +445,42 @@ fn diff_takes_a_box_and_shows_contents_with_patch() {
         .ok(&["exec", "df", "--no-capture", "--", "agentbox", "diff", "-p"]);
     assert!(out.contains("+more"), "{out}");
 }
+
+#[test]
+fn boxes_listed_across_projects_name_their_project_and_status_lists_a_projects_boxes() {
+    let Some(b) = Boxes::new(
+        "boxes_listed_across_projects_name_their_project_and_status_lists_a_projects_boxes",
+    ) else {
+        return;
+    };
+    let other = b.env.path("other");
+    write(&other.join("README"), "other\n");
+    b.create("first", &[]);
+    b.create("second", &[]);
+    b.env.ok(&[
+        "create",
+        "elsewhere",
+        "--from",
+        other.to_str().expect("utf-8"),
+    ]);
+    // Outside both projects: the numbers repeat (#1 in each), so the project is shown.
+    let out = b.env.ok(&["list"]);
+    assert!(
+        out.lines().next().is_some_and(|h| h.contains("PROJECT")),
+        "{out}"
+    );
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(name))
+            .unwrap_or_else(|| panic!("{name} listed: {out}"))
+            .split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("first"), ["1", "proj"]);
+    assert_eq!(row("elsewhere"), ["1", "other"]);
+    // In a project with two boxes, plain `status` lists them.
+    let out = b.env.run_in(&b.proj, &["status"]);
+    assert!(out.contains("box #1") && out.contains("first"), "{out}");
+    assert!(out.contains("box #2") && out.contains("second"), "{out}");
+}

@@ -245,10 +245,22 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
             }
         ));
     }
+    // Box numbers are per project: listed across projects, each says which.
+    let across = here.is_none();
     ctx.out(&rows, || {
         let mut s = format!(
-            "{:<4} {:<20} {:<9} {:<8} {:<13} {:<24} WHERE\n",
-            "#", "NAME", "ID", "STATE", "HEAD", "BRANCH"
+            "{:<4} {}{:<20} {:<9} {:<8} {:<13} {:<24} WHERE\n",
+            "#",
+            if across {
+                format!("{:<16} ", "PROJECT")
+            } else {
+                String::new()
+            },
+            "NAME",
+            "ID",
+            "STATE",
+            "HEAD",
+            "BRANCH"
         );
         for r in &rows {
             let place = match (&r.env.mountpoint, &r.source) {
@@ -269,8 +281,16 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
                 ),
                 None => ("-".into(), r.env.name.clone(), "-".into(), "-".into()),
             };
+            let project = match (across, r.record.as_ref().and_then(|b| b.project.as_deref())) {
+                (false, _) => String::new(),
+                (true, Some(p)) => format!(
+                    "{:<16} ",
+                    render::text(&p.file_name().unwrap_or(p.as_os_str()).to_string_lossy())
+                ),
+                (true, None) => format!("{:<16} ", "-"),
+            };
             s.push_str(&format!(
-                "{:<4} {:<20} {:<9} {:<8} {:<13} {:<24} {}\n",
+                "{:<4} {project}{:<20} {:<9} {:<8} {:<13} {:<24} {}\n",
                 index,
                 name,
                 id,

@@ -19,16 +19,49 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
         Some(name) if boxcmds::is_box(ctx, name) => Some(ctx.boxes().status(&store, name)?),
         _ => None,
     };
+    // In a project with several boxes and none named: which boxes there are.
+    let project = match &env {
+        None => ctx.here()?,
+        Some(_) => None,
+    };
+    let mut project_boxes: Vec<ProjectBox> = match &project {
+        Some(p) => agentbox_boxes::record::list(&ctx.home)?
+            .into_iter()
+            .filter(|r| r.project.as_deref() == Some(p.as_path()))
+            .map(|r| ProjectBox {
+                state: if ctx.boxes().provider().is_running(&r.name).unwrap_or(false) {
+                    "running"
+                } else {
+                    "stopped"
+                },
+                index: r.index,
+                name: r.shown_name().to_owned(),
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    project_boxes.sort_by_key(|b| b.index);
+    #[derive(Serialize)]
+    struct ProjectBox {
+        index: u64,
+        name: String,
+        state: &'static str,
+    }
     #[derive(Serialize)]
     struct Out<'a> {
         #[serde(flatten)]
         store: &'a agentbox_store::history::Status,
         #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
         boxed: Option<&'a agentbox_boxes::ops::BoxStatus>,
+        /// The current project's boxes, when no box was named and the project has more
+        /// than one.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        project_boxes: Vec<ProjectBox>,
     }
     let out = Out {
         store: &st,
         boxed: boxed.as_ref(),
+        project_boxes,
     };
     ctx.out(&out, || {
         let mut s = format!(
@@ -127,6 +160,17 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                     None => "box root:     host root (no user namespace; see the supervisor's log)\n".to_owned(),
                 });
             }
+        } else if let (Some(p), false) = (&project, out.project_boxes.is_empty()) {
+            s.push_str(&format!("\nproject:      {}\n", render::path(p)));
+            for b in &out.project_boxes {
+                s.push_str(&format!(
+                    "box #{:<6} {} ({})\n",
+                    b.index,
+                    render::text(&b.name),
+                    b.state
+                ));
+            }
+            s.push_str("(`agentbox status BOX` shows one)\n");
         } else if let Some(e) = &st.env {
             s.push_str(&format!(
                 "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",

@@ -42,6 +42,22 @@ impl Env {
         cmd.output().expect("run agentbox")
     }
 
+    /// Run in directory `dir` and require success; returns stdout.
+    pub fn run_in(&self, dir: &Path, args: &[&str]) -> String {
+        let out = self
+            .command(args)
+            .current_dir(dir)
+            .output()
+            .expect("run agentbox");
+        assert!(
+            out.status.success(),
+            "agentbox {args:?} in {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// `agentbox ARGS` with this home, not started yet.
     pub fn command(&self, args: &[&str]) -> std::process::Command {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentbox"));
