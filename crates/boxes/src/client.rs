@@ -76,6 +76,15 @@ fn wait_for_socket(dirs: &BoxDirs, name: &str) -> Result<Option<Client>> {
     }
 }
 
+/// Why a supervisor could not start, as it reports it on its startup pipe.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct StartFailure {
+    pub message: String,
+    pub hint: Option<String>,
+    /// Exit-code class of the error.
+    pub code: i32,
+}
+
 impl Client {
     /// Connect to `name`'s supervisor, starting it (and the box) when it is not running and
     /// `start` is set. `Ok(None)` when it is not running and `start` is not set.
@@ -118,11 +127,17 @@ impl Client {
             .open(dirs.supervisor_log())?
             .into_parts()
             .0;
-        let before = log.metadata().map(|m| m.len()).unwrap_or(0);
+        // The supervisor writes why it could not start on this pipe (see
+        // `agentbox_sandbox::startup`); the log keeps the details.
+        let mut startup = agentbox_sandbox::startup::StartupPipe::new()?;
         let mut child = Command::new(exe)
             .arg("__supervise")
             .arg(name)
             .env("AGENTBOX_HOME", home.root())
+            .env(
+                agentbox_sandbox::startup::STARTUP_FD_ENV,
+                startup.child_fd().to_string(),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -132,6 +147,7 @@ impl Client {
                 name: name.into(),
                 message: e.to_string(),
             })?;
+        startup.spawned();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(sock) = connect_once(&dirs.socket()) {
@@ -144,20 +160,25 @@ impl Client {
                 if let Ok(sock) = connect_once(&dirs.socket()) {
                     return Ok(Some(Client { sock }));
                 }
-                let text = fs_err::read_to_string(dirs.supervisor_log()).unwrap_or_default();
-                let tail = text
-                    .get(before as usize..)
-                    .unwrap_or("")
-                    .lines()
-                    .rfind(|l| l.starts_with("agentbox: error: "))
-                    .map(|l| l.trim_start_matches("agentbox: error: ").trim().to_owned())
-                    .unwrap_or_default();
-                return Err(BoxError::SupervisorStart {
-                    name: name.into(),
-                    message: if tail.is_empty() {
-                        format!("it exited with {status}")
-                    } else {
-                        tail
+                return Err(match startup.report() {
+                    Some(report) => match serde_json::from_str::<StartFailure>(&report) {
+                        // The supervisor's own error names the box.
+                        Ok(f) => BoxError::Remote {
+                            message: f.message,
+                            hint: f.hint,
+                            code: f.code,
+                        },
+                        Err(_) => BoxError::SupervisorStart {
+                            name: name.into(),
+                            message: report,
+                        },
+                    },
+                    None => BoxError::SupervisorStart {
+                        name: name.into(),
+                        message: format!(
+                            "it exited with {status} (see {})",
+                            dirs.supervisor_log().display()
+                        ),
                     },
                 });
             }

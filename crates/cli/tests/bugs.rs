@@ -484,3 +484,27 @@ fn boxes_listed_across_projects_name_their_project_and_status_lists_a_projects_b
     assert!(out.contains("box #1") && out.contains("first"), "{out}");
     assert!(out.contains("box #2") && out.contains("second"), "{out}");
 }
+
+#[test]
+fn a_box_that_cannot_start_says_why() {
+    let Some(b) = Boxes::new("a_box_that_cannot_start_says_why") else {
+        return;
+    };
+    b.create("broken", &[]);
+    // Its base image is gone (as if removed behind agentbox's back).
+    let record = b.env.path("home/boxes/broken/box.json");
+    let mut rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("read")).expect("json");
+    rec["image"] = serde_json::json!("gone");
+    std::fs::write(&record, rec.to_string()).expect("write");
+    let out = b.env.run(&["exec", "broken", "--", "true"]);
+    assert_eq!(code(&out), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    // The supervisor's own error, as it reported it on its startup pipe.
+    assert!(
+        err.contains("box \"broken\" could not start: setting up the box failed"),
+        "{err}"
+    );
+    assert!(err.contains("images/gone"), "{err}");
+    assert_eq!(err.matches("could not start").count(), 1, "{err}");
+}

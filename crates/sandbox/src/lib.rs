@@ -13,4 +13,5 @@ pub mod launch;
 pub mod net;
 pub mod proto;
 pub mod seccomp;
+pub mod startup;
 pub mod userns;

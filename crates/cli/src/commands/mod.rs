@@ -159,10 +159,25 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Push(a) => boxcmds::push(&ctx, a),
         Command::Pull(a) => boxcmds::pull(&ctx, a),
         Command::Supervise { name } => {
+            // Taken first: nothing the supervisor starts may inherit it.
+            let startup = agentbox_sandbox::startup::take_pipe();
             let relay = std::sync::Arc::new(crate::relay::CliRelay {
                 home: ctx.home.clone(),
             });
-            Ok(agentbox_boxes::supervisor::run(ctx.home, &name, relay)?)
+            let result =
+                agentbox_boxes::supervisor::run(ctx.home, &name, relay).map_err(CliError::from);
+            if let (Err(e), Some(mut pipe)) = (&result, startup) {
+                // Why it could not start, for the command that started it.
+                let failure = agentbox_boxes::client::StartFailure {
+                    message: e.message.clone(),
+                    hint: e.hint.clone(),
+                    code: e.code,
+                };
+                if let Ok(text) = serde_json::to_string(&failure) {
+                    agentbox_sandbox::startup::report(&mut pipe, &text);
+                }
+            }
+            result
         }
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
     }
