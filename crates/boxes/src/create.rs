@@ -217,9 +217,14 @@ pub struct Created {
     pub seeded: Vec<SeededRepo>,
 }
 
-/// Make a box from `spec` in agentbox home `home`. The box is stopped; its first command
-/// starts it.
-pub fn create(home: &Home, spec: &Spec, progress: &dyn Progress) -> Result<Created> {
+/// Make a box from `spec` in agentbox home `home`, to be run by the provider named
+/// `provider`. The box is stopped; its first command starts it.
+pub fn create(
+    home: &Home,
+    spec: &Spec,
+    provider: &str,
+    progress: &dyn Progress,
+) -> Result<Created> {
     if let Some(n) = &spec.name {
         crate::registry::check_new_name(home, n)?;
     }
@@ -349,7 +354,7 @@ pub fn create(home: &Home, spec: &Spec, progress: &dyn Progress) -> Result<Creat
         id: agentbox_core::id::new_id(),
         name: name.clone(),
         display_name: None,
-        provider: record::LOCAL_PROVIDER.to_owned(),
+        provider: provider.to_owned(),
         project: source.clone(),
         index,
         last_agent: None,

@@ -96,6 +96,8 @@ pub enum BoxError {
         given: String,
         reason: String,
     },
+    #[error("box {name:?} is run by the {provider:?} provider, not this one")]
+    OtherProvider { name: String, provider: String },
     #[error("box {name:?} is not running")]
     NotRunning { name: String },
     #[error("box {name:?} was not made from a git repository")]
@@ -224,6 +226,9 @@ impl BoxError {
             BoxError::MergeFailed { .. } => {
                 Some("commit or stash the box's changes there first".to_owned())
             }
+            BoxError::OtherProvider { provider, .. } => Some(format!(
+                "use an agentbox built with the {provider:?} provider for it"
+            )),
             BoxError::NotRunning { name } => Some(format!(
                 "`agentbox start {name}` starts it; `agentbox ps {name}` lists its processes"
             )),

@@ -111,7 +111,7 @@ impl Boxes {
 
     /// Make a box (see [`crate::create`]).
     pub fn create(&self, spec: &Spec, progress: &dyn Progress) -> Result<Created> {
-        crate::create::create(&self.home, spec, progress)
+        crate::create::create(&self.home, spec, self.provider.kind(), progress)
     }
 
     /// Commit environment `env` of `store`: a running box through its provider (which
@@ -154,7 +154,20 @@ impl Boxes {
         })
     }
 
+    /// Refuse box `name` when another provider runs it (its record says which).
+    fn ours(&self, name: &str) -> Result<()> {
+        let rec = record::read(&self.home, name)?;
+        if rec.provider == self.provider.kind() {
+            return Ok(());
+        }
+        Err(BoxError::OtherProvider {
+            name: name.to_owned(),
+            provider: rec.provider,
+        })
+    }
+
     pub fn start(&self, name: &str) -> Result<()> {
+        self.ours(name)?;
         self.provider.start(name)
     }
 
@@ -176,6 +189,7 @@ impl Boxes {
         name: &str,
         command: crate::provider::Command,
     ) -> Result<crate::client::ExecOutcome> {
+        self.ours(name)?;
         self.provider.exec(name, command)
     }
 
@@ -185,6 +199,7 @@ impl Boxes {
         name: &str,
         command: crate::provider::Command,
     ) -> Result<crate::provider::Started> {
+        self.ours(name)?;
         self.provider.spawn(name, command)
     }
 

@@ -50,7 +50,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         no_git: a.no_git,
         settings: create_settings(&a),
     };
-    let made = create::create(&ctx.home, &spec, ctx).map_err(setting_error)?;
+    let made = ctx.boxes().create(&spec, ctx).map_err(setting_error)?;
     note_seeded(ctx, &made.seeded);
     let rec = &made.record;
     ctx.out(

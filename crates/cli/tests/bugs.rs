@@ -508,3 +508,23 @@ fn a_box_that_cannot_start_says_why() {
     assert!(err.contains("images/gone"), "{err}");
     assert_eq!(err.matches("could not start").count(), 1, "{err}");
 }
+
+#[test]
+fn a_box_of_another_provider_is_not_run_by_this_one() {
+    let Some(b) = Boxes::new("a_box_of_another_provider_is_not_run_by_this_one") else {
+        return;
+    };
+    b.create("theirs", &[]);
+    let record = b.env.path("home/boxes/theirs/box.json");
+    let mut rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("read")).expect("json");
+    rec["provider"] = serde_json::json!("docker");
+    std::fs::write(&record, rec.to_string()).expect("write");
+    let out = b.env.run(&["exec", "theirs", "--", "true"]);
+    assert_ne!(code(&out), Some(0));
+    assert!(
+        stderr(&out).contains("is run by the \"docker\" provider"),
+        "{}",
+        stderr(&out)
+    );
+}
