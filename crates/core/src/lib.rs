@@ -5,6 +5,7 @@
 pub mod atomic;
 pub mod error;
 pub mod failpoint;
+pub mod glob;
 pub mod home;
 pub mod id;
 pub mod lock;

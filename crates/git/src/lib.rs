@@ -424,7 +424,11 @@ pub fn seed(
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            if opts.with_env.iter().any(|p| glob(p, &name)) {
+            if opts
+                .with_env
+                .iter()
+                .any(|p| agentbox_core::glob::matches(p.as_bytes(), name.as_bytes()))
+            {
                 copy_into(&repo.root, dst, Path::new(rel))?;
                 untracked += 1;
             }
@@ -460,18 +464,6 @@ pub fn default_env_patterns() -> Vec<String> {
         .iter()
         .map(|s| s.to_string())
         .collect()
-}
-
-/// `*` matches any run of characters; everything else matches itself.
-fn glob(pattern: &str, name: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == name,
-        Some((head, tail)) => {
-            name.len() >= head.len()
-                && name.starts_with(head)
-                && (0..=name.len() - head.len()).any(|i| glob(tail, &name[head.len() + i..]))
-        }
-    }
 }
 
 /// Copy `rel` (a file or symlink, exactly) from `src_root` to `dst_root`, making parents.
@@ -632,18 +624,3 @@ pub fn branch_tip(repo_root: &Path, branch: &str, objects: &Path) -> Result<Opti
 
 mod from_box;
 pub use from_box::*;
-
-#[cfg(test)]
-mod tests {
-    use super::glob;
-
-    #[test]
-    fn globs() {
-        assert!(glob(".env*", ".env"));
-        assert!(glob(".env*", ".env.local"));
-        assert!(glob("*.env", "prod.env"));
-        assert!(!glob("*.env", "prod.envx"));
-        assert!(glob(".envrc", ".envrc"));
-        assert!(!glob(".env", ".envrc"));
-    }
-}

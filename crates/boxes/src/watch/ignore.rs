@@ -73,33 +73,6 @@ pub(super) fn compile(pattern: &str) -> Option<Vec<Part>> {
     (!parts.is_empty()).then_some(parts)
 }
 
-/// `*`/`?` glob match of one component (byte-wise, iterative with one backtrack point).
-pub(super) fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
-    let (mut p, mut n) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while n < name.len() {
-        match pattern.get(p) {
-            Some(b'*') => {
-                star = Some((p, n));
-                p += 1;
-            }
-            Some(&c) if c == b'?' || c == name[n] => {
-                p += 1;
-                n += 1;
-            }
-            _ => match star {
-                Some((sp, sn)) => {
-                    p = sp + 1;
-                    n = sn + 1;
-                    star = Some((sp, sn + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
-}
-
 /// True when `parts` matches a prefix (one or more leading components) of `components`.
 pub(super) fn matches_prefix(parts: &[Part], components: &[&[u8]]) -> bool {
     match parts.split_first() {
@@ -112,7 +85,7 @@ pub(super) fn matches_prefix(parts: &[Part], components: &[&[u8]]) -> bool {
             Some((c, tail)) => {
                 let ok = match part {
                     Part::Literal(lit) => lit.as_slice() == *c,
-                    Part::Glob(glob) => glob_match(glob, c),
+                    Part::Glob(glob) => agentbox_core::glob::matches(glob, c),
                     Part::AnyDepth => true,
                 };
                 ok && matches_prefix(rest, tail)
