@@ -172,32 +172,38 @@ impl BoxError {
     }
 
     /// The stable exit-code class (see the CLI's table).
+    /// The exit-code class of the error (see [`agentbox_core::exit::ExitCode`]).
     pub fn exit_code(&self) -> i32 {
+        use agentbox_core::exit::ExitCode;
         match self {
             BoxError::Store(e) => e.exit_code(),
-            BoxError::Core(agentbox_core::Error::Locked { .. }) => 5,
+            BoxError::Core(agentbox_core::Error::Locked { .. }) => ExitCode::Locked.into(),
             BoxError::NoSuchBox { .. }
             | BoxError::NotRunning { .. }
             | BoxError::NoSuchProcess { .. }
-            | BoxError::NoSuchImage { .. } => 3,
+            | BoxError::NoSuchImage { .. } => ExitCode::NotFound.into(),
             BoxError::Ambiguous { .. }
             | BoxError::WhichBox { .. }
-            | BoxError::BadDisplayName { .. } => 2,
-            BoxError::NoSuchRepository { .. } | BoxError::NoUpstream { .. } => 2,
-            BoxError::MergeConflict { .. } => 4,
+            | BoxError::BadDisplayName { .. } => ExitCode::Usage.into(),
+            BoxError::NoSuchRepository { .. } | BoxError::NoUpstream { .. } => {
+                ExitCode::Usage.into()
+            }
+            BoxError::MergeConflict { .. } => ExitCode::Refused.into(),
             BoxError::BoxExists { .. }
             | BoxError::NoRepositories { .. }
             | BoxError::ImageExists { .. }
-            | BoxError::ImageInUse { .. } => 4,
-            BoxError::NeedsRoot { .. } | BoxError::LimitsUnavailable { .. } => 6,
+            | BoxError::ImageInUse { .. } => ExitCode::Refused.into(),
+            BoxError::NeedsRoot { .. } | BoxError::LimitsUnavailable { .. } => {
+                ExitCode::NeedsRoot.into()
+            }
             BoxError::BadSetting { .. }
             | BoxError::PublishNeedsPrivate
-            | BoxError::BadWorkspace { .. } => 2,
+            | BoxError::BadWorkspace { .. } => ExitCode::Usage.into(),
             BoxError::Config(e) => e.exit_code(),
             BoxError::Network(e) => e.exit_code(),
             BoxError::Remote { code, .. } => *code,
             BoxError::Command { status, .. } => *status,
-            _ => 1,
+            _ => ExitCode::Failure.into(),
         }
     }
 

@@ -23,7 +23,7 @@ use crate::CliResult;
 fn need_root(operation: &str) -> CliResult {
     if !rustix::process::geteuid().is_root() {
         return Err(CliError::new(
-            6,
+            crate::errors::ExitCode::NeedsRoot,
             format!("{operation} needs root in this version"),
             Some("boxes mount overlay filesystems and create namespaces; run it with sudo".into()),
         ));
@@ -372,7 +372,7 @@ pub fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {
     let path = BoxDirs::new(&ctx.home, &a.name).log(a.id);
     let mut f = fs_err::File::open(&path).map_err(|_| {
         CliError::new(
-            3,
+            crate::errors::ExitCode::NotFound,
             format!("box {:?} has no log for process {}", a.name, a.id),
             Some(format!(
                 "`agentbox ps {}` lists running processes; logs exist for spawned ones",

@@ -40,8 +40,13 @@ pub fn run(ctx: &Ctx, cmd: ConfigCmd) -> CliResult {
         ConfigCmd::ListProjects => list_projects(ctx),
         ConfigCmd::Schema => {
             let schema = config::keys::schema();
-            let text = serde_json::to_string_pretty(&schema)
-                .map_err(|e| CliError::new(1, format!("cannot encode the schema: {e}"), None))?;
+            let text = serde_json::to_string_pretty(&schema).map_err(|e| {
+                CliError::new(
+                    crate::errors::ExitCode::Failure,
+                    format!("cannot encode the schema: {e}"),
+                    None,
+                )
+            })?;
             println!("{text}");
             Ok(())
         }
@@ -405,10 +410,16 @@ fn edit(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResu
         .arg("sh")
         .arg(&path)
         .status()
-        .map_err(|e| CliError::new(1, format!("cannot run the editor {editor:?}: {e}"), None))?;
+        .map_err(|e| {
+            CliError::new(
+                crate::errors::ExitCode::Failure,
+                format!("cannot run the editor {editor:?}: {e}"),
+                None,
+            )
+        })?;
     if !status.success() {
         return Err(CliError::new(
-            1,
+            crate::errors::ExitCode::Failure,
             format!(
                 "the editor {editor:?} failed ({status}); {} was left as it is",
                 path.display()

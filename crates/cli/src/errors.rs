@@ -1,6 +1,6 @@
 //! Exit codes and one-line messages with a hint.
 //!
-//! Exit codes are stable:
+//! Exit codes are stable; their classes are `agentbox_core::exit::ExitCode`:
 //!
 //! | code | meaning |
 //! |---|---|
@@ -15,6 +15,7 @@
 //! | 8 | bad input: malformed or unsafe bundle, or one past the import size limit |
 //! | 9 | invalid configuration: malformed file, bad value, renamed key |
 
+pub use agentbox_core::exit::ExitCode;
 use agentbox_store::Error as StoreError;
 
 /// An error of the command line, ready to print.
@@ -28,15 +29,15 @@ pub struct CliError {
 impl CliError {
     pub fn usage(message: impl Into<String>, hint: impl Into<String>) -> CliError {
         CliError {
-            code: 2,
+            code: ExitCode::Usage.into(),
             message: message.into(),
             hint: Some(hint.into()),
         }
     }
 
-    pub fn new(code: i32, message: impl Into<String>, hint: Option<String>) -> CliError {
+    pub fn new(code: ExitCode, message: impl Into<String>, hint: Option<String>) -> CliError {
         CliError {
-            code,
+            code: code.into(),
             message: message.into(),
             hint,
         }
@@ -72,32 +73,32 @@ impl From<agentbox_git::GitError> for CliError {
     fn from(e: agentbox_git::GitError) -> CliError {
         use agentbox_git::GitError as G;
         let (code, hint) = match &e {
-            G::Store(_) | G::Io(_) | G::Spawn(_) => (1, None),
-            G::NoCommits { .. } => (4, None),
+            G::Store(_) | G::Io(_) | G::Spawn(_) => (ExitCode::Failure, None),
+            G::NoCommits { .. } => (ExitCode::Refused, None),
             G::NoRemote { repo, remote } => (
-                3,
+                ExitCode::NotFound,
                 Some(format!(
                     "add it on the host (`git -C {} remote add {remote} URL`) or name another with --remote",
                     repo.display()
                 )),
             ),
             G::BadBranch { .. } => (
-                4,
+                ExitCode::Refused,
                 Some("choose a box name git accepts in a branch name".to_owned()),
             ),
             G::NoSuchRef { repo, .. } => (
-                3,
+                ExitCode::NotFound,
                 Some(format!("`git -C {} branch -a` lists its branches", repo.display())),
             ),
             G::Push { .. } => (
-                1,
+                ExitCode::Failure,
                 Some("a rejected push that is not a fast-forward can be forced with --force".to_owned()),
             ),
             G::Fetch { remote, .. } => (
-                1,
+                ExitCode::Failure,
                 Some(format!("check that {remote} has that branch, or name one with --branch")),
             ),
-            G::Command { .. } => (1, None),
+            G::Command { .. } => (ExitCode::Failure, None),
         };
         match e {
             G::Store(s) => s.into(),

@@ -109,7 +109,7 @@ pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
     })?;
     if failed > 0 {
         return Err(crate::errors::CliError::new(
-            1,
+            crate::errors::ExitCode::Failure,
             format!("{failed} leftover(s) could not be removed"),
             Some("see the list above; `agentbox prune --dry-run` shows what remains".into()),
         ));

@@ -4,6 +4,7 @@
 
 pub mod atomic;
 pub mod error;
+pub mod exit;
 pub mod failpoint;
 pub mod glob;
 pub mod home;

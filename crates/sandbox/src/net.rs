@@ -84,12 +84,16 @@ pub enum NetError {
 impl NetError {
     /// The stable exit-code class: a missing program is a missing capability (6), a taken
     /// port a conflict (4), a bad `--publish` bad usage (2).
+    /// The exit-code class of the error (see [`agentbox_core::exit::ExitCode`]).
     pub fn exit_code(&self) -> i32 {
+        use agentbox_core::exit::ExitCode;
         match self {
-            NetError::PastaMissing { .. } | NetError::TunDenied { .. } => 6,
-            NetError::PortTaken { .. } => 4,
-            NetError::BadPublish { .. } => 2,
-            _ => 1,
+            NetError::PastaMissing { .. } | NetError::TunDenied { .. } => {
+                ExitCode::NeedsRoot.into()
+            }
+            NetError::PortTaken { .. } => ExitCode::Refused.into(),
+            NetError::BadPublish { .. } => ExitCode::Usage.into(),
+            _ => ExitCode::Failure.into(),
         }
     }
 

@@ -146,19 +146,23 @@ impl Error {
     /// The stable exit-code class of the error (the CLI's table): 3 not found, 4 refused or
     /// conflicting, 5 locked, 6 needs root, 7 inconsistent store, 8 bad bundle (also one over the size limit),
     /// 1 other (a full disk among them: it is not the input's fault).
+    /// The exit-code class of the error (see [`agentbox_core::exit::ExitCode`]).
     pub fn exit_code(&self) -> i32 {
+        use agentbox_core::exit::ExitCode;
         match self {
-            Error::UnknownEnv { .. } | Error::UnknownRef { .. } | Error::NoStore { .. } => 3,
+            Error::UnknownEnv { .. } | Error::UnknownRef { .. } | Error::NoStore { .. } => {
+                ExitCode::NotFound.into()
+            }
             Error::EnvExists { .. }
             | Error::AmbiguousRef { .. }
             | Error::InvalidName { .. }
-            | Error::Refused { .. } => 4,
-            Error::Core(agentbox_core::Error::Locked { .. }) => 5,
-            Error::NeedsRoot { .. } => 6,
-            Error::Corrupt { .. } => 7,
-            Error::Bundle { .. } | Error::TooLarge { .. } => 8,
-            Error::NoSpace { .. } => 1,
-            _ => 1,
+            | Error::Refused { .. } => ExitCode::Refused.into(),
+            Error::Core(agentbox_core::Error::Locked { .. }) => ExitCode::Locked.into(),
+            Error::NeedsRoot { .. } => ExitCode::NeedsRoot.into(),
+            Error::Corrupt { .. } => ExitCode::Inconsistent.into(),
+            Error::Bundle { .. } | Error::TooLarge { .. } => ExitCode::BadBundle.into(),
+            Error::NoSpace { .. } => ExitCode::Failure.into(),
+            _ => ExitCode::Failure.into(),
         }
     }
 }

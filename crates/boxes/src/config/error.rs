@@ -65,16 +65,20 @@ pub enum ConfigError {
 impl ConfigError {
     /// The stable exit-code class (see the CLI's table): 3 an unknown key or no project,
     /// 4 refused (the workspace file), 9 invalid configuration (a file or a value), 1 IO.
+    /// The exit-code class of the error (see [`agentbox_core::exit::ExitCode`]).
     pub fn exit_code(&self) -> i32 {
+        use agentbox_core::exit::ExitCode;
         match self {
-            ConfigError::UnknownKey { .. } | ConfigError::NoProject { .. } => 3,
-            ConfigError::WorkspaceReadOnly { .. } => 4,
-            ConfigError::Io { .. } | ConfigError::Write { .. } => 1,
+            ConfigError::UnknownKey { .. } | ConfigError::NoProject { .. } => {
+                ExitCode::NotFound.into()
+            }
+            ConfigError::WorkspaceReadOnly { .. } => ExitCode::Refused.into(),
+            ConfigError::Io { .. } | ConfigError::Write { .. } => ExitCode::Failure.into(),
             ConfigError::Parse { .. }
             | ConfigError::NotAMapping { .. }
             | ConfigError::Renamed { .. }
             | ConfigError::InvalidValue { .. }
-            | ConfigError::Duplicate { .. } => 9,
+            | ConfigError::Duplicate { .. } => ExitCode::BadConfig.into(),
         }
     }
 

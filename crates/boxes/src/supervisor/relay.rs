@@ -25,7 +25,7 @@ pub(super) fn relay(
                 format!("agentbox: error: {why}\n  hint: inside a box, agentbox acts on this box only\n")
                     .as_bytes(),
             );
-            2
+            agentbox_core::exit::ExitCode::Usage.into()
         }
     };
     reply(

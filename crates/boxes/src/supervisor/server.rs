@@ -54,7 +54,7 @@ pub(super) fn accept_loop(shared: Arc<Shared>, listener: OwnedFd, inbox: bool) {
                                 shared.name
                             ),
                             hint: Some("close idle connections and try again".into()),
-                            code: 1,
+                            code: agentbox_core::exit::ExitCode::Failure.into(),
                         },
                         &[],
                     );

@@ -95,8 +95,7 @@ impl Ctx {
     pub(super) fn existing_store_dir(&self) -> CliResult<PathBuf> {
         let dir = self.store_dir();
         if !dir.join("store.json").exists() {
-            return Err(CliError::new(
-                3,
+            return Err(CliError::new(crate::errors::ExitCode::NotFound,
                 format!("no agentbox store at {}", dir.display()),
                 Some("create a box first: `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory: `agentbox env DIR`)".into()),
             ));
@@ -108,7 +107,11 @@ impl Ctx {
     pub(crate) fn out<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> CliResult {
         let text = if self.json {
             let mut s = serde_json::to_string_pretty(value).map_err(|e| {
-                CliError::new(1, format!("cannot encode output as JSON: {e}"), None)
+                CliError::new(
+                    crate::errors::ExitCode::Failure,
+                    format!("cannot encode output as JSON: {e}"),
+                    None,
+                )
             })?;
             s.push('\n');
             s
@@ -222,8 +225,7 @@ impl Ctx {
         let envs = store.envs()?;
         match envs.len() {
             1 => Ok(envs[0].name.clone()),
-            0 => Err(CliError::new(
-                3,
+            0 => Err(CliError::new(crate::errors::ExitCode::NotFound,
                 "there are no boxes or environments",
                 Some("create a box with `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory with `agentbox env DIR`)".into()),
             )),

@@ -27,8 +27,7 @@ pub(super) fn setup(ctx: &Ctx, a: crate::args::SetupArgs) -> CliResult {
         .unwrap_or_else(|| PathBuf::from("/var/lib/agentbox/btrfs.img"));
     let mountpoint = ctx.store_dir();
     if mountpoint.join("store.json").exists() {
-        return Err(CliError::new(
-            4,
+        return Err(CliError::new(crate::errors::ExitCode::Refused,
             format!("a store already exists at {}", mountpoint.display()),
             Some("setup makes a new btrfs store; use another --home (AGENTBOX_HOME) or remove the existing store".into()),
         ));
@@ -414,7 +413,7 @@ pub(super) fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
         Ok(())
     } else {
         Err(CliError::new(
-            7,
+            crate::errors::ExitCode::Inconsistent,
             format!("{} consistency problem(s) found", report.problems.len()),
             Some("run `agentbox fsck --repair`".into()),
         ))
