@@ -1,27 +1,20 @@
 //! Boxes: records, the per-box supervisor, the client the CLI uses to talk to it.
 
-pub mod boxgit;
-pub mod capture;
 pub use agentbox_sandbox::cgroup;
-pub mod client;
 pub mod config;
 pub mod create;
 pub mod hostdata;
+pub mod ignore;
 pub mod images;
-pub mod local;
 pub mod ops;
 pub mod project;
-pub mod proto;
 pub mod provider;
-pub mod prune;
 pub mod record;
 pub mod registry;
 pub mod relay;
 pub mod remote;
-pub mod restore;
 pub mod seeding;
-pub mod supervisor;
-pub mod watch;
+pub mod types;
 
 use std::path::{Path, PathBuf};
 

@@ -13,9 +13,9 @@ use agentbox_store::{CommitOpts, Node, Store};
 use serde::Serialize;
 
 use crate::create::{Created, Progress, Spec};
-use crate::proto::{ProcInfo, SyncedRepo};
 use crate::provider::{OnBox, Provider};
 use crate::record::{self, BoxDirs, BoxRecord};
+use crate::types::{ProcInfo, SyncedRepo};
 use crate::{BoxError, Result};
 
 /// The boxes of one agentbox home, run by one provider.
@@ -81,10 +81,10 @@ pub struct BoxStatus {
     pub network: String,
     pub capture: bool,
     /// How auto-capture is doing in the running box (`None`: stopped, or capture off).
-    pub capture_state: Option<crate::capture::CaptureHealth>,
+    pub capture_state: Option<crate::types::CaptureHealth>,
     pub limits: String,
     /// The running box's private in-memory mounts and their use (empty: stopped).
-    pub scratch: Vec<crate::proto::ScratchUse>,
+    pub scratch: Vec<crate::types::ScratchUse>,
     /// The host ids the running box's root is (`None`: host root, or stopped).
     pub box_root: Option<agentbox_sandbox::proto::IdRange>,
     /// Paths changed in the box's layer since HEAD (what the next node would hold).
@@ -188,7 +188,7 @@ impl Boxes {
         &self,
         name: &str,
         command: crate::provider::Command,
-    ) -> Result<crate::client::ExecOutcome> {
+    ) -> Result<crate::types::ExecOutcome> {
         self.ours(name)?;
         self.provider.exec(name, command)
     }

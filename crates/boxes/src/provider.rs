@@ -2,13 +2,13 @@
 //! everything that needs a box's runtime — starting and stopping it, its processes, and the
 //! history operations a running box must serialise with its own (commit, checkout, sync) —
 //! and never name an implementation: the front end picks one (the local provider,
-//! [`crate::local::LocalProvider`], today; Docker and remote hosts later).
+//! the local provider (`agentbox_provider_local`), today; Docker and remote hosts later).
 //!
 //! Invariant every implementation keeps: while a box runs, its tree is changed only through
 //! its provider (a checkout of a stopped box goes through the store; of a running one,
 //! through [`Provider::checkout`]).
 
-use crate::proto::{ProcInfo, ScratchUse, SyncedRepo};
+use crate::types::{ProcInfo, ScratchUse, SyncedRepo};
 use crate::Result;
 
 /// What an operation did on a box that may not be running.
@@ -33,7 +33,7 @@ impl<T> OnBox<T> {
 #[derive(Debug, Clone, Default)]
 pub struct Health {
     /// How auto-capture is doing (`None`: capture is off).
-    pub capture: Option<crate::capture::CaptureHealth>,
+    pub capture: Option<crate::types::CaptureHealth>,
     /// The box's private in-memory mounts and how full they are.
     pub scratch: Vec<ScratchUse>,
     /// The process limit in force (the owner's, or the default); `None`: unlimited.
@@ -69,8 +69,8 @@ pub struct Command {
     /// `KEY=VALUE` pairs beyond the box's own environment.
     pub env: Vec<(String, String)>,
     /// Where it starts (`None`: the box's default).
-    pub workdir: Option<crate::proto::Workdir>,
-    pub kind: crate::proto::ProcKind,
+    pub workdir: Option<crate::types::Workdir>,
+    pub kind: crate::types::ProcKind,
     /// A change it makes becomes a node.
     pub capture: bool,
     /// Run on a terminal: `Some(true)` always, `Some(false)` never, `None` when the
@@ -132,7 +132,7 @@ pub trait Provider: Send + Sync {
     fn health(&self, name: &str) -> Result<OnBox<Health>>;
     /// Run `command` in the box (starting it when stopped), attached to this process's
     /// standard input and output (and terminal), until it ends.
-    fn exec(&self, name: &str, command: Command) -> Result<crate::client::ExecOutcome>;
+    fn exec(&self, name: &str, command: Command) -> Result<crate::types::ExecOutcome>;
     /// Start `command` (its `kind`, `capture` and `tty` unused) in the background in the
     /// box (starting it when stopped), its output to a log.
     fn spawn(&self, name: &str, command: Command) -> Result<Started>;

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Limits;
-use crate::watch::IgnoreSet;
+use crate::ignore::IgnoreSet;
 use crate::{BoxError, Result};
 
 /// Where the project copy lives inside a box, and where commands start.

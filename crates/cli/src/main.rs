@@ -20,11 +20,12 @@ use crate::errors::CliError;
 
 fn main() {
     // Run by the host inside a box, before a sync: checks on the box's repository made where
-    // only the box's files are reachable (see `agentbox_boxes::boxgit`).
+    // only the box's files are reachable (see `agentbox_provider_local::boxgit`).
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.len() == 5 && argv[1] == agentbox_boxes::boxgit::CHECK_COMMAND {
+    if argv.len() == 5 && argv[1] == agentbox_provider_local::boxgit::CHECK_COMMAND {
         let p = |i: usize| std::path::PathBuf::from(&argv[i]);
-        match agentbox_boxes::boxgit::check_repo(&p(2), &argv[3].to_string_lossy(), &p(4)) {
+        match agentbox_provider_local::boxgit::check_repo(&p(2), &argv[3].to_string_lossy(), &p(4))
+        {
             Ok(()) => std::process::exit(0),
             Err(why) => {
                 println!("{why}");
@@ -34,7 +35,7 @@ fn main() {
     }
     // Inside a box, agentbox is a thin client: its command line becomes one typed request
     // the box's supervisor answers on the host, for this box only (see `relay`).
-    if let Some(client) = agentbox_boxes::client::Client::inside_box() {
+    if let Some(client) = agentbox_provider_local::client::Client::inside_box() {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let checked = relay::check_options(&args).and_then(|()| {
             let cli = Cli::parse();

@@ -1,6 +1,6 @@
-//! `agentbox prune`: remove what boxes left behind (see `agentbox_boxes::prune`).
+//! `agentbox prune`: remove what boxes left behind (see `agentbox_provider_local::prune`).
 
-use agentbox_boxes::prune::{self, Leftover};
+use agentbox_provider_local::prune::{self, Leftover};
 use serde::Serialize;
 
 use crate::commands::Ctx;

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use agentbox_boxes::create::{Quiet, Settings, Spec, Workspace};
 use agentbox_boxes::ops::{BoxState, Boxes};
-use agentbox_boxes::proto::ProcKind;
 use agentbox_boxes::provider::{Command, OnBox, Provider};
 use agentbox_core::Home;
+use agentbox_provider_local::proto::ProcKind;
 use agentbox_store::{CommitOpts, Store};
 use agentbox_testkit::tier::require_root;
 use common::{git, kill_supervisors, write, Env};
@@ -168,7 +168,7 @@ fn the_local_provider_conforms() {
     }
     let env = Env::new();
     let home = Home::at(env.path("home"));
-    let provider = Arc::new(agentbox_boxes::local::LocalProvider::with_binary(
+    let provider = Arc::new(agentbox_provider_local::local::LocalProvider::with_binary(
         home.clone(),
         env!("CARGO_BIN_EXE_agentbox").into(),
     ));

@@ -19,7 +19,9 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// The composition root: boxes of this home, run by the local provider.
     pub(crate) fn new(home: Home, json: bool, env: Option<String>) -> Ctx {
-        let provider = std::sync::Arc::new(agentbox_boxes::local::LocalProvider::new(home.clone()));
+        let provider = std::sync::Arc::new(agentbox_provider_local::local::LocalProvider::new(
+            home.clone(),
+        ));
         Ctx {
             boxes: agentbox_boxes::ops::Boxes::new(home.clone(), provider),
             home,

@@ -207,7 +207,7 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
                     continue;
                 }
                 rows.push(Listed {
-                    state: if agentbox_boxes::client::is_running(&ctx.home, &env.name) {
+                    state: if agentbox_provider_local::client::is_running(&ctx.home, &env.name) {
                         "running"
                     } else {
                         "stopped"

@@ -9,10 +9,10 @@ use agentbox_core::Home;
 use agentbox_store::{BackendKind, CommitOpts, Source, Store};
 use serde::Serialize;
 
-use agentbox_boxes::proto::Workdir;
 use agentbox_boxes::record::BoxRecord;
 use agentbox_boxes::registry;
 use agentbox_boxes::BoxError;
+use agentbox_provider_local::proto::Workdir;
 
 use crate::args::{Cli, Command};
 use crate::boxcmds;
@@ -164,11 +164,11 @@ pub fn run(cli: Cli) -> CliResult {
             let relay = std::sync::Arc::new(crate::relay::CliRelay {
                 home: ctx.home.clone(),
             });
-            let result =
-                agentbox_boxes::supervisor::run(ctx.home, &name, relay).map_err(CliError::from);
+            let result = agentbox_provider_local::supervisor::run(ctx.home, &name, relay)
+                .map_err(CliError::from);
             if let (Err(e), Some(mut pipe)) = (&result, startup) {
                 // Why it could not start, for the command that started it.
-                let failure = agentbox_boxes::client::StartFailure {
+                let failure = agentbox_provider_local::client::StartFailure {
                     message: e.message.clone(),
                     hint: e.hint.clone(),
                     code: e.code,

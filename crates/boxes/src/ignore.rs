@@ -1,7 +1,8 @@
 //! The paths whose changes never make a node: glob patterns (`**/` for any depth) over
 //! paths relative to the box root.
 
-use super::*;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
 
 /// Paths, relative to the watched root, whose changes never trigger a capture.
 ///
@@ -23,12 +24,12 @@ use super::*;
 /// patterns that end up empty (`""`, `/`). The root itself is never ignored.
 #[derive(Debug, Clone, Default)]
 pub struct IgnoreSet {
-    pub(super) patterns: Vec<Vec<Part>>,
+    pub(crate) patterns: Vec<Vec<Part>>,
 }
 
 /// One component of a compiled pattern.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Part {
+pub(crate) enum Part {
     /// `**`: any number of components.
     AnyDepth,
     /// A component without globs, compared byte for byte.
@@ -37,12 +38,12 @@ pub(super) enum Part {
     Glob(Vec<u8>),
 }
 
-pub(super) fn has_glob(component: &str) -> bool {
+pub(crate) fn has_glob(component: &str) -> bool {
     component.contains(['*', '?'])
 }
 
 /// Compiles one pattern; `None` when it is empty.
-pub(super) fn compile(pattern: &str) -> Option<Vec<Part>> {
+pub(crate) fn compile(pattern: &str) -> Option<Vec<Part>> {
     let components: Vec<&str> = pattern
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
@@ -74,7 +75,7 @@ pub(super) fn compile(pattern: &str) -> Option<Vec<Part>> {
 }
 
 /// True when `parts` matches a prefix (one or more leading components) of `components`.
-pub(super) fn matches_prefix(parts: &[Part], components: &[&[u8]]) -> bool {
+pub(crate) fn matches_prefix(parts: &[Part], components: &[&[u8]]) -> bool {
     match parts.split_first() {
         None => true,
         Some((Part::AnyDepth, rest)) => {
@@ -101,6 +102,11 @@ impl IgnoreSet {
         IgnoreSet {
             patterns: patterns.iter().filter_map(|p| compile(p)).collect(),
         }
+    }
+
+    /// Whether the set has no pattern (it ignores nothing).
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
     }
 
     /// An ignore set that ignores nothing.

@@ -13,8 +13,8 @@ use agentbox_core::home::Home;
 use agentbox_store::Store;
 use serde::Serialize;
 
-use crate::record::{self, BoxDirs};
 use crate::Result;
+use agentbox_boxes::record::{self, BoxDirs};
 
 /// Leftovers younger than this may belong to a `create` still in progress.
 pub const GRACE: Duration = Duration::from_secs(60);
@@ -144,7 +144,7 @@ pub fn find(home: &Home, store: &Store, grace: Duration) -> Result<Vec<Leftover>
 
     // Refs of boxes of this home that no longer exist, in the repositories the home's
     // ledger names (never refs another agentbox home's boxes keep in the same repository).
-    for pin in crate::registry::pins(home)? {
+    for pin in agentbox_boxes::registry::pins(home)? {
         if exists(&pin.box_name) {
             continue;
         }
@@ -200,7 +200,7 @@ pub fn find(home: &Home, store: &Store, grace: Duration) -> Result<Vec<Leftover>
 
     // Cgroups of this home's boxes that no longer exist.
     let suffix = record::cgroup_name(home, "");
-    if let Ok(names) = crate::cgroup::BoxCgroup::names() {
+    if let Ok(names) = agentbox_boxes::cgroup::BoxCgroup::names() {
         for cg in names {
             let Some(name) = cg.strip_suffix(&suffix) else {
                 continue;
@@ -242,7 +242,7 @@ pub fn remove(home: &Home, store: &Store, l: &Leftover) -> Result<()> {
             for r in refs {
                 agentbox_git::delete_ref(repo, r)?;
             }
-            crate::registry::forget_pin(home, box_name, repo)?;
+            agentbox_boxes::registry::forget_pin(home, box_name, repo)?;
         }
         Action::Unmount(p) => {
             rustix::mount::unmount(p, rustix::mount::UnmountFlags::DETACH)
@@ -250,7 +250,7 @@ pub fn remove(home: &Home, store: &Store, l: &Leftover) -> Result<()> {
             let _ = fs_err::remove_dir(p);
         }
         Action::RemoveCgroup(name) => {
-            if let Some(cg) = crate::cgroup::BoxCgroup::open(name)
+            if let Some(cg) = agentbox_boxes::cgroup::BoxCgroup::open(name)
                 .map_err(|e| crate::BoxError::Supervisor(e.to_string()))?
             {
                 cg.remove()

@@ -17,9 +17,9 @@
 //!
 //! ```no_run
 //! # use std::time::{Duration, Instant};
-//! # use agentbox_boxes::watch::{Debouncer, IgnoreSet, Watcher};
+//! # use agentbox_provider_local::watch::{Debouncer, IgnoreSet, Watcher};
 //! # fn capture() {}
-//! # fn main() -> Result<(), agentbox_boxes::watch::WatchError> {
+//! # fn main() -> Result<(), agentbox_provider_local::watch::WatchError> {
 //! let ignore = IgnoreSet::new(&IgnoreSet::default_patterns());
 //! let mut watcher = Watcher::new("/path/to/upper".as_ref(), ignore)?;
 //! let mut debounce = Debouncer::default();
@@ -50,21 +50,20 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
 mod debounce;
-mod ignore;
 mod scan;
 mod watcher;
 
 pub use self::debounce::Debouncer;
-pub use self::ignore::IgnoreSet;
 pub use self::scan::fingerprint;
 use self::scan::*;
 pub use self::watcher::{Seen, Watcher};
+pub use agentbox_boxes::ignore::IgnoreSet;
 
 /// Why watching or fingerprinting a tree failed. Every variant names the path involved.
 ///
@@ -244,7 +243,7 @@ mod tests {
     #[test]
     fn empty_patterns_are_dropped_and_root_never_ignored() {
         let s = set(&["", "/", ".", "//"]);
-        assert!(s.patterns.is_empty());
+        assert!(s.is_empty());
         assert!(!s.is_ignored(Path::new("anything")));
         let all = set(&["**"]);
         assert!(all.is_ignored(Path::new("a/b")));

@@ -1,46 +1,11 @@
 //! What the CLI and a box's supervisor say to each other (one JSON message per
 //! `SOCK_SEQPACKET` packet, see `agentbox_sandbox::ipc`).
 
+pub use agentbox_boxes::types::{
+    ProcExit, ProcInfo, ProcKind, ScratchUse, SyncedRepo, Workdir, EXIT_OUTPUT_LINES, RECENT_EXITS,
+};
 use agentbox_sandbox::proto::WinSize;
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProcKind {
-    Exec,
-    Shell,
-    Spawn,
-}
-
-/// Where a command starts in the box.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Workdir {
-    /// A path inside the box.
-    pub path: String,
-    /// The user named it (`-w`): a command whose directory the box lacks is an error. A
-    /// default (the box's copy of the caller's directory) falls back to the nearest
-    /// existing ancestor, since the box need not have every directory of the host's project.
-    pub explicit: bool,
-}
-
-impl Workdir {
-    /// A directory the user named.
-    pub fn explicit(path: impl Into<String>) -> Workdir {
-        Workdir {
-            path: path.into(),
-            explicit: true,
-        }
-    }
-
-    /// A directory agentbox chose.
-    pub fn default_for(path: impl Into<String>) -> Workdir {
-        Workdir {
-            path: path.into(),
-            explicit: false,
-        }
-    }
-}
 
 /// CLI → supervisor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -98,58 +63,11 @@ pub enum Request {
     /// How auto-capture is doing. Reply: `Health`.
     Health,
     /// From inside the box only: one request of the in-box `agentbox` (see
-    /// [`crate::relay`]). Carries the caller's stdin, stdout and stderr; replies `Exited`.
+    /// [`agentbox_boxes::relay`]). Carries the caller's stdin, stdout and stderr; replies `Exited`.
     Relay {
-        call: crate::relay::RelayCall,
+        call: agentbox_boxes::relay::RelayCall,
     },
 }
-
-/// One repository's branch after a sync.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SyncedRepo {
-    /// The sub-directory of the repository (`None`: the project root).
-    pub sub: Option<String>,
-    /// The host repository's working tree.
-    pub repo: std::path::PathBuf,
-    pub branch: String,
-    /// The branch's tip (`None`: the box has no such branch any more).
-    pub tip: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProcInfo {
-    /// Id within this supervisor's lifetime (log file name for spawned processes).
-    pub id: u64,
-    /// PID inside the box.
-    pub pid: i32,
-    pub kind: ProcKind,
-    pub argv: Vec<String>,
-    pub started: DateTime<Utc>,
-    /// How it ended (`None`: it is running).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit: Option<ProcExit>,
-}
-
-/// How a process ended, kept by the supervisor for `ps` (the last
-/// [`RECENT_EXITS`] spawned ones).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProcExit {
-    /// Its exit code, or 128 + the signal that killed it.
-    pub status: i32,
-    pub ended: DateTime<Utc>,
-    /// A checkout of the box killed it.
-    #[serde(default)]
-    pub killed_by_checkout: bool,
-    /// The first lines of its output (its log: stdout and stderr together).
-    #[serde(default)]
-    pub output: Vec<String>,
-}
-
-/// How many ended background processes a supervisor remembers.
-pub const RECENT_EXITS: usize = 20;
-
-/// How many lines of an ended process's output are kept with its exit.
-pub const EXIT_OUTPUT_LINES: usize = 5;
 
 /// Supervisor → CLI.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -220,14 +138,4 @@ pub enum Reply {
 
 fn one() -> i32 {
     1
-}
-
-/// One of a running box's private tmpfs mounts (`/tmp`, `/run`, `/dev/shm`): its memory is
-/// the box's, so `status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScratchUse {
-    /// The mount's path inside the box.
-    pub path: String,
-    pub used_bytes: u64,
-    pub size_bytes: u64,
 }

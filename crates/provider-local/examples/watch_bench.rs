@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use agentbox_boxes::watch::{fingerprint, IgnoreSet, Watcher};
+use agentbox_provider_local::watch::{fingerprint, IgnoreSet, Watcher};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args_os().skip(1);

@@ -23,110 +23,17 @@
 //! * Every degradation (no watcher, a failing scan, a failing capture) is logged once when it
 //!   starts and once when it ends, and is visible in [`CaptureHealth`] (`agentbox status`).
 
+pub use agentbox_boxes::types::{CaptureHealth, CaptureMode};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-
 use crate::watch::{fingerprint, Debouncer, IgnoreSet, WatchError, Watcher};
 
-/// Interval of the backstop fingerprint scan.
-pub const BACKSTOP: Duration = Duration::from_secs(10);
+pub use agentbox_boxes::types::BACKSTOP;
 
 /// Longest the loop blocks before it looks again at which layer the box writes to.
 pub const POLL: Duration = Duration::from_secs(1);
-
-/// How auto-capture of a running box is doing, as `agentbox status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CaptureHealth {
-    /// `watching` (inotify plus the backstop scan), `scanning` (the backstop scan alone,
-    /// changes are seen within 10 s), `failing` (changes may not be captured: see
-    /// `problem`), or `starting`.
-    pub mode: CaptureMode,
-    /// Why the mode is not `watching`, or why the last capture failed.
-    pub problem: Option<String>,
-    /// The directory the box's writes land in, as watched.
-    pub layer: Option<PathBuf>,
-    /// How many directories inotify watches.
-    pub watches: usize,
-    /// The last automatic node attempt that succeeded (with or without a node).
-    pub last_capture: Option<DateTime<Utc>>,
-    /// Why the last automatic node attempt failed (`None` once one succeeds again).
-    pub failure: Option<String>,
-}
-
-impl Default for CaptureHealth {
-    fn default() -> Self {
-        CaptureHealth {
-            mode: CaptureMode::Starting,
-            problem: None,
-            layer: None,
-            watches: 0,
-            last_capture: None,
-            failure: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CaptureMode {
-    Starting,
-    Watching,
-    Scanning,
-    Failing,
-}
-
-impl CaptureHealth {
-    /// The watcher's part of `from` (mode, problem, layer, watches) replaces this one's;
-    /// the capture outcome stays (it is recorded by whoever captured: see `record`).
-    pub fn update_watcher(&mut self, from: &CaptureHealth) {
-        self.mode = from.mode;
-        self.problem = from.problem.clone();
-        self.layer = from.layer.clone();
-        self.watches = from.watches;
-    }
-
-    /// The outcome of one automatic node attempt (after a command, or in the background).
-    pub fn record(&mut self, outcome: Result<(), String>) {
-        match outcome {
-            Ok(()) => {
-                self.last_capture = Some(Utc::now());
-                self.failure = None;
-            }
-            Err(e) => self.failure = Some(e),
-        }
-    }
-
-    /// What a reader is told: a failed capture makes the whole state `failing`.
-    pub fn effective(&self) -> CaptureHealth {
-        let mut out = self.clone();
-        if let Some(f) = &self.failure {
-            out.mode = CaptureMode::Failing;
-            out.problem = Some(format!("capturing the box's changes failed: {f}"));
-        }
-        out
-    }
-
-    /// One line for humans: `watching 12 directories of …`, `scan every 10s only: …`.
-    pub fn describe(&self) -> String {
-        match self.mode {
-            CaptureMode::Starting => "starting".to_owned(),
-            CaptureMode::Watching => format!("watching ({} directories)", self.watches),
-            CaptureMode::Scanning => format!(
-                "degraded: a scan every {}s only ({})",
-                BACKSTOP.as_secs(),
-                self.problem.as_deref().unwrap_or("no watcher")
-            ),
-            CaptureMode::Failing => format!(
-                "FAILING: {}",
-                self.problem.as_deref().unwrap_or("unknown error")
-            ),
-        }
-    }
-}
 
 /// What the capture loop needs from the supervisor.
 pub trait Capturer: Send + Sync {

@@ -1,6 +1,7 @@
 //! The CLI side of a box: starting its supervisor on demand, requests, and running a
 //! command in the foreground (descriptor passing, signal forwarding, a PTY relay).
 
+pub use agentbox_boxes::types::ExecOutcome;
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::process::{Command, Stdio};
@@ -12,8 +13,8 @@ use agentbox_sandbox::proto::{Network, WinSize};
 use std::os::unix::process::CommandExt;
 
 use crate::proto::{ProcKind, Reply, Request, Workdir};
-use crate::record::{self, BoxDirs, ENV_ALLOW};
-use crate::{BoxError, Result};
+use agentbox_boxes::record::{self, BoxDirs, ENV_ALLOW};
+use agentbox_boxes::{BoxError, Result};
 
 /// A connection to one box's supervisor.
 pub struct Client {
@@ -201,9 +202,9 @@ impl Client {
 
     /// From inside a box: run `agentbox ARGS` through the supervisor, with this process's
     /// stdio. Returns the exit status.
-    /// Send one in-box request (see [`crate::relay`]) with this process's stdin, stdout
+    /// Send one in-box request (see [`agentbox_boxes::relay`]) with this process's stdin, stdout
     /// and stderr, where the host writes its answer; the command's exit status.
-    pub fn relay(&self, call: crate::relay::RelayCall) -> Result<i32> {
+    pub fn relay(&self, call: agentbox_boxes::relay::RelayCall) -> Result<i32> {
         let (i, o, e) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
         self.send(&Request::Relay { call }, &[i.as_fd(), o.as_fd(), e.as_fd()])?;
         loop {
@@ -251,18 +252,6 @@ impl Client {
             Err(e) => Err(BoxError::Supervisor(e.to_string())),
         }
     }
-}
-
-/// How a foreground command ended.
-#[derive(Debug, Clone)]
-pub struct ExecOutcome {
-    pub status: i32,
-    pub node: Option<String>,
-    pub killed_by_checkout: bool,
-    /// Why the command's changes could not be captured as a node.
-    pub capture_error: Option<String>,
-    /// Why the command was killed, when the box knows (its memory ran out).
-    pub killed_because: Option<String>,
 }
 
 /// The caller's environment variables that pass into a box, plus `extra` (`KEY=VALUE`).

@@ -1,5 +1,5 @@
-//! The in-box `agentbox`: its typed requests (see [`crate::relay`]), checked and answered
-//! on the host by the front end's [`crate::relay::RelayHandler`], in this process — the
+//! The in-box `agentbox`: its typed requests (see [`agentbox_boxes::relay`]), checked and answered
+//! on the host by the front end's [`agentbox_boxes::relay::RelayHandler`], in this process — the
 //! answer is written straight to the caller's own stdout and stderr.
 
 use super::*;
@@ -8,7 +8,7 @@ use super::*;
 pub(super) fn relay(
     shared: &Shared,
     conn: &OwnedFd,
-    call: crate::relay::RelayCall,
+    call: agentbox_boxes::relay::RelayCall,
     fds: Vec<OwnedFd>,
 ) -> Result<()> {
     let [_stdin, stdout, stderr]: [OwnedFd; 3] = fds.try_into().map_err(|_| {

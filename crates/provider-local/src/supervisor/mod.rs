@@ -33,8 +33,8 @@ use crate::proto::{
     ProcExit, ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo, Workdir,
     EXIT_OUTPUT_LINES, RECENT_EXITS,
 };
-use crate::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
-use crate::{BoxError, Result};
+use agentbox_boxes::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
+use agentbox_boxes::{BoxError, Result};
 
 mod generation;
 mod history;
@@ -106,8 +106,8 @@ struct Shared {
     capture: Mutex<crate::capture::CaptureHealth>,
     /// See [`BoxDirs::from_box`].
     spool: PathBuf,
-    /// Answers the in-box `agentbox` (see [`crate::relay`]).
-    relay: Arc<dyn crate::relay::RelayHandler>,
+    /// Answers the in-box `agentbox` (see [`agentbox_boxes::relay`]).
+    relay: Arc<dyn agentbox_boxes::relay::RelayHandler>,
     /// The process limit the box's cgroup enforces (0: none), set at each launch.
     pids_limit: AtomicU64,
 }
@@ -119,7 +119,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Run the supervisor of box `name` until it is stopped, answering the in-box `agentbox`
 /// with `relay`. Detaches from the caller's session.
-pub fn run(home: Home, name: &str, relay: Arc<dyn crate::relay::RelayHandler>) -> Result<()> {
+pub fn run(
+    home: Home,
+    name: &str,
+    relay: Arc<dyn agentbox_boxes::relay::RelayHandler>,
+) -> Result<()> {
     let _ = rustix::process::setsid();
     let dirs = BoxDirs::new(&home, name);
     let rec = record::read(&home, name)?;

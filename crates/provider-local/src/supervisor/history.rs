@@ -129,13 +129,16 @@ impl crate::capture::Capturer for Shared {
             match (spawned.next(), others.next()) {
                 (Some(p), _) => format!(
                     "auto: while {} ran{}",
-                    crate::render_command(&p.info.argv),
+                    agentbox_boxes::render_command(&p.info.argv),
                     match spawned.count() {
                         0 => String::new(),
                         n => format!(" (and {n} more)"),
                     }
                 ),
-                (None, Some(p)) => format!("auto: during {}", crate::render_command(&p.info.argv)),
+                (None, Some(p)) => format!(
+                    "auto: during {}",
+                    agentbox_boxes::render_command(&p.info.argv)
+                ),
                 (None, None) => "auto: changes".to_owned(),
             }
         };

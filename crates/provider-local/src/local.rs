@@ -5,8 +5,8 @@ use agentbox_core::home::Home;
 
 use crate::client::Client;
 use crate::proto::{ProcInfo, Reply, Request, SyncedRepo};
-use crate::provider::{CheckedOut, Collected, Command, Health, OnBox, Provider, Started};
-use crate::{BoxError, Result};
+use agentbox_boxes::provider::{CheckedOut, Collected, Command, Health, OnBox, Provider, Started};
+use agentbox_boxes::{BoxError, Result};
 
 /// Boxes of one agentbox home, run on this host.
 pub struct LocalProvider {
@@ -34,7 +34,7 @@ impl LocalProvider {
 
     /// The running supervisor of box `name` (`None`: not running, or not a box).
     fn running(&self, name: &str) -> Result<Option<Client>> {
-        if !crate::record::BoxDirs::new(&self.home, name)
+        if !agentbox_boxes::record::BoxDirs::new(&self.home, name)
             .record()
             .exists()
         {
@@ -64,7 +64,7 @@ fn unexpected(r: &Reply) -> BoxError {
 
 impl Provider for LocalProvider {
     fn kind(&self) -> &'static str {
-        crate::record::LOCAL_PROVIDER
+        agentbox_boxes::record::LOCAL_PROVIDER
     }
 
     fn is_running(&self, name: &str) -> Result<bool> {
@@ -211,7 +211,7 @@ impl Provider for LocalProvider {
             Reply::Started { id, pid } => Ok(Started {
                 id,
                 pid,
-                log: crate::record::BoxDirs::new(&self.home, name).log(id),
+                log: agentbox_boxes::record::BoxDirs::new(&self.home, name).log(id),
             }),
             other => Err(unexpected(&other)),
         }

@@ -22,18 +22,21 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
     let upper = layers.upper.clone();
     fs_err::create_dir_all(shared.dirs.scratch())?;
     let (base, hide) = match &shared.rec.image {
-        Some(image) => (crate::images::rootfs(&shared.home, image), Vec::new()),
+        Some(image) => (
+            agentbox_boxes::images::rootfs(&shared.home, image),
+            Vec::new(),
+        ),
         // A rootless box has its own /root and /home (the host's are never bound).
         None if shared.rec.rootless => (
             PathBuf::from("/"),
-            crate::hostdata::hidden_paths(&shared.home, &shared.rec)
+            agentbox_boxes::hostdata::hidden_paths(&shared.home, &shared.rec)
                 .into_iter()
                 .filter(|p| p != Path::new("/root") && p != Path::new("/home"))
                 .collect(),
         ),
         None => (
             PathBuf::from("/"),
-            crate::hostdata::hidden_paths(&shared.home, &shared.rec),
+            agentbox_boxes::hostdata::hidden_paths(&shared.home, &shared.rec),
         ),
     };
     let mut binds = vec![
@@ -169,13 +172,13 @@ pub const DEFAULT_PIDS: u64 = 4096;
 /// [`DEFAULT_PIDS`] (only where the machine can enforce it: a default never keeps a box
 /// from starting). `None` where cgroups are unavailable and no limit was asked for (a limit
 /// that was asked for and cannot be enforced is an error, never ignored).
-pub(super) fn box_cgroup(shared: &Shared) -> Result<Option<crate::cgroup::BoxCgroup>> {
+pub(super) fn box_cgroup(shared: &Shared) -> Result<Option<agentbox_boxes::cgroup::BoxCgroup>> {
     let name = record::cgroup_name(&shared.home, &shared.name);
     let asked = &shared.rec.limits;
     if asked.pids.is_none() {
         let mut with_default = asked.clone();
         with_default.pids = Some(DEFAULT_PIDS);
-        if let Ok(cg) = crate::cgroup::BoxCgroup::create(&name, &with_default) {
+        if let Ok(cg) = agentbox_boxes::cgroup::BoxCgroup::create(&name, &with_default) {
             shared.pids_limit.store(DEFAULT_PIDS, Ordering::SeqCst);
             return Ok(Some(cg));
         }
@@ -183,7 +186,7 @@ pub(super) fn box_cgroup(shared: &Shared) -> Result<Option<crate::cgroup::BoxCgr
     shared
         .pids_limit
         .store(asked.pids.unwrap_or(0), Ordering::SeqCst);
-    match crate::cgroup::BoxCgroup::create(&name, asked) {
+    match agentbox_boxes::cgroup::BoxCgroup::create(&name, asked) {
         Ok(cg) => Ok(Some(cg)),
         Err(e) if e.is_unavailable() => Ok(None),
         Err(e) => Err(BoxError::Sandbox {
@@ -195,7 +198,7 @@ pub(super) fn box_cgroup(shared: &Shared) -> Result<Option<crate::cgroup::BoxCgr
 
 /// Remove the box's cgroup (after its processes are gone).
 pub fn remove_cgroup(home: &Home, name: &str) {
-    match crate::cgroup::BoxCgroup::open(&record::cgroup_name(home, name)) {
+    match agentbox_boxes::cgroup::BoxCgroup::open(&record::cgroup_name(home, name)) {
         Ok(Some(cg)) => {
             if let Err(e) = cg.remove() {
                 eprintln!("removing the box's cgroup: {e}");

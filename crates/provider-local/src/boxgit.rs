@@ -20,8 +20,8 @@
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 
-use crate::record::GitRecord;
-use crate::{BoxError, Result};
+use agentbox_boxes::record::GitRecord;
+use agentbox_boxes::{BoxError, Result};
 
 /// The hidden command of the agentbox binary that runs [`check_repo`] (inside a box):
 /// `agentbox __check-box-repo WORKTREE BRANCH OBJECTS`.

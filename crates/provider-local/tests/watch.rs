@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use agentbox_boxes::watch::{fingerprint, IgnoreSet, Seen, WatchError, Watcher};
+use agentbox_provider_local::watch::{fingerprint, IgnoreSet, Seen, WatchError, Watcher};
 use agentbox_testkit::tier;
 
 /// Long enough never to matter: events are queued before the operation returns, so a poll

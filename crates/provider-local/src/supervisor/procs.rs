@@ -127,7 +127,7 @@ pub(super) fn exec(
     }
     let label = match kind {
         ProcKind::Shell => "shell session".to_owned(),
-        _ => crate::render_command(&argv),
+        _ => agentbox_boxes::render_command(&argv),
     };
     let info = new_info(shared, kind, argv);
     let id = info.id;
@@ -176,7 +176,7 @@ pub(super) fn exec(
             shared.rec.limits.memory_bytes.map(|limit| {
                 format!(
                     "the box ran out of memory (limit {}; --memory raises it)",
-                    crate::cgroup::size_text(limit)
+                    agentbox_boxes::cgroup::size_text(limit)
                 )
             })
         }
@@ -204,11 +204,11 @@ pub(super) fn exec(
     Ok(())
 }
 
-/// The box's OOM-kill count (see [`crate::cgroup::BoxCgroup::oom_kills`]); `None` for a
+/// The box's OOM-kill count (see [`agentbox_boxes::cgroup::BoxCgroup::oom_kills`]); `None` for a
 /// box without a memory limit, whose commands the box's OOM killer never ends.
 pub(super) fn oom_kills(shared: &Shared) -> Option<u64> {
     shared.rec.limits.memory_bytes?;
-    crate::cgroup::BoxCgroup::open(&record::cgroup_name(&shared.home, &shared.name))
+    agentbox_boxes::cgroup::BoxCgroup::open(&record::cgroup_name(&shared.home, &shared.name))
         .ok()
         .flatten()?
         .oom_kills()
@@ -221,7 +221,7 @@ pub(super) fn spawn_bg(
     env: Vec<(String, String)>,
     cwd: Option<Workdir>,
 ) -> Result<()> {
-    let command = crate::render_command(&argv);
+    let command = agentbox_boxes::render_command(&argv);
     let info = new_info(shared, ProcKind::Spawn, argv);
     let id = info.id;
     let log_path = shared.dirs.log(id);
