@@ -7,8 +7,8 @@ use agentbox_boxes::create;
 use agentbox_boxes::provider::Command;
 use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
 use agentbox_boxes::remote::RemoteResult;
+use agentbox_boxes::types::ProcKind;
 use agentbox_provider_local::client;
-use agentbox_provider_local::proto::ProcKind;
 use agentbox_store::Store;
 use serde::Serialize;
 
@@ -461,10 +461,7 @@ pub fn start(ctx: &Ctx, reference: Option<&str>) -> CliResult {
 
 /// Bring every box branch into its host repository now (through the supervisor, which
 /// serialises it with nodes).
-fn sync_now(
-    ctx: &Ctx,
-    rec: &BoxRecord,
-) -> CliResult<Vec<agentbox_provider_local::proto::SyncedRepo>> {
+fn sync_now(ctx: &Ctx, rec: &BoxRecord) -> CliResult<Vec<agentbox_boxes::types::SyncedRepo>> {
     Ok(ctx.boxes().sync(rec)?)
 }
 

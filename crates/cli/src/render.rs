@@ -213,7 +213,7 @@ pub fn place(mountpoint: &Option<std::path::PathBuf>) -> String {
 
 /// The table of `agentbox ps`: running processes, then recent exits with their status and
 /// the first lines of their output under them.
-pub fn procs(procs: &[agentbox_provider_local::proto::ProcInfo]) -> String {
+pub fn procs(procs: &[agentbox_boxes::types::ProcInfo]) -> String {
     let mut s = format!(
         "{:<5} {:<7} {:<6} {:<20} {:<18} COMMAND\n",
         "ID", "PID", "KIND", "STARTED", "STATE"

@@ -207,7 +207,12 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
                     continue;
                 }
                 rows.push(Listed {
-                    state: if agentbox_provider_local::client::is_running(&ctx.home, &env.name) {
+                    state: if ctx
+                        .boxes()
+                        .provider()
+                        .is_running(&env.name)
+                        .unwrap_or(false)
+                    {
                         "running"
                     } else {
                         "stopped"

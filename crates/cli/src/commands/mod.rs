@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use agentbox_boxes::record::BoxRecord;
 use agentbox_boxes::registry;
+use agentbox_boxes::types::Workdir;
 use agentbox_boxes::BoxError;
-use agentbox_provider_local::proto::Workdir;
 
 use crate::args::{Cli, Command};
 use crate::boxcmds;
