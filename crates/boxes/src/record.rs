@@ -341,6 +341,21 @@ pub fn counted_changes(ignore: &IgnoreSet, changed: &[(PathBuf, bool)]) -> Vec<P
         .collect()
 }
 
+/// The caller's environment variables that pass into a box, plus `extra` (`KEY=VALUE`).
+pub fn caller_env(extra: &[String]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| ENV_ALLOW.contains(&k.as_str()) || k.starts_with("LC_"))
+        // The host's HOME is hidden in the box; the box has its own.
+        .filter(|(k, _)| k != "HOME" && k != "USER" && k != "LOGNAME")
+        .collect();
+    for kv in extra {
+        if let Some((k, v)) = kv.split_once('=') {
+            env.push((k.to_owned(), v.to_owned()));
+        }
+    }
+    env
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,6 @@ use agentbox_boxes::provider::Command;
 use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
 use agentbox_boxes::remote::RemoteResult;
 use agentbox_boxes::types::ProcKind;
-use agentbox_provider_local::client;
 use agentbox_store::Store;
 use serde::Serialize;
 
@@ -162,7 +161,7 @@ struct ExecResult {
     capture_error: Option<String>,
 }
 
-fn finish_exec(ctx: &Ctx, outcome: client::ExecOutcome) -> CliResult {
+fn finish_exec(ctx: &Ctx, outcome: agentbox_boxes::types::ExecOutcome) -> CliResult {
     if let Some(n) = &outcome.node {
         ctx.note(format!("agentbox: recorded node {}", render::short(n)));
     }
@@ -251,7 +250,7 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
         &rec.name,
         Command {
             argv,
-            env: client::caller_env(&a.opts.vars),
+            env: agentbox_boxes::record::caller_env(&a.opts.vars),
             workdir: ctx.workdir(&rec, a.opts.workdir),
             kind: ProcKind::Exec,
             capture: !a.no_capture,
@@ -275,7 +274,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
             &rec.name,
             Command {
                 argv: argv.clone(),
-                env: client::caller_env(&a.opts.vars),
+                env: agentbox_boxes::record::caller_env(&a.opts.vars),
                 workdir: ctx.workdir(&rec, a.opts.workdir.clone()),
                 kind: ProcKind::Exec,
                 capture: true,
@@ -297,12 +296,12 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
 
 pub fn shell(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
     let (rec, argv) = target(ctx, a.name, a.argv, None)?;
-    let (argv, tty) = client::shell_command(argv);
+    let (argv, tty) = shell_command(argv);
     let outcome = ctx.boxes().exec(
         &rec.name,
         Command {
             argv,
-            env: client::caller_env(&a.opts.vars),
+            env: agentbox_boxes::record::caller_env(&a.opts.vars),
             workdir: ctx.workdir(&rec, a.opts.workdir),
             kind: ProcKind::Shell,
             capture: true,
@@ -324,7 +323,7 @@ pub fn spawn(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
         &name,
         Command {
             argv,
-            env: client::caller_env(&a.opts.vars),
+            env: agentbox_boxes::record::caller_env(&a.opts.vars),
             workdir: ctx.workdir(&rec, a.opts.workdir),
             kind: ProcKind::Spawn,
             capture: false,
@@ -636,4 +635,26 @@ pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
 
 pub fn is_box(ctx: &Ctx, name: &str) -> bool {
     BoxDirs::new(&ctx.home, name).record().exists()
+}
+
+/// What `agentbox shell` runs, and whether on a terminal: `argv` (empty: the box's
+/// shell), on a PTY only when the caller's stdin is a terminal. Without one the shell reads
+/// the caller's own stdin and ends at its end: a PTY would keep the end of input from ever
+/// reaching it, and an interactive shell ignores the SIGTERM that must end it.
+fn shell_command(argv: Vec<String>) -> (Vec<String>, bool) {
+    use std::io::IsTerminal;
+    let tty = std::io::stdin().is_terminal();
+    if !argv.is_empty() {
+        return (argv, tty);
+    }
+    // bash when the base has it; `-l` would read the host's profile, so it is not used.
+    let shell = if tty {
+        "if command -v bash >/dev/null; then exec bash -i; else exec sh -i; fi"
+    } else {
+        "if command -v bash >/dev/null; then exec bash; else exec sh; fi"
+    };
+    (
+        vec!["/bin/sh".to_owned(), "-c".to_owned(), shell.to_owned()],
+        tty,
+    )
 }

@@ -13,7 +13,7 @@ use agentbox_sandbox::proto::{Network, WinSize};
 use std::os::unix::process::CommandExt;
 
 use crate::proto::{ProcKind, Reply, Request, Workdir};
-use agentbox_boxes::record::{self, BoxDirs, ENV_ALLOW};
+use agentbox_boxes::record::{self, BoxDirs};
 use agentbox_boxes::{BoxError, Result};
 
 /// A connection to one box's supervisor.
@@ -254,41 +254,7 @@ impl Client {
     }
 }
 
-/// The caller's environment variables that pass into a box, plus `extra` (`KEY=VALUE`).
-pub fn caller_env(extra: &[String]) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = std::env::vars()
-        .filter(|(k, _)| ENV_ALLOW.contains(&k.as_str()) || k.starts_with("LC_"))
-        // The host's HOME is hidden in the box; the box has its own.
-        .filter(|(k, _)| k != "HOME" && k != "USER" && k != "LOGNAME")
-        .collect();
-    for kv in extra {
-        if let Some((k, v)) = kv.split_once('=') {
-            env.push((k.to_owned(), v.to_owned()));
-        }
-    }
-    env
-}
-
-/// What `agentbox shell` runs, and whether on a terminal: `argv` (empty: the box's
-/// shell), on a PTY only when the caller's stdin is a terminal. Without one the shell reads
-/// the caller's own stdin and ends at its end: a PTY would keep the end of input from ever
-/// reaching it, and an interactive shell ignores the SIGTERM that must end it.
-pub fn shell_command(argv: Vec<String>) -> (Vec<String>, bool) {
-    let tty = std::io::stdin().is_terminal();
-    if !argv.is_empty() {
-        return (argv, tty);
-    }
-    // bash when the base has it; `-l` would read the host's profile, so it is not used.
-    let shell = if tty {
-        "if command -v bash >/dev/null; then exec bash -i; else exec sh -i; fi"
-    } else {
-        "if command -v bash >/dev/null; then exec bash; else exec sh; fi"
-    };
-    (
-        vec!["/bin/sh".to_owned(), "-c".to_owned(), shell.to_owned()],
-        tty,
-    )
-}
+pub use agentbox_boxes::record::caller_env;
 
 /// Run `argv` in the box in the foreground: a PTY when stdin is a terminal, otherwise the
 /// caller's own descriptors. Signals the CLI receives are forwarded to the command.
