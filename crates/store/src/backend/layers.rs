@@ -310,6 +310,28 @@ impl LayersBackend {
                 now.marks.insert(k, *mark);
             }
         }
+        // A changed file hard-linked to unchanged ones (the link was made before the last
+        // commit, then one name moved or changed): its other names are taken too, so the
+        // link lives inside this one layer. Left in an older layer, they would be separate
+        // files after a checkout while the working tree shows one inode.
+        let mut by_ino: std::collections::HashMap<u64, Vec<&PathBuf>> = Default::default();
+        for (rel, mark) in &marks {
+            if !mark.dir && !mark.whiteout && !rel.as_os_str().is_empty() {
+                by_ino.entry(mark.ino).or_default().push(rel);
+            }
+        }
+        let linked: Vec<PathBuf> = changed
+            .iter()
+            .filter_map(|rel| marks.get(rel).filter(|m| !m.dir && !m.whiteout))
+            .filter_map(|m| by_ino.get(&m.ino).filter(|names| names.len() > 1))
+            .flatten()
+            .filter(|rel| !changed.contains(**rel))
+            .map(|rel| (*rel).clone())
+            .collect();
+        for rel in linked {
+            hiding.insert(rel.clone());
+            changed.insert(rel);
+        }
         let mut removed: Vec<PathBuf> = Vec::new();
         let mut removed_set: BTreeSet<PathBuf> = BTreeSet::new();
         for k in prev.marks.keys() {
