@@ -1,0 +1,222 @@
+//! Crash safety: the process is killed (abort, like `kill -9`) at every named step of every
+//! multi-step operation; afterwards the store must open, reconcile, pass `fsck`, keep every
+//! acknowledged commit, and accept new work. Tier 2 (the layers backend mounts overlays).
+
+
+use std::path::Path;
+
+use crate::common::{stderr, write, Env};
+
+/// Set up an environment with two commits and return its directory.
+fn prepared(t: &Env) -> std::path::PathBuf {
+    let dir = t.path("crashy");
+    write(&dir.join("a"), "root");
+    t.ok(&["env", dir.to_str().expect("utf8")]);
+    write(&dir.join("a"), "one");
+    t.ok(&["commit", "crashy", "-m", "one"]);
+    write(&dir.join("a"), "two");
+    write(&dir.join("b"), "b");
+    t.ok(&["commit", "crashy", "-m", "two"]);
+    dir
+}
+
+/// Run `args` with failpoint `point` armed and require that it died there.
+fn crash(t: &Env, point: &str, args: &[&str]) {
+    let out = t.run_with(args, &[("AGENTBOX_FAILPOINT", point)]);
+    assert!(
+        out.status.code().is_none(),
+        "{point}: expected the process to die at the failpoint, got {:?}\n{}",
+        out.status,
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains(point), "{point}: {}", stderr(&out));
+}
+
+/// The store is consistent and usable, and the history has `expect_nodes` nodes.
+fn healthy(t: &Env, dir: &Path, point: &str, expect_nodes: usize) {
+    // fsck sees the store as the crash left it: whatever it finds must be repairable, and
+    // `prune` must remove it all.
+    let fsck = t.run(&["--json", "fsck"]);
+    if !fsck.status.success() {
+        assert_eq!(fsck.status.code(), Some(7), "{point}: {}", stderr(&fsck));
+        // The report, then the error (both JSON on stdout).
+        let report: serde_json::Value = serde_json::Deserializer::from_slice(&fsck.stdout)
+            .into_iter()
+            .next()
+            .expect("a report")
+            .expect("JSON");
+        let problems = report["problems"].as_array().expect("problems");
+        assert!(
+            problems.iter().all(|p| p["repairable"] == true),
+            "{point}: fsck after the crash: {report}"
+        );
+        t.ok(&["prune"]);
+    }
+    let fsck = t.run(&["--json", "fsck"]);
+    assert!(
+        fsck.status.success(),
+        "{point}: fsck after the crash and prune:\n{}\n{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        stderr(&fsck)
+    );
+    let log = t.json(&["log", "crashy"]);
+    let nodes = log["nodes"].as_array().expect("nodes").len();
+    assert_eq!(nodes, expect_nodes, "{point}: {log}");
+    // The working tree is usable and matches HEAD plus nothing surprising.
+    t.ok(&["mount", "crashy"]);
+    write(&dir.join("after"), point);
+    let after = t.json(&["commit", "crashy", "-m", "after the crash"]);
+    t.ok(&["checkout", "crashy", "HEAD~1"]);
+    assert!(!dir.join("after").exists(), "{point}");
+    t.ok(&["checkout", "crashy", after["id"].as_str().expect("id")]);
+    assert!(dir.join("after").exists(), "{point}");
+    let fsck = t.run(&["fsck"]);
+    assert!(fsck.status.success(), "{point}: {}", stderr(&fsck));
+}
+
+#[test]
+fn commit_survives_a_kill_at_every_step() {
+    if !agentbox_testkit::tier::require_root("commit_survives_a_kill_at_every_step") {
+        return;
+    }
+    for point in [
+        "commit:after-copy",
+        "commit:after-layer",
+        "commit:after-record",
+        "commit:after-node",
+        "commit:after-head",
+    ] {
+        let t = Env::new();
+        let dir = prepared(&t);
+        write(&dir.join("c"), "uncommitted");
+        crash(&t, point, &["commit", "crashy", "-m", "interrupted"]);
+        // Before the HEAD moved the commit never happened; after, it did.
+        let expect = if point == "commit:after-head" { 4 } else { 3 };
+        healthy(&t, &dir, point, expect);
+        // The uncommitted file was never lost: it is in the commit after the crash.
+        assert_eq!(
+            std::fs::read_to_string(dir.join("c")).expect(point),
+            "uncommitted",
+            "{point}"
+        );
+    }
+}
+
+#[test]
+fn checkout_survives_a_kill_at_every_step() {
+    if !agentbox_testkit::tier::require_root("checkout_survives_a_kill_at_every_step") {
+        return;
+    }
+    for point in ["checkout:after-unmount", "checkout:after-reset"] {
+        let t = Env::new();
+        let dir = prepared(&t);
+        crash(&t, point, &["checkout", "crashy", "HEAD~2"]);
+        // The next writer finishes the checkout: HEAD and the tree agree.
+        t.ok(&["mount", "crashy"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("a")).expect("a"),
+            "root",
+            "{point}"
+        );
+        let log = t.json(&["log", "crashy", "--ancestors"]);
+        assert_eq!(
+            log.as_array().map(Vec::len),
+            Some(1),
+            "{point}: HEAD is the root"
+        );
+        t.ok(&["checkout", "crashy", "HEAD"]);
+        healthy(&t, &dir, point, 3);
+    }
+}
+
+#[test]
+fn delete_gc_and_create_survive_a_kill() {
+    if !agentbox_testkit::tier::require_root("delete_gc_and_create_survive_a_kill") {
+        return;
+    }
+    for point in ["delete:after-tombstone", "delete:after-reparent"] {
+        let t = Env::new();
+        let dir = prepared(&t);
+        crash(&t, point, &["delete", "crashy", "HEAD~1"]);
+        // The tombstone is the commit point: the deletion completes on the next open.
+        healthy(&t, &dir, point, 2);
+        assert_eq!(std::fs::read_to_string(dir.join("a")).expect("a"), "two");
+    }
+    {
+        let point = "gc:after-record";
+        let t = Env::new();
+        let dir = prepared(&t);
+        t.ok(&["checkout", "crashy", "HEAD~2"]);
+        write(&dir.join("x"), "branch");
+        t.ok(&["commit", "crashy", "-m", "branch"]);
+        t.ok(&["delete", "crashy", "HEAD~1"]);
+        // Free the abandoned branch's layers: its nodes are deleted one by one.
+        let log = t.json(&["log", "crashy", "--leaves"]);
+        for leaf in log.as_array().expect("leaves") {
+            let id = leaf["id"].as_str().expect("id");
+            if leaf["message"] == "two" {
+                t.ok(&["delete", "crashy", id]);
+            }
+        }
+        crash(&t, point, &["gc"]);
+        // Left: "one" (its parent, the root, was deleted) and "branch".
+        healthy(&t, &dir, point, 2);
+    }
+    {
+        let point = "create:after-layer";
+        let t = Env::new();
+        let dir = prepared(&t);
+        let other = t.path("second");
+        write(&other.join("f"), "f");
+        crash(&t, point, &["env", other.to_str().expect("utf8")]);
+        let list = t.json(&["list"]);
+        assert_eq!(list.as_array().map(Vec::len), Some(1), "{point}: {list}");
+        healthy(&t, &dir, point, 3);
+        // The name is free again.
+        t.ok(&["env", other.to_str().expect("utf8")]);
+        let _ = std::process::Command::new("umount").arg(&other).status();
+    }
+}
+
+#[test]
+fn import_survives_a_kill() {
+    if !agentbox_testkit::tier::require_root("import_survives_a_kill") {
+        return;
+    }
+    for point in ["import:after-stage", "import:after-nodes"] {
+        let t = Env::new();
+        let dir = prepared(&t);
+        let bundle = t.path("crashy.bundle");
+        t.ok(&["export", "crashy", "-o", bundle.to_str().expect("utf8")]);
+        // Into a second home, so the nodes are new there.
+        let t2 = Env::new();
+        let target = t2.path("imported");
+        let out = t2.run_with(
+            &[
+                "import",
+                bundle.to_str().expect("utf8"),
+                "--dir",
+                target.to_str().expect("utf8"),
+            ],
+            &[("AGENTBOX_FAILPOINT", point)],
+        );
+        assert!(out.status.code().is_none(), "{point}: {}", stderr(&out));
+        let fsck = t2.run(&["fsck", "--repair"]);
+        assert!(fsck.status.success(), "{point}: {}", stderr(&fsck));
+        t2.ok(&["gc"]);
+        let fsck = t2.run(&["fsck"]);
+        assert!(fsck.status.success(), "{point}: {}", stderr(&fsck));
+        let list = t2.json(&["list"]);
+        assert_eq!(list.as_array().map(Vec::len), Some(0), "{point}");
+        // Importing again works and gives the whole history.
+        let rep = t2.json(&[
+            "import",
+            bundle.to_str().expect("utf8"),
+            "--dir",
+            target.to_str().expect("utf8"),
+        ]);
+        assert_eq!(rep["nodes"], 3, "{point}");
+        healthy(&t, &dir, point, 3);
+        let _ = std::process::Command::new("umount").arg(&target).status();
+    }
+}

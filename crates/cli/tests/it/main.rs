@@ -1,0 +1,18 @@
+//! The `agentbox` binary's integration tests, in one test binary (one link for all of
+//! them): each module is one area, run against the real binary with a temporary home.
+//! Tests that need root or user namespaces skip with a reason on a developer machine and
+//! fail under `CI=true` (see `agentbox_testkit::tier`).
+
+mod common;
+
+mod boxes;
+mod bugs;
+mod bundles;
+mod cli;
+mod config;
+mod crash;
+mod help;
+mod network;
+mod provider;
+mod registry;
+mod security;
