@@ -1,15 +1,14 @@
 //! Boxes end to end, with the real binary, real namespaces, overlays and processes (root).
 
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{as_nobody, code, git, kill_supervisors, stderr, supervisor_pid, write, Env};
 use agentbox_testkit::basefix::BaseFixture;
 use agentbox_testkit::tier::require_root;
-use crate::common::{as_nobody, code, git, kill_supervisors, stderr, supervisor_pid, write, Env};
 
 /// A temporary home whose box supervisors are killed when the test ends (which, through
 /// the parent-death signals, ends every box process too).

@@ -3,14 +3,13 @@
 //! look like ids, and a current directory a checkout replaced (the real binary; most need
 //! root).
 
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use agentbox_testkit::tier::require_root;
 use crate::common::{code, kill_supervisors, stderr, write, Env};
+use agentbox_testkit::tier::require_root;
 
 /// A temporary home whose box supervisors are killed when the test ends.
 struct Boxes {

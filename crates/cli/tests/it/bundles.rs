@@ -2,12 +2,11 @@
 //! and finding and removing what an interrupted operation left in the store. Every bundle
 //! is real: made by `agentbox export`, or crafted with the `tar` and `zstd` crates.
 
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use agentbox_testkit::tier::require_root;
 use crate::common::{code, stderr, write, Env};
+use agentbox_testkit::tier::require_root;
 
 /// A valid `security.capability` value (revision 2, effective, `cap_net_raw` permitted),
 /// the kind `setcap cap_net_raw+ep` writes; the kernel refuses malformed ones.

@@ -1,6 +1,5 @@
 //! The `agentbox` command end to end (tier 2: the layers backend mounts an overlay).
 
-
 use crate::common::{code, stderr, write, Env};
 
 #[test]

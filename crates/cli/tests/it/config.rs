@@ -1,12 +1,11 @@
 //! `agentbox config` end to end with the real binary (tier 0), and configuration reaching
 //! a new box (tier 2).
 
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use agentbox_boxes::config::KEYS;
 use crate::common::{code, stderr, write, Env};
+use agentbox_boxes::config::KEYS;
 
 /// A temporary home with a project directory (`proj`, a repository) and a plain one.
 struct T {

@@ -2,7 +2,6 @@
 //! multi-step operation; afterwards the store must open, reconcile, pass `fsck`, keep every
 //! acknowledged commit, and accept new work. Tier 2 (the layers backend mounts overlays).
 
-
 use std::path::Path;
 
 use crate::common::{stderr, write, Env};

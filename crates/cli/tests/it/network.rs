@@ -1,7 +1,6 @@
 //! `--network private` end to end: outbound access through pasta, the host's loopback and
 //! abstract sockets out of reach, published ports, and the errors when it cannot be had.
 
-
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::linux::net::SocketAddrExt;
@@ -9,8 +8,8 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agentbox_testkit::tier::require_root;
 use crate::common::{as_nobody, code, kill_supervisors, stderr, write, Env};
+use agentbox_testkit::tier::require_root;
 
 /// A temporary home whose box supervisors (and with them boxes and pastas) are killed when
 /// the test ends.

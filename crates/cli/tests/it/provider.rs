@@ -3,10 +3,10 @@
 //! provider (root: namespaces and mounts). A new provider runs the same [`suite`] with its
 //! own `Arc<dyn Provider>`.
 
-
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::{git, kill_supervisors, write, Env};
 use agentbox_boxes::create::{Quiet, Settings, Spec, Workspace};
 use agentbox_boxes::ops::{BoxState, Boxes};
 use agentbox_boxes::provider::{Command, OnBox, Provider};
@@ -14,7 +14,6 @@ use agentbox_core::Home;
 use agentbox_provider_local::proto::ProcKind;
 use agentbox_store::{CommitOpts, Store};
 use agentbox_testkit::tier::require_root;
-use crate::common::{git, kill_supervisors, write, Env};
 
 /// A box of the test's project, made through the façade.
 fn make_box(boxes: &Boxes, project: &Path, name: &str) -> agentbox_boxes::record::BoxRecord {

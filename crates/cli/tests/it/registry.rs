@@ -1,12 +1,11 @@
 //! The box registry end to end: numbers, ids, display names, the implicit box of a project,
 //! `list` per project, `rename`, `destroy --delete-branch` and `prune` (root: real boxes).
 
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use agentbox_testkit::tier::require_root;
 use crate::common::{code, git, kill9, kill_supervisors, stderr, write, Env};
+use agentbox_testkit::tier::require_root;
 
 /// A home whose box supervisors die with the test.
 struct Home {

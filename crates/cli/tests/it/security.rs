@@ -1,11 +1,10 @@
 //! The box as a security boundary: each test performs an attack from inside a box, as an
 //! agent with a shell would, asserts that it fails, and checks the host afterwards (root).
 
-
 use std::path::{Path, PathBuf};
 
-use agentbox_testkit::tier::require_root;
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
+use agentbox_testkit::tier::require_root;
 
 /// A temporary home whose box supervisors die with the test.
 struct Sec {
