@@ -248,16 +248,29 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
     };
     let outcome = ctx.boxes().exec(
         &rec.name,
-        Command {
-            argv,
-            env: agentbox_boxes::record::caller_env(&a.opts.vars),
-            workdir: ctx.workdir(&rec, a.opts.workdir),
-            kind: ProcKind::Exec,
-            capture: !a.no_capture,
-            tty,
-        },
+        box_command(ctx, &rec, argv, &a.opts, ProcKind::Exec, !a.no_capture, tty),
     )?;
     finish_exec(ctx, outcome)
+}
+
+/// A command for box `rec` with the caller's options (`--env`, `-w`).
+fn box_command(
+    ctx: &Ctx,
+    rec: &BoxRecord,
+    argv: Vec<String>,
+    opts: &crate::args::CommandOpts,
+    kind: ProcKind,
+    capture: bool,
+    tty: Option<bool>,
+) -> Command {
+    Command {
+        argv,
+        env: agentbox_boxes::record::caller_env(&opts.vars),
+        workdir: ctx.workdir(rec, opts.workdir.clone()),
+        kind,
+        capture,
+        tty,
+    }
 }
 
 pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
@@ -272,14 +285,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
         launches += 1;
         let outcome = ctx.boxes().exec(
             &rec.name,
-            Command {
-                argv: argv.clone(),
-                env: agentbox_boxes::record::caller_env(&a.opts.vars),
-                workdir: ctx.workdir(&rec, a.opts.workdir.clone()),
-                kind: ProcKind::Exec,
-                capture: true,
-                tty: None,
-            },
+            box_command(ctx, &rec, argv.clone(), &a.opts, ProcKind::Exec, true, None),
         )?;
         if a.supervise && outcome.killed_by_checkout {
             ctx.note(format!(
@@ -299,14 +305,7 @@ pub fn shell(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
     let (argv, tty) = shell_command(argv);
     let outcome = ctx.boxes().exec(
         &rec.name,
-        Command {
-            argv,
-            env: agentbox_boxes::record::caller_env(&a.opts.vars),
-            workdir: ctx.workdir(&rec, a.opts.workdir),
-            kind: ProcKind::Shell,
-            capture: true,
-            tty: Some(tty),
-        },
+        box_command(ctx, &rec, argv, &a.opts, ProcKind::Shell, true, Some(tty)),
     )?;
     finish_exec(ctx, outcome)
 }
@@ -321,14 +320,15 @@ pub fn spawn(ctx: &Ctx, a: BoxCommandArgs) -> CliResult {
     let name = rec.name.clone();
     let out = ctx.boxes().spawn(
         &name,
-        Command {
+        box_command(
+            ctx,
+            &rec,
             argv,
-            env: agentbox_boxes::record::caller_env(&a.opts.vars),
-            workdir: ctx.workdir(&rec, a.opts.workdir),
-            kind: ProcKind::Spawn,
-            capture: false,
-            tty: Some(false),
-        },
+            &a.opts,
+            ProcKind::Spawn,
+            false,
+            Some(false),
+        ),
     )?;
     let (id, pid) = (out.id, out.pid);
     ctx.out(&out, || {

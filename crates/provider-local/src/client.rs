@@ -316,31 +316,33 @@ pub fn exec(
         None => None,
     };
     loop {
-        match client.recv()? {
-            (
-                Reply::Exited {
-                    status,
-                    node,
-                    killed_by_checkout,
-                    capture_error,
-                    killed_because,
-                },
-                _,
-            ) => {
-                if let Some((_raw, drained)) = &relayed {
-                    // Let the last output through before the terminal is restored.
-                    let _ = drained.recv_timeout(Duration::from_millis(500));
-                }
-                return Ok(ExecOutcome {
-                    status,
-                    node,
-                    killed_by_checkout,
-                    capture_error,
-                    killed_because,
-                });
+        if let Some(outcome) = exited(client.recv()?.0) {
+            if let Some((_raw, drained)) = &relayed {
+                // Let the last output through before the terminal is restored.
+                let _ = drained.recv_timeout(Duration::from_millis(500));
             }
-            _ => continue,
+            return Ok(outcome);
         }
+    }
+}
+
+/// The outcome an `Exited` reply carries (`None`: another reply).
+fn exited(reply: Reply) -> Option<ExecOutcome> {
+    match reply {
+        Reply::Exited {
+            status,
+            node,
+            killed_by_checkout,
+            capture_error,
+            killed_because,
+        } => Some(ExecOutcome {
+            status,
+            node,
+            killed_by_checkout,
+            capture_error,
+            killed_because,
+        }),
+        _ => None,
     }
 }
 
@@ -366,31 +368,12 @@ pub fn exec_collect(
     };
     client.send(&req, &[null.as_fd(), out.as_fd(), out.as_fd()])?;
     loop {
-        if let (
-            Reply::Exited {
-                status,
-                node,
-                killed_by_checkout,
-                capture_error,
-                killed_because,
-            },
-            _,
-        ) = client.recv()?
-        {
+        if let Some(outcome) = exited(client.recv()?.0) {
             let mut text = String::new();
             use std::io::Seek;
             out.rewind()?;
             out.read_to_string(&mut text)?;
-            return Ok((
-                ExecOutcome {
-                    status,
-                    node,
-                    killed_by_checkout,
-                    capture_error,
-                    killed_because,
-                },
-                text,
-            ));
+            return Ok((outcome, text));
         }
     }
 }
