@@ -15,6 +15,7 @@ pub mod relay;
 pub mod remote;
 pub mod seeding;
 pub mod types;
+pub mod wire;
 
 use std::path::{Path, PathBuf};
 
@@ -64,7 +65,8 @@ pub enum BoxError {
     /// it does not exist, else 126).
     #[error("{message}")]
     Command { message: String, status: i32 },
-    /// An error the supervisor reported, with its exit-code class.
+    /// An error from the other side of a provider's socket that has no data of its own
+    /// to keep (see [`wire::WireError::Other`]), with its exit-code class.
     #[error("{message}")]
     Remote {
         message: String,

@@ -77,13 +77,10 @@ fn wait_for_socket(dirs: &BoxDirs, name: &str) -> Result<Option<Client>> {
     }
 }
 
-/// Why a supervisor could not start, as it reports it on its startup pipe.
+/// Why a supervisor could not start, as it reports it on its startup pipe (JSON).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct StartFailure {
-    pub message: String,
-    pub hint: Option<String>,
-    /// Exit-code class of the error.
-    pub code: i32,
+    pub error: agentbox_boxes::wire::WireError,
 }
 
 impl Client {
@@ -164,11 +161,7 @@ impl Client {
                 return Err(match startup.report() {
                     Some(report) => match serde_json::from_str::<StartFailure>(&report) {
                         // The supervisor's own error names the box.
-                        Ok(f) => BoxError::Remote {
-                            message: f.message,
-                            hint: f.hint,
-                            code: f.code,
-                        },
+                        Ok(f) => f.error.into(),
                         Err(_) => BoxError::SupervisorStart {
                             name: name.into(),
                             message: report,
@@ -233,18 +226,7 @@ impl Client {
 
     fn recv(&self) -> Result<(Reply, Vec<OwnedFd>)> {
         match ipc::recv::<Reply>(&self.sock) {
-            Ok((
-                Reply::Error {
-                    message,
-                    hint,
-                    code,
-                },
-                _,
-            )) => Err(BoxError::Remote {
-                message,
-                hint,
-                code,
-            }),
+            Ok((Reply::Error { error }, _)) => Err(error.into()),
             Ok(r) => Ok(r),
             Err(ipc::IpcError::Closed) => Err(BoxError::Supervisor(
                 "the supervisor closed the connection (the box was stopped?)".into(),

@@ -127,15 +127,8 @@ pub enum Reply {
     Dirty {
         repos: Vec<Option<Vec<String>>>,
     },
+    /// The request failed: the error's kind and data (see [`agentbox_boxes::wire`]).
     Error {
-        message: String,
-        hint: Option<String>,
-        /// Exit-code class of the error (see `BoxError::exit_code`).
-        #[serde(default = "one")]
-        code: i32,
+        error: agentbox_boxes::wire::WireError,
     },
-}
-
-fn one() -> i32 {
-    1
 }

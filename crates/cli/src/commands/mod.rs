@@ -164,20 +164,15 @@ pub fn run(cli: Cli) -> CliResult {
             let relay = std::sync::Arc::new(crate::relay::CliRelay {
                 home: ctx.home.clone(),
             });
-            let result = agentbox_provider_local::supervisor::run(ctx.home, &name, relay)
-                .map_err(CliError::from);
+            let result = agentbox_provider_local::supervisor::run(ctx.home, &name, relay);
             if let (Err(e), Some(mut pipe)) = (&result, startup) {
                 // Why it could not start, for the command that started it.
-                let failure = agentbox_provider_local::client::StartFailure {
-                    message: e.message.clone(),
-                    hint: e.hint.clone(),
-                    code: e.code,
-                };
+                let failure = agentbox_provider_local::client::StartFailure { error: e.into() };
                 if let Ok(text) = serde_json::to_string(&failure) {
                     agentbox_sandbox::startup::report(&mut pipe, &text);
                 }
             }
-            result
+            Ok(result?)
         }
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
     }

@@ -49,12 +49,14 @@ pub(super) fn accept_loop(shared: Arc<Shared>, listener: OwnedFd, inbox: bool) {
                     reply(
                         &conn,
                         &Reply::Error {
-                            message: format!(
-                                "box {:?}: too many connections to its supervisor (at most {limit} at once)",
-                                shared.name
-                            ),
-                            hint: Some("close idle connections and try again".into()),
-                            code: agentbox_core::exit::ExitCode::Failure.into(),
+                            error: agentbox_boxes::wire::WireError::Other {
+                                message: format!(
+                                    "box {:?}: too many connections to its supervisor (at most {limit} at once)",
+                                    shared.name
+                                ),
+                                hint: Some("close idle connections and try again".into()),
+                                code: agentbox_core::exit::ExitCode::Failure.into(),
+                            },
                         },
                         &[],
                     );
@@ -81,11 +83,7 @@ pub(super) fn reply(conn: &OwnedFd, r: &Reply, fds: &[BorrowedFd<'_>]) {
 }
 
 pub(super) fn error_reply(e: &BoxError) -> Reply {
-    Reply::Error {
-        message: e.to_string(),
-        hint: e.hint(),
-        code: e.exit_code(),
-    }
+    Reply::Error { error: e.into() }
 }
 
 pub(super) fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
