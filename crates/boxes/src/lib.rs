@@ -3,6 +3,8 @@
 pub use agentbox_sandbox::cgroup;
 pub mod config;
 pub mod create;
+pub mod directories;
+pub mod history;
 pub mod hostdata;
 pub mod ignore;
 pub mod images;
@@ -24,6 +26,18 @@ use std::path::{Path, PathBuf};
 pub enum BoxError {
     #[error("no box named {name:?}")]
     NoSuchBox { name: String },
+    /// A name taken from a directory's name that cannot name an environment.
+    #[error("invalid name {name:?}: {reason}")]
+    NameFromDir { name: String, reason: String },
+    /// A directory with no last component to name it after (`/`).
+    #[error("{} has no name", dir.display())]
+    NoDirName { dir: PathBuf },
+    /// A store exists where a new one would go.
+    #[error("a store already exists at {}", dir.display())]
+    StoreExists { dir: PathBuf },
+    /// Nothing was made in this agentbox home yet.
+    #[error("no agentbox store at {}", dir.display())]
+    NoStore { dir: PathBuf },
     #[error("{reference:?} could mean more than one box: {}", candidates.join("; "))]
     Ambiguous {
         reference: String,
@@ -166,17 +180,20 @@ impl BoxError {
         }
     }
 
-    /// The stable exit-code class (see the CLI's table).
-    /// The exit-code class of the error (see [`agentbox_core::exit::ExitCode`]).
+    /// The stable exit-code class of the error (see [`agentbox_core::exit::ExitCode`]).
     pub fn exit_code(&self) -> i32 {
         use agentbox_core::exit::ExitCode;
         match self {
             BoxError::Store(e) => e.exit_code(),
+            BoxError::Git(e) | BoxError::Seed(e) => e.exit_code(),
             BoxError::Core(agentbox_core::Error::Locked { .. }) => ExitCode::Locked.into(),
             BoxError::NoSuchBox { .. }
+            | BoxError::NoStore { .. }
             | BoxError::NotRunning { .. }
             | BoxError::NoSuchProcess { .. }
             | BoxError::NoSuchImage { .. } => ExitCode::NotFound.into(),
+            BoxError::StoreExists { .. } => ExitCode::Refused.into(),
+            BoxError::NameFromDir { .. } | BoxError::NoDirName { .. } => ExitCode::Usage.into(),
             BoxError::Ambiguous { .. }
             | BoxError::WhichBox { .. }
             | BoxError::BadDisplayName { .. } => ExitCode::Usage.into(),
@@ -206,6 +223,12 @@ impl BoxError {
     pub fn hint(&self) -> Option<String> {
         match self {
             BoxError::NoSuchBox { .. } => Some("`agentbox list` shows the boxes".into()),
+            BoxError::NameFromDir { .. } => {
+                Some("the name comes from the directory; choose one with --name NAME".into())
+            }
+            BoxError::NoDirName { .. } => Some("pass --name NAME".into()),
+            BoxError::StoreExists { .. } => Some("setup makes a new btrfs store; use another --home (AGENTBOX_HOME) or remove the existing store".into()),
+            BoxError::NoStore { .. } => Some("create a box first: `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory: `agentbox env DIR`)".into()),
             BoxError::NoSuchImage { .. } => Some("`agentbox image list` shows the images".into()),
             BoxError::ImageExists { name } => {
                 Some(format!("`agentbox image rm {name}` first, or choose another name"))
@@ -258,6 +281,7 @@ impl BoxError {
             }
             BoxError::Store(e) => e.hint().map(str::to_owned),
             BoxError::BadSetting { .. } => Some("see `agentbox create --help`".into()),
+            BoxError::NeedsRoot { .. } => Some("run it with sudo".into()),
             BoxError::PublishNeedsPrivate => {
                 Some("add --network private (config box.network = private)".into())
             }
@@ -268,9 +292,13 @@ impl BoxError {
             BoxError::BadWorkspace { .. } => {
                 Some("--from takes the directory to copy into /workspace".into())
             }
-            BoxError::Seed(_) => {
-                Some("`agentbox create --no-git` copies the directory as it is".into())
+            BoxError::Git(e) => e.hint(),
+            BoxError::Core(agentbox_core::Error::Locked { .. }) => {
+                Some("wait for that process to finish, or stop it".into())
             }
+            BoxError::Seed(e) => e.hint().or_else(|| {
+                Some("`agentbox create --no-git` copies the directory as it is".into())
+            }),
             BoxError::Config(e) => e.hint(),
             BoxError::Network(e) => e.hint(),
             BoxError::BoxRepo { name, repo, .. } => Some(format!(

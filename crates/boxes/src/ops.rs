@@ -18,10 +18,14 @@ use crate::record::{self, BoxDirs, BoxRecord};
 use crate::types::{ProcInfo, SyncedRepo};
 use crate::{BoxError, Result};
 
-/// The boxes of one agentbox home, run by one provider.
+/// The boxes (and versioned directories) of one agentbox home, run by one provider.
+///
+/// The store is opened on first use and kept for the façade's life (one command), so every
+/// operation of a command sees the same reconciled store.
 pub struct Boxes {
     home: Home,
     provider: Arc<dyn Provider>,
+    store: std::sync::OnceLock<Store>,
 }
 
 /// A checkout's result.
@@ -93,7 +97,46 @@ pub struct BoxStatus {
 
 impl Boxes {
     pub fn new(home: Home, provider: Arc<dyn Provider>) -> Boxes {
-        Boxes { home, provider }
+        Boxes {
+            home,
+            provider,
+            store: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The home's store, opened (and reconciled) on first use; [`BoxError::NoStore`] when
+    /// nothing was made in this home yet.
+    pub fn store(&self) -> Result<&Store> {
+        if let Some(s) = self.store.get() {
+            return Ok(s);
+        }
+        let dir = self.existing_store_dir()?;
+        let opened = Store::open(&dir)?;
+        Ok(self.store.get_or_init(|| opened))
+    }
+
+    /// The home's store, made (with `backend`, else the filesystem's best) when there is none.
+    pub fn store_or_init(&self, backend: Option<agentbox_store::BackendKind>) -> Result<&Store> {
+        if let Some(s) = self.store.get() {
+            return Ok(s);
+        }
+        let opened = Store::open_or_init(&self.home.store_dir(), backend)?;
+        Ok(self.store.get_or_init(|| opened))
+    }
+
+    /// The store as a crash left it, not reconciled (for `fsck` and `prune`, which report
+    /// and remove half-made data themselves). Not kept: reconciling is what it must not do.
+    pub fn store_unreconciled(&self) -> Result<Store> {
+        Ok(Store::open_unreconciled(&self.existing_store_dir()?)?)
+    }
+
+    fn existing_store_dir(&self) -> Result<std::path::PathBuf> {
+        let dir = self.home.store_dir();
+        if dir.join("store.json").exists() {
+            Ok(dir)
+        } else {
+            Err(BoxError::NoStore { dir })
+        }
     }
 
     pub fn home(&self) -> &Home {
@@ -116,7 +159,8 @@ impl Boxes {
 
     /// Commit environment `env` of `store`: a running box through its provider (which
     /// serialises it with auto-capture), anything else in the store.
-    pub fn commit(&self, store: &Store, env: &str, opts: CommitOpts) -> Result<Node> {
+    pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
+        let store = self.store()?;
         if self.is_box(env) {
             if let OnBox::Running(id) =
                 self.provider
@@ -133,13 +177,8 @@ impl Boxes {
 
     /// Check out `reference` in `env`: a running box through its provider (which kills its
     /// processes unless `keep_processes`), anything else in the store.
-    pub fn checkout(
-        &self,
-        store: &Store,
-        env: &str,
-        reference: &str,
-        keep_processes: bool,
-    ) -> Result<CheckedOut> {
+    pub fn checkout(&self, env: &str, reference: &str, keep_processes: bool) -> Result<CheckedOut> {
+        let store = self.store()?;
         if self.is_box(env) {
             if let OnBox::Running(done) = self.provider.checkout(env, reference, keep_processes)? {
                 return Ok(CheckedOut {
@@ -227,11 +266,11 @@ impl Boxes {
     /// `progress` (and retried by `prune`).
     pub fn destroy(
         &self,
-        store: &Store,
         name: &str,
         delete_branch: bool,
         progress: &dyn Progress,
     ) -> Result<Vec<String>> {
+        let store = self.store()?;
         let mut deleted = Vec::new();
         let mut unpinned = true;
         self.provider.stop(name)?;
@@ -275,7 +314,8 @@ impl Boxes {
 
     /// Box `name`'s status: its record, state, branches (ahead/behind the host's checked-out
     /// branch, uncommitted paths read inside the running box), limits and health.
-    pub fn status(&self, store: &Store, name: &str) -> Result<BoxStatus> {
+    pub fn status(&self, name: &str) -> Result<BoxStatus> {
+        let store = self.store()?;
         let rec = record::read(&self.home, name)?;
         let health = self.provider.health(name)?.running();
         let state = if health.is_some() {

@@ -140,4 +140,12 @@ pub trait Provider: Send + Sync {
     /// collecting its output; with `capture`, a change it makes becomes a node.
     fn collect(&self, name: &str, argv: Vec<String>, cwd: &str, capture: bool)
         -> Result<Collected>;
+    /// Find what boxes of this provider left behind (older than `grace`) and, unless
+    /// `dry_run`, remove it; each one with what became of it.
+    fn prune(
+        &self,
+        store: &agentbox_store::Store,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Vec<crate::types::BoxLeftover>>;
 }

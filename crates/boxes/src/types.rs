@@ -206,3 +206,41 @@ pub struct ExecOutcome {
 
 /// How often auto-capture's backstop scan runs, whatever the watcher does.
 pub const BACKSTOP: Duration = Duration::from_secs(10);
+
+/// One thing boxes left behind, as `prune` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BoxLeftover {
+    /// `record`, `environment`, `supervisor`, `pin`, `view`, `cgroup`.
+    pub kind: String,
+    /// What it is, for people.
+    pub what: String,
+    /// The path (or ref) removed.
+    pub target: String,
+    pub outcome: PruneOutcome,
+}
+
+/// What `prune` did with a leftover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PruneOutcome {
+    Removed,
+    WouldRemove,
+    /// It could not be removed: why.
+    Kept(String),
+}
+
+impl std::fmt::Display for PruneOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PruneOutcome::Removed => f.write_str("removed"),
+            PruneOutcome::WouldRemove => f.write_str("would remove"),
+            PruneOutcome::Kept(why) => write!(f, "kept: {why}"),
+        }
+    }
+}
+
+/// As text (`removed`, `would remove`, `kept: <why>`), which is what `--json` has always shown.
+impl Serialize for PruneOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}

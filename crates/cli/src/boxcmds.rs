@@ -8,7 +8,6 @@ use agentbox_boxes::provider::Command;
 use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
 use agentbox_boxes::remote::RemoteResult;
 use agentbox_boxes::types::ProcKind;
-use agentbox_store::Store;
 use serde::Serialize;
 
 use crate::args::{
@@ -18,17 +17,6 @@ use crate::commands::Ctx;
 use crate::errors::CliError;
 use crate::render;
 use crate::CliResult;
-
-fn need_root(operation: &str) -> CliResult {
-    if !rustix::process::geteuid().is_root() {
-        return Err(CliError::new(
-            crate::errors::ExitCode::NeedsRoot,
-            format!("{operation} needs root in this version"),
-            Some("boxes mount overlay filesystems and create namespaces; run it with sudo".into()),
-        ));
-    }
-    Ok(())
-}
 
 #[derive(Serialize)]
 struct Created<'a> {
@@ -594,14 +582,9 @@ pub fn rename(ctx: &Ctx, args: &[String]) -> CliResult {
 }
 
 pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
-    use agentbox_boxes::images;
     match cmd {
         ImageCmd::Import { name, source } => {
-            need_root("importing an image")?;
-            let store = Store::open_or_init(&ctx.home.store_dir(), None)?;
-            let img = ctx.busy("unpacking the image", || {
-                images::import(&ctx.home, &store, &name, &source)
-            })?;
+            let img = ctx.boxes().import_image(&name, &source, ctx)?;
             ctx.out(&img, || {
                 format!(
                     "imported image {name:?}\nUse it: agentbox create --image {name} (inside a project, or with -C DIR)\n"
@@ -609,7 +592,7 @@ pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
             })
         }
         ImageCmd::List => {
-            let list = images::list(&ctx.home)?;
+            let list = ctx.boxes().images()?;
             ctx.out(&list, || {
                 let mut s = format!("{:<20} {:<20} SOURCE\n", "NAME", "IMPORTED");
                 for i in &list {
@@ -624,8 +607,7 @@ pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
             })
         }
         ImageCmd::Rm { name } => {
-            let store = ctx.store()?;
-            images::remove(&ctx.home, &store, &name)?;
+            ctx.boxes().remove_image(&name)?;
             ctx.out(&serde_json::json!({ "removed": name }), || {
                 format!("removed image {name:?}\n")
             })

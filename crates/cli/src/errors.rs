@@ -69,65 +69,13 @@ impl From<std::io::Error> for CliError {
     }
 }
 
-impl From<agentbox_git::GitError> for CliError {
-    fn from(e: agentbox_git::GitError) -> CliError {
-        use agentbox_git::GitError as G;
-        let (code, hint) = match &e {
-            G::Store(_) | G::Io(_) | G::Spawn(_) => (ExitCode::Failure, None),
-            G::NoCommits { .. } => (ExitCode::Refused, None),
-            G::NoRemote { repo, remote } => (
-                ExitCode::NotFound,
-                Some(format!(
-                    "add it on the host (`git -C {} remote add {remote} URL`) or name another with --remote",
-                    repo.display()
-                )),
-            ),
-            G::BadBranch { .. } => (
-                ExitCode::Refused,
-                Some("choose a box name git accepts in a branch name".to_owned()),
-            ),
-            G::NoSuchRef { repo, .. } => (
-                ExitCode::NotFound,
-                Some(format!("`git -C {} branch -a` lists its branches", repo.display())),
-            ),
-            G::Push { .. } => (
-                ExitCode::Failure,
-                Some("a rejected push that is not a fast-forward can be forced with --force".to_owned()),
-            ),
-            G::Fetch { remote, .. } => (
-                ExitCode::Failure,
-                Some(format!("check that {remote} has that branch, or name one with --branch")),
-            ),
-            G::Command { .. } => (ExitCode::Failure, None),
-        };
-        match e {
-            G::Store(s) => s.into(),
-            other => CliError::new(code, other.to_string(), hint),
-        }
-    }
-}
-
 impl From<agentbox_boxes::BoxError> for CliError {
+    /// The domain decides code and hint (see `BoxError::exit_code` and `BoxError::hint`).
     fn from(e: agentbox_boxes::BoxError) -> CliError {
-        use agentbox_boxes::BoxError as B;
-        match e {
-            B::Store(s) => s.into(),
-            B::Core(c) => c.into(),
-            B::Git(g) => g.into(),
-            B::Seed(g) => {
-                let mut err = CliError::from(g);
-                if err.hint.is_none() {
-                    err.hint =
-                        Some("`agentbox create --no-git` copies the directory as it is".into());
-                }
-                err
-            }
-            B::Config(c) => (*c).into(),
-            other => CliError {
-                code: other.exit_code(),
-                hint: other.hint(),
-                message: other.to_string(),
-            },
+        CliError {
+            code: e.exit_code(),
+            hint: e.hint(),
+            message: e.to_string(),
         }
     }
 }

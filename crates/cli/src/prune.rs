@@ -1,6 +1,6 @@
-//! `agentbox prune`: remove what boxes left behind (see `agentbox_provider_local::prune`).
+//! `agentbox prune`: remove what boxes left behind (the library does the work, see
+//! `agentbox_boxes::directories`; this prints it).
 
-use agentbox_provider_local::prune::{self, Leftover};
 use serde::Serialize;
 
 use crate::commands::Ctx;
@@ -19,40 +19,22 @@ struct Pruned {
     outcome: String,
 }
 
-impl Pruned {
-    fn of_box(l: &Leftover, outcome: String) -> Pruned {
-        Pruned {
-            kind: l.kind.to_owned(),
+pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
+    let found = ctx
+        .boxes()
+        .prune(std::time::Duration::from_secs(min_age), dry_run)?;
+    let mut rows: Vec<Pruned> = found
+        .boxes
+        .iter()
+        .map(|l| Pruned {
+            kind: l.kind.clone(),
             what: l.what.clone(),
             target: l.target.clone(),
             bytes: None,
-            outcome,
-        }
-    }
-}
-
-pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
-    // Not reconciled on open: half-made store data is reported (and removed) below.
-    let store = ctx.store_unreconciled()?;
-    let found = prune::find(&ctx.home, &store, std::time::Duration::from_secs(min_age))?;
-    let mut rows: Vec<Pruned> = found
-        .iter()
-        .map(|l| {
-            Pruned::of_box(
-                l,
-                if dry_run {
-                    "would remove".to_owned()
-                } else {
-                    match prune::remove(&ctx.home, &store, l) {
-                        Ok(()) => "removed".to_owned(),
-                        Err(e) => format!("kept: {e}"),
-                    }
-                },
-            )
+            outcome: l.outcome.to_string(),
         })
         .collect();
-    // After the boxes: removing a half-created box may leave its environment's data.
-    let store_report = store.prune_leftovers(dry_run)?;
+    let store_report = &found.store;
     if let Some(holder) = &store_report.busy {
         ctx.note(format!(
             "store data was not checked: {holder} (half-made data of a running operation is never removed; run prune again when it is idle)"

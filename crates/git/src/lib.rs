@@ -56,6 +56,51 @@ pub enum GitError {
     Io(#[from] std::io::Error),
 }
 
+impl GitError {
+    /// The exit-code class of the error (see [`agentbox_core::exit::ExitCode`]).
+    pub fn exit_code(&self) -> i32 {
+        use agentbox_core::exit::ExitCode;
+        match self {
+            GitError::Store(s) => s.exit_code(),
+            GitError::NoCommits { .. } | GitError::BadBranch { .. } => ExitCode::Refused.into(),
+            GitError::NoRemote { .. } | GitError::NoSuchRef { .. } => ExitCode::NotFound.into(),
+            GitError::Io(_)
+            | GitError::Spawn(_)
+            | GitError::Push { .. }
+            | GitError::Fetch { .. }
+            | GitError::Command { .. } => ExitCode::Failure.into(),
+        }
+    }
+
+    /// What the user can do about it.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            GitError::Store(s) => s.hint().map(str::to_owned),
+            GitError::NoRemote { repo, remote } => Some(format!(
+                "add it on the host (`git -C {} remote add {remote} URL`) or name another with --remote",
+                repo.display()
+            )),
+            GitError::BadBranch { .. } => {
+                Some("choose a box name git accepts in a branch name".to_owned())
+            }
+            GitError::NoSuchRef { repo, .. } => Some(format!(
+                "`git -C {} branch -a` lists its branches",
+                repo.display()
+            )),
+            GitError::Push { .. } => Some(
+                "a rejected push that is not a fast-forward can be forced with --force".to_owned(),
+            ),
+            GitError::Fetch { remote, .. } => Some(format!(
+                "check that {remote} has that branch, or name one with --branch"
+            )),
+            GitError::Io(_)
+            | GitError::Spawn(_)
+            | GitError::NoCommits { .. }
+            | GitError::Command { .. } => None,
+        }
+    }
+}
+
 pub type Result<T, E = GitError> = std::result::Result<T, E>;
 
 /// Run `git ARGS` in `dir`; its stdout, trimmed.

@@ -99,6 +99,31 @@ impl Provider for LocalProvider {
         crate::supervisor::remove_cgroup(&self.home, name);
     }
 
+    fn prune(
+        &self,
+        store: &agentbox_store::Store,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Vec<agentbox_boxes::types::BoxLeftover>> {
+        use agentbox_boxes::types::{BoxLeftover, PruneOutcome};
+        Ok(crate::prune::find(&self.home, store, grace)?
+            .iter()
+            .map(|l| BoxLeftover {
+                kind: l.kind.to_owned(),
+                what: l.what.clone(),
+                target: l.target.clone(),
+                outcome: if dry_run {
+                    PruneOutcome::WouldRemove
+                } else {
+                    match crate::prune::remove(&self.home, store, l) {
+                        Ok(()) => PruneOutcome::Removed,
+                        Err(e) => PruneOutcome::Kept(e.to_string()),
+                    }
+                },
+            })
+            .collect())
+    }
+
     fn commit(
         &self,
         name: &str,

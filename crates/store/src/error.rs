@@ -145,8 +145,8 @@ impl Error {
 
     /// The stable exit-code class of the error (the CLI's table): 3 not found, 4 refused or
     /// conflicting, 5 locked, 6 needs root, 7 inconsistent store, 8 bad bundle (also one over the size limit),
-    /// 1 other (a full disk among them: it is not the input's fault).
-    /// The exit-code class of the error (see [`agentbox_core::exit::ExitCode`]).
+    /// 1 other (a full disk among them: it is not the input's fault). See
+    /// [`agentbox_core::exit::ExitCode`].
     pub fn exit_code(&self) -> i32 {
         use agentbox_core::exit::ExitCode;
         match self {

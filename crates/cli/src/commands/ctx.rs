@@ -77,34 +77,6 @@ impl Ctx {
         &self.boxes
     }
 
-    pub(super) fn store_dir(&self) -> PathBuf {
-        self.home.store_dir()
-    }
-
-    /// Open the existing store.
-    pub(crate) fn store(&self) -> CliResult<Store> {
-        let dir = self.existing_store_dir()?;
-        Ok(Store::open(&dir)?)
-    }
-
-    /// Open the existing store as a crash left it (for `fsck` and `prune`, which report
-    /// and remove half-made data themselves).
-    pub(crate) fn store_unreconciled(&self) -> CliResult<Store> {
-        let dir = self.existing_store_dir()?;
-        Ok(Store::open_unreconciled(&dir)?)
-    }
-
-    pub(super) fn existing_store_dir(&self) -> CliResult<PathBuf> {
-        let dir = self.store_dir();
-        if !dir.join("store.json").exists() {
-            return Err(CliError::new(crate::errors::ExitCode::NotFound,
-                format!("no agentbox store at {}", dir.display()),
-                Some("create a box first: `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory: `agentbox env DIR`)".into()),
-            ));
-        }
-        Ok(dir)
-    }
-
     /// Print `value` as JSON, or `human` as text, on stdout.
     pub(crate) fn out<T: Serialize>(&self, value: &T, human: impl FnOnce() -> String) -> CliResult {
         let text = if self.json {
@@ -156,20 +128,19 @@ impl Ctx {
     /// the current project's only box, else the only environment.
     pub(super) fn env_and_args(
         &self,
-        store: &Store,
         args: &[String],
         min_rest: usize,
         max_rest: usize,
     ) -> CliResult<(String, Vec<String>)> {
         let (env, rest) = if let Some(e) = &self.env {
-            let e = self.env_name(store, e)?;
+            let e = self.env_name(e)?;
             // Naming the same environment again as the first argument is harmless.
             if args.len() > min_rest && args.first() == Some(&e) {
                 (e, args[1..].to_vec())
             } else {
                 (e, args.to_vec())
             }
-        } else if args.len() > min_rest && store.env(&args[0]).is_ok() {
+        } else if args.len() > min_rest && self.boxes.env(&args[0]).is_ok() {
             (args[0].clone(), args[1..].to_vec())
         } else if let Some(rec) = (args.len() > min_rest)
             .then(|| self.find_box(&args[0]))
@@ -184,9 +155,9 @@ impl Ctx {
             }
             .into());
         } else {
-            (self.implicit_env(store)?, args.to_vec())
+            (self.implicit_env()?, args.to_vec())
         };
-        store.env(&env)?;
+        self.boxes.env(&env)?;
         if rest.len() < min_rest || rest.len() > max_rest {
             return Err(CliError::usage(
                 format!(
@@ -208,23 +179,23 @@ impl Ctx {
 
     /// An environment's name from `-b NAME`: an environment's own name, else a box
     /// reference (id, number, display name…).
-    pub(super) fn env_name(&self, store: &Store, reference: &str) -> CliResult<String> {
-        if store.env(reference).is_ok() {
+    pub(super) fn env_name(&self, reference: &str) -> CliResult<String> {
+        if self.boxes.env(reference).is_ok() {
             return Ok(reference.to_owned());
         }
         Ok(self.resolve_box(Some(reference))?.name)
     }
 
-    pub(super) fn implicit_env(&self, store: &Store) -> CliResult<String> {
+    pub(super) fn implicit_env(&self) -> CliResult<String> {
         if let Ok(cwd) = std::env::current_dir() {
-            if let Some(e) = store.env_for_path(&cwd)? {
+            if let Some(e) = self.boxes.env_for_path(&cwd)? {
                 return Ok(e.name);
             }
         }
         if let Some(rec) = self.implicit_box()? {
             return Ok(rec.name);
         }
-        let envs = store.envs()?;
+        let envs = self.boxes.envs()?;
         match envs.len() {
             1 => Ok(envs[0].name.clone()),
             0 => Err(CliError::new(crate::errors::ExitCode::NotFound,

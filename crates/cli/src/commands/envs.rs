@@ -11,29 +11,12 @@ pub(super) fn parse_backend(s: Option<&str>) -> CliResult<Option<BackendKind>> {
     .transpose()
 }
 
-pub(super) fn dir_name(dir: &Path) -> CliResult<String> {
-    let abs = std::path::absolute(dir)?;
-    abs.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| {
-            CliError::usage(format!("{} has no name", dir.display()), "pass --name NAME")
-        })
-}
-
 pub(super) fn setup(ctx: &Ctx, a: crate::args::SetupArgs) -> CliResult {
     let size = parse_size(&a.btrfs)?;
     let image = a
         .image
         .unwrap_or_else(|| PathBuf::from("/var/lib/agentbox/btrfs.img"));
-    let mountpoint = ctx.store_dir();
-    if mountpoint.join("store.json").exists() {
-        return Err(CliError::new(crate::errors::ExitCode::Refused,
-            format!("a store already exists at {}", mountpoint.display()),
-            Some("setup makes a new btrfs store; use another --home (AGENTBOX_HOME) or remove the existing store".into()),
-        ));
-    }
-    let report = agentbox_store::setup::setup_loop_btrfs(&image, size, &mountpoint)?;
-    Store::init(&mountpoint, Some(BackendKind::Btrfs))?;
+    let report = ctx.boxes().setup_btrfs(&image, size)?;
     ctx.out(&report, || {
         let mut s = format!(
             "Created a {} btrfs filesystem in {} and mounted it at {}.\nThe agentbox store lives there now: snapshots are btrfs subvolumes (O(1)).\n\nWhat was done:\n",
@@ -84,68 +67,19 @@ pub(super) fn parse_size(s: &str) -> CliResult<u64> {
         .ok_or_else(|| CliError::usage(format!("size {s:?} is too large"), "use e.g. 20G"))
 }
 
-#[derive(Serialize)]
-pub(super) struct EnvCreated<'a> {
-    env: &'a agentbox_store::EnvState,
-    backend: BackendKind,
-    store: PathBuf,
-}
-
 pub(super) fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
-    let name = match &a.name {
-        Some(n) => n.clone(),
-        None => agentbox_store::names::from_dir_name(&dir_name(&a.dir)?),
-    };
-    let store = Store::open_or_init(&ctx.store_dir(), parse_backend(a.backend.as_deref())?)?;
-    store.check_new_env_name(&name).map_err(|e| {
-        let mut e = CliError::from(e);
-        if a.name.is_none() {
-            e.hint = Some("the name comes from the directory; choose one with --name NAME".into());
-        }
-        e
-    })?;
-    let dir = std::path::absolute(&a.dir)?;
-    // Held until the environment exists: see `Store::hold`.
-    let _staging = store.hold("create an environment")?;
-    let (source, message) = match &a.from {
-        None if dir.exists() => (
-            Source::Dir(dir.clone()),
-            a.message
-                .clone()
-                .unwrap_or_else(|| format!("content of {}", dir.display())),
-        ),
-        None => (
-            Source::Empty,
-            a.message.clone().unwrap_or_else(|| "empty".into()),
-        ),
-        Some(src) => {
-            let p = Path::new(src);
-            let msg = a.message.clone().unwrap_or_else(|| format!("from {src}"));
-            if p.is_dir() {
-                (Source::Dir(p.to_owned()), msg)
-            } else {
-                let staged = ctx.busy("fetching and unpacking the rootfs", || {
-                    agentbox_store::transfer::stage_rootfs(&store, src)
-                })?;
-                (Source::Staged(staged), msg)
-            }
-        }
-    };
-    ctx.note(format!(
-        "Creating environment {name:?} at {} ({} backend)…",
-        dir.display(),
-        store.config().backend
-    ));
-    let state = ctx.busy("copying the tree into the first node", || {
-        store.create_env(&name, Some(&dir), source, &message)
-    })?;
-    ctx.out(
-        &EnvCreated {
-            env: &state,
-            backend: store.config().backend,
-            store: store.root().to_owned(),
+    let made = ctx.boxes().version_dir(
+        &agentbox_boxes::directories::VersionDir {
+            dir: a.dir.clone(),
+            name: a.name.clone(),
+            from: a.from.clone(),
+            message: a.message.clone(),
+            backend: parse_backend(a.backend.as_deref())?,
         },
-        || {
+        ctx,
+    )?;
+    let state = &made.env;
+    ctx.out(&made, || {
             format!(
                 "{} is now versioned as environment {:?} (node {}).\nEdit it with any tool, then: agentbox commit {} -m \"what changed\"\n",
                 render::place(&state.mountpoint),
@@ -153,92 +87,16 @@ pub(super) fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
                 render::short(&state.head),
                 state.name
             )
-        },
-    )
-}
-
-/// One row of `list`: an environment, and whether it is a box or a versioned directory.
-#[derive(Serialize)]
-pub(super) struct Listed {
-    #[serde(flatten)]
-    env: agentbox_store::EnvState,
-    /// "box" or "directory".
-    kind: &'static str,
-    /// Boxes: "running" or "stopped"; directories: "mounted" or "unmounted".
-    state: &'static str,
-    /// Boxes: the directory the workspace was copied from.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    source: Option<PathBuf>,
-    /// Boxes: the box's record (id, number, display name, project, branches…).
-    #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
-    record: Option<BoxRecord>,
+    })
 }
 
 /// `list`: the current project's boxes (all boxes outside a project, or with `--all`), and
 /// versioned directories unless the list is limited to a project.
 pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
-    let store = ctx.store()?;
     let here = if all { None } else { ctx.here()? };
-    let records: std::collections::BTreeMap<String, BoxRecord> =
-        agentbox_boxes::record::list(&ctx.home)?
-            .into_iter()
-            .map(|r| (r.name.clone(), r))
-            .collect();
-    let mut rows: Vec<Listed> = Vec::new();
-    for env in store.envs()? {
-        match &env.mountpoint {
-            Some(m) if here.is_none() => rows.push(Listed {
-                state: if agentbox_store::mounts::is_mountpoint(m) {
-                    "mounted"
-                } else {
-                    "unmounted"
-                },
-                kind: "directory",
-                source: None,
-                record: None,
-                env,
-            }),
-            Some(_) => {}
-            None => {
-                let record = records.get(&env.name).cloned();
-                if here.is_some()
-                    && record.as_ref().and_then(|r| r.project.as_deref()) != here.as_deref()
-                {
-                    continue;
-                }
-                rows.push(Listed {
-                    state: if ctx
-                        .boxes()
-                        .provider()
-                        .is_running(&env.name)
-                        .unwrap_or(false)
-                    {
-                        "running"
-                    } else {
-                        "stopped"
-                    },
-                    kind: "box",
-                    source: record.as_ref().and_then(|r| r.source.clone()),
-                    record,
-                    env,
-                })
-            }
-        }
-    }
-    // Boxes by project and number; directories after them.
-    rows.sort_by(|a, b| {
-        let key = |r: &Listed| {
-            (
-                r.record.is_none(),
-                r.record.as_ref().and_then(|x| x.project.clone()),
-                r.record.as_ref().map(|x| x.index),
-                r.env.name.clone(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
+    let rows = ctx.boxes().list(here.as_deref())?;
     if let (Some(p), true) = (&here, rows.is_empty()) {
-        let others = records.len();
+        let others = agentbox_boxes::record::list(&ctx.home)?.len();
         ctx.note(format!(
             "no boxes of project {}{}",
             p.display(),
@@ -298,7 +156,7 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
                 index,
                 name,
                 id,
-                r.state,
+                r.state.as_str(),
                 render::short(&r.env.head),
                 branch,
                 place
@@ -309,8 +167,7 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
 }
 
 pub(super) fn export(ctx: &Ctx, a: crate::args::ExportArgs) -> CliResult {
-    let store = ctx.store()?;
-    let (env, rest) = ctx.env_and_args(&store, &a.args, 0, 1)?;
+    let (env, rest) = ctx.env_and_args(&a.args, 0, 1)?;
     let kind = a
         .kind
         .parse()
@@ -320,8 +177,9 @@ pub(super) fn export(ctx: &Ctx, a: crate::args::ExportArgs) -> CliResult {
         .parse()
         .map_err(|e: String| CliError::usage(e, "use --compress zstd, gzip or none"))?;
     let reference = rest.first().map(String::as_str).unwrap_or("HEAD");
-    let report =
-        agentbox_store::transfer::export(&store, &env, reference, kind, compression, &a.output)?;
+    let report = ctx
+        .boxes()
+        .export(&env, reference, kind, compression, &a.output)?;
     ctx.note(format!(
         "exported {} node(s) of {env} to {}",
         report.nodes,
@@ -331,10 +189,9 @@ pub(super) fn export(ctx: &Ctx, a: crate::args::ExportArgs) -> CliResult {
 }
 
 pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
-    let store = Store::open_or_init(&ctx.store_dir(), None)?;
     let name = match &a.name {
         Some(n) => n.clone(),
-        None => dir_name(&a.dir)?,
+        None => agentbox_boxes::directories::dir_name(&a.dir)?,
     };
     let max_size = a.max_size.as_deref().map(parse_size).transpose()?;
     let options = agentbox_store::transfer::ImportOptions {
@@ -342,7 +199,7 @@ pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
         allow_setuid: a.allow_setuid,
         max_size,
     };
-    let report = agentbox_store::transfer::import(&store, &a.source, &name, &a.dir, options)?;
+    let report = ctx.boxes().import(&a.source, &name, &a.dir, options)?;
     ctx.out(&report, || {
         let mut s = format!(
             "imported {} ({} node(s)) as environment {name:?} at {}\n",
@@ -368,8 +225,7 @@ pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
 
 pub(super) fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
     // Not reconciled on open: what a crash left is what fsck is here to report.
-    let store = ctx.store_unreconciled()?;
-    let report = store.fsck(a.repair)?;
+    let report = ctx.boxes().fsck(a.repair)?;
     ctx.out(&report, || {
         let mut s = String::new();
         for r in &report.repairs {
@@ -426,13 +282,8 @@ pub(super) fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
 }
 
 pub(super) fn mount(ctx: &Ctx, args: &[String], mount: bool) -> CliResult {
-    let store = ctx.store()?;
-    let (env, _) = ctx.env_and_args(&store, args, 0, 0)?;
-    let state = if mount {
-        store.mount_env(&env)?
-    } else {
-        store.unmount_env(&env)?
-    };
+    let (env, _) = ctx.env_and_args(args, 0, 0)?;
+    let state = ctx.boxes().mount(&env, mount)?;
     ctx.out(&state, || {
         format!(
             "{} {}\n",
@@ -443,7 +294,6 @@ pub(super) fn mount(ctx: &Ctx, args: &[String], mount: bool) -> CliResult {
 }
 
 pub(super) fn destroy(ctx: &Ctx, args: &[String], delete_branch: bool) -> CliResult {
-    let store = ctx.store()?;
     // Destroying is never implicit: the box is always named.
     let Some(reference) = ctx.env.clone().or_else(|| args.first().cloned()) else {
         return Err(CliError::usage(
@@ -451,11 +301,10 @@ pub(super) fn destroy(ctx: &Ctx, args: &[String], delete_branch: bool) -> CliRes
             "agentbox destroy BOX; `agentbox list` shows the boxes",
         ));
     };
-    let is_directory = store.env(&reference).is_ok_and(|e| e.mountpoint.is_some());
-    if !is_directory {
+    if !ctx.boxes().is_directory(&reference) {
         let rec = ctx.resolve_box(Some(&reference))?;
         let name = rec.name.clone();
-        let deleted = ctx.boxes().destroy(&store, &name, delete_branch, ctx)?;
+        let deleted = ctx.boxes().destroy(&name, delete_branch, ctx)?;
         return ctx.out(
             &serde_json::json!({ "destroyed": name, "id": rec.id, "deleted_branches": deleted }),
             || {
@@ -469,8 +318,7 @@ pub(super) fn destroy(ctx: &Ctx, args: &[String], delete_branch: bool) -> CliRes
         );
     }
     let env = reference;
-    let state = store.env(&env)?;
-    store.remove_env(&env)?;
+    let state = ctx.boxes().remove_directory(&env)?;
     ctx.out(&state, || {
         format!(
             "destroyed environment {env:?} ({} is unmounted; `agentbox gc` frees unreferenced data)\n",

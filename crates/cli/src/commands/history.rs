@@ -3,14 +3,13 @@
 use super::*;
 
 pub(super) fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
-    let store = ctx.store()?;
-    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
+    let (env, _) = ctx.env_and_args(&a.args, 0, 0)?;
     let opts = CommitOpts {
         message: a.message,
         command: a.command,
         ..CommitOpts::default()
     };
-    let node = ctx.boxes().commit(&store, &env, opts)?;
+    let node = ctx.boxes().commit(&env, opts)?;
     ctx.out(&node, || {
         format!(
             "[{env} {}] {}\n",
@@ -21,11 +20,8 @@ pub(super) fn commit(ctx: &Ctx, a: crate::args::CommitArgs) -> CliResult {
 }
 
 pub(super) fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliResult {
-    let store = ctx.store()?;
-    let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
-    let done = ctx
-        .boxes()
-        .checkout(&store, &env, &rest[0], keep_processes)?;
+    let (env, rest) = ctx.env_and_args(args, 1, 1)?;
+    let done = ctx.boxes().checkout(&env, &rest[0], keep_processes)?;
     let killed = done.killed;
     if killed > 0 {
         ctx.note(format!(
@@ -34,7 +30,7 @@ pub(super) fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliR
         ));
     }
     let node = done.node;
-    let state = store.env(&env)?;
+    let state = ctx.boxes().env(&env)?;
     let inside = |m: &Path| {
         std::env::current_dir().is_ok_and(|cwd| cwd.starts_with(m))
             || std::env::var_os("PWD").is_some_and(|p| Path::new(&p).starts_with(m))
@@ -56,50 +52,34 @@ pub(super) fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliR
 }
 
 pub(super) fn log(ctx: &Ctx, a: crate::args::LogArgs) -> CliResult {
-    let store = ctx.store()?;
-    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
-    if a.ancestors {
-        let nodes = store.log(&env)?;
-        let state = store.env(&env)?;
-        let tags = render::tags_by_node(&state.tags);
-        return ctx.out(&nodes, || {
-            nodes
+    let (env, _) = ctx.env_and_args(&a.args, 0, 0)?;
+    if a.ancestors || a.leaves {
+        let listed = if a.ancestors {
+            ctx.boxes().ancestors(&env)?
+        } else {
+            ctx.boxes().leaves(&env)?
+        };
+        let tags = render::tags_by_node(&listed.tags);
+        return ctx.out(&listed.nodes, || {
+            listed
+                .nodes
                 .iter()
-                .map(|n| format!("{}\n", render::node_line(n, &state.head, &tags)))
+                .map(|n| format!("{}\n", render::node_line(n, &listed.head, &tags)))
                 .collect()
         });
     }
-    let h = store.history(&env)?;
-    if a.leaves {
-        let leaves: Vec<_> = h.leaves().into_iter().cloned().collect();
-        let tags = render::tags_by_node(&h.tags);
-        return ctx.out(&leaves, || {
-            leaves
-                .iter()
-                .map(|n| format!("{}\n", render::node_line(n, &h.head, &tags)))
-                .collect()
-        });
-    }
+    let h = ctx.boxes().history(&env)?;
     ctx.out(&h, || render::tree(&h))
 }
 
-#[derive(Serialize)]
-pub(super) struct Shown {
-    node: agentbox_store::Node,
-    changes: Vec<agentbox_store::fsops::diff::Change>,
-}
-
 pub(super) fn show(ctx: &Ctx, args: &[String]) -> CliResult {
-    let store = ctx.store()?;
-    let (env, rest) = ctx.env_and_args(&store, args, 0, 1)?;
+    let (env, rest) = ctx.env_and_args(args, 0, 1)?;
     let reference = rest.first().map(String::as_str).unwrap_or("HEAD");
-    let (node, changes) = store.show(&env, reference)?;
-    let state = store.env(&env)?;
-    let shown = Shown { node, changes };
+    let shown = ctx.boxes().show(&env, reference)?;
     ctx.out(&shown, || {
         let mut s = format!(
             "{}\nparent: {}\n",
-            render::node_line(&shown.node, &state.head, &render::tags_by_node(&state.tags)),
+            render::node_line(&shown.node, &shown.head, &render::tags_by_node(&shown.tags)),
             shown
                 .node
                 .parent
@@ -112,29 +92,15 @@ pub(super) fn show(ctx: &Ctx, args: &[String]) -> CliResult {
     })
 }
 
-/// One changed path of `diff -p`: the change and its content difference.
-#[derive(Serialize)]
-struct Patched {
-    #[serde(flatten)]
-    change: agentbox_store::fsops::diff::Change,
-    /// A unified diff, or a line naming a binary or large file (`None`: metadata only).
-    patch: Option<String>,
-}
-
 pub(super) fn diff(ctx: &Ctx, a: crate::args::DiffArgs) -> CliResult {
-    let store = ctx.store()?;
-    let (env, rest) = ctx.env_and_args(&store, &a.args, 0, 2)?;
+    let (env, rest) = ctx.env_and_args(&a.args, 0, 2)?;
     let from = rest.first().map(String::as_str).unwrap_or("HEAD");
     let to = rest.get(1).map(String::as_str);
     if !a.patch {
-        let changes = store.diff(&env, from, to)?;
+        let changes = ctx.boxes().diff(&env, from, to)?;
         return ctx.out(&changes, || render::changes(&changes));
     }
-    let patched: Vec<Patched> = store
-        .diff_patch(&env, from, to)?
-        .into_iter()
-        .map(|(change, patch)| Patched { change, patch })
-        .collect();
+    let patched = ctx.boxes().diff_patch(&env, from, to)?;
     ctx.out(&patched, || {
         let changes: Vec<_> = patched.iter().map(|p| p.change.clone()).collect();
         let mut s = render::changes(&changes);
@@ -152,20 +118,19 @@ pub(super) fn diff(ctx: &Ctx, a: crate::args::DiffArgs) -> CliResult {
 }
 
 pub(super) fn tag(ctx: &Ctx, a: crate::args::TagArgs) -> CliResult {
-    let store = ctx.store()?;
     if let Some(name) = &a.delete {
-        let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
-        let id = store.delete_tag(&env, name)?;
+        let (env, _) = ctx.env_and_args(&a.args, 0, 0)?;
+        let id = ctx.boxes().untag(&env, name)?;
         ctx.note(format!("deleted tag {name} (was {})", render::short(&id)));
         return ctx.out(
             &serde_json::json!({"deleted": name, "node": id}),
             String::new,
         );
     }
-    let (env, rest) = ctx.env_and_args(&store, &a.args, 0, 2)?;
+    let (env, rest) = ctx.env_and_args(&a.args, 0, 2)?;
     match rest.as_slice() {
         [] => {
-            let tags = store.env(&env)?.tags;
+            let tags = ctx.boxes().tags(&env)?;
             ctx.out(&tags, || {
                 tags.iter()
                     .map(|(t, id)| format!("{t:<24} {}\n", render::short(id)))
@@ -174,7 +139,7 @@ pub(super) fn tag(ctx: &Ctx, a: crate::args::TagArgs) -> CliResult {
         }
         [name, reference @ ..] => {
             let reference = reference.first().map(String::as_str).unwrap_or("HEAD");
-            let id = store.set_tag(&env, name, reference)?;
+            let id = ctx.boxes().tag(&env, name, reference)?;
             ctx.out(&serde_json::json!({"tag": name, "node": id}), || {
                 format!("{name} -> {}\n", render::short(&id))
             })
@@ -183,9 +148,8 @@ pub(super) fn tag(ctx: &Ctx, a: crate::args::TagArgs) -> CliResult {
 }
 
 pub(super) fn delete(ctx: &Ctx, args: &[String]) -> CliResult {
-    let store = ctx.store()?;
-    let (env, rest) = ctx.env_and_args(&store, args, 1, 1)?;
-    let node = store.delete_node(&env, &rest[0])?;
+    let (env, rest) = ctx.env_and_args(args, 1, 1)?;
+    let node = ctx.boxes().delete_node(&env, &rest[0])?;
     ctx.out(&node, || {
         format!(
             "deleted node {} {} (its children now descend from {}); `agentbox gc` frees its data\n",
@@ -200,9 +164,8 @@ pub(super) fn delete(ctx: &Ctx, args: &[String]) -> CliResult {
 }
 
 pub(super) fn retain(ctx: &Ctx, a: crate::args::RetainArgs) -> CliResult {
-    let store = ctx.store()?;
-    let (env, _) = ctx.env_and_args(&store, &a.args, 0, 0)?;
-    let report = store.retain(&env, a.keep)?;
+    let (env, _) = ctx.env_and_args(&a.args, 0, 0)?;
+    let report = ctx.boxes().retain(&env, a.keep)?;
     ctx.out(&report, || {
         format!(
             "{env}: kept {} nodes, dropped {}; `agentbox gc` frees their data\n",
@@ -213,8 +176,7 @@ pub(super) fn retain(ctx: &Ctx, a: crate::args::RetainArgs) -> CliResult {
 }
 
 pub(super) fn gc(ctx: &Ctx) -> CliResult {
-    let store = ctx.store()?;
-    let report = ctx.busy("collecting garbage", || store.gc())?;
+    let report = ctx.busy("collecting garbage", || ctx.boxes().gc())?;
     ctx.out(&report, || {
         format!(
             "removed {} unreferenced layers; store disk usage {} -> {}\n",

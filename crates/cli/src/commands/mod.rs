@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use agentbox_core::Home;
-use agentbox_store::{BackendKind, CommitOpts, Source, Store};
+use agentbox_store::{BackendKind, CommitOpts};
 use serde::Serialize;
 
 use agentbox_boxes::record::BoxRecord;

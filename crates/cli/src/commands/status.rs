@@ -3,20 +3,19 @@
 use super::*;
 
 pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
-    let store = ctx.store()?;
     let env = if ctx.env.is_some() || !args.is_empty() {
-        Some(ctx.env_and_args(&store, args, 0, 0)?.0)
+        Some(ctx.env_and_args(args, 0, 0)?.0)
     } else {
         std::env::current_dir()
             .ok()
-            .and_then(|cwd| store.env_for_path(&cwd).ok().flatten())
+            .and_then(|cwd| ctx.boxes().env_for_path(&cwd).ok().flatten())
             .map(|e| e.name)
             // Inside a project with one box: that box.
             .or_else(|| ctx.resolve_box(None).ok().map(|r| r.name))
     };
-    let st = store.status(env.as_deref())?;
+    let st = ctx.boxes().store_status(env.as_deref())?;
     let boxed = match &env {
-        Some(name) if boxcmds::is_box(ctx, name) => Some(ctx.boxes().status(&store, name)?),
+        Some(name) if boxcmds::is_box(ctx, name) => Some(ctx.boxes().status(name)?),
         _ => None,
     };
     // In a project with several boxes and none named: which boxes there are.

@@ -57,10 +57,7 @@ fn suite(provider: Arc<dyn Provider>, home: Home, root: &Path) {
     // A new box is stopped; a stopped box's history operations go to the store.
     assert!(!p.is_running(name).expect("is_running"));
     assert_eq!(p.commit(name, "x", None).expect("commit"), OnBox::Stopped);
-    assert_eq!(
-        boxes.status(&store, name).expect("status").state,
-        BoxState::Stopped
-    );
+    assert_eq!(boxes.status(name).expect("status").state, BoxState::Stopped);
 
     // Started, it runs commands in its copy of the project, with their status.
     boxes.start(name).expect("start");
@@ -82,16 +79,13 @@ fn suite(provider: Arc<dyn Provider>, home: Home, root: &Path) {
         .expect("run");
     let node = ran.node.expect("the change made a node");
     assert_ne!(node, before);
-    let back = boxes
-        .checkout(&store, name, &before, false)
-        .expect("checkout");
+    let back = boxes.checkout(name, &before, false).expect("checkout");
     assert_eq!(back.node.id, before);
     assert_eq!(sh(p, name, "cat a.txt", false).1, "one\n");
     // An explicit commit of a running box goes through the provider.
     sh(p, name, "echo three > a.txt", false);
     let committed = boxes
         .commit(
-            &store,
             name,
             CommitOpts {
                 message: "three".into(),
@@ -124,7 +118,7 @@ fn suite(provider: Arc<dyn Provider>, home: Home, root: &Path) {
     };
     assert!(running(started.id));
     let killed = boxes
-        .checkout(&store, name, "HEAD", false)
+        .checkout(name, "HEAD", false)
         .expect("checkout")
         .killed;
     assert_eq!(killed, 1);
@@ -146,7 +140,7 @@ fn suite(provider: Arc<dyn Provider>, home: Home, root: &Path) {
     );
 
     // Its status says it runs, with its health.
-    let status = boxes.status(&store, name).expect("status");
+    let status = boxes.status(name).expect("status");
     assert_eq!(status.state, BoxState::Running);
     assert!(status.capture_state.is_some());
     assert!(!status.scratch.is_empty());
@@ -155,7 +149,7 @@ fn suite(provider: Arc<dyn Provider>, home: Home, root: &Path) {
     assert!(boxes.stop(name).expect("stop"));
     assert!(!p.is_running(name).expect("is_running"));
     assert!(boxes.kill(name, started.id, 9).is_err());
-    boxes.destroy(&store, name, false, &Quiet).expect("destroy");
+    boxes.destroy(name, false, &Quiet).expect("destroy");
     assert!(!boxes.is_box(name));
 }
 
