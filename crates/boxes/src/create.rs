@@ -225,9 +225,11 @@ pub fn create(
     provider: &str,
     progress: &dyn Progress,
 ) -> Result<Created> {
-    if let Some(n) = &spec.name {
-        crate::registry::check_new_name(home, n)?;
-    }
+    let chosen = spec
+        .name
+        .as_deref()
+        .map(|n| crate::registry::check_new_name(home, n))
+        .transpose()?;
     let config_dir = match &spec.workspace {
         Workspace::From(d) | Workspace::ProjectOf(d) => Some(d.clone()),
         Workspace::Empty => None,
@@ -302,9 +304,13 @@ pub fn create(
         return Err(BoxError::BoxExists { name: n.to_owned() });
     }
     let index = crate::registry::allocate_index(home, source.as_deref())?;
-    let name = match spec.name.clone() {
+    let name = match chosen {
         Some(n) => n,
-        None => crate::registry::default_name(home, source.as_deref(), index),
+        None => agentbox_core::name::BoxName::new(crate::registry::default_name(
+            home,
+            source.as_deref(),
+            index,
+        ))?,
     };
     // A port taken now would fail the box's first start: say so before copying anything.
     agentbox_sandbox::net::check_ports(&name, &o.publish)?;
@@ -351,7 +357,7 @@ pub fn create(
     };
     let state = store.create_env(&name, None, Source::Staged(staged), &message)?;
     let rec = BoxRecord {
-        id: agentbox_core::id::new_id(),
+        id: agentbox_core::id::BoxId::random(),
         name: name.clone(),
         display_name: None,
         provider: provider.to_owned(),

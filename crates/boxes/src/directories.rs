@@ -164,7 +164,7 @@ impl Boxes {
         let records: std::collections::BTreeMap<String, BoxRecord> =
             crate::record::list(self.home())?
                 .into_iter()
-                .map(|r| (r.name.clone(), r))
+                .map(|r| (r.name.to_string(), r))
                 .collect();
         let mut rows = Vec::new();
         for env in self.envs()? {

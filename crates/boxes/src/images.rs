@@ -98,7 +98,7 @@ pub fn remove(home: &Home, store: &Store, name: &str) -> Result<()> {
     {
         return Err(BoxError::ImageInUse {
             name: name.into(),
-            by: b.name,
+            by: b.name.into_string(),
         });
     }
     fs_err::remove_file(record_path(home, name))?;

@@ -35,6 +35,8 @@ pub enum BoxError {
     /// A store exists where a new one would go.
     #[error("a store already exists at {}", dir.display())]
     StoreExists { dir: PathBuf },
+    #[error(transparent)]
+    InvalidName(#[from] agentbox_core::name::NameError),
     /// Nothing was made in this agentbox home yet.
     #[error("no agentbox store at {}", dir.display())]
     NoStore { dir: PathBuf },
@@ -192,7 +194,7 @@ impl BoxError {
             | BoxError::NotRunning { .. }
             | BoxError::NoSuchProcess { .. }
             | BoxError::NoSuchImage { .. } => ExitCode::NotFound.into(),
-            BoxError::StoreExists { .. } => ExitCode::Refused.into(),
+            BoxError::StoreExists { .. } | BoxError::InvalidName(_) => ExitCode::Refused.into(),
             BoxError::NameFromDir { .. } | BoxError::NoDirName { .. } => ExitCode::Usage.into(),
             BoxError::Ambiguous { .. }
             | BoxError::WhichBox { .. }

@@ -254,7 +254,7 @@ impl Boxes {
     pub fn sync(&self, rec: &BoxRecord) -> Result<Vec<SyncedRepo>> {
         if rec.repos.is_empty() {
             return Err(BoxError::NoRepositories {
-                name: rec.name.clone(),
+                name: rec.name.to_string(),
             });
         }
         self.provider.sync(&rec.name)

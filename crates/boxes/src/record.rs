@@ -52,10 +52,9 @@ pub struct BoxRecord {
     /// Random id ([`agentbox_core::id::new_id`]); never reused. Records written before
     /// ids existed get a stable one derived from name and creation time when read.
     #[serde(default)]
-    pub id: String,
+    pub id: agentbox_core::id::BoxId,
     /// Unique in the home; names the store environment, the branch and the directory.
-    /// Always contains a non-hex character, so it never looks like an id or an index.
-    pub name: String,
+    pub name: agentbox_core::name::BoxName,
     /// A cosmetic label (`agentbox rename`); resolves the box too, after name and id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
@@ -278,7 +277,7 @@ fn local_provider() -> String {
 fn complete(mut rec: BoxRecord) -> BoxRecord {
     if rec.id.is_empty() {
         let seed = format!("{}\0{}", rec.name, rec.created.to_rfc3339());
-        rec.id = blake3::hash(seed.as_bytes()).to_hex()[..agentbox_core::id::ID_LEN].to_owned();
+        rec.id = agentbox_core::id::BoxId::derived(&seed);
     }
     rec
 }

@@ -269,18 +269,18 @@ pub fn check_display_name(home: &Home, name: &str, display: &str) -> Result<()> 
 /// Check the name of a new box: valid (see [`agentbox_store::names::validate_env`]) and,
 /// when all hex, not a prefix of another box's id or of a node's id in the home's store —
 /// names are looked up before id prefixes, so it would take that prefix from its owner.
-pub fn check_new_name(home: &Home, name: &str) -> Result<()> {
+pub fn check_new_name(home: &Home, name: &str) -> Result<agentbox_core::name::BoxName> {
     use agentbox_store::names;
-    names::validate_env("box", name)?;
+    let checked = agentbox_core::name::BoxName::new(name)?;
     if !agentbox_core::id::is_hex(name) {
-        return Ok(());
+        return Ok(checked);
     }
     names::check_not_id_prefix("box", name, record::list(home)?.iter().map(|r| &r.id))?;
     // A home without a store has no nodes yet.
     if let Ok(store) = agentbox_store::Store::open_unreconciled(&home.store_dir()) {
         names::check_not_id_prefix("box", name, store.nodes()?.keys())?;
     }
-    Ok(())
+    Ok(checked)
 }
 
 /// A free box name for a new box of `project`: `<project dir name>-<index>` (the directory

@@ -65,7 +65,7 @@ pub struct RemoteResult {
 fn chosen<'r>(rec: &'r BoxRecord, only: &[String]) -> Result<Vec<&'r GitRecord>> {
     if rec.repos.is_empty() {
         return Err(BoxError::NoRepositories {
-            name: rec.name.clone(),
+            name: rec.name.to_string(),
         });
     }
     if let Some(unknown) = only
@@ -73,7 +73,7 @@ fn chosen<'r>(rec: &'r BoxRecord, only: &[String]) -> Result<Vec<&'r GitRecord>>
         .find(|o| !rec.repos.iter().any(|g| g.label() == o.as_str()))
     {
         return Err(BoxError::NoSuchRepository {
-            name: rec.name.clone(),
+            name: rec.name.to_string(),
             repo: unknown.clone(),
             known: rec.repos.iter().map(|g| g.label().to_owned()).collect(),
         });
@@ -181,7 +181,7 @@ impl Boxes {
                 (None, Some(src)) => agentbox_git::upstream_branch(&host, src),
                 (None, None) => {
                     return Err(BoxError::NoUpstream {
-                        name: rec.name.clone(),
+                        name: rec.name.to_string(),
                         repo: g.repo.clone(),
                     })
                 }
@@ -264,7 +264,7 @@ pub fn pull_problem(rec: &BoxRecord, results: &[RemoteResult]) -> Option<BoxErro
     };
     if let Some(r) = results.iter().find(|r| r.outcome == Outcome::Conflict) {
         return Some(BoxError::MergeConflict {
-            name: rec.name.clone(),
+            name: rec.name.to_string(),
             remote: r.remote.clone(),
             branch: r.branch.clone(),
             inside: inside(r),
@@ -274,7 +274,7 @@ pub fn pull_problem(rec: &BoxRecord, results: &[RemoteResult]) -> Option<BoxErro
         .iter()
         .find(|r| r.outcome == Outcome::Failed)
         .map(|r| BoxError::MergeFailed {
-            name: rec.name.clone(),
+            name: rec.name.to_string(),
             remote: r.remote.clone(),
             branch: r.branch.clone(),
             inside: inside(r),

@@ -207,6 +207,10 @@ impl From<&BoxError> for WireError {
                 name: c(name),
                 reason: c(reason),
             },
+            BoxError::InvalidName(e) => WireError::InvalidName {
+                name: c(&e.name),
+                reason: format!("{} {}", e.kind, e.reason),
+            },
             BoxError::Store(S::NoSpace { path, detail }) => WireError::NoSpace {
                 path: path.clone(),
                 detail: c(detail),

@@ -346,7 +346,7 @@ fn box_and_id(ctx: &Ctx, args: &[String]) -> CliResult<(String, u64)> {
             "give the id `agentbox spawn` printed or `agentbox ps` shows",
         )
     })?;
-    Ok((ctx.resolve_box(reference)?.name, id))
+    Ok((ctx.resolve_box(reference)?.name.into_string(), id))
 }
 
 pub fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {

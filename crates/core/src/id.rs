@@ -31,6 +31,43 @@ pub fn is_full_id(s: &str) -> bool {
     s.len() == ID_LEN && is_hex(s)
 }
 
+/// A box's id: [`ID_LEN`] hex characters, random, never reused.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct BoxId(String);
+
+impl BoxId {
+    /// A fresh random id.
+    pub fn random() -> BoxId {
+        BoxId(new_id())
+    }
+
+    /// An id derived from `seed` (for records written before ids existed: stable across
+    /// reads, of the same shape as a random one).
+    pub fn derived(seed: &str) -> BoxId {
+        let hash = blake3::hash(seed.as_bytes()).to_hex();
+        BoxId(hash[..ID_LEN].to_owned())
+    }
+
+    /// Whether the record had no id (`Default`, before ids existed).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+crate::name::string_newtype!(BoxId);
+
 #[cfg(test)]
 mod tests {
     use super::*;

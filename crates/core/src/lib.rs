@@ -11,6 +11,7 @@ pub mod home;
 pub mod id;
 pub mod lock;
 pub mod mountinfo;
+pub mod name;
 pub mod timing;
 pub mod units;
 

@@ -1,12 +1,7 @@
-//! Validation of user-chosen names (environments, boxes, tags, store-wide refs).
-//!
-//! Invariants: a tag or ref name can never be mistaken for a node id or an id prefix,
-//! because it must contain at least one character that is not a lowercase hex digit (refs
-//! are resolved as tags and ids alike). Environment and box names are looked up by name
-//! before any id prefix, so they may be all hex (`d`, `cafe`, `acc1`, as directories are
-//! named), but never the length of a full id, and a new one never equals a prefix of an
-//! existing id ([`check_not_id_prefix`]): what a name meant when it was made stays what it
-//! means. `HEAD` (and `HEAD~N`) is reserved for the environment's current node.
+//! Validation of user-chosen names (environments, boxes, tags, store-wide refs) as store
+//! errors. The rules are [`agentbox_core::name::check`]'s; what this adds is that a new
+//! name never equals a prefix of an existing id ([`check_not_id_prefix`]): what a name meant
+//! when it was made stays what it means.
 
 use agentbox_core::id;
 
@@ -25,37 +20,10 @@ pub fn validate_env(kind: &str, name: &str) -> Result<()> {
 }
 
 fn check(kind: &str, name: &str, hex_allowed: bool) -> Result<()> {
-    let bad = |reason: &str| {
-        Err(Error::InvalidName {
-            name: name.to_owned(),
-            reason: format!("{kind} {reason}"),
-        })
-    };
-    if name.is_empty() || name.len() > 64 {
-        return bad("names must have 1 to 64 characters");
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-    {
-        return bad("names may contain only letters, digits, '.', '_' and '-'");
-    }
-    if !name.as_bytes()[0].is_ascii_alphanumeric() {
-        return bad("names must start with a letter or a digit");
-    }
-    if id::is_hex(name) && !hex_allowed {
-        return bad("names must contain a character other than 0-9 and a-f, so they cannot be mistaken for a node id");
-    }
-    if id::is_hex(name) && name.len() >= id::ID_LEN {
-        return bad(&format!(
-            "names of only 0-9 and a-f must be shorter than an id ({} characters)",
-            id::ID_LEN
-        ));
-    }
-    if name == "HEAD" || name.starts_with("HEAD~") || name.starts_with("HEAD^") {
-        return bad("names cannot be HEAD (it always means the current node)");
-    }
-    Ok(())
+    agentbox_core::name::check(kind, name, hex_allowed).map_err(|e| Error::InvalidName {
+        name: e.name,
+        reason: format!("{} {}", e.kind, e.reason),
+    })
 }
 
 /// Refuse a new name that equals a prefix of one of `ids` (one long enough to be taken

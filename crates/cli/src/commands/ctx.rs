@@ -147,7 +147,7 @@ impl Ctx {
             .transpose()?
             .flatten()
         {
-            (rec.name, args[1..].to_vec())
+            (rec.name.into_string(), args[1..].to_vec())
         } else if args.len() == max_rest + 1 {
             // One argument too many for the command: the first must name the box.
             return Err(BoxError::NoSuchBox {
@@ -183,7 +183,7 @@ impl Ctx {
         if self.boxes.env(reference).is_ok() {
             return Ok(reference.to_owned());
         }
-        Ok(self.resolve_box(Some(reference))?.name)
+        Ok(self.resolve_box(Some(reference))?.name.into_string())
     }
 
     pub(super) fn implicit_env(&self) -> CliResult<String> {
@@ -193,7 +193,7 @@ impl Ctx {
             }
         }
         if let Some(rec) = self.implicit_box()? {
-            return Ok(rec.name);
+            return Ok(rec.name.into_string());
         }
         let envs = self.boxes.envs()?;
         match envs.len() {

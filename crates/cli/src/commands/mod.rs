@@ -153,7 +153,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Sync(a) => boxcmds::sync(&ctx, a.name.as_deref()),
         Command::Undo(a) => {
             let name = ctx.resolve_box(a.name.as_deref())?.name;
-            checkout(&ctx, &[name, "HEAD~1".to_owned()], false)
+            checkout(&ctx, &[name.into_string(), "HEAD~1".to_owned()], false)
         }
         Command::Config(a) => crate::configcmd::run(&ctx, a),
         Command::Push(a) => boxcmds::push(&ctx, a),

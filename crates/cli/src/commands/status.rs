@@ -11,7 +11,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             .and_then(|cwd| ctx.boxes().env_for_path(&cwd).ok().flatten())
             .map(|e| e.name)
             // Inside a project with one box: that box.
-            .or_else(|| ctx.resolve_box(None).ok().map(|r| r.name))
+            .or_else(|| ctx.resolve_box(None).ok().map(|r| r.name.into_string()))
     };
     let st = ctx.boxes().store_status(env.as_deref())?;
     let boxed = match &env {
