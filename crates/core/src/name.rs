@@ -95,6 +95,12 @@ macro_rules! string_newtype {
                 &self.0
             }
         }
+        /// As the string itself (`"web"`): what messages quoting a name show.
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&self.0, f)
+            }
+        }
         impl std::fmt::Display for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(&self.0)
@@ -134,7 +140,7 @@ pub(crate) use string_newtype;
 ///
 /// Read from a record as written (records are the host's own files, written through
 /// [`BoxName::new`]), so a name an older version accepted still reads.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct BoxName(String);
 

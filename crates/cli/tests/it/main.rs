@@ -13,6 +13,7 @@ mod config;
 mod crash;
 mod help;
 mod network;
+mod output;
 mod provider;
 mod registry;
 mod security;
