@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ops::Boxes;
-use crate::record::{self, BoxRecord};
+use crate::record;
 use crate::{BoxError, Result};
 
 /// The manifest's format version.
@@ -156,7 +156,11 @@ pub fn ref_name(project: Option<&Path>, name: &str) -> String {
 fn dir(home: &Home, project: Option<&Path>) -> PathBuf {
     match project {
         Some(p) => home.project_dir(p).join("checkpoints"),
-        None => home.root().join("projects").join("none").join("checkpoints"),
+        None => home
+            .root()
+            .join("projects")
+            .join("none")
+            .join("checkpoints"),
     }
 }
 
@@ -167,7 +171,12 @@ fn manifest_path(home: &Home, project: Option<&Path>, name: &str) -> PathBuf {
 fn lock(home: &Home, project: Option<&Path>) -> Result<FileLock> {
     let d = dir(home, project);
     fs_err::create_dir_all(&d)?;
-    Ok(FileLock::acquire(&d.join("lock"), Mode::Exclusive, "checkpoints", "change checkpoints")?)
+    Ok(FileLock::acquire(
+        &d.join("lock"),
+        Mode::Exclusive,
+        "checkpoints",
+        "change checkpoints",
+    )?)
 }
 
 /// A fingerprint of what a box of `image` (`None`: the host's `/`) is built on: an image's
@@ -260,7 +269,9 @@ impl Boxes {
             Err(e) => return Err(e),
         };
         let mut cleanup = Cleanup::checkpoint();
-        cleanup.delete.extend(config.checkpoint_cleanup.iter().cloned());
+        cleanup
+            .delete
+            .extend(config.checkpoint_cleanup.iter().cloned());
         cleanup.delete.extend(secret_patterns(&config.env_patterns));
         let derived = store.derive(
             &rec.name,
@@ -382,7 +393,8 @@ impl Boxes {
             }
         }
         out.sort_by(|a, b| {
-            (&a.manifest.project, a.manifest.created).cmp(&(&b.manifest.project, b.manifest.created))
+            (&a.manifest.project, a.manifest.created)
+                .cmp(&(&b.manifest.project, b.manifest.created))
         });
         Ok(out)
     }
@@ -398,11 +410,45 @@ impl Boxes {
         self.checkpoint_state(m)
     }
 
+    /// Checkpoint `name` as the caller names it: of `project`; outside a project (`None`),
+    /// the one of that name in any project, when only one has it.
+    pub fn find_checkpoint(&self, project: Option<&Path>, name: &str) -> Result<Checkpoint> {
+        if project.is_some() {
+            return self.checkpoint(project, name);
+        }
+        let mut found: Vec<Checkpoint> = self
+            .checkpoints(None, true)?
+            .into_iter()
+            .filter(|c| c.manifest.name == name)
+            .collect();
+        match found.len() {
+            0 => Err(BoxError::NoSuchCheckpoint {
+                name: name.to_owned(),
+                project: None,
+            }),
+            1 => Ok(found.remove(0)),
+            _ => Err(BoxError::Ambiguous {
+                reference: name.to_owned(),
+                candidates: found
+                    .iter()
+                    .map(|c| {
+                        c.manifest
+                            .project
+                            .as_deref()
+                            .map(|p| format!("{name} of {}", p.display()))
+                            .unwrap_or_else(|| format!("{name} (no project)"))
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
     /// Remove checkpoint `name` of `project`: its ref (GC then frees the data no one else
     /// uses) and manifest; no longer the default if it was.
     pub fn checkpoint_remove(&self, project: Option<&Path>, name: &str) -> Result<Manifest> {
+        let found = self.find_checkpoint(project, name)?;
+        let project = found.manifest.project.as_deref();
         let _lock = lock(self.home(), project)?;
-        let found = self.checkpoint(project, name)?;
         self.store()?.set_ref(&ref_name(project, name), None)?;
         fs_err::remove_file(manifest_path(self.home(), project, name))?;
         if found.default {
@@ -412,12 +458,14 @@ impl Boxes {
     }
 
     /// Make checkpoint `name` the project's default (`None`: no default).
+    /// Outside a project, a named checkpoint becomes the default of its own project.
     pub fn checkpoint_set_default(&self, project: Option<&Path>, name: Option<&str>) -> Result<()> {
-        let _lock = lock(self.home(), project)?;
-        if let Some(n) = name {
-            self.checkpoint(project, n)?;
-        }
-        set_default_locked(self.home(), project, name)
+        let project = match name {
+            Some(n) => self.find_checkpoint(project, n)?.manifest.project,
+            None => project.map(Path::to_owned),
+        };
+        let _lock = lock(self.home(), project.as_deref())?;
+        set_default_locked(self.home(), project.as_deref(), name)
     }
 }
 

@@ -29,6 +29,9 @@ pub const WORKSPACE: &str = "/workspace";
 
 /// Where the supervisor's in-box socket directory appears inside the box.
 pub const INBOX_DIR: &str = "/run/agentbox/ctl";
+/// Where every box sees the agentbox binary (bound read-only from the host), which the host
+/// runs inside the box for work on box-controlled data.
+pub const BOX_BINARY: &str = "/run/agentbox/bin/agentbox";
 /// The in-box socket's file name.
 pub const INBOX_SOCKET: &str = "sock";
 
@@ -115,6 +118,17 @@ pub struct BoxRecord {
     /// [`DEFAULT_KEEP`]); older ones are thinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep: Option<u64>,
+    /// The checkpoint the box was made from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// The checkpoints the box's tree descends from, nearest first: a box made from
+    /// checkpoint X has X followed by X's lineage. Capturing the box does not deepen it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<String>,
+    /// Paths (from `/workspace`) where the host's carried-over work met what the checkpoint
+    /// held, and the checkpoint's version was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resync_conflicts: Vec<String>,
 }
 
 /// Default number of recent nodes retention keeps after automatic nodes.

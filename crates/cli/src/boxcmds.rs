@@ -36,10 +36,25 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         from_ref: a.from_branch.clone(),
         no_git: a.no_git,
         settings: create_settings(&a),
+        checkpoint: a.checkpoint.clone(),
+        no_checkpoint: a.no_checkpoint,
+        resync: a.no_resync.then_some(false),
     };
     let made = ctx.boxes().create(&spec, ctx).map_err(setting_error)?;
     note_seeded(ctx, &made.seeded);
     let rec = &made.record;
+    if let Some(c) = &rec.checkpoint {
+        ctx.note(format!("started from checkpoint {}", render::text(c)));
+    }
+    if !rec.resync_conflicts.is_empty() {
+        ctx.note(format!(
+            "kept the checkpoint's version of {} path(s) your uncommitted work also has (listed in the box at /run/agentbox/ctl/resync-conflicts; `agentbox status` shows them):",
+            rec.resync_conflicts.len()
+        ));
+        for p in &rec.resync_conflicts {
+            ctx.note(format!("  {}", render::text(p)));
+        }
+    }
     ctx.out(
         &Created {
             record: rec,

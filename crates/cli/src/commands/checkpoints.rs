@@ -51,7 +51,7 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
         }
         CheckpointCmd::Show { name } => {
             let here = ctx.here()?;
-            let c = ctx.boxes().checkpoint(here.as_deref(), &name)?;
+            let c = ctx.boxes().find_checkpoint(here.as_deref(), &name)?;
             ctx.out(&c, || show(&c))
         }
         CheckpointCmd::Rm { names } => {
@@ -110,7 +110,7 @@ fn table(list: &[Checkpoint], all: bool) -> String {
                 m.project
                     .as_deref()
                     .and_then(|p| p.file_name())
-                    .map(|n| render::text(&n.to_string_lossy()))
+                    .map(|n| render::text(&n.to_string_lossy()).to_string())
                     .unwrap_or_else(|| "-".into())
             )
         } else {
@@ -158,7 +158,10 @@ fn show(c: &Checkpoint) -> String {
             "  repository {}: branch {} at {}\n",
             r.repository.display(),
             r.branch,
-            r.tip.as_deref().map(render::short).unwrap_or("(not synced)")
+            r.tip
+                .as_deref()
+                .map(render::short)
+                .unwrap_or("(not synced)")
         ));
     }
     s

@@ -59,11 +59,15 @@ fn warm_box(h: &Home, proj: &Path) {
 
 #[test]
 fn a_box_from_a_checkpoint_is_warm_on_a_fresh_branch_at_the_hosts_present() {
-    let Some((h, proj)) = setup("a_box_from_a_checkpoint_is_warm_on_a_fresh_branch_at_the_hosts_present") else {
+    let Some((h, proj)) =
+        setup("a_box_from_a_checkpoint_is_warm_on_a_fresh_branch_at_the_hosts_present")
+    else {
         return;
     };
     warm_box(&h, &proj);
-    let made = h.env.json(&["checkpoint", "create", "warm", "--name", "deps"]);
+    let made = h
+        .env
+        .json(&["checkpoint", "create", "warm", "--name", "deps"]);
     assert_eq!(made["name"], "deps");
     assert_eq!(made["kind"], "layered");
     assert_eq!(made["state"], "fresh");
@@ -87,24 +91,50 @@ fn a_box_from_a_checkpoint_is_warm_on_a_fresh_branch_at_the_hosts_present() {
     assert_eq!(rec["checkpoint"], "deps");
     assert_eq!(rec["lineage"], serde_json::json!(["deps"]));
     assert_eq!(rec["resync_conflicts"], serde_json::json!(["local.cfg"]));
-    let branch = rec["repos"][0]["branch"].as_str().expect("branch").to_owned();
+    let branch = rec["repos"][0]["branch"]
+        .as_str()
+        .expect("branch")
+        .to_owned();
     assert_eq!(branch, "agentbox/b");
-    let cat = |p: &str| h.sh("b", &format!("cat /workspace/{p} 2>/dev/null || echo MISSING"));
-    assert_eq!(cat("node_modules/dep/index.js"), "warm\n", "the warm state stays");
-    assert_eq!(cat("src.txt"), "v2 from the host\n", "tracked files as at the host's commit");
+    let cat = |p: &str| {
+        h.sh(
+            "b",
+            &format!("cat /workspace/{p} 2>/dev/null || echo MISSING"),
+        )
+    };
+    assert_eq!(
+        cat("node_modules/dep/index.js"),
+        "warm\n",
+        "the warm state stays"
+    );
+    assert_eq!(
+        cat("src.txt"),
+        "v2 from the host\n",
+        "tracked files as at the host's commit"
+    );
     assert_eq!(cat("README"), "host's uncommitted edit\n");
     assert_eq!(cat("new.txt"), "host's untracked file\n");
-    assert_eq!(cat("local.cfg"), "checkpoint cfg\n", "a collision keeps the box's");
+    assert_eq!(
+        cat("local.cfg"),
+        "checkpoint cfg\n",
+        "a collision keeps the box's"
+    );
     assert_eq!(
         h.sh("b", "cat /run/agentbox/ctl/resync-conflicts"),
         "local.cfg\n"
     );
     assert_eq!(
-        h.sh("b", "cd /workspace && git rev-parse HEAD && git symbolic-ref --short HEAD"),
+        h.sh(
+            "b",
+            "cd /workspace && git rev-parse HEAD && git symbolic-ref --short HEAD"
+        ),
         format!("{}\n{branch}\n", host_head.trim())
     );
     let log = h.sh("b", "cd /workspace && git log --format=%s");
-    assert!(!log.contains("box work"), "the checkpoint's commits are not the new box's: {log}");
+    assert!(
+        !log.contains("box work"),
+        "the checkpoint's commits are not the new box's: {log}"
+    );
     let status = h.sh("b", "cd /workspace && git status --porcelain");
     assert!(status.contains(" M README"), "{status}");
     assert!(status.contains("?? new.txt"), "{status}");
@@ -121,14 +151,29 @@ fn no_resync_rebranches_without_the_hosts_uncommitted_work() {
         return;
     };
     warm_box(&h, &proj);
-    h.env.ok(&["checkpoint", "create", "warm", "--name", "deps"]);
+    h.env
+        .ok(&["checkpoint", "create", "warm", "--name", "deps"]);
     write(&proj.join("README"), "host's uncommitted edit\n");
     write(&proj.join("new.txt"), "untracked\n");
     let from = proj.to_str().expect("utf-8");
-    h.env.ok(&["create", "c", "--from", from, "--checkpoint", "deps", "--no-resync"]);
+    h.env.ok(&[
+        "create",
+        "c",
+        "--from",
+        from,
+        "--checkpoint",
+        "deps",
+        "--no-resync",
+    ]);
     assert_eq!(h.sh("c", "cat /workspace/README"), "readme\n");
-    assert_eq!(h.sh("c", "test -e /workspace/new.txt && echo yes || echo no"), "no\n");
-    assert_eq!(h.sh("c", "cat /workspace/node_modules/dep/index.js"), "warm\n");
+    assert_eq!(
+        h.sh("c", "test -e /workspace/new.txt && echo yes || echo no"),
+        "no\n"
+    );
+    assert_eq!(
+        h.sh("c", "cat /workspace/node_modules/dep/index.js"),
+        "warm\n"
+    );
     assert_eq!(h.sh("c", "cat /workspace/src.txt"), "v1\n");
 }
 
@@ -141,22 +186,46 @@ fn defaults_names_removal_and_the_source_boxs_destroy() {
     let from = proj.to_str().expect("utf-8");
     let first = h.env.json(&["checkpoint", "create", "warm"]);
     assert_eq!(first["name"], "warm-1");
-    let second = h.env.json(&["checkpoint", "create", "warm", "--set-default"]);
+    let second = h
+        .env
+        .json(&["checkpoint", "create", "warm", "--set-default"]);
     assert_eq!(second["name"], "warm-2");
     assert_eq!(second["default"], true);
-    let again = h.env.run(&["checkpoint", "create", "warm", "--name", "warm-1"]);
+    let again = h
+        .env
+        .run(&["checkpoint", "create", "warm", "--name", "warm-1"]);
     assert_eq!(again.status.code(), Some(4), "an existing name is refused");
-    h.env
-        .ok(&["checkpoint", "create", "warm", "--name", "warm-1", "--replace"]);
+    h.env.ok(&[
+        "checkpoint",
+        "create",
+        "warm",
+        "--name",
+        "warm-1",
+        "--replace",
+    ]);
     // The source box goes; its checkpoints stay usable.
     h.env.ok(&["destroy", "warm"]);
     h.env.ok(&["gc"]);
     let plain = h.env.json(&["create", "d", "--from", from]);
-    assert_eq!(plain["checkpoint"], "warm-2", "a plain create uses the default");
-    assert_eq!(h.sh("d", "cat /workspace/node_modules/dep/index.js"), "warm\n");
-    let cold = h.env.json(&["create", "e", "--from", from, "--no-checkpoint"]);
+    assert_eq!(
+        plain["checkpoint"], "warm-2",
+        "a plain create uses the default"
+    );
+    assert_eq!(
+        h.sh("d", "cat /workspace/node_modules/dep/index.js"),
+        "warm\n"
+    );
+    let cold = h
+        .env
+        .json(&["create", "e", "--from", from, "--no-checkpoint"]);
     assert!(cold.get("checkpoint").is_none(), "{cold}");
-    assert_eq!(h.sh("e", "test -e /workspace/node_modules && echo yes || echo no"), "no\n");
+    assert_eq!(
+        h.sh(
+            "e",
+            "test -e /workspace/node_modules && echo yes || echo no"
+        ),
+        "no\n"
+    );
     // rm: the default goes with it, names are never reused.
     h.env.ok(&["checkpoint", "rm", "warm-2"]);
     let listed = h.env.json(&["checkpoint", "ls", "--all"]);
@@ -168,7 +237,10 @@ fn defaults_names_removal_and_the_source_boxs_destroy() {
         .collect();
     assert_eq!(names, vec!["warm-1"]);
     let plain = h.env.json(&["create", "f", "--from", from]);
-    assert!(plain.get("checkpoint").is_none(), "no default after rm: {plain}");
+    assert!(
+        plain.get("checkpoint").is_none(),
+        "no default after rm: {plain}"
+    );
     h.env.ok(&["checkpoint", "create", "f"]);
     let gone = h.env.run(&["checkpoint", "show", "warm-2"]);
     assert_eq!(gone.status.code(), Some(3));
@@ -200,10 +272,16 @@ fn a_checkpoint_holds_no_secret_of_its_box() {
         "s",
         "mkdir -p /root/.claude && echo sk-agent-cred-7373 > /root/.claude/.credentials.json && echo warm > /workspace/node_modules.txt",
     );
-    let made = h.env.json(&["checkpoint", "create", "s", "--name", "clean"]);
+    let made = h
+        .env
+        .json(&["checkpoint", "create", "s", "--name", "clean"]);
     let node = made["node"].as_str().expect("node").to_owned();
     let manifest = made.to_string();
-    for secret in ["sk-carried-secret-4242", "sk-env-secret-9191", "sk-agent-cred-7373"] {
+    for secret in [
+        "sk-carried-secret-4242",
+        "sk-env-secret-9191",
+        "sk-agent-cred-7373",
+    ] {
         assert!(!manifest.contains(secret), "{secret} in the manifest");
     }
     // Every byte of the checkpoint's tree, as a box made from it sees it.
@@ -219,15 +297,28 @@ fn a_checkpoint_holds_no_secret_of_its_box() {
     ]);
     assert!(!o.is_empty());
     let found = h.sh("t", grep);
-    assert_eq!(found, "", "secrets in a box made from the checkpoint: {found}");
+    assert_eq!(
+        found, "",
+        "secrets in a box made from the checkpoint: {found}"
+    );
     // And in the store: the checkpoint node's own layer files.
     let store = h.env.path("home").join("store");
     let out = std::process::Command::new("grep")
-        .args(["-rl", "-e", "sk-env-secret-9191", "-e", "sk-agent-cred-7373"])
+        .args([
+            "-rl",
+            "-e",
+            "sk-env-secret-9191",
+            "-e",
+            "sk-agent-cred-7373",
+        ])
         .arg(store.join("nodes").join(format!("{node}.json")))
         .output()
         .expect("grep");
-    assert!(out.stdout.is_empty(), "{:?}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -238,12 +329,20 @@ fn inside_a_box_checkpoint_create_captures_its_own_box_only() {
     let from = proj.to_str().expect("utf-8");
     h.env.ok(&["create", "me", "--from", from]);
     h.env.ok(&["create", "other", "--from", from]);
-    let out = h.sh("me", "agentbox checkpoint create --name from-inside && echo done");
+    let out = h.sh(
+        "me",
+        "agentbox checkpoint create --name from-inside && echo done",
+    );
     assert!(out.contains("done"), "{out}");
     let c = h.env.json(&["checkpoint", "show", "from-inside"]);
     assert_eq!(c["source_box"], "me");
     let refused = h.env.run(&[
-        "exec", "me", "--", "sh", "-c", "agentbox checkpoint create other",
+        "exec",
+        "me",
+        "--",
+        "sh",
+        "-c",
+        "agentbox checkpoint create other",
     ]);
     assert_ne!(refused.status.code(), Some(0));
 }

@@ -8,6 +8,7 @@ mod common;
 mod boxes;
 mod bugs;
 mod bundles;
+mod checkpoint;
 mod cli;
 mod config;
 mod crash;

@@ -30,6 +30,9 @@ fn make_box_with(boxes: &Boxes, project: &Path, name: &str, settings: Settings) 
         from_ref: None,
         no_git: false,
         settings,
+        checkpoint: None,
+        no_checkpoint: true,
+        resync: None,
     };
     boxes.create(&spec, &Quiet).expect("create").record
 }
