@@ -276,6 +276,7 @@ impl Store {
         cleanup: &Cleanup,
         opts: DetachOpts,
     ) -> Result<Derived> {
+        let mut timer = agentbox_core::timing::Timer::start("derive");
         let ref_path = self.ref_path(&opts.keep_as)?;
         let (delete, truncate) = cleanup.compile()?;
         let _store = self.lock_store(Mode::Shared, "derive")?;
@@ -286,8 +287,11 @@ impl Store {
             .iter()
             .map(|l| self.backend.layer_dir(&l.id))
             .collect();
+        timer.lap("prepare");
         let tree = scan_chain(&dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+        timer.lap("scan");
         let plan = plan(&delete, &truncate, &tree);
+        timer.lap("plan");
         let over_base = state.mountpoint.is_none();
         let id = new_id();
         let layer = if plan.is_empty() {
@@ -297,6 +301,7 @@ impl Store {
                 self.backend.derive_layer(&chain, &plan, &id, over_base)
             })?)
         };
+        timer.lap("layer");
         let node = self.finish_detached(
             "derive",
             env,
@@ -307,6 +312,7 @@ impl Store {
             &ref_path,
             opts,
         )?;
+        timer.lap("node and ref");
         Ok(Derived {
             node,
             deleted: plan.delete.len(),
@@ -330,6 +336,7 @@ impl Store {
     /// [`DetachOpts::keep_as`] (which may be the ref `from` is: it moves to the flattened
     /// node, and the node it named before is left to GC).
     pub fn flatten(&self, env: &str, from: &str, opts: DetachOpts) -> Result<Node> {
+        let mut timer = agentbox_core::timing::Timer::start("flatten");
         let ref_path = self.ref_path(&opts.keep_as)?;
         let _store = self.lock_store(Mode::Shared, "flatten")?;
         let state = self.env(env)?;
@@ -344,7 +351,8 @@ impl Store {
                 self.backend.flatten_layer(&chain, &id, over_base)
             })?)
         };
-        self.finish_detached(
+        timer.lap("layer");
+        let node = self.finish_detached(
             "flatten",
             env,
             &source,
@@ -353,7 +361,9 @@ impl Store {
             layer,
             &ref_path,
             opts,
-        )
+        )?;
+        timer.lap("node and ref");
+        Ok(node)
     }
 
     /// Run `make` (which creates layer `id`) and write the layer's record; on failure,

@@ -113,6 +113,8 @@ impl Store {
         for e in &envs {
             roots.push(e.head.clone());
             roots.extend(e.tags.values().cloned());
+            // The node an interrupted checkout moves to: its next writer finishes it.
+            roots.extend(e.checkout_pending.clone());
         }
         roots.extend(self.refs()?.into_values());
         let mut reachable: BTreeSet<String> = BTreeSet::new();

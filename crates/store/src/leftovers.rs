@@ -214,10 +214,11 @@ impl Store {
                 );
                 continue;
             }
-            // The rule `reconcile` applies: never acknowledged, nobody's HEAD, no child.
+            // Detached nodes have no sequence number: they are judged below.
             if node.detached.is_some() {
                 continue;
             }
+            // The rule `reconcile` applies: never acknowledged, nobody's HEAD, no child.
             let Some(env) = envs.iter().find(|e| e.name == node.env) else {
                 continue;
             };

@@ -1133,6 +1133,10 @@ impl Store {
             files.values().filter_map(|n| n.parent.as_ref()).collect();
         for (id, node) in &files {
             if node.detached.is_some() {
+                // No history, no sequence number. One no ref names (a derive or flatten
+                // stopped before its ref, or the ref was removed since: the two look the
+                // same) is not half-made data but garbage like any unreachable node: GC
+                // frees it.
                 continue;
             }
             let Some(env) = envs.get(&node.env) else {
@@ -1146,9 +1150,6 @@ impl Store {
                 ));
             }
         }
-        // A detached node no ref names (a derive or flatten stopped before its ref, or the
-        // ref was removed since: the two cannot be told apart) is not half-made data but
-        // garbage like any unreachable node: GC frees it.
         // Environments whose creation never completed have a directory but no env.json.
         for entry in fs_err::read_dir(self.layout.envs())? {
             let entry = entry?;

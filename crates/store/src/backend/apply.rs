@@ -82,12 +82,12 @@ pub(crate) fn edit_in_place(
     remove: &dyn Fn(&Path) -> Result<()>,
 ) -> Result<()> {
     let owner = fsutil::is_root();
-    let mut parents: Vec<(PathBuf, crate::fsops::Meta)> = Vec::new();
+    let mut parents: std::collections::BTreeMap<PathBuf, crate::fsops::Meta> = Default::default();
     for e in &plan.delete {
         let parent = e.rel.parent().unwrap_or(Path::new(""));
-        if !parents.iter().any(|(p, _)| p == parent) {
-            let path = fsutil::join(root, parent);
-            parents.push((parent.to_owned(), read_meta(&path)?));
+        if !parents.contains_key(parent) {
+            let meta = read_meta(&fsutil::join(root, parent))?;
+            parents.insert(parent.to_owned(), meta);
         }
     }
     for e in &plan.truncate {
