@@ -16,7 +16,9 @@
 //!   box does not start; `/sys` is read-only;
 //! * `/dev` is a fresh `nodev` tmpfs holding only [`DEVICES`] (bound from the host), the
 //!   box's own pty instance and shared memory;
-//! * a layer path overlayfs would misread is refused before the overlay that would take it;
+//! * a layer path overlayfs would misread is refused before the first mount when every
+//!   layer path is known then (see [`refuse_bad_layer_paths`]), and always before the
+//!   overlay that would take it;
 //! * a bind lands below the box's `/run`, a hidden path below the base or the box's root:
 //!   anything else (`..`, a relative path) is refused;
 //! * `pivot_root` comes last: after it only the host's old root is detached.
@@ -73,6 +75,15 @@ pub(super) fn path_str(p: &Path) -> Result<&str, String> {
 pub(super) fn mkdir_p(k: &mut dyn Kernel, p: &Path) -> Result<(), String> {
     k.mkdir_p(p)
         .map_err(|e| err(format!("creating {}", p.display()), e))
+}
+
+/// Refuse a layer path overlayfs would misread (see [`path_str`]) before the first mount of
+/// the box, rather than at the overlay that takes it. `paths` come in the order the
+/// overlays' options name them, so the refusal is the one that overlay's check would give.
+pub(super) fn refuse_bad_layer_paths<'a>(
+    paths: impl IntoIterator<Item = &'a PathBuf>,
+) -> Result<(), String> {
+    paths.into_iter().try_for_each(|p| path_str(p).map(drop))
 }
 
 /// `rel` below `root`, refusing anything but plain components.
@@ -134,8 +145,19 @@ pub(super) fn setup_root(
     spec: &BoxSpec,
     userns: Option<&crate::idmap::BoxUserNs>,
 ) -> Result<bool, String> {
+    let s = &spec.scratch;
+    let (empty, base, root) = (s.join("e"), s.join("b"), s.join("r"));
+    if userns.is_none() {
+        // Every layer path the two overlays take is known now (with a user namespace,
+        // which ones depends on whether the base can be idmapped; they are checked as the
+        // overlays' options are made).
+        refuse_bad_layer_paths([&empty, &spec.base].into_iter().chain(&spec.lowers).chain([
+            &base,
+            &spec.upper,
+            &spec.workdir,
+        ]))?;
+    }
     let scratch = &private_scratch(k, spec)?;
-    let (empty, base, root) = (scratch.join("e"), scratch.join("b"), scratch.join("r"));
     for d in [&empty, &base, &root] {
         mkdir_p(k, d)?;
     }
@@ -303,6 +325,7 @@ pub(super) const NOT_BOUND: &[&str] = &[
 /// `user.overlay.*`), with the host's top-level directories bound read-only on the mount
 /// points its first layer holds (see [`host_skeleton`]).
 pub(super) fn setup_root_rootless(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<(), String> {
+    refuse_bad_layer_paths(spec.lowers.iter().chain([&spec.upper, &spec.workdir]))?;
     let scratch = &private_scratch(k, spec)?;
     let root = scratch.join("r");
     mkdir_p(k, &root)?;

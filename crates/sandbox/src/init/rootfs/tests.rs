@@ -927,6 +927,63 @@ fn pivot_root_comes_last() {
 }
 
 #[test]
+fn a_layer_path_overlayfs_would_misread_is_refused_before_any_mount() {
+    for bad in [
+        "/home/alice/.agentbox/store/a,upperdir=/etc",
+        "/home/alice/.agentbox/store/a:/",
+        "/home/alice/.agentbox/store/a\\b",
+    ] {
+        let cases: [(&str, BoxSpec); 5] = [
+            (
+                "lower",
+                BoxSpec {
+                    lowers: vec![p(LOWER_TOP), p(bad)],
+                    ..spec()
+                },
+            ),
+            (
+                "upper",
+                BoxSpec {
+                    upper: p(bad),
+                    ..spec()
+                },
+            ),
+            (
+                "base",
+                BoxSpec {
+                    base: p(bad),
+                    ..spec()
+                },
+            ),
+            (
+                "scratch",
+                BoxSpec {
+                    scratch: p(bad),
+                    ..spec()
+                },
+            ),
+            (
+                "rootless lower",
+                BoxSpec {
+                    lowers: vec![p(bad)],
+                    ..rootless()
+                },
+            ),
+        ];
+        for (what, spec) in cases {
+            let mut rec = host().dir(bad);
+            let e = build(&mut rec, &spec).expect_err("refused");
+            assert!(
+                e.contains("which overlayfs cannot take in a layer path"),
+                "{what}: {e}"
+            );
+            assert!(e.starts_with(bad), "{what}: the error names the path: {e}");
+            assert_eq!(rec.ops(), [], "{what}: nothing is done before the refusal");
+        }
+    }
+}
+
+#[test]
 fn with_idmapping_the_stores_paths_never_reach_an_overlays_options() {
     let bad = "/home/alice/.agentbox/store/a,upperdir=/etc";
     let spec = BoxSpec {
