@@ -1,7 +1,7 @@
 //! The kernel seam of the box's root filesystem: every system call the rootfs builder
 //! ([`super::rootfs`]) makes goes through [`Kernel`], so which mounts are made, in which
 //! order, with which flags, and which paths are hidden is decided by plain code that runs
-//! without root against [`recording::Recording`] in the unit tests.
+//! without root against the recording kernel of the unit tests (`kernel/recording.rs`).
 //!
 //! Invariants:
 //! * [`Linux`] is the only implementation that reaches the kernel, and the rootfs builder

@@ -375,9 +375,9 @@ pub(super) fn setup_root_rootless(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<
 
 /// The skeleton a rootless box's first layer needs, made in `dir`: an empty directory for
 /// every top-level directory of the host (mount points for the host's directories and for
-/// `/proc`, `/dev`, …) and the host's top-level symlinks (`/bin -> usr/bin`). Made by the
-/// host's side when the layer is, outside any box's namespaces and mounts no part of the
-/// plan: it works on the files directly rather than through [`Kernel`].
+/// `/proc`, `/dev`, …) and the host's top-level symlinks (`/bin -> usr/bin`). The host's side
+/// makes it with the layer, outside any box's namespaces: no part of the box's mount plan,
+/// it works on the files directly rather than through the kernel seam.
 pub fn host_skeleton(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir("/")?.flatten() {
         let name = entry.file_name();
