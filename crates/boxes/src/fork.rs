@@ -74,7 +74,8 @@ pub(crate) fn note_unrecorded(boxes: &Boxes, src: &BoxRecord, progress: &dyn Pro
     if n > 0 {
         progress.note(&format!(
             "agentbox: box {:?} has {n} change(s) since its HEAD that no node holds; the fork starts from HEAD without them (`agentbox commit {}` first to include them)",
-            src.name, src.name
+            src.name.as_str(),
+            src.name
         ));
     }
 }
@@ -236,7 +237,7 @@ fn fork_rest(
     if !src.publish.is_empty() {
         progress.note(&format!(
             "agentbox: the fork does not publish box {:?}'s ports (a host port goes to one box)",
-            src.name
+            src.name.as_str()
         ));
     }
     let rec = BoxRecord {
@@ -273,7 +274,7 @@ fn fork_rest(
             if !move_branch(boxes, name, g, &from.branch)? {
                 progress.note(&format!(
                     "agentbox: box {:?} had no branch {} at node {}; the fork's {} stays at its base",
-                    src.name,
+                    src.name.as_str(),
                     from.branch,
                     short(node),
                     g.branch
@@ -287,7 +288,8 @@ fn fork_rest(
             OnBox::Running(Some(id)) => id,
             _ => {
                 return Err(BoxError::Supervisor(format!(
-                    "box {name:?} made no node for its branches"
+                    "box {:?} made no node for its branches",
+                    name.as_str()
                 )))
             }
         };

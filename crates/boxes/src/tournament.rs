@@ -203,6 +203,16 @@ impl Cancel {
         }
     }
 
+    /// Why the candidate was stopped, for its log.
+    fn describe(self) -> &'static str {
+        match self {
+            Cancel::None => "not stopped",
+            Cancel::Timeout => "it ran past the timeout",
+            Cancel::Lost => "another candidate passed first",
+            Cancel::Interrupted => "the tournament was interrupted",
+        }
+    }
+
     fn verdict(self) -> Option<Verdict> {
         match self {
             Cancel::None => None,
@@ -407,7 +417,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
             progress.note(n);
         }
         return Err(BoxError::Interrupted {
-            what: format!("the tournament of box {:?}", src.name),
+            what: format!("the tournament of box {:?}", src.name.as_str()),
             signal,
             undone: if notes.is_empty() {
                 "every candidate's box, branch and pin was removed".to_owned()
@@ -464,7 +474,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
         if result.notes.len() == before {
             result.notes.push(format!(
                 "box {:?} now holds the winner's work (node {}); the winner's box {winner_box:?} was removed",
-                src.name,
+                src.name.as_str(),
                 short(&node)
             ));
             result.candidates[w].kept = false;
@@ -622,9 +632,12 @@ fn run_candidate(
                 ran.status
             }
             Err(e) => {
-                log.push_str(&format!("[not finished: {e}]\n"));
-                if slot.cancelled() == Cancel::None {
-                    r.error = Some(e.to_string());
+                match slot.cancelled() {
+                    Cancel::None => {
+                        log.push_str(&format!("[not finished: {e}]\n"));
+                        r.error = Some(e.to_string());
+                    }
+                    why => log.push_str(&format!("[stopped: {}]\n", why.describe())),
                 }
                 break;
             }
