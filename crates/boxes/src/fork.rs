@@ -157,20 +157,20 @@ pub(crate) fn fork(boxes: &Boxes, spec: &ForkSpec, progress: &dyn Progress) -> R
     }
     let store = boxes.store()?;
     let reference = spec.at.as_deref().unwrap_or("HEAD");
-    let node = store
-        .resolve(&src.name, reference)
-        .map_err(|e| match e {
-            agentbox_store::Error::UnknownRef { .. } => BoxError::NoSuchNode {
-                name: src.name.to_string(),
-                reference: reference.to_owned(),
-            },
-            other => other.into(),
-        })?;
+    let node = store.resolve(&src.name, reference).map_err(|e| match e {
+        agentbox_store::Error::UnknownRef { .. } => BoxError::NoSuchNode {
+            name: src.name.to_string(),
+            reference: reference.to_owned(),
+        },
+        other => other.into(),
+    })?;
     let name = match &spec.name {
         Some(n) => {
             let n = registry::check_new_name(home, n)?;
             if taken(boxes, &n) {
-                return Err(BoxError::BoxExists { name: n.into_string() });
+                return Err(BoxError::BoxExists {
+                    name: n.into_string(),
+                });
             }
             n
         }
@@ -178,10 +178,12 @@ pub(crate) fn fork(boxes: &Boxes, spec: &ForkSpec, progress: &dyn Progress) -> R
     };
     // The environment is the claim on the name: of two forks (or creates) racing for it,
     // exactly one makes it, and the other has made nothing yet.
-    store.fork_env(&src.name, &node, &name, None).map_err(|e| match e {
-        agentbox_store::Error::EnvExists { name } => BoxError::BoxExists { name },
-        other => other.into(),
-    })?;
+    store
+        .fork_env(&src.name, &node, &name, None)
+        .map_err(|e| match e {
+            agentbox_store::Error::EnvExists { name } => BoxError::BoxExists { name },
+            other => other.into(),
+        })?;
     let mut made = Made {
         boxes,
         name: name.to_string(),
@@ -364,7 +366,12 @@ pub(crate) fn move_branch(boxes: &Boxes, name: &str, git: &GitRecord, from: &str
         boxes,
         name,
         git,
-        &["rev-parse", "--verify", "--quiet", &format!("refs/heads/{from}")],
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{from}"),
+        ],
     )?;
     match probe.status {
         0 => {}

@@ -292,8 +292,7 @@ fn check(boxes: &Boxes, src: &BoxRecord, spec: &TournamentSpec) -> Result<()> {
         let box_name = box_name(src, c);
         let checked = crate::registry::check_new_name(boxes.home(), &box_name)
             .map_err(|e| bad(format!("its box name {box_name:?} is not valid: {e}")))?;
-        if BoxDirs::new(boxes.home(), &checked).dir.exists()
-            || boxes.store()?.env(&checked).is_ok()
+        if BoxDirs::new(boxes.home(), &checked).dir.exists() || boxes.store()?.env(&checked).is_ok()
         {
             return Err(BoxError::BoxExists {
                 name: checked.into_string(),
@@ -458,9 +457,10 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
     };
     if let (true, Some(w)) = (spec.keep, winner) {
         let win = &result.candidates[w];
-        let node = win.node.clone().ok_or_else(|| {
-            BoxError::Supervisor(format!("candidate {:?} has no node", win.name))
-        })?;
+        let node = win
+            .node
+            .clone()
+            .ok_or_else(|| BoxError::Supervisor(format!("candidate {:?} has no node", win.name)))?;
         let moved = move_source(boxes, &src, &win.box_name, &node).inspect_err(|_| {
             progress.note(&format!(
                 "agentbox: box {:?} keeps the winner's work",
@@ -524,17 +524,13 @@ fn remove_candidate(boxes: &Boxes, name: &str, notes: &mut Vec<String>) {
     let said = Mutex::new(Vec::new());
     let dirs = BoxDirs::new(boxes.home(), name);
     let outcome = if dirs.record().exists() {
-        boxes
-            .destroy(name, true, &Collect(&said))
-            .map(|_| ())
+        boxes.destroy(name, true, &Collect(&said)).map(|_| ())
     } else {
         // Without a record, only what the fork's own rollback could not remove is left.
-        let env = boxes
-            .store()
-            .and_then(|s| match s.env(name) {
-                Ok(_) => Ok(s.remove_env(name)?),
-                Err(_) => Ok(()),
-            });
+        let env = boxes.store().and_then(|s| match s.env(name) {
+            Ok(_) => Ok(s.remove_env(name)?),
+            Err(_) => Ok(()),
+        });
         env.and_then(|()| match fs_err::remove_dir_all(&dirs.dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
             _ => Ok(()),
@@ -644,6 +640,7 @@ fn run_candidate(
         };
         // A status of a command the stop killed is the stop's, not the candidate's.
         if slot.cancelled() != Cancel::None {
+            log.push_str(&format!("[stopped: {}]\n", slot.cancelled().describe()));
             break;
         }
         if is_cmd {
@@ -680,18 +677,14 @@ fn run_candidate(
 
 /// After a candidate's commands: its work in a node (auto-capture made one unless the box
 /// has capture off) and its branches synced; `r` gets the HEAD and the tips.
-fn settle(
-    boxes: &Boxes,
-    name: &str,
-    c: &Candidate,
-    r: &mut CandidateResult,
-    progress: &Relay,
-) {
+fn settle(boxes: &Boxes, name: &str, c: &Candidate, r: &mut CandidateResult, progress: &Relay) {
     let capture = record::read(boxes.home(), name).is_ok_and(|rec| rec.capture);
     if !capture {
         let message = format!("tournament candidate {}", c.name);
         if let Err(e) = boxes.provider().commit(name, &message, Some(&c.command)) {
-            progress.note(&format!("agentbox: could not record its work as a node: {e}"));
+            progress.note(&format!(
+                "agentbox: could not record its work as a node: {e}"
+            ));
         }
     }
     match boxes.store().and_then(|s| Ok(s.env(name)?)) {

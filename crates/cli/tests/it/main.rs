@@ -11,6 +11,7 @@ mod bundles;
 mod cli;
 mod config;
 mod crash;
+mod fork;
 mod help;
 mod network;
 mod provider;
