@@ -406,7 +406,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
         .enumerate()
         .map(|(i, r)| r.unwrap_or_else(|| lost_worker(&spec.candidates[i], &slots[i])))
         .collect();
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
     let signal = spec.interrupt.load(Ordering::SeqCst);
     if signal != 0 {
         for r in &results {
