@@ -24,7 +24,7 @@ use chrono::Utc;
 
 use crate::create::{Created, Progress};
 use crate::ops::Boxes;
-use crate::provider::{Collected, OnBox};
+use crate::provider::Collected;
 use crate::record::{self, BoxDirs, BoxRecord, GitRecord};
 use crate::seeding::SeededRepo;
 use crate::types::SyncedRepo;
@@ -286,15 +286,11 @@ fn fork_rest(
         // The moved branches are the fork's first node: a rollback of the fork to it (or a
         // restart) keeps them, and the node's record of the tips names them.
         let message = format!("fork of box {} at {}", src.name, short(node));
-        head = match boxes.provider().commit(name, &message, None)? {
-            OnBox::Running(Some(id)) => id,
-            _ => {
-                return Err(BoxError::Supervisor(format!(
-                    "box {:?} made no node for its branches",
-                    name.as_str()
-                )))
-            }
+        let opts = agentbox_store::CommitOpts {
+            message,
+            ..Default::default()
         };
+        head = boxes.commit(name, opts)?.id;
         synced = boxes.provider().sync(name)?;
     }
     let seeded = rec

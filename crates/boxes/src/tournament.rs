@@ -30,7 +30,6 @@ use serde::Serialize;
 use crate::create::Progress;
 use crate::fork::ForkSpec;
 use crate::ops::Boxes;
-use crate::provider::OnBox;
 use crate::record::{self, BoxDirs, BoxRecord};
 use crate::types::SyncedRepo;
 use crate::{BoxError, Result};
@@ -680,8 +679,12 @@ fn run_candidate(
 fn settle(boxes: &Boxes, name: &str, c: &Candidate, r: &mut CandidateResult, progress: &Relay) {
     let capture = record::read(boxes.home(), name).is_ok_and(|rec| rec.capture);
     if !capture {
-        let message = format!("tournament candidate {}", c.name);
-        if let Err(e) = boxes.provider().commit(name, &message, Some(&c.command)) {
+        let opts = agentbox_store::CommitOpts {
+            message: format!("tournament candidate {}", c.name),
+            command: Some(c.command.clone()),
+            ..Default::default()
+        };
+        if let Err(e) = boxes.commit(name, opts) {
             progress.note(&format!(
                 "agentbox: could not record its work as a node: {e}"
             ));
@@ -728,10 +731,11 @@ fn move_source(boxes: &Boxes, src: &BoxRecord, winner: &str, node: &str) -> Resu
             };
             crate::fork::move_branch(boxes, &src.name, g, &from.branch)?;
         }
-        let message = format!("tournament winner {winner} ({})", short(node));
-        if let OnBox::Running(Some(id)) = boxes.provider().commit(&src.name, &message, None)? {
-            head = id;
-        }
+        let opts = agentbox_store::CommitOpts {
+            message: format!("tournament winner {winner} ({})", short(node)),
+            ..Default::default()
+        };
+        head = boxes.commit(&src.name, opts)?.id;
         branches = boxes.provider().sync(&src.name)?;
     }
     if !was_running {

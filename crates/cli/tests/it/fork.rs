@@ -411,6 +411,44 @@ fn fork_at_an_older_node_starts_from_it() {
 }
 
 #[test]
+fn a_box_without_repositories_forks_at_its_node_without_starting() {
+    let Some(f) = fixture(
+        "a_box_without_repositories_forks_at_its_node_without_starting",
+        &[],
+    ) else {
+        return;
+    };
+    f.env.ok(&["create", "plain", "--empty"]);
+    f.sh(
+        "plain",
+        "echo data > /workspace/f && mkdir -p /opt/tool && echo t > /opt/tool/bin",
+    );
+    f.env.ok(&["stop", "plain"]);
+    let head = f.head("plain");
+    let forked = f.env.json(&["fork", "plain"]);
+    assert_eq!(forked["name"], "plain-fork-1");
+    assert_eq!(
+        forked["head"].as_str(),
+        Some(head.as_str()),
+        "its HEAD is the node"
+    );
+    assert!(forked.get("repos").is_none(), "{forked}");
+    let listed = f.env.json(&["list", "--all"]);
+    let state = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|e| e["name"] == "plain-fork-1")
+        .map(|e| e["state"].clone());
+    assert_eq!(state, Some("stopped".into()));
+    // The whole layer came along, not only /workspace.
+    assert_eq!(
+        f.look("plain-fork-1", "cat /workspace/f /opt/tool/bin"),
+        "data\nt\n"
+    );
+}
+
+#[test]
 fn a_tournament_picks_the_first_passing_candidate_in_the_order_given() {
     let Some(f) = fixture(
         "a_tournament_picks_the_first_passing_candidate_in_the_order_given",
