@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod create;
 pub mod directories;
+pub mod fork;
 pub mod history;
 pub mod hostdata;
 pub mod ignore;
@@ -18,6 +19,7 @@ pub mod relay;
 pub mod remote;
 pub mod reseed;
 pub mod seeding;
+pub mod tournament;
 pub mod types;
 pub mod wire;
 
@@ -185,6 +187,23 @@ pub enum BoxError {
     /// process; `shell_pwd` is where the caller's shell says it is.
     #[error("the current directory{} no longer exists (a checkout replaced it); run cd \"$PWD\"", shell_pwd.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
     StaleCurrentDir { shell_pwd: Option<PathBuf> },
+    /// A reference that names no node of the box's history (`fork --at`, `tournament --at`).
+    #[error("box {name:?} has no node {reference:?}")]
+    NoSuchNode { name: String, reference: String },
+    /// A tournament candidate that cannot be run as given.
+    #[error("tournament candidate {candidate:?}: {why}")]
+    BadCandidate { candidate: String, why: String },
+    /// A tournament of box `name` given no candidates.
+    #[error("a tournament of box {name:?} needs at least one candidate")]
+    NoCandidates { name: String },
+    /// An operation stopped by a signal (SIGINT, SIGTERM) after undoing what it had made.
+    #[error("{what} was interrupted by signal {signal}; {undone}")]
+    Interrupted {
+        what: String,
+        signal: i32,
+        /// What became of its work.
+        undone: String,
+    },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -205,6 +224,7 @@ impl BoxError {
             BoxError::Git(e) | BoxError::Seed(e) => e.exit_code(),
             BoxError::Core(agentbox_core::Error::Locked { .. }) => ExitCode::Locked.into(),
             BoxError::NoSuchBox { .. }
+            | BoxError::NoSuchNode { .. }
             | BoxError::NoStore { .. }
             | BoxError::NotRunning { .. }
             | BoxError::NoSuchProcess { .. }
@@ -234,6 +254,9 @@ impl BoxError {
             | BoxError::BadWorkspace { .. } => ExitCode::Usage.into(),
             BoxError::Config(e) => e.exit_code(),
             BoxError::Network(e) => e.exit_code(),
+            BoxError::BadCandidate { .. } | BoxError::NoCandidates { .. } => ExitCode::Usage.into(),
+            // As a shell reports a command a signal ended.
+            BoxError::Interrupted { signal, .. } => 128 + signal,
             BoxError::Remote { code, .. } => *code,
             BoxError::Command { status, .. } => *status,
             _ => ExitCode::Failure.into(),
@@ -297,6 +320,13 @@ impl BoxError {
                 "`agentbox logs {name} {id}` shows its whole output, `agentbox ps {name}` its exit"
             )),
             BoxError::Remote { hint, .. } => hint.clone(),
+            BoxError::NoSuchNode { name, .. } => Some(format!(
+                "`agentbox log {name}` shows its nodes; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix"
+            )),
+            BoxError::BadCandidate { .. } | BoxError::NoCandidates { .. } => Some(
+                "give each candidate as -c NAME=CMD, with distinct NAMEs of letters, digits, '.', '_' and '-'"
+                    .into(),
+            ),
             BoxError::Ambiguous { .. } => {
                 Some("name the box by its name or a longer id prefix (`agentbox list --all`)".into())
             }

@@ -7,6 +7,7 @@
 //! * `supervisor.log` — what the supervisor and the box's PID 1 printed;
 //! * `pasta.log` — what a private network's `pasta` printed;
 //! * `logs/<id>.log` — output of spawned processes;
+//! * `tournament.log` — a tournament candidate's commands and what they printed;
 //! * `scratch/` — empty; PID 1 mounts its private tmpfs there (in its own namespace).
 //!
 //! The box's filesystem history is the store environment of the same name.

@@ -97,6 +97,13 @@ pub enum Command {
     /// Fetch on the host (with its credentials) and merge into the box's branches inside
     /// the box: [BOX].
     Pull(PullArgs),
+    /// A new box from a node of a box's history (HEAD, or --at REF), on a branch of its
+    /// own, with the work it held there; no copy is made: [BOX] [NEW].
+    Fork(crate::forkcmds::ForkArgs),
+    /// Race candidate commands, each in its own fork of a box, and pick the first (in the
+    /// order given, or with --first the soonest) whose test passes:
+    /// [BOX] --test CMD -c NAME=CMD...
+    Tournament(crate::forkcmds::TournamentArgs),
     /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema,
     /// list-projects.
     #[command(subcommand)]

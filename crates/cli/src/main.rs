@@ -9,6 +9,7 @@ mod boxcmds;
 mod commands;
 mod configcmd;
 mod errors;
+mod forkcmds;
 mod prune;
 mod relay;
 mod render;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::{git, Result};
+use crate::{git, git_stdin, GitError, Result};
 
 /// Delete branch `branch` of the host repository at `repo_root` (`git branch -D`: refused
 /// while it is checked out in one of the host's worktrees).
@@ -30,6 +30,43 @@ pub fn pins(repo_root: &Path) -> Result<Vec<(String, String)>> {
 /// Delete ref `refname` of the host repository at `repo_root`.
 pub fn delete_ref(repo_root: &Path, refname: &str) -> Result<()> {
     git(repo_root, &["update-ref", "-d", refname]).map(|_| ())
+}
+
+/// Give box `to` what box `from` keeps alive in the host repository at `repo_root`, and
+/// claim `to`'s branch there — in one transaction, so either all of it is written or none:
+///
+/// * `refs/agentbox/<to>/base` at `base` (the commit `to` builds on);
+/// * a copy of every other `refs/agentbox/<from>/…` (the carried-over work and fetched
+///   heads `from`'s repository refers to, which `to`'s repository refers to as well: a
+///   fork's history is `from`'s up to the node it was made at);
+/// * `refs/heads/<branch>` at `base`, which must not exist yet (the box's sync moves it).
+///
+/// Refused, with nothing written, when any of `to`'s refs or the branch exists already.
+pub fn fork_refs(repo_root: &Path, from: &str, to: &str, branch: &str, base: &str) -> Result<()> {
+    if !crate::is_object_id(base) {
+        return Err(GitError::NoSuchRef {
+            repo: repo_root.to_owned(),
+            start: base.to_owned(),
+        });
+    }
+    let mut tx = format!(
+        "start\ncreate refs/agentbox/{to}/base {base}\ncreate refs/heads/{branch} {base}\n"
+    );
+    let prefix = format!("refs/agentbox/{from}/");
+    let kept = git(
+        repo_root,
+        &["for-each-ref", "--format=%(objectname) %(refname)", &prefix],
+    )?;
+    for (id, refname) in kept.lines().filter_map(|l| l.split_once(' ')) {
+        match refname.strip_prefix(&prefix) {
+            Some(rest) if rest != "base" => {
+                tx.push_str(&format!("create refs/agentbox/{to}/{rest} {id}\n"))
+            }
+            _ => {}
+        }
+    }
+    tx.push_str("prepare\ncommit\n");
+    git_stdin(repo_root, &["update-ref", "--stdin"], &tx).map(|_| ())
 }
 
 /// The branch checked out in the host repository at `repo_root` (`None`: detached HEAD).

@@ -175,6 +175,8 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Config(a) => crate::configcmd::run(&ctx, a),
         Command::Push(a) => boxcmds::push(&ctx, a),
         Command::Pull(a) => boxcmds::pull(&ctx, a),
+        Command::Fork(a) => crate::forkcmds::fork(&ctx, a),
+        Command::Tournament(a) => crate::forkcmds::tournament(&ctx, a),
         Command::Supervise { name } => {
             // Taken first: nothing the supervisor starts may inherit it.
             let startup = agentbox_sandbox::startup::take_pipe();

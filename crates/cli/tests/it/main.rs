@@ -12,6 +12,7 @@ mod checkpoint;
 mod cli;
 mod config;
 mod crash;
+mod fork;
 mod help;
 mod network;
 mod output;
