@@ -130,7 +130,7 @@ pub struct CandidateResult {
     pub output: String,
     /// Its log (every command with its output and status), while its box is kept.
     pub log: Option<PathBuf>,
-    /// Whether its box still exists.
+    /// Whether its box (made by this tournament) still exists.
     pub kept: bool,
 }
 
@@ -408,7 +408,9 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
     let mut notes: Vec<String> = Vec::new();
     let signal = spec.interrupt.load(Ordering::SeqCst);
     if signal != 0 {
-        for r in &results {
+        // Only boxes this tournament made (a fork that failed undid itself; a name taken
+        // meanwhile by another command is that command's box).
+        for r in results.iter().filter(|r| r.kept) {
             remove_candidate(boxes, &r.box_name, &mut notes);
         }
         for n in &notes {
@@ -435,7 +437,10 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
         if Some(i) == winner {
             continue;
         }
-        if spec.keep_losers && r.kept {
+        if !r.kept {
+            continue;
+        }
+        if spec.keep_losers {
             // Their work is in their nodes; their processes need not run on.
             let _ = boxes.provider().stop(&r.box_name);
         } else {
