@@ -340,7 +340,14 @@ impl Boxes {
     }
 
     fn checkpoint_state(&self, manifest: Manifest) -> Result<Checkpoint> {
-        let store = self.store()?;
+        self.checkpoint_state_in(self.store()?, manifest)
+    }
+
+    fn checkpoint_state_in(
+        &self,
+        store: &agentbox_store::Store,
+        manifest: Manifest,
+    ) -> Result<Checkpoint> {
         let full_ref = ref_name(manifest.project.as_deref(), &manifest.name);
         let state = if store.get_ref(&full_ref)?.as_deref() != Some(manifest.node.as_str())
             || store.node(&manifest.node).is_err()
@@ -466,6 +473,94 @@ impl Boxes {
         };
         let _lock = lock(self.home(), project.as_deref())?;
         set_default_locked(self.home(), project.as_deref(), name)
+    }
+}
+
+impl Boxes {
+    /// Checkpoints that can no longer be used — their node or base image is gone, or a
+    /// manifest lost its ref — and refs under `checkpoints/` without a manifest; unless
+    /// `dry_run`, each is removed (ref, manifest, the project's default naming it).
+    pub(crate) fn prune_checkpoints(
+        &self,
+        store: &agentbox_store::Store,
+        dry_run: bool,
+    ) -> Result<Vec<crate::types::BoxLeftover>> {
+        use crate::types::{BoxLeftover, PruneOutcome};
+        let mut out = Vec::new();
+        let mut known = std::collections::BTreeSet::new();
+        let projects = self.home().root().join("projects");
+        let mut manifests = Vec::new();
+        if let Ok(rd) = fs_err::read_dir(&projects) {
+            for e in rd.flatten() {
+                let Ok(files) = fs_err::read_dir(e.path().join("checkpoints")) else {
+                    continue;
+                };
+                for f in files.flatten() {
+                    let p = f.path();
+                    if p.extension().is_some_and(|x| x == "json")
+                        && p.file_name().is_some_and(|n| n != "counters.json")
+                    {
+                        if let Some(m) = read_json_opt::<Manifest>(&p)? {
+                            manifests.push((p, m));
+                        }
+                    }
+                }
+            }
+        }
+        for (path, m) in manifests {
+            let full_ref = ref_name(m.project.as_deref(), &m.name);
+            known.insert(full_ref.clone());
+            let c = self.checkpoint_state_in(store, m)?;
+            let why = match c.state {
+                Freshness::NodeMissing => "its node is gone",
+                Freshness::BaseMissing => "its base image is gone",
+                Freshness::Fresh | Freshness::Stale => continue,
+            };
+            let outcome = if dry_run {
+                PruneOutcome::WouldRemove
+            } else {
+                let project = c.manifest.project.as_deref();
+                let removed = (|| -> Result<()> {
+                    let _lock = lock(self.home(), project)?;
+                    store.set_ref(&full_ref, None)?;
+                    fs_err::remove_file(&path)?;
+                    if c.default {
+                        set_default_locked(self.home(), project, None)?;
+                    }
+                    Ok(())
+                })();
+                match removed {
+                    Ok(()) => PruneOutcome::Removed,
+                    Err(e) => PruneOutcome::Kept(e.to_string()),
+                }
+            };
+            out.push(BoxLeftover {
+                kind: "checkpoint".into(),
+                what: format!("checkpoint {:?} ({why})", c.manifest.name),
+                target: path.display().to_string(),
+                outcome,
+            });
+        }
+        for (full_ref, _) in store.refs()? {
+            if !full_ref.starts_with("checkpoints/") || known.contains(&full_ref) {
+                continue;
+            }
+            let outcome = if dry_run {
+                PruneOutcome::WouldRemove
+            } else {
+                match store.set_ref(&full_ref, None) {
+                    Ok(()) => PruneOutcome::Removed,
+                    Err(e) => PruneOutcome::Kept(e.to_string()),
+                }
+            };
+            out.push(BoxLeftover {
+                kind: "checkpoint-ref".into(),
+                what: "a checkpoint ref without a manifest".into(),
+                target: full_ref,
+                outcome,
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -213,6 +213,9 @@ pub struct Spec {
     /// From a checkpoint: re-branch, but carry none of the host's uncommitted work over
     /// (`None`: `box.resyncOnStart`).
     pub resync: Option<bool>,
+    /// Use a checkpoint whose base changed since it was made (with a warning); otherwise
+    /// that is [`BoxError::CheckpointStale`], for the front end to ask.
+    pub accept_stale: bool,
 }
 
 /// A box just made.

@@ -41,6 +41,9 @@ pub enum BoxError {
     StoreExists { dir: PathBuf },
     #[error(transparent)]
     InvalidName(#[from] agentbox_core::name::NameError),
+    /// The checkpoint's base (the host's system or its image) changed since it was made.
+    #[error("checkpoint {name:?} was made on a base that has changed since (system packages or image): its installed files may not match")]
+    CheckpointStale { name: String },
     #[error("checkpoint {name:?} cannot be used: {why}")]
     CheckpointUnusable { name: String, why: String },
     #[error(
@@ -233,7 +236,9 @@ impl BoxError {
             | BoxError::InvalidName(_)
             | BoxError::CheckpointExists { .. } => ExitCode::Refused.into(),
             BoxError::NoSuchCheckpoint { .. } => ExitCode::NotFound.into(),
-            BoxError::CheckpointUnusable { .. } => ExitCode::Refused.into(),
+            BoxError::CheckpointUnusable { .. } | BoxError::CheckpointStale { .. } => {
+                ExitCode::Refused.into()
+            }
             BoxError::NameFromDir { .. } | BoxError::NoDirName { .. } => ExitCode::Usage.into(),
             BoxError::Ambiguous { .. }
             | BoxError::WhichBox { .. }
@@ -272,6 +277,9 @@ impl BoxError {
             }
             BoxError::NoDirName { .. } => Some("pass --name NAME".into()),
             BoxError::StoreExists { .. } => Some("setup makes a new btrfs store; use another --home (AGENTBOX_HOME) or remove the existing store".into()),
+            BoxError::CheckpointStale { name } => Some(format!(
+                "--yes uses it anyway; or recreate it: create a box with --no-checkpoint, set it up, then `agentbox checkpoint create --name {name} --replace`"
+            )),
             BoxError::CheckpointUnusable { .. } => Some(
                 "`agentbox checkpoint rm` it, or create the box with --no-checkpoint".into(),
             ),

@@ -192,6 +192,9 @@ impl Boxes {
                     ),
                 })
             }
+            crate::checkpoint::Freshness::Stale if !spec.accept_stale => {
+                return Err(BoxError::CheckpointStale { name: wanted })
+            }
             crate::checkpoint::Freshness::Stale => progress.note(&format!(
                 "agentbox: warning: checkpoint {wanted:?} was made on a base that has changed since (system packages or image); its installed files may not match. Recreate it: create a box with --no-checkpoint, set it up, then `agentbox checkpoint create --name {wanted} --replace`"
             )),

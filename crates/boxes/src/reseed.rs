@@ -90,10 +90,13 @@ pub fn inside_at(stage: &Path, ws: &Path) -> Result<Vec<String>, String> {
                     "--exclude-standard",
                     "--directory",
                 ])
-                .output()
-                .map_err(|e| io("running git in", &dir, e))?;
+                .output();
+            // A base without git, or a repository git cannot read, keeps nothing of this
+            // repository: the box gets the fresh one whole.
+            let Ok(out) = out.map_err(|e| eprintln!("{}", io("running git in", &dir, e))) else {
+                continue;
+            };
             if !out.status.success() {
-                // A repository git cannot read keeps nothing: the box gets the fresh one.
                 continue;
             }
             for p in out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
@@ -284,16 +287,9 @@ impl crate::ops::Boxes {
         checkpoint: &str,
     ) -> crate::Result<Vec<String>> {
         use crate::BoxError;
-        let ran = self.provider().collect(
-            name,
-            vec![
-                crate::record::BOX_BINARY.to_owned(),
-                COMMAND.to_owned(),
-                stage.to_owned(),
-            ],
-            "/",
-            false,
-        )?;
+        let mut argv = crate::record::box_binary_argv();
+        argv.extend([COMMAND.to_owned(), stage.to_owned()]);
+        let ran = self.provider().collect(name, argv, "/", false)?;
         let line = ran
             .output
             .lines()

@@ -392,6 +392,9 @@ pub struct CreateArgs {
     /// uncommitted work over (config box.resyncOnStart).
     #[arg(long)]
     pub no_resync: bool,
+    /// Use a checkpoint whose base changed since it was made without asking.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
     /// Also copy ignored secret-bearing files (config git.envPatterns: `.env`, `.env.*`,
     /// `*.env`, `.envrc`; config git.withEnv).
     #[arg(long)]

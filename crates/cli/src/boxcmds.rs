@@ -39,8 +39,29 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         checkpoint: a.checkpoint.clone(),
         no_checkpoint: a.no_checkpoint,
         resync: a.no_resync.then_some(false),
+        // Asked below on a terminal; a script gets the warning and goes on.
+        accept_stale: a.yes || !std::io::IsTerminal::is_terminal(&std::io::stdin()),
     };
-    let made = ctx.boxes().create(&spec, ctx).map_err(setting_error)?;
+    let made = match ctx.boxes().create(&spec, ctx) {
+        Err(agentbox_boxes::BoxError::CheckpointStale { name }) => {
+            eprint!(
+                "agentbox: checkpoint {} was made on a base that has changed since (system packages or image); its installed files may not match. Create the box from it anyway? [y/N] ",
+                render::text(&name)
+            );
+            let mut answer = String::new();
+            let _ = std::io::stdin().read_line(&mut answer);
+            if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                return Err(agentbox_boxes::BoxError::CheckpointStale { name }.into());
+            }
+            let spec = create::Spec {
+                accept_stale: true,
+                ..spec
+            };
+            ctx.boxes().create(&spec, ctx)
+        }
+        other => other,
+    }
+    .map_err(setting_error)?;
     note_seeded(ctx, &made.seeded);
     let rec = &made.record;
     if let Some(c) = &rec.checkpoint {

@@ -346,3 +346,191 @@ fn inside_a_box_checkpoint_create_captures_its_own_box_only() {
     ]);
     assert_ne!(refused.status.code(), Some(0));
 }
+
+#[test]
+fn the_lineage_grows_per_box_and_flattens_at_max_layers() {
+    let Some((h, proj)) = setup("the_lineage_grows_per_box_and_flattens_at_max_layers") else {
+        return;
+    };
+    let from = proj.to_str().expect("utf-8");
+    h.env.ok(&["create", "b0", "--from", from]);
+    h.sh(
+        "b0",
+        "mkdir -p /workspace/node_modules && echo 0 > /workspace/node_modules/gen",
+    );
+    let mut kinds = Vec::new();
+    for i in 0..4 {
+        let c = h.env.json(&[
+            "checkpoint",
+            "create",
+            &format!("b{i}"),
+            "--name",
+            &format!("cp{i}"),
+        ]);
+        kinds.push(c["kind"].as_str().expect("kind").to_owned());
+        let lineage: Vec<String> = (0..i).rev().map(|j| format!("cp{j}")).collect();
+        assert_eq!(c["lineage"], serde_json::json!(lineage), "checkpoint c{i}");
+        let next = format!("b{}", i + 1);
+        let rec = h.env.json(&[
+            "create",
+            &next,
+            "--from",
+            from,
+            "--checkpoint",
+            &format!("cp{i}"),
+        ]);
+        let mut want = vec![format!("cp{i}")];
+        want.extend(lineage);
+        assert_eq!(rec["lineage"], serde_json::json!(want));
+        h.sh(
+            &next,
+            &format!("echo {} > /workspace/node_modules/gen", i + 1),
+        );
+    }
+    // The box of cp3 has a lineage of 3 (cp2, cp1, cp0): its checkpoint is the one flattened.
+    assert_eq!(kinds, vec!["layered", "layered", "layered", "flattened"]);
+    // Capturing the same box again does not deepen the lineage.
+    let again = h
+        .env
+        .json(&["checkpoint", "create", "b1", "--name", "again"]);
+    assert_eq!(again["lineage"], serde_json::json!(["cp0"]));
+    let merged = h.env.json(&["checkpoint", "create", "b1", "--merged"]);
+    assert_eq!(merged["kind"], "flattened");
+    // A flattened checkpoint still starts a warm box.
+    h.env
+        .ok(&["create", "z", "--from", from, "--checkpoint", "cp3"]);
+    assert_eq!(h.sh("z", "cat /workspace/node_modules/gen"), "3\n");
+}
+
+#[test]
+fn twenty_boxes_from_one_checkpoint_at_once_share_nothing() {
+    let Some((h, proj)) = setup("twenty_boxes_from_one_checkpoint_at_once_share_nothing") else {
+        return;
+    };
+    warm_box(&h, &proj);
+    h.env
+        .ok(&["checkpoint", "create", "warm", "--name", "deps"]);
+    let from = proj.to_str().expect("utf-8");
+    let children: Vec<_> = (0..20)
+        .map(|_| {
+            h.env
+                .command(&["--json", "create", "--from", from, "--checkpoint", "deps"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut records = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        records.push(serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json"));
+    }
+    let set = |key: &dyn Fn(&serde_json::Value) -> String| {
+        records
+            .iter()
+            .map(key)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(set(&|r| r["name"].to_string()).len(), 20);
+    assert_eq!(set(&|r| r["id"].to_string()).len(), 20);
+    assert_eq!(set(&|r| r["repos"][0]["branch"].to_string()).len(), 20);
+    let mut numbers: Vec<u64> = records
+        .iter()
+        .map(|r| r["index"].as_u64().expect("index"))
+        .collect();
+    numbers.sort();
+    assert_eq!(
+        numbers,
+        (2..=21).collect::<Vec<_>>(),
+        "numbers after the source's #1, no gap"
+    );
+    // Each box's repository is its own: a commit in one is in no other.
+    let first = records[0]["name"].as_str().expect("name").to_owned();
+    h.sh(
+        &first,
+        "cd /workspace && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m only-here",
+    );
+    for r in &records[1..] {
+        let name = r["name"].as_str().expect("name");
+        let log = h.sh(name, "cd /workspace && git log --format=%s");
+        assert!(
+            !log.contains("only-here"),
+            "{name} shares a repository: {log}"
+        );
+        assert_eq!(
+            h.sh(name, "cat /workspace/node_modules/dep/index.js"),
+            "warm\n"
+        );
+    }
+}
+
+#[test]
+fn a_checkpoint_on_a_changed_or_removed_image_is_stale_then_pruned() {
+    let Some((h, proj)) = setup("a_checkpoint_on_a_changed_or_removed_image_is_stale_then_pruned")
+    else {
+        return;
+    };
+    let tar = h.env.path("rootfs.tar");
+    agentbox_testkit::rootfs::build_tar(h.env.home.path(), &tar);
+    let tar = tar.to_str().expect("utf-8").to_owned();
+    let from = proj.to_str().expect("utf-8");
+    h.env.ok(&["image", "import", "mini", &tar]);
+    h.env
+        .ok(&["create", "img", "--from", from, "--image", "mini"]);
+    h.env
+        .ok(&["checkpoint", "create", "img", "--name", "onmini"]);
+    let fresh = h.env.json(&["checkpoint", "show", "onmini"]);
+    assert_eq!(fresh["state"], "fresh");
+    // The image is imported again under the same name: the checkpoint's base changed.
+    h.env.ok(&["destroy", "img"]);
+    h.env.ok(&["image", "rm", "mini"]);
+    let gone = h.env.json(&["checkpoint", "show", "onmini"]);
+    assert_eq!(gone["state"], "base-missing");
+    let refused = h
+        .env
+        .run(&["create", "x", "--from", from, "--checkpoint", "onmini"]);
+    assert_eq!(refused.status.code(), Some(4));
+    h.env.ok(&["image", "import", "mini", &tar]);
+    let stale = h.env.json(&["checkpoint", "ls", "--all"]);
+    assert_eq!(stale[0]["state"], "stale");
+    // Not on a terminal: a warning, and the box is made.
+    let out = h
+        .env
+        .run(&["create", "y", "--from", from, "--checkpoint", "onmini"]);
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    assert!(
+        crate::common::stderr(&out).contains("has changed since"),
+        "{}",
+        crate::common::stderr(&out)
+    );
+    // prune removes a checkpoint whose base is gone, and only that one.
+    h.env.ok(&["destroy", "y"]);
+    h.env.ok(&["image", "rm", "mini"]);
+    h.env.ok(&["create", "keep", "--from", from]);
+    h.env
+        .ok(&["checkpoint", "create", "keep", "--name", "alive"]);
+    let dry = h.env.json(&["prune", "--dry-run", "--min-age", "0"]);
+    let rows: Vec<&serde_json::Value> = dry
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["kind"] == "checkpoint")
+        .collect();
+    assert_eq!(rows.len(), 1, "{dry}");
+    assert!(rows[0]["what"].as_str().expect("what").contains("onmini"));
+    h.env.ok(&["prune", "--min-age", "0"]);
+    let left = h.env.json(&["checkpoint", "ls", "--all"]);
+    let names: Vec<&str> = left
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, vec!["alive"]);
+}

@@ -33,6 +33,7 @@ fn make_box_with(boxes: &Boxes, project: &Path, name: &str, settings: Settings) 
         checkpoint: None,
         no_checkpoint: true,
         resync: None,
+        accept_stale: false,
     };
     boxes.create(&spec, &Quiet).expect("create").record
 }
