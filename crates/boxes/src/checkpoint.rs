@@ -164,11 +164,11 @@ fn dir(home: &Home, project: Option<&Path>) -> PathBuf {
     }
 }
 
-fn manifest_path(home: &Home, project: Option<&Path>, name: &str) -> PathBuf {
+pub(crate) fn manifest_path(home: &Home, project: Option<&Path>, name: &str) -> PathBuf {
     dir(home, project).join(format!("{name}.json"))
 }
 
-fn lock(home: &Home, project: Option<&Path>) -> Result<FileLock> {
+pub(crate) fn lock(home: &Home, project: Option<&Path>) -> Result<FileLock> {
     let d = dir(home, project);
     fs_err::create_dir_all(&d)?;
     Ok(FileLock::acquire(

@@ -2,6 +2,7 @@
 
 pub use agentbox_sandbox::cgroup;
 pub mod checkpoint;
+pub mod checkpoint_transfer;
 pub mod config;
 pub mod create;
 pub mod directories;

@@ -256,6 +256,27 @@ pub enum CheckpointCmd {
         #[arg(required = true)]
         names: Vec<String>,
     },
+    /// Write a checkpoint to a file, to import it in another agentbox home (machine).
+    Export {
+        name: String,
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+    },
+    /// Make a checkpoint of the current project from a file `checkpoint export` wrote.
+    Import {
+        file: PathBuf,
+        /// Its name here (default: its name where it was made).
+        #[arg(long = "name", value_name = "NAME")]
+        checkpoint: Option<String>,
+        /// Keep setuid/setgid bits and file capabilities (stripped otherwise: the file may
+        /// come from an untrusted box).
+        #[arg(long)]
+        allow_setuid: bool,
+        /// Stop once the bundle expands past SIZE (e.g. 64G); a guard against
+        /// decompression bombs.
+        #[arg(long, value_name = "SIZE", env = "AGENTBOX_IMPORT_MAX_SIZE")]
+        max_size: Option<String>,
+    },
     /// Make a checkpoint the project's default (or --clear it).
     SetDefault {
         #[arg(required_unless_present = "clear")]

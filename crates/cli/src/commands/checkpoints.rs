@@ -67,6 +67,56 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
             }
             ctx.out(&serde_json::json!({ "removed": removed }), String::new)
         }
+        CheckpointCmd::Export { name, output } => {
+            let here = ctx.here()?;
+            let done = ctx.busy("writing the checkpoint", || {
+                ctx.boxes()
+                    .checkpoint_export(here.as_deref(), &name, &output)
+            })?;
+            ctx.out(&done, || {
+                format!(
+                    "wrote checkpoint {:?} to {} ({}); on another machine: agentbox checkpoint import {}\n",
+                    done.name,
+                    done.output.display(),
+                    render::bytes(done.bytes),
+                    done.output.display()
+                )
+            })
+        }
+        CheckpointCmd::Import {
+            file,
+            checkpoint,
+            allow_setuid,
+            max_size,
+        } => {
+            let here = ctx.here()?;
+            let options = agentbox_store::transfer::ImportOptions {
+                allow_devices: false,
+                allow_setuid,
+                max_size: max_size.as_deref().map(parse_size).transpose()?,
+            };
+            let made = ctx.busy("importing the checkpoint", || {
+                ctx.boxes().checkpoint_import(
+                    &file,
+                    here.as_deref(),
+                    checkpoint.as_deref(),
+                    options,
+                )
+            })?;
+            ctx.out(&made, || {
+                format!(
+                    "imported checkpoint {:?} ({}) for {}\nStart a box from it: agentbox create --checkpoint {}\n",
+                    made.manifest.name,
+                    made.state.as_str(),
+                    made.manifest
+                        .project
+                        .as_deref()
+                        .map(|p| format!("project {}", render::path(p)))
+                        .unwrap_or_else(|| "boxes outside a project".to_owned()),
+                    made.manifest.name
+                )
+            })
+        }
         CheckpointCmd::SetDefault { name, clear } => {
             let here = ctx.here()?;
             let name = if clear { None } else { name };

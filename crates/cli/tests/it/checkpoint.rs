@@ -534,3 +534,76 @@ fn a_checkpoint_on_a_changed_or_removed_image_is_stale_then_pruned() {
         .collect();
     assert_eq!(names, vec!["alive"]);
 }
+
+#[test]
+fn a_checkpoint_moves_to_another_home_as_one_file() {
+    let Some((h, proj)) = setup("a_checkpoint_moves_to_another_home_as_one_file") else {
+        return;
+    };
+    warm_box(&h, &proj);
+    h.env
+        .ok(&["checkpoint", "create", "warm", "--name", "deps"]);
+    let file = h.env.path("deps.ckpt");
+    let file = file.to_str().expect("utf-8");
+    let out = h.env.json(&["checkpoint", "export", "deps", "-o", file]);
+    assert_eq!(out["name"], "deps");
+    // Another home (another machine), its own clone of the project.
+    let other = Home { env: Env::new() };
+    let clone = other.env.home.path().join("clone");
+    git(
+        other.env.home.path(),
+        &["clone", "-q", proj.to_str().expect("utf-8"), "clone"],
+    );
+    let imported = other
+        .env
+        .run_in(&clone, &["--json", "checkpoint", "import", file]);
+    let imported: serde_json::Value = serde_json::from_str(&imported).expect("json");
+    assert_eq!(imported["name"], "deps");
+    assert_eq!(imported["state"], "fresh");
+    assert_eq!(
+        imported["project"].as_str().map(PathBuf::from),
+        Some(std::fs::canonicalize(&clone).expect("canonical"))
+    );
+    let from = clone.to_str().expect("utf-8");
+    other
+        .env
+        .ok(&["create", "b", "--from", from, "--checkpoint", "deps"]);
+    assert_eq!(
+        other.sh("b", "cat /workspace/node_modules/dep/index.js"),
+        "warm\n"
+    );
+    assert_eq!(other.sh("b", "cat /workspace/src.txt"), "v1\n");
+    // The same name twice is refused; a damaged file imports nothing.
+    let again = other
+        .env
+        .command(&["checkpoint", "import", file])
+        .current_dir(&clone)
+        .output()
+        .expect("run");
+    assert_eq!(
+        again.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let bad = other.env.path("bad.ckpt");
+    let mut bytes = std::fs::read(file).expect("read");
+    let cut = bytes.len() / 2;
+    bytes.truncate(cut);
+    std::fs::write(&bad, &bytes).expect("write");
+    let broken = other
+        .env
+        .command(&[
+            "checkpoint",
+            "import",
+            bad.to_str().expect("utf-8"),
+            "--name",
+            "broken",
+        ])
+        .current_dir(&clone)
+        .output()
+        .expect("run");
+    assert_ne!(broken.status.code(), Some(0));
+    let list = other.env.json(&["checkpoint", "ls", "--all"]);
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+}
