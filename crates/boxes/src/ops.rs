@@ -239,7 +239,7 @@ impl Boxes {
         })();
         match finished {
             Ok(rec) => {
-                created.head = self.store()?.env(&name)?.head;
+                created.head = self.store()?.env(&name)?.head.into_string();
                 created.record = rec;
                 Ok(created)
             }

@@ -451,7 +451,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
     }
     let mut result = TournamentResult {
         source: src.name.to_string(),
-        base,
+        base: base.into_string(),
         winner: winner.map(|w| results[w].name.clone()),
         winner_node: winner.and_then(|w| results[w].node.clone()),
         winner_box: winner.map(|w| results[w].box_name.clone()),
@@ -696,7 +696,7 @@ fn settle(boxes: &Boxes, name: &str, c: &Candidate, r: &mut CandidateResult, pro
         }
     }
     match boxes.store().and_then(|s| Ok(s.env(name)?)) {
-        Ok(env) => r.node = Some(env.head),
+        Ok(env) => r.node = Some(env.head.into_string()),
         Err(e) => progress.note(&format!("agentbox: cannot read its HEAD: {e}")),
     }
     if !r.branches.is_empty() {
@@ -740,7 +740,7 @@ fn move_source(boxes: &Boxes, src: &BoxRecord, winner: &str, node: &str) -> Resu
             message: format!("tournament winner {winner} ({})", short(node)),
             ..Default::default()
         };
-        head = boxes.commit(&src.name, opts)?.id;
+        head = boxes.commit(&src.name, opts)?.id.into_string();
         branches = boxes.provider().sync(&src.name)?;
     }
     if !was_running {

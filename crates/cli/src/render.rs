@@ -44,7 +44,7 @@ pub fn node_line(n: &Node, head: &str, tags: &BTreeMap<String, Vec<String>>) -> 
     if n.id == head {
         deco.push("HEAD".into());
     }
-    if let Some(t) = tags.get(&n.id) {
+    if let Some(t) = tags.get(n.id.as_str()) {
         deco.extend(t.iter().map(|t| format!("tag: {t}")));
     }
     // A node made for a command is labelled with it: show it once, as a command.

@@ -201,8 +201,8 @@ impl Store {
         }
         let files = self.all_node_files()?;
         let envs = self.envs()?;
-        let children_of: std::collections::BTreeSet<&String> =
-            files.values().filter_map(|n| n.parent.as_ref()).collect();
+        let children_of: std::collections::BTreeSet<&str> =
+            files.values().filter_map(|n| n.parent.as_deref()).collect();
         let mut unacknowledged = std::collections::BTreeSet::new();
         for (nid, node) in &files {
             if node.deleted.is_some() {
@@ -222,7 +222,7 @@ impl Store {
             let Some(env) = envs.iter().find(|e| e.name == node.env) else {
                 continue;
             };
-            if node.seq >= env.next_seq && env.head != *nid && !children_of.contains(nid) {
+            if node.seq >= env.next_seq && env.head != *nid && !children_of.contains(nid.as_str()) {
                 unacknowledged.insert(nid.clone());
                 push(
                     LeftoverKind::UnacknowledgedNode,

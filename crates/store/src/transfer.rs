@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use agentbox_core::atomic::write_json_unsynced;
 use agentbox_core::failpoint;
-use agentbox_core::id::new_id;
+use agentbox_core::id::{new_id, NodeId};
 use agentbox_core::lock::Mode;
 use chrono::Utc;
 use serde::Serialize;
@@ -37,7 +37,7 @@ pub struct ExportReport {
 pub struct ImportReport {
     pub kind: BundleKind,
     pub env: String,
-    pub head: String,
+    pub head: NodeId,
     pub nodes: usize,
     pub reused_nodes: usize,
     /// Files whose setuid/setgid bits or file capabilities were stripped (0 with
@@ -61,8 +61,8 @@ pub struct ImportOptions {
 fn manifest_node(n: &Node, base: Option<String>, layer: &LayerSource) -> Result<ManifestNode> {
     let summary = bundle::layer_summary(layer)?;
     Ok(ManifestNode {
-        id: n.id.clone(),
-        parent: n.parent.clone(),
+        id: n.id.as_str().to_owned(),
+        parent: n.parent.as_deref().map(str::to_owned),
         seq: n.seq,
         message: n.message.clone(),
         command: n.command.clone(),
@@ -153,7 +153,11 @@ pub fn export(
                         )?,
                         None => bundle::layer_from_trees(None, &store.node_tree(n)?)?,
                     };
-                    nodes.push(manifest_node(n, parent.map(|p| p.id.clone()), &layer)?);
+                    nodes.push(manifest_node(
+                        n,
+                        parent.map(|p| p.id.as_str().to_owned()),
+                        &layer,
+                    )?);
                     layers.push(layer);
                 }
                 let mut m = Manifest::new(kind, env, &state.head);
@@ -356,7 +360,7 @@ impl Written {
             .envs()
             .map(|envs| {
                 envs.into_iter()
-                    .flat_map(|e| std::iter::once(e.head).chain(e.tags.into_values()))
+                    .flat_map(|e| std::iter::once(e.head.into_string()).chain(e.tags.into_values()))
                     .collect()
             })
             .unwrap_or_default();
@@ -432,11 +436,12 @@ fn import_history_locked(
         };
         write_json_unsynced(&store.layout().layer_record(&lid), &record)?;
         let node = Node {
-            id: mn.id.clone(),
+            id: NodeId::from_trusted(mn.id.as_str()),
             parent: mn
                 .parent
                 .clone()
-                .filter(|p| manifest.nodes.iter().any(|m| m.id == *p) || store.node(p).is_ok()),
+                .filter(|p| manifest.nodes.iter().any(|m| m.id == *p) || store.node(p).is_ok())
+                .map(NodeId::from_trusted),
             env: name.to_owned(),
             seq: mn.seq,
             layer: lid.clone(),
@@ -447,7 +452,7 @@ fn import_history_locked(
             deleted: None,
             detached: None,
         };
-        written.nodes.push(node.id.clone());
+        written.nodes.push(node.id.as_str().to_owned());
         write_json_unsynced(&store.layout().node(&node.id), &node)?;
         layer_of.insert(mn.id.clone(), lid);
         created += 1;
@@ -473,7 +478,7 @@ fn import_history_locked(
             .min()
             .unwrap_or_else(Utc::now),
         mountpoint: Some(fs_err::canonicalize(dir)?),
-        head: manifest.head.clone(),
+        head: NodeId::from_trusted(manifest.head.as_str()),
         next_seq: max_seq + 1,
         tags: manifest.tags.clone(),
         checkout_pending: None,
