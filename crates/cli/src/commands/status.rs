@@ -117,8 +117,8 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             s.push_str(&format!(
                 "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} path(s) since HEAD\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\nbox disk:     {}\n",
                 b.base,
-                b.network,
-                match (&b.capture_state, b.capture) {
+                b.network_shown,
+                match (&b.capture_state, b.record.capture) {
                     (_, false) => "off".to_owned(),
                     (None, true) => "on".to_owned(),
                     (Some(h), true) => format!("on, {}", h.describe()),
