@@ -294,7 +294,13 @@ impl Store {
         }
         // Unreferenced layers are not a problem: retention and deletion leave them for GC.
         let (on_disk, live) = self.layer_sets()?;
-        let unreferenced = on_disk.difference(&live).count();
+        // A layer reported as a problem (half-made, or a record without data) is counted
+        // there only: listing it again as unreferenced would count one layer twice.
+        let mut reported: BTreeSet<&str> = leftovers
+            .iter()
+            .filter(|l| l.kind == crate::leftovers::LeftoverKind::UnrecordedLayer)
+            .map(|l| l.id.as_str())
+            .collect();
         if !exclusive {
             // Without the leftovers check, at least flag what no live operation produces
             // (a live commit may be between publishing a layer and writing its record).
@@ -303,9 +309,14 @@ impl Store {
                 let rec = self.layout().layer_record(lid);
                 if rec.exists() && !dir.exists() && !live.contains(lid) {
                     problem(dir, "layer record without data (gc frees it)".into(), true);
+                    reported.insert(lid);
                 }
             }
         }
+        let unreferenced = on_disk
+            .difference(&live)
+            .filter(|l| !reported.contains(l.as_str()))
+            .count();
         // Half-made data; interrupted deletions and unacknowledged commits are reported
         // above already.
         for l in &leftovers {

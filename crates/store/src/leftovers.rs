@@ -93,7 +93,7 @@ pub struct Leftover {
     pub what: String,
     /// Node or layer id, or environment name, the removal acts on.
     #[serde(skip)]
-    id: String,
+    pub(crate) id: String,
 }
 
 /// One row of [`PruneReport`].
@@ -456,6 +456,18 @@ mod tests {
         ];
         want.sort();
         assert_eq!(found, want);
+        // fsck reports the half-made layer as a problem and counts only the orphan as
+        // unreferenced: one layer is never counted twice.
+        let report = store.fsck(false).expect("fsck");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.path == layers.join(&unrecorded)),
+            "{:?}",
+            report.problems
+        );
+        assert_eq!(report.unreferenced_layers, 1, "{report:?}");
 
         let dry = store.prune_leftovers(true).expect("dry run");
         assert!(dry.busy.is_none());

@@ -27,6 +27,8 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Serialize)]
 pub struct ExportReport {
     pub kind: BundleKind,
+    /// The environment exported.
+    pub env: String,
     pub compression: Compression,
     pub nodes: usize,
     pub output: PathBuf,
@@ -183,6 +185,7 @@ pub fn export(
             }
             Ok(ExportReport {
                 kind,
+                env: env.to_owned(),
                 compression,
                 nodes,
                 output: output.to_owned(),
