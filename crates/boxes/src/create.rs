@@ -10,6 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use agentbox_core::home::Home;
+use agentbox_core::name::BoxName;
 use agentbox_sandbox::net::Publish;
 use agentbox_sandbox::proto::Network;
 use agentbox_store::{Source, Store};
@@ -205,6 +206,16 @@ pub struct Spec {
     /// Copy the directory as it is, without making its repositories the box's.
     pub no_git: bool,
     pub settings: Settings,
+    /// Start from this checkpoint of the project (`None`: its default, unless
+    /// `no_checkpoint`).
+    pub checkpoint: Option<String>,
+    pub no_checkpoint: bool,
+    /// From a checkpoint: re-branch, but carry none of the host's uncommitted work over
+    /// (`None`: `box.resyncOnStart`).
+    pub resync: Option<bool>,
+    /// Use a checkpoint whose base changed since it was made (with a warning); otherwise
+    /// that is [`BoxError::CheckpointStale`], for the front end to ask.
+    pub accept_stale: bool,
 }
 
 /// A box just made.
@@ -215,6 +226,9 @@ pub struct Created {
     pub head: String,
     /// Each repository made from the host's, with what was carried over.
     pub seeded: Vec<SeededRepo>,
+    /// From a checkpoint: the stage (as the box sees it) the in-box merge still has to
+    /// take the fresh workspace from (see [`crate::reseed`]).
+    pub reseed: Option<String>,
 }
 
 /// Make a box from `spec` in agentbox home `home`, to be run by the provider named
@@ -224,6 +238,7 @@ pub fn create(
     spec: &Spec,
     provider: &str,
     progress: &dyn Progress,
+    checkpoint: Option<&crate::checkpoint::Manifest>,
 ) -> Result<Created> {
     let chosen = spec
         .name
@@ -234,7 +249,7 @@ pub fn create(
         Workspace::From(d) | Workspace::ProjectOf(d) => Some(d.clone()),
         Workspace::Empty => None,
     };
-    let (o, warnings) = options(
+    let (mut o, warnings) = options(
         home,
         config_dir
             .as_deref()
@@ -242,6 +257,10 @@ pub fn create(
             .as_deref(),
         &spec.settings,
     )?;
+    if let Some(m) = checkpoint {
+        // The checkpoint's tree lies over its own base.
+        o.image = m.base.image.clone();
+    }
     for w in &warnings {
         progress.note(&format!("agentbox: warning: {w}"));
     }
@@ -317,45 +336,39 @@ pub fn create(
     // The first node: the box's root layer, holding the workspace copy.
     // Held until the box's environment exists: see `Store::hold`.
     let _staging = store.hold("create a box")?;
-    let staged = agentbox_store::transfer::staging(&store, "box")?;
-    // A staging directory the backend can adopt without a copy (a subvolume on btrfs).
-    match store.backend().staging_dir_maker() {
-        Some(make) => make(&staged).map_err(agentbox_store::Error::Io)?,
-        None => fs_err::create_dir_all(&staged)?,
-    }
-    fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
-    let ws = staged.join("workspace");
-    let mut seeded = Vec::new();
     let seed_opts = agentbox_git::SeedOpts {
         from_ref: spec.from_ref.clone(),
-        no_carry: !o.carry,
+        no_carry: !o.carry || (checkpoint.is_some() && spec.resync == Some(false)),
         with_env: o.with_env.clone(),
         exclude: Vec::new(),
     };
-    let copied = progress.busy("copying the workspace", &mut || {
-        if rootless {
-            // Mount points for the host's directories, bound read-only into the box.
-            agentbox_sandbox::init::host_skeleton(&staged)?;
+    let (state, seeded, reseed) = match checkpoint {
+        Some(m) => {
+            let (state, seeded, stage) = crate::reseed::stage(
+                home,
+                &store,
+                m,
+                &name,
+                source.as_deref(),
+                &seed_opts,
+                progress,
+            )?;
+            (state, seeded, Some(stage))
         }
-        match &source {
-            Some(src) => {
-                seeded =
-                    crate::seeding::seed_workspace(home, src, &name, &ws, &seed_opts, !spec.no_git)
-                        .map_err(BoxError::Seed)?;
-            }
-            None => fs_err::create_dir(&ws)?,
+        None => {
+            let (state, seeded) = fresh_env(
+                home,
+                &store,
+                &name,
+                source.as_deref(),
+                spec.no_git,
+                rootless,
+                &seed_opts,
+                progress,
+            )?;
+            (state, seeded, None)
         }
-        Ok(())
-    });
-    if let Err(e) = copied {
-        let _ = fs_err::remove_dir_all(&staged);
-        return Err(e);
-    }
-    let message = match &source {
-        Some(s) => format!("box created from {}", s.display()),
-        None => "box created".to_owned(),
     };
-    let state = store.create_env(&name, None, Source::Staged(staged), &message)?;
     let rec = BoxRecord {
         id: agentbox_core::id::BoxId::random(),
         name: name.clone(),
@@ -377,6 +390,15 @@ pub fn create(
         host_paths: o.host_paths,
         limits: o.limits,
         keep: Some(o.keep),
+        checkpoint: checkpoint.map(|m| m.name.clone()),
+        lineage: checkpoint
+            .map(|m| {
+                std::iter::once(m.name.clone())
+                    .chain(m.lineage.iter().cloned())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        resync_conflicts: Vec::new(),
     };
     let dirs = BoxDirs::new(home, &name);
     let written = fs_err::create_dir_all(&dirs.dir)
@@ -391,5 +413,54 @@ pub fn create(
         record: rec,
         head: state.head,
         seeded,
+        reseed,
     })
+}
+
+/// The environment of a new box from its source directory: a staged copy (its
+/// repositories seeded) made the box's first node.
+#[allow(clippy::too_many_arguments)]
+fn fresh_env(
+    home: &Home,
+    store: &Store,
+    name: &BoxName,
+    source: Option<&Path>,
+    no_git: bool,
+    rootless: bool,
+    seed_opts: &agentbox_git::SeedOpts,
+    progress: &dyn Progress,
+) -> Result<(agentbox_store::EnvState, Vec<SeededRepo>)> {
+    let staged = agentbox_store::transfer::staging(store, "box")?;
+    // A staging directory the backend can adopt without a copy (a subvolume on btrfs).
+    match store.backend().staging_dir_maker() {
+        Some(make) => make(&staged).map_err(agentbox_store::Error::Io)?,
+        None => fs_err::create_dir_all(&staged)?,
+    }
+    fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
+    let ws = staged.join("workspace");
+    let mut seeded = Vec::new();
+    let copied = progress.busy("copying the workspace", &mut || {
+        if rootless {
+            // Mount points for the host's directories, bound read-only into the box.
+            agentbox_sandbox::init::host_skeleton(&staged)?;
+        }
+        match &source {
+            Some(src) => {
+                seeded = crate::seeding::seed_workspace(home, src, name, &ws, seed_opts, !no_git)
+                    .map_err(BoxError::Seed)?;
+            }
+            None => fs_err::create_dir(&ws)?,
+        }
+        Ok(())
+    });
+    if let Err(e) = copied {
+        let _ = fs_err::remove_dir_all(&staged);
+        return Err(e);
+    }
+    let message = match &source {
+        Some(s) => format!("box created from {}", s.display()),
+        None => "box created".to_owned(),
+    };
+    let state = store.create_env(name, None, Source::Staged(staged), &message)?;
+    Ok((state, seeded))
 }

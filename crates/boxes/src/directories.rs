@@ -280,12 +280,14 @@ impl Boxes {
     }
 
     /// Remove what boxes and interrupted store operations left behind (older than `grace`;
-    /// `dry_run`: only say what would go). Box leftovers go first: removing a half-created
-    /// box may leave its environment's data, which the store's pass then finds.
+    /// `dry_run`: only say what would go), and checkpoints that can no longer be used. Box
+    /// leftovers go first: removing a half-created box may leave its environment's data,
+    /// which the store's pass then finds.
     pub fn prune(&self, grace: std::time::Duration, dry_run: bool) -> Result<Pruned> {
         // Not reconciled on open: half-made store data is what this reports and removes.
         let store = self.store_unreconciled()?;
-        let boxes = self.provider().prune(&store, grace, dry_run)?;
+        let mut boxes = self.provider().prune(&store, grace, dry_run)?;
+        boxes.extend(self.prune_checkpoints(&store, dry_run)?);
         let store = store.prune_leftovers(dry_run)?;
         Ok(Pruned { boxes, store })
     }

@@ -263,6 +263,10 @@ fn fork_rest(
         host_paths: src.host_paths.clone(),
         limits: src.limits.clone(),
         keep: src.keep,
+        // The fork's tree descends from the same checkpoints as its source's.
+        checkpoint: src.checkpoint.clone(),
+        lineage: src.lineage.clone(),
+        resync_conflicts: Vec::new(),
     };
     let dirs = BoxDirs::new(home, name);
     // From here the directory is the fork's: the rollback removes it.
@@ -313,6 +317,7 @@ fn fork_rest(
             record: rec,
             head,
             seeded,
+            reseed: None,
         },
         synced,
     })

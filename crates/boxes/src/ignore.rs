@@ -4,6 +4,8 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
+use agentbox_core::glob::PathPattern;
+
 /// Paths, relative to the watched root, whose changes never trigger a capture.
 ///
 /// Pattern syntax (patterns are matched component by component against the relative path):
@@ -22,77 +24,13 @@ use std::path::{Component, Path};
 ///
 /// Empty components and `.` components are dropped (`./tmp//x/` is `tmp/x`), so are
 /// patterns that end up empty (`""`, `/`). The root itself is never ignored.
+///
+/// The patterns are [`agentbox_core::glob::PathPattern`]s (the project's one path matcher),
+/// with one rule of their own: a path is ignored when the pattern matches it *or any
+/// directory above it*, so a trailing `/**` adds nothing.
 #[derive(Debug, Clone, Default)]
 pub struct IgnoreSet {
-    pub(crate) patterns: Vec<Vec<Part>>,
-}
-
-/// One component of a compiled pattern.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Part {
-    /// `**`: any number of components.
-    AnyDepth,
-    /// A component without globs, compared byte for byte.
-    Literal(Vec<u8>),
-    /// A component with `*` or `?`.
-    Glob(Vec<u8>),
-}
-
-pub(crate) fn has_glob(component: &str) -> bool {
-    component.contains(['*', '?'])
-}
-
-/// Compiles one pattern; `None` when it is empty.
-pub(crate) fn compile(pattern: &str) -> Option<Vec<Part>> {
-    let components: Vec<&str> = pattern
-        .split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    let mut parts = Vec::with_capacity(components.len() + 1);
-    if let [only] = components.as_slice() {
-        if !pattern.contains('/') && has_glob(only) {
-            parts.push(Part::AnyDepth);
-        }
-    }
-    for c in components {
-        let part = if c == "**" {
-            Part::AnyDepth
-        } else if has_glob(c) {
-            Part::Glob(c.as_bytes().to_vec())
-        } else {
-            Part::Literal(c.as_bytes().to_vec())
-        };
-        if part == Part::AnyDepth && parts.last() == Some(&Part::AnyDepth) {
-            continue;
-        }
-        parts.push(part);
-    }
-    // A trailing `**` matches zero components, so it never changes the result.
-    while parts.len() > 1 && parts.last() == Some(&Part::AnyDepth) {
-        parts.pop();
-    }
-    (!parts.is_empty()).then_some(parts)
-}
-
-/// True when `parts` matches a prefix (one or more leading components) of `components`.
-pub(crate) fn matches_prefix(parts: &[Part], components: &[&[u8]]) -> bool {
-    match parts.split_first() {
-        None => true,
-        Some((Part::AnyDepth, rest)) => {
-            (0..=components.len()).any(|skip| matches_prefix(rest, &components[skip..]))
-        }
-        Some((part, rest)) => match components.split_first() {
-            None => false,
-            Some((c, tail)) => {
-                let ok = match part {
-                    Part::Literal(lit) => lit.as_slice() == *c,
-                    Part::Glob(glob) => agentbox_core::glob::matches(glob, c),
-                    Part::AnyDepth => true,
-                };
-                ok && matches_prefix(rest, tail)
-            }
-        },
-    }
+    patterns: Vec<PathPattern>,
 }
 
 impl IgnoreSet {
@@ -100,7 +38,24 @@ impl IgnoreSet {
     /// a valid pattern; empty ones are dropped.
     pub fn new(patterns: &[String]) -> IgnoreSet {
         IgnoreSet {
-            patterns: patterns.iter().filter_map(|p| compile(p)).collect(),
+            patterns: patterns
+                .iter()
+                .filter_map(|p| {
+                    // `x/**` means "x and below" here, which is what `x` already means
+                    // (`**` alone stays: it is everything).
+                    let given = p;
+                    let mut p = p.trim_end_matches('/');
+                    while let Some(shorter) = p.strip_suffix("/**") {
+                        p = shorter.trim_end_matches('/');
+                    }
+                    // `/**` is everything; an empty pattern is nothing (dropped).
+                    PathPattern::new(if p.is_empty() && given.contains("**") {
+                        "**"
+                    } else {
+                        p
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -132,7 +87,7 @@ impl IgnoreSet {
         }
         self.patterns
             .iter()
-            .any(|parts| matches_prefix(parts, &components))
+            .any(|p| (1..=components.len()).any(|n| p.matches(&components[..n])))
     }
 
     /// What a box changes constantly without it being worth a snapshot: temp directories,
@@ -160,5 +115,40 @@ impl IgnoreSet {
         .iter()
         .map(|p| (*p).to_owned())
         .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IgnoreSet;
+    use std::path::Path;
+
+    fn set(p: &[&str]) -> IgnoreSet {
+        IgnoreSet::new(&p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_pattern_ignores_its_path_and_everything_below() {
+        let s = set(&[
+            "tmp",
+            "/var/cache/",
+            "home/*/.cache",
+            "**/node_modules/.cache",
+            "*.log",
+            "a/**/b",
+            "x/**",
+        ]);
+        let ig = |p: &str| s.is_ignored(Path::new(p));
+        assert!(ig("tmp") && ig("tmp/a/b") && ig("/tmp/x") && ig("./tmp"));
+        assert!(!ig("tmpx") && !ig("a/tmp"));
+        assert!(ig("var/cache/apt/pkg") && !ig("var"));
+        assert!(ig("home/u/.cache/x") && !ig("home/u/.config"));
+        assert!(ig("node_modules/.cache/x") && ig("w/p/node_modules/.cache"));
+        assert!(ig("a.log") && ig("var/log/a.log") && ig("d.log/inside"));
+        assert!(ig("a/b") && ig("a/x/y/b/c") && !ig("a/x"));
+        assert!(ig("x") && ig("x/y"), "a trailing /** adds nothing");
+        assert!(!ig(""), "the root is never ignored");
+        assert!(set(&["", "/"]).is_empty(), "empty patterns are dropped");
+        assert!(set(&["/**"]).is_ignored(Path::new("any/thing")));
     }
 }

@@ -1,6 +1,8 @@
 //! Boxes: records, the per-box supervisor, the client the CLI uses to talk to it.
 
 pub use agentbox_sandbox::cgroup;
+pub mod checkpoint;
+pub mod checkpoint_transfer;
 pub mod config;
 pub mod create;
 pub mod directories;
@@ -16,6 +18,7 @@ pub mod record;
 pub mod registry;
 pub mod relay;
 pub mod remote;
+pub mod reseed;
 pub mod seeding;
 pub mod tournament;
 pub mod types;
@@ -39,6 +42,22 @@ pub enum BoxError {
     StoreExists { dir: PathBuf },
     #[error(transparent)]
     InvalidName(#[from] agentbox_core::name::NameError),
+    /// The checkpoint's base (the host's system or its image) changed since it was made.
+    #[error("checkpoint {name:?} was made on a base that has changed since (system packages or image): its installed files may not match")]
+    CheckpointStale { name: String },
+    #[error("checkpoint {name:?} cannot be used: {why}")]
+    CheckpointUnusable { name: String, why: String },
+    #[error(
+        "box {name:?}: moving the checkpoint's repositories to the host's commit failed: {why}"
+    )]
+    Reseed { name: String, why: String },
+    #[error("a checkpoint named {name:?} already exists")]
+    CheckpointExists { name: String },
+    #[error("no checkpoint named {name:?}{}", project.as_ref().map(|p| format!(" in project {}", p.display())).unwrap_or_default())]
+    NoSuchCheckpoint {
+        name: String,
+        project: Option<PathBuf>,
+    },
     /// Nothing was made in this agentbox home yet.
     #[error("no agentbox store at {}", dir.display())]
     NoStore { dir: PathBuf },
@@ -214,7 +233,13 @@ impl BoxError {
             | BoxError::NotRunning { .. }
             | BoxError::NoSuchProcess { .. }
             | BoxError::NoSuchImage { .. } => ExitCode::NotFound.into(),
-            BoxError::StoreExists { .. } | BoxError::InvalidName(_) => ExitCode::Refused.into(),
+            BoxError::StoreExists { .. }
+            | BoxError::InvalidName(_)
+            | BoxError::CheckpointExists { .. } => ExitCode::Refused.into(),
+            BoxError::NoSuchCheckpoint { .. } => ExitCode::NotFound.into(),
+            BoxError::CheckpointUnusable { .. } | BoxError::CheckpointStale { .. } => {
+                ExitCode::Refused.into()
+            }
             BoxError::NameFromDir { .. } | BoxError::NoDirName { .. } => ExitCode::Usage.into(),
             BoxError::Ambiguous { .. }
             | BoxError::WhichBox { .. }
@@ -253,6 +278,18 @@ impl BoxError {
             }
             BoxError::NoDirName { .. } => Some("pass --name NAME".into()),
             BoxError::StoreExists { .. } => Some("setup makes a new btrfs store; use another --home (AGENTBOX_HOME) or remove the existing store".into()),
+            BoxError::CheckpointStale { name } => Some(format!(
+                "--yes uses it anyway; or recreate it: create a box with --no-checkpoint, set it up, then `agentbox checkpoint create --name {name} --replace`"
+            )),
+            BoxError::CheckpointUnusable { .. } => Some(
+                "`agentbox checkpoint rm` it, or create the box with --no-checkpoint".into(),
+            ),
+            BoxError::CheckpointExists { .. } => Some(
+                "choose another --name, or --replace to move the name to the new capture".into(),
+            ),
+            BoxError::NoSuchCheckpoint { .. } => {
+                Some("`agentbox checkpoint ls` lists the project's checkpoints (--all: every project's)".into())
+            }
             BoxError::NoStore { .. } => Some("create a box first: `agentbox create` inside a project (or `agentbox create NAME -C DIR`) (or version a directory: `agentbox env DIR`)".into()),
             BoxError::NoSuchImage { .. } => Some("`agentbox image list` shows the images".into()),
             BoxError::ImageExists { name } => {

@@ -18,6 +18,10 @@ use crate::record::{self, BoxDirs, BoxRecord};
 use crate::types::{ProcInfo, SyncedRepo};
 use crate::{BoxError, Result};
 
+/// The file of a box's inbox (`/run/agentbox/ctl/` inside it) listing the paths where the
+/// host's carried-over work met what the box's checkpoint held (one per line).
+pub const RESYNC_CONFLICTS: &str = "resync-conflicts";
+
 /// The boxes (and versioned directories) of one agentbox home, run by one provider.
 ///
 /// The store is opened on first use and kept for the façade's life (one command), so every
@@ -152,9 +156,98 @@ impl Boxes {
         BoxDirs::new(&self.home, name).record().exists()
     }
 
-    /// Make a box (see [`crate::create`]).
+    /// Make a box (see [`crate::create`]); from a checkpoint (the one named, else the
+    /// project's default) its repositories are moved to the host's present inside it (see
+    /// [`crate::reseed`]), and it is left running.
     pub fn create(&self, spec: &Spec, progress: &dyn Progress) -> Result<Created> {
-        crate::create::create(&self.home, spec, self.provider.kind(), progress)
+        let project = match &spec.workspace {
+            crate::create::Workspace::From(d) | crate::create::Workspace::ProjectOf(d) => {
+                crate::project::find_root(d)
+            }
+            crate::create::Workspace::Empty => None,
+        };
+        let wanted = match (&spec.checkpoint, spec.no_checkpoint) {
+            (Some(c), _) => Some(c.clone()),
+            (None, false) => crate::checkpoint::default_of(&self.home, project.as_deref())?,
+            (None, true) => None,
+        };
+        let Some(wanted) = wanted else {
+            return crate::create::create(&self.home, spec, self.provider.kind(), progress, None);
+        };
+        let found = self.checkpoint(project.as_deref(), &wanted)?;
+        match found.state {
+            crate::checkpoint::Freshness::Fresh => {}
+            crate::checkpoint::Freshness::NodeMissing => {
+                return Err(BoxError::CheckpointUnusable {
+                    name: wanted,
+                    why: "its node is gone".into(),
+                })
+            }
+            crate::checkpoint::Freshness::BaseMissing => {
+                return Err(BoxError::CheckpointUnusable {
+                    name: wanted,
+                    why: format!(
+                        "its base image {:?} is gone",
+                        found.manifest.base.image.as_deref().unwrap_or("")
+                    ),
+                })
+            }
+            crate::checkpoint::Freshness::Stale if !spec.accept_stale => {
+                return Err(BoxError::CheckpointStale { name: wanted })
+            }
+            crate::checkpoint::Freshness::Stale => progress.note(&format!(
+                "agentbox: warning: checkpoint {wanted:?} was made on a base that has changed since (system packages or image); its installed files may not match. Recreate it: create a box with --no-checkpoint, set it up, then `agentbox checkpoint create --name {wanted} --replace`"
+            )),
+        }
+        let mut spec = spec.clone();
+        let config = crate::config::Config::load(&self.home, project.as_deref())
+            .map_err(|e| BoxError::Config(Box::new(e)))?
+            .effective();
+        spec.resync = Some(spec.resync.unwrap_or(config.resync_on_start));
+        let mut created = crate::create::create(
+            &self.home,
+            &spec,
+            self.provider.kind(),
+            progress,
+            Some(&found.manifest),
+        )?;
+        let name = created.record.name.to_string();
+        let stage = created
+            .reseed
+            .take()
+            .expect("a box made from a checkpoint has a stage");
+        let finished = (|| {
+            let mut conflicts = Vec::new();
+            progress.busy(
+                "moving the checkpoint's repositories to the host's commit",
+                &mut || {
+                    conflicts = self.finish_reseed(&name, &stage, &wanted)?;
+                    Ok(())
+                },
+            )?;
+            let rec = crate::registry::update(&self.home, &name, |r| {
+                r.resync_conflicts = conflicts.clone();
+            })?;
+            let dirs = BoxDirs::new(&self.home, &name);
+            // Readable by the agents in the box, at /run/agentbox/ctl/resync-conflicts.
+            let mut text = conflicts.join("\n");
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            fs_err::write(dirs.inbox().join(RESYNC_CONFLICTS), text)?;
+            Ok::<_, BoxError>(rec)
+        })();
+        match finished {
+            Ok(rec) => {
+                created.head = self.store()?.env(&name)?.head;
+                created.record = rec;
+                Ok(created)
+            }
+            Err(e) => {
+                let _ = self.destroy(&name, false, &crate::create::Quiet);
+                Err(e)
+            }
+        }
     }
 
     /// Commit environment `env` of `store`: a running box through its provider (which

@@ -30,6 +30,66 @@ pub const WORKSPACE: &str = "/workspace";
 
 /// Where the supervisor's in-box socket directory appears inside the box.
 pub const INBOX_DIR: &str = "/run/agentbox/ctl";
+/// Where every box sees the agentbox binary (bound read-only from the host), which the host
+/// runs inside the box for work on box-controlled data.
+pub const BOX_BINARY: &str = "/run/agentbox/bin/agentbox";
+/// Where every box sees the shared libraries of the agentbox binary and its loader (as
+/// `ld.so`), bound read-only from the host: a box on an image may have other libraries,
+/// or none.
+pub const BOX_LIB_DIR: &str = "/run/agentbox/lib";
+
+/// The host files the agentbox binary needs to run inside any box: its program loader and
+/// shared libraries, with the names they get in [`BOX_LIB_DIR`] (`None`: the binary is
+/// not dynamically linked, or `ldd` cannot tell). Read once per process.
+pub fn box_binary_libs() -> Option<&'static [(PathBuf, String)]> {
+    static LIBS: std::sync::OnceLock<Option<Vec<(PathBuf, String)>>> = std::sync::OnceLock::new();
+    LIBS.get_or_init(|| {
+        let exe = std::env::current_exe().ok()?;
+        let out = std::process::Command::new("ldd").arg(&exe).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let mut libs = Vec::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let line = line.trim();
+            // `name => /path (0x…)`, or the loader as `/path (0x…)`; the vDSO has no file.
+            let path = match line.split_once(" => ") {
+                Some((_, rest)) => rest.split_whitespace().next(),
+                None => line
+                    .split_whitespace()
+                    .next()
+                    .filter(|p| p.starts_with('/')),
+            };
+            let Some(path) = path.filter(|p| p.starts_with('/')) else {
+                continue;
+            };
+            let path = PathBuf::from(path);
+            let is_loader = !line.contains(" => ");
+            let name = if is_loader {
+                "ld.so".to_owned()
+            } else {
+                path.file_name()?.to_string_lossy().into_owned()
+            };
+            libs.push((path, name));
+        }
+        libs.iter().any(|(_, n)| n == "ld.so").then_some(libs)
+    })
+    .as_deref()
+}
+
+/// How the host runs the agentbox binary inside a box: through the bound loader and
+/// libraries when there are any (so it runs on any base), else directly.
+pub fn box_binary_argv() -> Vec<String> {
+    match box_binary_libs() {
+        Some(_) => vec![
+            format!("{BOX_LIB_DIR}/ld.so"),
+            "--library-path".to_owned(),
+            BOX_LIB_DIR.to_owned(),
+            BOX_BINARY.to_owned(),
+        ],
+        None => vec![BOX_BINARY.to_owned()],
+    }
+}
 /// The in-box socket's file name.
 pub const INBOX_SOCKET: &str = "sock";
 
@@ -116,6 +176,17 @@ pub struct BoxRecord {
     /// [`DEFAULT_KEEP`]); older ones are thinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep: Option<u64>,
+    /// The checkpoint the box was made from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// The checkpoints the box's tree descends from, nearest first: a box made from
+    /// checkpoint X has X followed by X's lineage. Capturing the box does not deepen it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<String>,
+    /// Paths (from `/workspace`) where the host's carried-over work met what the checkpoint
+    /// held, and the checkpoint's version was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resync_conflicts: Vec<String>,
 }
 
 /// Default number of recent nodes retention keeps after automatic nodes.

@@ -71,6 +71,14 @@ pub enum RelayRequest {
     Pull {
         repos: Vec<String>,
     },
+    /// Capture the box as a checkpoint of its project (the host captures; the box names no
+    /// other box).
+    Checkpoint {
+        name: Option<String>,
+        set_default: bool,
+        merged: bool,
+        replace: bool,
+    },
 }
 
 /// A request as sent: with the caller's output format.
@@ -103,6 +111,7 @@ impl RelayCall {
                 }
                 repos.iter().map(String::as_str).collect()
             }
+            R::Checkpoint { name, .. } => name.iter().map(String::as_str).collect(),
             R::Log { .. } | R::Status | R::Undo | R::Tags | R::Ps => Vec::new(),
         };
         match texts.iter().find(|t| t.len() > MAX_TEXT) {

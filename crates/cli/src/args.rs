@@ -34,7 +34,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a box of the current project (or -C DIR) at /workspace, on its own git branch: [NAME].
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Run a command in a box and wait for it: [BOX] [--] CMD [ARGS...].
     Exec(ExecArgs),
     /// An interactive shell in a box (or CMD on a terminal): [BOX] [CMD...].
@@ -111,6 +111,8 @@ pub enum Command {
     /// Base images for boxes: import a rootfs tarball (`docker export`), list, remove.
     #[command(subcommand)]
     Image(ImageCmd),
+    /// Warm checkpoints of a project: capture a box, start new boxes from it.
+    Checkpoint(CheckpointArgs),
     /// Write a bundle: the whole history, one snapshot, or a flat rootfs tar: [ENV] [REF].
     Export(ExportArgs),
     /// Create an environment from a bundle or rootfs tar (file, URL or - for stdin).
@@ -212,6 +214,76 @@ pub struct ConfigFlags {
     /// Take KEY as if a flag set it to VALUE (repeatable; a list key collects them).
     #[arg(long = "flag", value_name = "KEY=VALUE")]
     pub flags: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    #[command(subcommand)]
+    pub cmd: Option<CheckpointCmd>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckpointCmd {
+    /// Capture BOX (its current tree, cleaned of temporary files, logs and its secrets)
+    /// as a checkpoint of its project; the box and its processes are not touched.
+    Create {
+        #[arg(value_name = "BOX")]
+        name: Option<String>,
+        /// The checkpoint's name (default: <box>-<n>).
+        #[arg(long = "name", value_name = "NAME")]
+        checkpoint: Option<String>,
+        /// Make it the project's default: new boxes start from it.
+        #[arg(long)]
+        set_default: bool,
+        /// Flatten: a self-contained node that depends on no earlier layer.
+        #[arg(long)]
+        merged: bool,
+        /// Move an existing name to this capture.
+        #[arg(long)]
+        replace: bool,
+    },
+    /// List the project's checkpoints (the default command).
+    #[command(alias = "list")]
+    Ls {
+        /// Every project's.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show a checkpoint's manifest.
+    Show { name: String },
+    /// Remove checkpoints (`agentbox gc` then frees their data).
+    Rm {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Write a checkpoint to a file, to import it in another agentbox home (machine).
+    Export {
+        name: String,
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+    },
+    /// Make a checkpoint of the current project from a file `checkpoint export` wrote.
+    Import {
+        file: PathBuf,
+        /// Its name here (default: its name where it was made).
+        #[arg(long = "name", value_name = "NAME")]
+        checkpoint: Option<String>,
+        /// Keep setuid/setgid bits and file capabilities (stripped otherwise: the file may
+        /// come from an untrusted box).
+        #[arg(long)]
+        allow_setuid: bool,
+        /// Stop once the bundle expands past SIZE (e.g. 64G); a guard against
+        /// decompression bombs.
+        #[arg(long, value_name = "SIZE", env = "AGENTBOX_IMPORT_MAX_SIZE")]
+        max_size: Option<String>,
+    },
+    /// Make a checkpoint the project's default (or --clear it).
+    SetDefault {
+        #[arg(required_unless_present = "clear")]
+        name: Option<String>,
+        #[arg(long, conflicts_with = "name")]
+        clear: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -330,6 +402,20 @@ pub struct CreateArgs {
     /// Start the box's branch from this ref instead of HEAD (no carry-over then).
     #[arg(long, value_name = "REF")]
     pub from_branch: Option<String>,
+    /// Start from this checkpoint of the project (its installed dependencies and build
+    /// outputs), on a fresh branch at the host's commit with the host's uncommitted work.
+    #[arg(long, value_name = "CHECKPOINT", conflicts_with_all = ["no_checkpoint", "empty", "from_branch"])]
+    pub checkpoint: Option<String>,
+    /// Do not start from the project's default checkpoint (config box.defaultCheckpoint).
+    #[arg(long)]
+    pub no_checkpoint: bool,
+    /// From a checkpoint: re-branch at the host's commit but carry none of the host's
+    /// uncommitted work over (config box.resyncOnStart).
+    #[arg(long)]
+    pub no_resync: bool,
+    /// Use a checkpoint whose base changed since it was made without asking.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
     /// Also copy ignored secret-bearing files (config git.envPatterns: `.env`, `.env.*`,
     /// `*.env`, `.envrc`; config git.withEnv).
     #[arg(long)]

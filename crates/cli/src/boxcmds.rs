@@ -36,10 +36,46 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         from_ref: a.from_branch.clone(),
         no_git: a.no_git,
         settings: create_settings(&a),
+        checkpoint: a.checkpoint.clone(),
+        no_checkpoint: a.no_checkpoint,
+        resync: a.no_resync.then_some(false),
+        // Asked below on a terminal; a script gets the warning and goes on.
+        accept_stale: a.yes || !std::io::IsTerminal::is_terminal(&std::io::stdin()),
     };
-    let made = ctx.boxes().create(&spec, ctx).map_err(setting_error)?;
+    let made = match ctx.boxes().create(&spec, ctx) {
+        Err(agentbox_boxes::BoxError::CheckpointStale { name }) => {
+            eprint!(
+                "agentbox: checkpoint {} was made on a base that has changed since (system packages or image); its installed files may not match. Create the box from it anyway? [y/N] ",
+                render::text(&name)
+            );
+            let mut answer = String::new();
+            let _ = std::io::stdin().read_line(&mut answer);
+            if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                return Err(agentbox_boxes::BoxError::CheckpointStale { name }.into());
+            }
+            let spec = create::Spec {
+                accept_stale: true,
+                ..spec
+            };
+            ctx.boxes().create(&spec, ctx)
+        }
+        other => other,
+    }
+    .map_err(setting_error)?;
     note_seeded(ctx, &made.seeded);
     let rec = &made.record;
+    if let Some(c) = &rec.checkpoint {
+        ctx.note(format!("started from checkpoint {}", render::text(c)));
+    }
+    if !rec.resync_conflicts.is_empty() {
+        ctx.note(format!(
+            "kept the checkpoint's version of {} path(s) your uncommitted work also has (listed in the box at /run/agentbox/ctl/resync-conflicts; `agentbox status` shows them):",
+            rec.resync_conflicts.len()
+        ));
+        for p in &rec.resync_conflicts {
+            ctx.note(format!("  {}", render::text(p)));
+        }
+    }
     ctx.out(
         &Created {
             record: rec,

@@ -34,6 +34,23 @@ fn main() {
             }
         }
     }
+    // Run by the host inside a box made from a checkpoint (see `agentbox_boxes::reseed`).
+    if argv.len() == 3 && argv[1] == agentbox_boxes::reseed::COMMAND {
+        match agentbox_boxes::reseed::inside(std::path::Path::new(&argv[2])) {
+            Ok(conflicts) => {
+                println!(
+                    "{}{}",
+                    agentbox_boxes::reseed::CONFLICTS_LINE,
+                    serde_json::to_string(&conflicts).unwrap_or_else(|_| "[]".into())
+                );
+                std::process::exit(0)
+            }
+            Err(why) => {
+                println!("{why}");
+                std::process::exit(3);
+            }
+        }
+    }
     // Inside a box, agentbox is a thin client: its command line becomes one typed request
     // the box's supervisor answers on the host, for this box only (see `relay`).
     if let Some(client) = agentbox_provider_local::client::Client::inside_box() {

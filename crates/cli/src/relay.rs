@@ -170,6 +170,24 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
                 repos: a.repos.clone(),
             }
         }
+        Command::Checkpoint(crate::args::CheckpointArgs {
+            cmd:
+                Some(crate::args::CheckpointCmd::Create {
+                    name,
+                    checkpoint,
+                    set_default,
+                    merged,
+                    replace,
+                }),
+        }) => {
+            other_box(name)?;
+            R::Checkpoint {
+                name: checkpoint.clone(),
+                set_default: *set_default,
+                merged: *merged,
+                replace: *replace,
+            }
+        }
         _ => return Err(not_here("that command is not available inside a box".into())),
     };
     Ok(RelayCall {

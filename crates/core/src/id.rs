@@ -33,16 +33,7 @@ pub fn is_full_id(s: &str) -> bool {
 
 /// A box's id: [`ID_LEN`] hex characters, random, never reused.
 #[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
+    Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize,
 )]
 #[serde(transparent)]
 pub struct BoxId(String);

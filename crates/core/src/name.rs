@@ -24,10 +24,20 @@ pub struct NameError {
 /// Longest name accepted.
 pub const MAX_LEN: usize = 64;
 
+/// Whether a name may consist of lowercase hex digits only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hex {
+    /// Never (tags, refs: they resolve where ids do).
+    Refused,
+    /// When shorter than a full id (environments and boxes: names are tried first).
+    ShorterThanId,
+    /// At any length (the inner components of a store ref, which holds a `/`).
+    Any,
+}
+
 /// Check `name` as a name of `kind`: 1–64 characters of `[A-Za-z0-9._-]`, starting with a
-/// letter or digit, not `HEAD`; all lowercase hex only when `hex_allowed` (environments and
-/// boxes), and then shorter than a full id.
-pub fn check(kind: &str, name: &str, hex_allowed: bool) -> Result<(), NameError> {
+/// letter or digit, not `HEAD`; all lowercase hex only as `hex` allows.
+pub fn check(kind: &str, name: &str, hex: Hex) -> Result<(), NameError> {
     let bad = |reason: &str| {
         Err(NameError {
             name: name.to_owned(),
@@ -47,10 +57,10 @@ pub fn check(kind: &str, name: &str, hex_allowed: bool) -> Result<(), NameError>
     if !name.as_bytes()[0].is_ascii_alphanumeric() {
         return bad("names must start with a letter or a digit");
     }
-    if id::is_hex(name) && !hex_allowed {
+    if id::is_hex(name) && hex == Hex::Refused {
         return bad("names must contain a character other than 0-9 and a-f, so they cannot be mistaken for a node id");
     }
-    if id::is_hex(name) && name.len() >= id::ID_LEN {
+    if id::is_hex(name) && hex == Hex::ShorterThanId && name.len() >= id::ID_LEN {
         return bad(&format!(
             "names of only 0-9 and a-f must be shorter than an id ({} characters)",
             id::ID_LEN
@@ -95,6 +105,12 @@ macro_rules! string_newtype {
                 &self.0
             }
         }
+        /// As the string itself (`"web"`): what messages quoting a name show.
+        impl std::fmt::Debug for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&self.0, f)
+            }
+        }
         impl std::fmt::Display for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(&self.0)
@@ -134,7 +150,7 @@ pub(crate) use string_newtype;
 ///
 /// Read from a record as written (records are the host's own files, written through
 /// [`BoxName::new`]), so a name an older version accepted still reads.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct BoxName(String);
 
@@ -142,7 +158,7 @@ impl BoxName {
     /// `name` checked as a box name.
     pub fn new(name: impl Into<String>) -> Result<BoxName, NameError> {
         let name = name.into();
-        check("box", &name, true)?;
+        check("box", &name, Hex::ShorterThanId)?;
         Ok(BoxName(name))
     }
 }
@@ -168,7 +184,8 @@ mod tests {
 
     #[test]
     fn tags_may_not_be_all_hex() {
-        assert!(check("tag", "beef", false).is_err());
-        assert!(check("tag", "v1", false).is_ok());
+        assert!(check("tag", "beef", Hex::Refused).is_err());
+        assert!(check("tag", "v1", Hex::Refused).is_ok());
+        assert!(check("ref component", "0123456789abcdef01", Hex::Any).is_ok());
     }
 }

@@ -489,6 +489,46 @@ pub fn seed(
     })
 }
 
+/// The paths (relative to the repository's root) box `name`'s seeding carried over from
+/// host repository `repo_root`: the tracked ones its uncommitted work changed (deletions
+/// too) and the untracked ones. Read from the host repository only.
+pub fn carried_paths(repo_root: &Path, name: &str) -> Result<Vec<String>> {
+    let carried = format!("refs/agentbox/{name}/carried");
+    let mut out = Vec::new();
+    if git(repo_root, &["rev-parse", "-q", "--verify", &carried]).is_ok() {
+        let changed = git(
+            repo_root,
+            &[
+                "diff",
+                "--name-only",
+                "-z",
+                "--no-renames",
+                &format!("refs/agentbox/{name}/base"),
+                &carried,
+            ],
+        )?;
+        out.extend(
+            changed
+                .split('\0')
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    let untracked = git(
+        repo_root,
+        &["ls-files", "-z", "--others", "--exclude-standard"],
+    )?;
+    out.extend(
+        untracked
+            .split('\0')
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned),
+    );
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// Whether `rel` (a path git listed) is empty or lies below one of the `exclude`d
 /// first-level names.
 fn excluded(rel: &str, exclude: &[String]) -> bool {

@@ -136,13 +136,13 @@ pub fn dirty(runner: &dyn BoxRunner, git: &GitRecord) -> Result<Vec<String>> {
 /// host's branch is left as it was).
 pub fn sync(runner: &dyn BoxRunner, git: &GitRecord) -> Result<Option<String>> {
     let host = &git.repo;
-    let check = vec![
-        crate::supervisor::BOX_BINARY.to_owned(),
+    let mut check = agentbox_boxes::record::box_binary_argv();
+    check.extend([
         CHECK_COMMAND.to_owned(),
         git.workspace().to_string_lossy().into_owned(),
         git.branch.clone(),
         git.box_objects.to_string_lossy().into_owned(),
-    ];
+    ]);
     let mut said = tempfile::tempfile_in(runner.spool())?;
     let ran = runner.run(&check, "/", &said)?;
     if ran.status != 0 {

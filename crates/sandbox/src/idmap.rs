@@ -21,8 +21,7 @@
 //! box runs ever holds host capabilities; the mount, PID, UTS, IPC and network namespaces
 //! stay owned by the host's user namespace, so box root can change none of them.
 
-use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use crate::proto::IdRange;
@@ -30,22 +29,6 @@ use crate::proto::IdRange;
 fn errno(what: impl std::fmt::Display) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
-
-fn cpath(p: &Path) -> Result<CString, String> {
-    use std::os::unix::ffi::OsStrExt;
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} contains NUL", p.display()))
-}
-
-/// `struct mount_attr` of `mount_setattr(2)`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 
 /// The user namespace of a root box, held open by a descriptor.
 pub struct BoxUserNs {
@@ -106,63 +89,21 @@ impl BoxUserNs {
         Ok(BoxUserNs { fd: result?, range })
     }
 
-    /// Mount `src` (that mount's own file system only, not what is mounted below it) at
-    /// `dst` with the box's idmapping.
-    pub fn idmapped_mount(&self, src: &Path, dst: &Path) -> Result<(), String> {
-        let csrc = cpath(src)?;
-        // SAFETY: plain system call; the path outlives it.
-        let tree = unsafe {
-            libc::syscall(
-                libc::SYS_open_tree,
-                libc::AT_FDCWD,
-                csrc.as_ptr(),
-                libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
-            )
-        };
-        if tree < 0 {
-            return Err(errno(format!("open_tree {}", src.display())));
+    /// The namespace's descriptor, which an idmapped mount names (see
+    /// [`crate::init`]'s kernel seam, where those mounts are made).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// A namespace that is none, for a recorded build of a box's root: nothing reaches
+    /// the kernel there, so the descriptor (of `/dev/null`) is never used as a namespace.
+    #[cfg(test)]
+    pub(crate) fn stand_in(range: IdRange) -> BoxUserNs {
+        let null = std::fs::File::open("/dev/null").expect("/dev/null opens");
+        BoxUserNs {
+            fd: OwnedFd::from(null),
+            range,
         }
-        // SAFETY: open_tree returned a new descriptor that nothing else owns.
-        let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-        let attr = MountAttr {
-            attr_set: MOUNT_ATTR_IDMAP,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: self.fd.as_raw_fd() as u64,
-        };
-        // SAFETY: plain system call on a descriptor we own and a struct of the kernel's
-        // layout.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_mount_setattr,
-                tree.as_raw_fd(),
-                c"".as_ptr(),
-                libc::AT_EMPTY_PATH,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            )
-        };
-        if r < 0 {
-            return Err(format!(
-                "{}: the file system there cannot be idmapped ({}); box root needs idmapped mounts (Linux 5.19 or later; ext4, btrfs, xfs or tmpfs)",
-                src.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
-        rustix::mount::move_mount(
-            tree.as_fd(),
-            "",
-            rustix::fs::CWD,
-            dst,
-            rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-        )
-        .map_err(|e| {
-            format!(
-                "placing the idmapped {} at {}: {e}",
-                src.display(),
-                dst.display()
-            )
-        })
     }
 
     /// From here on, files this process creates are created as box root (host ids

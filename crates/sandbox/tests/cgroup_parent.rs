@@ -1,6 +1,8 @@
 //! Box cgroups under a parent cgroup named by `$AGENTBOX_CGROUP_PARENT`. Tier 2 (root).
 //!
-//! A test binary of its own: it sets the variable for the whole process.
+//! A test binary of its own, not a module of `it/`: the variable is read by every
+//! `BoxCgroup::create` of the process, so setting it here would move the boxes of every
+//! test running beside this one (in the same process, as `it`'s tests are) under the parent.
 
 use std::path::{Path, PathBuf};
 

@@ -16,6 +16,8 @@ pub enum Error {
     EnvExists { name: String },
     #[error("invalid name {name:?}: {reason}")]
     InvalidName { name: String, reason: String },
+    #[error("invalid path pattern {pattern:?}: {reason}")]
+    InvalidPattern { pattern: String, reason: String },
     #[error("no node or tag matches {reference:?}")]
     UnknownRef { reference: String },
     #[error("{reference:?} is ambiguous: it matches {candidates:?}")]
@@ -156,6 +158,7 @@ impl Error {
             Error::EnvExists { .. }
             | Error::AmbiguousRef { .. }
             | Error::InvalidName { .. }
+            | Error::InvalidPattern { .. }
             | Error::Refused { .. } => ExitCode::Refused.into(),
             Error::Core(agentbox_core::Error::Locked { .. }) => ExitCode::Locked.into(),
             Error::NeedsRoot { .. } => ExitCode::NeedsRoot.into(),

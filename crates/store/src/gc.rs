@@ -97,20 +97,24 @@ impl Store {
     }
 
     /// Nodes that no environment, tag or store ref can reach: those of destroyed
-    /// environments (and of imports that never completed) that nothing else descends from.
-    /// Caller holds the store lock exclusively.
+    /// environments (and of imports that never completed) that nothing else descends from,
+    /// and detached nodes whose ref is gone. Caller holds the store lock exclusively.
     fn remove_unreachable_nodes(&self) -> Result<Vec<String>> {
         let nodes = self.nodes()?;
         let envs = self.envs()?;
         let env_names: BTreeSet<&str> = envs.iter().map(|e| e.name.as_str()).collect();
+        // Every node of a live environment's history is a root; a detached node is not part
+        // of any history and lives only while a ref, HEAD, tag or child names it.
         let mut roots: Vec<String> = nodes
             .values()
-            .filter(|n| env_names.contains(n.env.as_str()))
+            .filter(|n| env_names.contains(n.env.as_str()) && n.detached.is_none())
             .map(|n| n.id.clone())
             .collect();
         for e in &envs {
             roots.push(e.head.clone());
             roots.extend(e.tags.values().cloned());
+            // The node an interrupted checkout moves to: its next writer finishes it.
+            roots.extend(e.checkout_pending.clone());
         }
         roots.extend(self.refs()?.into_values());
         let mut reachable: BTreeSet<String> = BTreeSet::new();
@@ -217,7 +221,11 @@ impl Store {
                     problem(path.clone(), format!("parent {p} does not exist"), false);
                 }
             }
-            if let Some(env) = envs.iter().find(|e| e.name == n.env) {
+            if let Some(env) = envs
+                .iter()
+                .find(|e| e.name == n.env)
+                .filter(|_| n.detached.is_none())
+            {
                 if n.seq >= env.next_seq && env.head != *id {
                     problem(
                         path.clone(),

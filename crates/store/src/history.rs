@@ -89,7 +89,7 @@ impl Store {
         // same name (not yet collected by GC) predates this one and stays out.
         let mut wanted: BTreeSet<String> = nodes
             .values()
-            .filter(|n| n.env == env && n.created >= state.created)
+            .filter(|n| n.in_history_of(env) && n.created >= state.created)
             .map(|n| n.id.clone())
             .collect();
         wanted.insert(state.head.clone());
@@ -244,7 +244,7 @@ impl Store {
                 own.extend(
                     h.nodes
                         .iter()
-                        .filter(|n| n.env == name)
+                        .filter(|n| n.in_history_of(name))
                         .map(|n| self.backend().layer_dir(&n.layer)),
                 );
                 let own_usage = agentbox_sys::fiemap::disk_usage(

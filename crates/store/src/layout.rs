@@ -10,7 +10,8 @@
 //!   envs/<name>/env.json  EnvState: head, tags, next sequence number, mount point
 //!   envs/<name>/lock      flock of the environment's single writer
 //!   envs/<name>/work/     the backend's working area
-//!   refs/<ns>/<name>      store-wide named refs (checkpoints): a node id per file
+//!   refs/<ns>/[<dir>/…]<name>  store-wide named refs (checkpoints/<project>/<name>): a
+//!                         node id per file; a root for GC and retention
 //!   tmp/                  staging of imports; emptied by reconcile
 //! ```
 

@@ -5,7 +5,9 @@
 //! whose record was never written, an import's or create's staging area (`tmp/…`),
 //! temporary files of atomic writes, a node whose commit was never acknowledged, a deletion
 //! stopped after its tombstone, an environment directory whose creation never finished,
-//! and layers that no node references.
+//! and layers that no node references. A derive or flatten stopped before its ref leaves
+//! the same kinds of layer data (`layers/.tmp-<id>`, with a derive's `.tmp-<id>-scratch`
+//! templates; an unrecorded or unreferenced layer) plus a detached node no ref names.
 //!
 //! Invariant: leftovers are only looked for, and only removed, while the store lock is
 //! held *exclusively*. Every operation that writes data holds that lock shared from before
@@ -46,6 +48,10 @@ pub enum LeftoverKind {
     /// A layer (record and data) no node references: what an interrupted commit or import
     /// leaves after its record, and what deleting or thinning nodes leaves for `gc`.
     UnreferencedLayer,
+    /// A detached node (see [`crate::node`]) nothing names: what removing a checkpoint's
+    /// ref leaves for `gc`, and what a derive or flatten stopped before its ref (its commit
+    /// point) leaves; the two look the same.
+    UnreferencedNode,
 }
 
 impl LeftoverKind {
@@ -59,14 +65,18 @@ impl LeftoverKind {
             LeftoverKind::InterruptedDeletion => "interrupted-deletion",
             LeftoverKind::HalfCreatedEnv => "half-created-env",
             LeftoverKind::UnreferencedLayer => "unreferenced-layer",
+            LeftoverKind::UnreferencedNode => "unreferenced-node",
         }
     }
 
     /// Half-made: left only by an operation that stopped half-way, so `fsck` reports it as
-    /// a problem. Unreferenced layers are also the normal result of deleting nodes (`gc`
-    /// frees them), so they are listed but are not a problem.
+    /// a problem. Unreferenced layers and detached nodes are also the normal result of
+    /// deleting nodes and refs (`gc` frees them), so they are listed but are not a problem.
     pub fn is_problem(self) -> bool {
-        self != LeftoverKind::UnreferencedLayer
+        !matches!(
+            self,
+            LeftoverKind::UnreferencedLayer | LeftoverKind::UnreferencedNode
+        )
     }
 }
 
@@ -204,6 +214,10 @@ impl Store {
                 );
                 continue;
             }
+            // Detached nodes have no sequence number: they are judged below.
+            if node.detached.is_some() {
+                continue;
+            }
             // The rule `reconcile` applies: never acknowledged, nobody's HEAD, no child.
             let Some(env) = envs.iter().find(|e| e.name == node.env) else {
                 continue;
@@ -220,6 +234,17 @@ impl Store {
                     ),
                 );
             }
+        }
+        for nid in self.unnamed_detached(&files, &envs)? {
+            unacknowledged.insert(nid.clone());
+            push(
+                LeftoverKind::UnreferencedNode,
+                layout.node(&nid),
+                nid.clone(),
+                format!(
+                    "detached node {nid}: no ref names it (its ref was removed, or its derive or flatten stopped before writing it)"
+                ),
+            );
         }
         for entry in fs_err::read_dir(layout.envs())? {
             let entry = entry?;
@@ -300,7 +325,7 @@ impl Store {
             LeftoverKind::TempLayer | LeftoverKind::UnrecordedLayer | LeftoverKind::Staging => {
                 self.backend().remove_tree(&l.path)?
             }
-            LeftoverKind::UnacknowledgedNode => {
+            LeftoverKind::UnacknowledgedNode | LeftoverKind::UnreferencedNode => {
                 fs_err::remove_file(layout.node(&l.id))?;
                 atomic::sync_dir(&layout.nodes())?;
             }

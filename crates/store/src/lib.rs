@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod bundle;
+pub mod derive;
 pub mod error;
 pub mod fsops;
 pub mod gc;
@@ -22,6 +23,7 @@ pub mod store;
 pub mod transfer;
 
 pub use backend::BackendKind;
+pub use derive::{Cleanup, CleanupPlan, Derived, DetachOpts};
 pub use error::{Error, Result};
 pub use node::Node;
 pub use store::{CommitOpts, EnvState, Source, Store};

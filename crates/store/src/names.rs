@@ -10,17 +10,44 @@ use crate::{Error, Result};
 /// Check a tag or ref name: 1–64 characters of `[A-Za-z0-9._-]`, starting with a letter or
 /// digit, not all lowercase hex, not `HEAD`.
 pub fn validate(kind: &str, name: &str) -> Result<()> {
-    check(kind, name, false)
+    check(kind, name, Hex::Refused)
 }
 
 /// Check an environment's or a box's name: as [`validate`], except that it may be all
 /// lowercase hex when shorter than a full id.
 pub fn validate_env(kind: &str, name: &str) -> Result<()> {
-    check(kind, name, true)
+    check(kind, name, Hex::ShorterThanId)
 }
 
-fn check(kind: &str, name: &str, hex_allowed: bool) -> Result<()> {
-    agentbox_core::name::check(kind, name, hex_allowed).map_err(|e| Error::InvalidName {
+/// Check a store ref `NAMESPACE/NAME` or `NAMESPACE/DIR/…/NAME` (checkpoints are
+/// `checkpoints/<project key>/<name>`): 2 to 8 components; the namespace and the last
+/// component as [`validate`]; the ones between may be all hex at any length (a project key
+/// is a hash), since a ref, holding a `/`, is never taken for an id.
+pub fn validate_ref(full: &str) -> Result<Vec<&str>> {
+    let parts: Vec<&str> = full.split('/').collect();
+    if parts.len() < 2 || parts.len() > 8 {
+        return Err(Error::InvalidName {
+            name: full.to_owned(),
+            reason:
+                "store refs are named NAMESPACE/NAME or NAMESPACE/DIR/.../NAME (2 to 8 components)"
+                    .into(),
+        });
+    }
+    let last = parts.len() - 1;
+    for (i, part) in parts.iter().enumerate() {
+        match i {
+            0 => validate("ref namespace", part)?,
+            i if i == last => validate("ref", part)?,
+            _ => check("ref component", part, Hex::Any)?,
+        }
+    }
+    Ok(parts)
+}
+
+use agentbox_core::name::Hex;
+
+fn check(kind: &str, name: &str, hex: Hex) -> Result<()> {
+    agentbox_core::name::check(kind, name, hex).map_err(|e| Error::InvalidName {
         name: e.name,
         reason: format!("{} {}", e.kind, e.reason),
     })
@@ -94,6 +121,26 @@ mod tests {
             "", "beef", "0123", "-x", "a/b", "HEAD", "HEAD~1", "a b", ".hidden",
         ] {
             assert!(validate("tag", bad).is_err(), "{bad:?} must be rejected");
+        }
+    }
+
+    #[test]
+    fn refs_have_a_namespace_and_a_name_and_hex_directories_between() {
+        use super::validate_ref;
+        assert_eq!(validate_ref("ns/name").expect("two"), ["ns", "name"]);
+        validate_ref("checkpoints/0123456789abcdef0123/web-3").expect("a project key");
+        for bad in [
+            "name",
+            "ns/",
+            "/name",
+            "ns//name",
+            "ns/cafe",
+            "cafe/name",
+            "ns/a b/name",
+            "ns/../name",
+            "a/b/c/d/e/f/g/h/i",
+        ] {
+            assert!(validate_ref(bad).is_err(), "{bad:?} must be rejected");
         }
     }
 

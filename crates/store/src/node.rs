@@ -14,6 +14,14 @@
 //!   "created": "2026-11-30T09:00:00Z", "metadata": { … } }
 //! ```
 //!
+//! A *detached* node (`"detached": {"from": F, "how": "derive" | "flatten"}`) is made from
+//! node `F` by [`crate::Store::derive`] or [`crate::Store::flatten`] without touching any
+//! environment: it is in no environment's history (`env` names the environment it was made
+//! in, `seq` is 0 and means nothing, `parent` is `null`), and it lives exactly as long as
+//! something names it — a store ref (the ref is written last: it is the operation's commit
+//! point), an environment's HEAD or tag (a fork of it), or a child node. `from` records
+//! provenance only: nothing follows it, and it may name a node deleted since.
+//!
 //! Deleting a node first replaces its file with a *tombstone* (`"deleted": {"reparent_to": P}`)
 //! — the commit point — then rewrites each child's parent, then removes the tombstone. Opening
 //! the store finishes any tombstone a crash left behind.
@@ -46,6 +54,35 @@ pub struct Node {
     /// `reparent_to`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted: Option<Tombstone>,
+    /// Present only on a detached node (see the module docs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detached: Option<Detached>,
+}
+
+impl Node {
+    /// Whether the node is part of environment `env`'s own history: committed there, not
+    /// detached.
+    pub fn in_history_of(&self, env: &str) -> bool {
+        self.env == env && self.detached.is_none()
+    }
+}
+
+/// How a detached node was made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detached {
+    /// The node it was made from (provenance only; may since have been deleted).
+    pub from: String,
+    pub how: DetachedHow,
+}
+
+/// The operation that made a detached node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DetachedHow {
+    /// [`crate::Store::derive`]: `from`'s tree with paths removed and files emptied.
+    Derive,
+    /// [`crate::Store::flatten`]: `from`'s tree in one complete layer.
+    Flatten,
 }
 
 /// Marker of an interrupted deletion.

@@ -63,7 +63,9 @@ impl Store {
         }
         protected.extend(self.refs()?.into_values());
 
-        let mine: Vec<&crate::node::Node> = nodes.values().filter(|n| n.env == env).collect();
+        // Detached nodes are no part of the history (and are named by refs anyway).
+        let mine: Vec<&crate::node::Node> =
+            nodes.values().filter(|n| n.in_history_of(env)).collect();
         let newest = mine.iter().map(|n| n.seq).max().unwrap_or(0);
         let dropped: Vec<String> = mine
             .iter()

@@ -543,6 +543,7 @@ impl Store {
             created: Utc::now(),
             metadata: BTreeMap::new(),
             deleted: None,
+            detached: None,
         };
         write_json_unsynced(&self.layout.node(&node.id), &node)?;
         self.backend.make_durable(&[
@@ -587,6 +588,7 @@ impl Store {
     }
 
     /// Fork: a new environment whose HEAD is an existing node (no data is copied).
+    /// `reference` is resolved in `from_env` (see [`Store::resolve`]).
     pub fn fork_env(
         &self,
         from_env: &str,
@@ -594,9 +596,33 @@ impl Store {
         name: &str,
         mountpoint: Option<&Path>,
     ) -> Result<EnvState> {
-        self.check_new_env_name(name)?;
-        let node = self.node(&self.resolve(from_env, reference)?)?;
         let _store = self.lock_store(Mode::Shared, "fork")?;
+        let id = self.resolve(from_env, reference)?;
+        self.fork_locked(&id, name, mountpoint)
+    }
+
+    /// Fork from any node of the store, named by a store ref, an id or an id prefix (see
+    /// [`Store::resolve_node`]), whatever environment made it and whether or not that
+    /// environment still exists: a checkpoint (`checkpoints/<project>/<name>`) or any other
+    /// detached node. O(1) in the size of the tree (an overlay over the node's chain on
+    /// `layers`, a writable snapshot on `btrfs`); the new environment's history starts at
+    /// the node (with the node's ancestors, when it has any).
+    pub fn fork_node(
+        &self,
+        reference: &str,
+        name: &str,
+        mountpoint: Option<&Path>,
+    ) -> Result<EnvState> {
+        let _store = self.lock_store(Mode::Shared, "fork")?;
+        let id = self.resolve_node(reference)?;
+        self.fork_locked(&id, name, mountpoint)
+    }
+
+    /// A new environment `name` whose HEAD is node `id` (store lock held shared, so the node
+    /// cannot be deleted in between).
+    fn fork_locked(&self, id: &str, name: &str, mountpoint: Option<&Path>) -> Result<EnvState> {
+        self.check_new_env_name(name)?;
+        let node = self.node(id)?;
         let env_dir = self.claim_env_dir(name)?;
         let result = (|| {
             let state = EnvState {
@@ -703,6 +729,7 @@ impl Store {
             created: Utc::now(),
             metadata: opts.metadata,
             deleted: None,
+            detached: None,
         };
         write_json_unsynced(&self.layout.node(&node.id), &node)?;
         timer.lap("metadata");
@@ -769,6 +796,15 @@ impl Store {
         if let Some(id) = state.tags.get(reference) {
             return Ok(id.clone());
         }
+        self.resolve_node(reference)
+    }
+
+    /// Resolve a reference outside any environment: a store-wide ref `ns/…/name`, a full
+    /// id, or a unique id prefix (≥ 4 hex).
+    pub fn resolve_node(&self, reference: &str) -> Result<String> {
+        let unknown = || Error::UnknownRef {
+            reference: reference.to_owned(),
+        };
         if reference.contains('/') {
             if let Some(id) = self.get_ref(reference)? {
                 return Ok(id);
@@ -821,7 +857,8 @@ impl Store {
         Ok(id)
     }
 
-    /// Store-wide named ref `ns/name` (checkpoints), `None` when unset.
+    /// Store-wide named ref `ns/name` or `ns/dir/…/name` (checkpoints:
+    /// `checkpoints/<project key>/<name>`, see [`names::validate_ref`]), `None` when unset.
     pub fn get_ref(&self, full: &str) -> Result<Option<String>> {
         let path = self.ref_path(full)?;
         match std::fs::read_to_string(&path) {
@@ -831,17 +868,16 @@ impl Store {
         }
     }
 
-    /// Point store-wide ref `ns/name` at node `id` (or remove it with `None`).
+    /// Point store-wide ref `full` at node `id` (or remove it with `None`). A ref is a
+    /// root for GC and retention: the node it names, with its ancestors and its whole
+    /// layer chain, stays until the ref goes.
     pub fn set_ref(&self, full: &str, id: Option<&str>) -> Result<()> {
         let path = self.ref_path(full)?;
         let _store = self.lock_store(Mode::Shared, "set ref")?;
         match id {
             Some(id) => {
                 self.node(id)?;
-                if let Some(parent) = path.parent() {
-                    fs_err::create_dir_all(parent)?;
-                }
-                atomic::write_atomic(&path, format!("{id}\n").as_bytes())?;
+                self.write_ref_locked(&path, id)?;
             }
             None => match std::fs::remove_file(&path) {
                 Ok(()) => {}
@@ -852,25 +888,64 @@ impl Store {
         Ok(())
     }
 
-    /// Every store-wide ref, `ns/name` → node id.
+    /// Write ref file `path` (from [`Store::ref_path`]) naming `id`, durably (store lock
+    /// held, the node checked to exist and durable).
+    pub(crate) fn write_ref_locked(&self, path: &Path, id: &str) -> Result<()> {
+        // Directories made for the ref are made durable too: a ref that survives a crash
+        // must be reachable by its path.
+        let root = self.layout.refs();
+        let mut missing: Vec<&Path> = path
+            .ancestors()
+            .skip(1)
+            .take_while(|a| a.starts_with(&root) && *a != root.as_path())
+            .filter(|a| !a.is_dir())
+            .collect();
+        missing.reverse();
+        for dir in missing {
+            match std::fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::Io(io_at(dir, e))),
+            }
+            if let Some(parent) = dir.parent() {
+                atomic::sync_dir(parent)?;
+            }
+        }
+        atomic::write_atomic(path, format!("{id}\n").as_bytes())?;
+        Ok(())
+    }
+
+    /// Every store-wide ref, `ns/…/name` → node id. Files under `refs/` whose path is not
+    /// a valid ref name (see [`names::validate_ref`]) are not refs and are skipped.
     pub fn refs(&self) -> Result<BTreeMap<String, String>> {
         let mut out = BTreeMap::new();
         let root = self.layout.refs();
         if !root.exists() {
             return Ok(out);
         }
-        for ns in fs_err::read_dir(&root)? {
-            let ns = ns?;
-            if !ns.file_type()?.is_dir() {
-                continue;
-            }
-            for entry in fs_err::read_dir(ns.path())? {
+        // (directory, its ref-name prefix); refs are at most 8 components deep.
+        let mut dirs = vec![(root, String::new())];
+        while let Some((dir, prefix)) = dirs.pop() {
+            for entry in fs_err::read_dir(&dir)? {
                 let entry = entry?;
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if atomic::is_tmp_name(&name) {
                     continue;
                 }
-                let full = format!("{}/{}", ns.file_name().to_string_lossy(), name);
+                let full = if prefix.is_empty() {
+                    name
+                } else {
+                    format!("{prefix}/{name}")
+                };
+                if entry.file_type()?.is_dir() {
+                    if full.split('/').count() < 8 {
+                        dirs.push((entry.path(), full));
+                    }
+                    continue;
+                }
+                if names::validate_ref(&full).is_err() {
+                    continue;
+                }
                 if let Some(id) = self.get_ref(&full)? {
                     out.insert(full, id);
                 }
@@ -879,14 +954,10 @@ impl Store {
         Ok(out)
     }
 
-    fn ref_path(&self, full: &str) -> Result<PathBuf> {
-        let (ns, name) = full.split_once('/').ok_or_else(|| Error::InvalidName {
-            name: full.to_owned(),
-            reason: "store refs are named NAMESPACE/NAME".into(),
-        })?;
-        names::validate("ref namespace", ns)?;
-        names::validate("ref", name)?;
-        Ok(self.layout.refs().join(ns).join(name))
+    pub(crate) fn ref_path(&self, full: &str) -> Result<PathBuf> {
+        let mut path = self.layout.refs();
+        path.extend(names::validate_ref(full)?);
+        Ok(path)
     }
 
     // ---- deletion ----------------------------------------------------------------------
@@ -1061,6 +1132,13 @@ impl Store {
         let referenced: BTreeSet<&String> =
             files.values().filter_map(|n| n.parent.as_ref()).collect();
         for (id, node) in &files {
+            if node.detached.is_some() {
+                // No history, no sequence number. One no ref names (a derive or flatten
+                // stopped before its ref, or the ref was removed since: the two look the
+                // same) is not half-made data but garbage like any unreachable node: GC
+                // frees it.
+                continue;
+            }
             let Some(env) = envs.get(&node.env) else {
                 continue;
             };
@@ -1096,6 +1174,33 @@ impl Store {
             }
         }
         Ok(repairs)
+    }
+}
+
+impl Store {
+    /// Detached nodes (see [`crate::node`]) that nothing names: no store ref, no
+    /// environment's HEAD, tag or pending checkout, no child (nor a deletion about to
+    /// re-parent one onto it). `files` is every node file, tombstones included.
+    pub(crate) fn unnamed_detached(
+        &self,
+        files: &BTreeMap<String, Node>,
+        envs: &[EnvState],
+    ) -> Result<BTreeSet<String>> {
+        let mut named: BTreeSet<String> = self.refs()?.into_values().collect();
+        for e in envs {
+            named.insert(e.head.clone());
+            named.extend(e.tags.values().cloned());
+            named.extend(e.checkout_pending.clone());
+        }
+        for n in files.values() {
+            named.extend(n.parent.clone());
+            named.extend(n.deleted.as_ref().and_then(|t| t.reparent_to.clone()));
+        }
+        Ok(files
+            .iter()
+            .filter(|(id, n)| n.detached.is_some() && n.deleted.is_none() && !named.contains(*id))
+            .map(|(id, _)| id.clone())
+            .collect())
     }
 }
 

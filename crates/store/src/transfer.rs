@@ -445,6 +445,7 @@ fn import_history_locked(
             created: mn.created,
             metadata: mn.metadata.clone(),
             deleted: None,
+            detached: None,
         };
         written.nodes.push(node.id.clone());
         write_json_unsynced(&store.layout().node(&node.id), &node)?;

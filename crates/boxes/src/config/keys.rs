@@ -143,6 +143,13 @@ pub static KEYS: &[Key] = &[
         check: Some(check_cpus),
     },
     Key {
+        name: "box.defaultCheckpoint",
+        kind: Kind::String,
+        default: none,
+        description: "The checkpoint new boxes of the project start from (see `agentbox checkpoint set-default`); unset: none",
+        check: None,
+    },
+    Key {
         name: "box.env",
         kind: Kind::List,
         default: empty_list,
@@ -197,6 +204,27 @@ pub static KEYS: &[Key] = &[
         default: none,
         description: "Most processes (and threads) a box may run at once",
         check: Some(check_pids),
+    },
+    Key {
+        name: "box.resyncOnStart",
+        kind: Kind::Bool,
+        default: yes,
+        description: "A box made from a checkpoint gets the host's current uncommitted work (off: only its fresh branch at the host's commit)",
+        check: None,
+    },
+    Key {
+        name: "checkpoint.cleanup",
+        kind: Kind::List,
+        default: empty_list,
+        description: "More paths (from the box root, **/ for any depth) removed from a checkpoint's capture, besides temporary files, package lists, logs and shell histories",
+        check: None,
+    },
+    Key {
+        name: "checkpoint.maxLayers",
+        kind: Kind::U64,
+        default: || Some(Value::U64(3)),
+        description: "A checkpoint of a box whose lineage is this many checkpoints deep is flattened (self-contained)",
+        check: None,
     },
     Key {
         name: "git.carry",

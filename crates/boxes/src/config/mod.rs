@@ -190,6 +190,13 @@ impl Config {
             ignore: self.list("box.ignore"),
             host_paths: self.list("box.hostPaths"),
             image: self.text("box.image").map(str::to_owned),
+            default_checkpoint: self.text("box.defaultCheckpoint").map(str::to_owned),
+            resync_on_start: self.flag("box.resyncOnStart"),
+            checkpoint_cleanup: self.list("checkpoint.cleanup"),
+            checkpoint_max_layers: match self.value("checkpoint.maxLayers") {
+                Some(Value::U64(n)) => *n,
+                _ => 3,
+            },
             carry: self.flag("git.carry"),
             with_env: self.flag("git.withEnv"),
             env_patterns: self.list("git.envPatterns"),
@@ -271,6 +278,14 @@ pub struct Effective {
     pub host_paths: Vec<String>,
     /// `box.image`.
     pub image: Option<String>,
+    /// `box.defaultCheckpoint`.
+    pub default_checkpoint: Option<String>,
+    /// `box.resyncOnStart`.
+    pub resync_on_start: bool,
+    /// `checkpoint.cleanup`.
+    pub checkpoint_cleanup: Vec<String>,
+    /// `checkpoint.maxLayers`.
+    pub checkpoint_max_layers: u64,
     /// `git.carry`.
     pub carry: bool,
     /// `git.withEnv`.

@@ -20,6 +20,7 @@ use crate::errors::CliError;
 use crate::render;
 use crate::CliResult;
 
+mod checkpoints;
 mod ctx;
 mod envs;
 mod history;
@@ -99,6 +100,21 @@ pub(crate) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
                 repos,
             },
         ),
+        R::Checkpoint {
+            name: checkpoint,
+            set_default,
+            merged,
+            replace,
+        } => checkpoints::checkpoint(
+            ctx,
+            Some(crate::args::CheckpointCmd::Create {
+                name: Some(name),
+                checkpoint,
+                set_default,
+                merged,
+                replace,
+            }),
+        ),
         R::Pull { repos } => boxcmds::pull(
             ctx,
             crate::args::PullArgs {
@@ -139,11 +155,12 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Destroy(a) => destroy(&ctx, &a.args, a.delete_branch),
         Command::Rename(a) => boxcmds::rename(&ctx, &a.args),
         Command::Prune(a) => crate::prune::prune(&ctx, a.dry_run, a.min_age),
-        Command::Create(a) => boxcmds::create(&ctx, a),
+        Command::Create(a) => boxcmds::create(&ctx, *a),
         Command::Exec(a) => boxcmds::exec(&ctx, a),
         Command::Shell(a) => boxcmds::shell(&ctx, a),
         Command::Run(a) => boxcmds::run(&ctx, a),
         Command::Image(a) => boxcmds::image(&ctx, a),
+        Command::Checkpoint(a) => checkpoints::checkpoint(&ctx, a.cmd),
         Command::Spawn(a) => boxcmds::spawn(&ctx, a),
         Command::Ps(a) => boxcmds::ps(&ctx, a.name.as_deref()),
         Command::Logs(a) => boxcmds::logs(&ctx, a),

@@ -159,6 +159,20 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                     None => "box root:     host root (no user namespace; see the supervisor's log)\n".to_owned(),
                 });
             }
+            if let Some(c) = &b.record.checkpoint {
+                s.push_str(&format!("checkpoint:   {}\n", render::text(c)));
+            }
+            if !b.record.resync_conflicts.is_empty() {
+                s.push_str(&format!(
+                    "kept from the checkpoint (your uncommitted work also had them): {}\n",
+                    b.record
+                        .resync_conflicts
+                        .iter()
+                        .map(|p| render::text(p))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
         } else if let (Some(p), false) = (&project, out.project_boxes.is_empty()) {
             s.push_str(&format!("\nproject:      {}\n", render::path(p)));
             for b in &out.project_boxes {

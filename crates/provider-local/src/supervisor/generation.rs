@@ -51,6 +51,14 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
             readonly: true,
         },
     ];
+    // What the binary needs to run on any base (an image may lack its libraries).
+    for (src, name) in record::box_binary_libs().unwrap_or_default() {
+        binds.push(Bind {
+            src: src.clone(),
+            dst: PathBuf::from(record::BOX_LIB_DIR).join(name),
+            readonly: true,
+        });
+    }
     for git in &shared.rec.repos {
         // Each repository's objects, shared read-only: the box's own repository borrows
         // them.

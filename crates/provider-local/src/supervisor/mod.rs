@@ -47,7 +47,7 @@ pub use self::generation::{remove_cgroup, DEFAULT_PIDS};
 use self::{generation::*, history::*, procs::*, relay::*, repos::*, server::*};
 
 /// Where the agentbox binary appears inside every box.
-pub const BOX_BINARY: &str = "/run/agentbox/bin/agentbox";
+pub use agentbox_boxes::record::BOX_BINARY;
 
 /// How a process ended, as told to whoever waits for it.
 #[derive(Debug, Clone, Copy)]

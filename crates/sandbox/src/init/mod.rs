@@ -14,7 +14,7 @@
 use std::ffi::{CString, OsStr};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
@@ -22,6 +22,7 @@ use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 use crate::ipc;
 use crate::proto::{Bind, BoxSpec, FromInit, Network, TmpfsSizes, ToInit};
 
+mod kernel;
 mod rootfs;
 mod serve;
 mod spawn;
@@ -147,9 +148,9 @@ fn pid1(spec: BoxSpec, ctl: OwnedFd, userns: Option<crate::idmap::BoxUserNs>) ->
     // SAFETY: plain prctl; dies with the launcher, which dies with the supervisor.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
     let setup = if spec.rootless {
-        setup_root_rootless(&spec).map(|()| false)
+        setup_root_rootless(&mut kernel::Linux, &spec).map(|()| false)
     } else {
-        setup_root(&spec, userns.as_ref())
+        setup_root(&mut kernel::Linux, &spec, userns.as_ref())
     };
     match (setup, userns) {
         (Err(e), _) => fail(&ctl, e),

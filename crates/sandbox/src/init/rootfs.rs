@@ -2,7 +2,30 @@
 //! its hiding layer, the box's overlay (idmapped for a root box), `/proc` with the kernel's
 //! knobs read-only or masked, a minimal `/dev`, private `/tmp` and `/run`, the binds, the
 //! name-service files, then `pivot_root`.
+//!
+//! Every effect on the kernel goes through [`Kernel`] (the real one is
+//! [`super::kernel::Linux`]), so the plan — which mounts, in which order, with which flags,
+//! which paths hidden — is unit-tested against a recording (`tests`). This module holds no
+//! `unsafe`, and the compiler keeps it so.
+//!
+//! Invariants the tests hold it to:
+//! * all mounts are made private first, so nothing done here reaches the host's mount table;
+//! * the box's overlay is mounted before anything is made or mounted below it, and the
+//!   layer that hides host paths is complete before the overlay that takes it is mounted;
+//! * `/proc` comes with the kernel's knobs read-only and its host-state files masked, or the
+//!   box does not start; `/sys` is read-only;
+//! * `/dev` is a fresh `nodev` tmpfs holding only [`DEVICES`] (bound from the host), the
+//!   box's own pty instance and shared memory;
+//! * a layer path overlayfs would misread is refused before the first mount when every
+//!   layer path is known then (see [`refuse_bad_layer_paths`]), and always before the
+//!   overlay that would take it;
+//! * a bind lands below the box's `/run`, a hidden path below the base or the box's root:
+//!   anything else (`..`, a relative path) is refused;
+//! * `pivot_root` comes last: after it only the host's old root is detached.
 
+#![deny(unsafe_code)]
+
+use super::kernel::{Kernel, Kind};
 use super::*;
 
 /// Device nodes bound from the host into the box's private `/dev`.
@@ -13,6 +36,7 @@ pub(super) fn err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> St
 }
 
 pub(super) fn mount(
+    k: &mut dyn Kernel,
     src: &str,
     target: &Path,
     fstype: &str,
@@ -20,16 +44,17 @@ pub(super) fn mount(
     data: &str,
 ) -> Result<(), String> {
     let data = CString::new(data).map_err(|e| err("mount options", e))?;
-    rustix::mount::mount(src, target, fstype, flags, data.as_c_str()).map_err(|e| {
-        err(
-            format!(
-                "mounting {fstype} at {} ({})",
-                target.display(),
-                data.to_string_lossy()
-            ),
-            std::io::Error::from(e),
-        )
-    })
+    k.mount(src, target, fstype, flags, data.as_c_str())
+        .map_err(|e| {
+            err(
+                format!(
+                    "mounting {fstype} at {} ({})",
+                    target.display(),
+                    data.to_string_lossy()
+                ),
+                e,
+            )
+        })
 }
 
 pub(super) fn path_str(p: &Path) -> Result<&str, String> {
@@ -47,8 +72,18 @@ pub(super) fn path_str(p: &Path) -> Result<&str, String> {
     Ok(s)
 }
 
-pub(super) fn mkdir_p(p: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(p).map_err(|e| err(format!("creating {}", p.display()), e))
+pub(super) fn mkdir_p(k: &mut dyn Kernel, p: &Path) -> Result<(), String> {
+    k.mkdir_p(p)
+        .map_err(|e| err(format!("creating {}", p.display()), e))
+}
+
+/// Refuse a layer path overlayfs would misread (see [`path_str`]) before the first mount of
+/// the box, rather than at the overlay that takes it. `paths` come in the order the
+/// overlays' options name them, so the refusal is the one that overlay's check would give.
+pub(super) fn refuse_bad_layer_paths<'a>(
+    paths: impl IntoIterator<Item = &'a PathBuf>,
+) -> Result<(), String> {
+    paths.into_iter().try_for_each(|p| path_str(p).map(drop))
 }
 
 /// `rel` below `root`, refusing anything but plain components.
@@ -65,14 +100,15 @@ pub(super) fn under(root: &Path, abs: &Path) -> Result<PathBuf, String> {
 }
 
 /// Make every mount private, and mount PID 1's scratch tmpfs (only this namespace sees it).
-pub(super) fn private_scratch(spec: &BoxSpec) -> Result<PathBuf, String> {
-    rustix::mount::mount_change(
-        "/",
+pub(super) fn private_scratch(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<PathBuf, String> {
+    k.set_propagation(
+        Path::new("/"),
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
-    .map_err(|e| err("making mounts private", std::io::Error::from(e)))?;
-    mkdir_p(&spec.scratch)?;
+    .map_err(|e| err("making mounts private", e))?;
+    mkdir_p(k, &spec.scratch)?;
     mount(
+        k,
         "agentbox",
         &spec.scratch,
         "tmpfs",
@@ -84,19 +120,18 @@ pub(super) fn private_scratch(spec: &BoxSpec) -> Result<PathBuf, String> {
 
 /// Host name, loopback, then make `root` the root: the old root is stacked on the new one
 /// and detached, so no directory for it is needed inside the box.
-pub(super) fn enter_root(root: &Path, spec: &BoxSpec) -> Result<(), String> {
-    rustix::system::sethostname(spec.hostname.as_bytes())
-        .map_err(|e| err("setting the host name", std::io::Error::from(e)))?;
+pub(super) fn enter_root(k: &mut dyn Kernel, root: &Path, spec: &BoxSpec) -> Result<(), String> {
+    k.set_hostname(&spec.hostname)
+        .map_err(|e| err("setting the host name", e))?;
     if spec.network.own_namespace() {
-        loopback_up()?;
+        k.loopback_up()?;
     }
-    rustix::process::chdir(root)
-        .map_err(|e| err("chdir to the new root", std::io::Error::from(e)))?;
-    rustix::process::pivot_root(".", ".")
-        .map_err(|e| err("pivot_root", std::io::Error::from(e)))?;
-    rustix::mount::unmount(".", UnmountFlags::DETACH)
-        .map_err(|e| err("detaching the host's root", std::io::Error::from(e)))?;
-    rustix::process::chdir("/").map_err(|e| err("chdir /", std::io::Error::from(e)))?;
+    k.chdir(root).map_err(|e| err("chdir to the new root", e))?;
+    k.pivot_root(Path::new("."), Path::new("."))
+        .map_err(|e| err("pivot_root", e))?;
+    k.unmount(Path::new("."), UnmountFlags::DETACH)
+        .map_err(|e| err("detaching the host's root", e))?;
+    k.chdir(Path::new("/")).map_err(|e| err("chdir /", e))?;
     Ok(())
 }
 
@@ -106,23 +141,35 @@ pub(super) fn enter_root(root: &Path, spec: &BoxSpec) -> Result<(), String> {
 /// when agentbox itself runs in a container) leaves box root as host root, said in the
 /// supervisor's log, with the rest of the hardening unchanged.
 pub(super) fn setup_root(
+    k: &mut dyn Kernel,
     spec: &BoxSpec,
     userns: Option<&crate::idmap::BoxUserNs>,
 ) -> Result<bool, String> {
-    let scratch = &private_scratch(spec)?;
-    let (empty, base, root) = (scratch.join("e"), scratch.join("b"), scratch.join("r"));
-    for d in [&empty, &base, &root] {
-        mkdir_p(d)?;
+    let s = &spec.scratch;
+    let (empty, base, root) = (s.join("e"), s.join("b"), s.join("r"));
+    if userns.is_none() {
+        // Every layer path the two overlays take is known now (with a user namespace,
+        // which ones depends on whether the base can be idmapped; they are checked as the
+        // overlays' options are made).
+        refuse_bad_layer_paths([&empty, &spec.base].into_iter().chain(&spec.lowers).chain([
+            &base,
+            &spec.upper,
+            &spec.workdir,
+        ]))?;
     }
-    hide_dirs(&empty, &spec.base, &spec.hide)?;
+    let scratch = &private_scratch(k, spec)?;
+    for d in [&empty, &base, &root] {
+        mkdir_p(k, d)?;
+    }
+    hide_dirs(k, &empty, &spec.base, &spec.hide)?;
     let mapped = match userns {
         Some(ns) => {
             let (me, mb) = (scratch.join("m/e"), scratch.join("m/b"));
-            mkdir_p(&me)?;
-            mkdir_p(&mb)?;
-            match ns
-                .idmapped_mount(&empty, &me)
-                .and_then(|()| ns.idmapped_mount(&spec.base, &mb))
+            mkdir_p(k, &me)?;
+            mkdir_p(k, &mb)?;
+            match k
+                .idmapped_mount(ns, &empty, &me)
+                .and_then(|()| k.idmapped_mount(ns, &spec.base, &mb))
             {
                 Ok(()) => Some((ns, me, mb)),
                 Err(e) => {
@@ -143,6 +190,7 @@ pub(super) fn setup_root(
     // so the box's layers are no longer below any layer root. It also carries the opaque
     // directories that hide host paths.
     mount(
+        k,
         "agentbox",
         &base,
         "overlay",
@@ -155,30 +203,31 @@ pub(super) fn setup_root(
     )?;
     let ns = mapped.as_ref().map(|(ns, ..)| *ns);
     if let Some(ns) = ns {
-        ns.act_on_files_as_box_root()?;
+        k.act_on_files_as_box_root(ns)?;
     }
     mount_box_root(
+        k,
         spec,
         &root,
         Some(&base),
         ns.map(|ns| (ns, scratch.as_path())),
     )?;
-    let resolv = std::fs::read("/etc/resolv.conf").ok();
-    special_mounts(&root, spec, ns)?;
+    let resolv = k.read_file(Path::new("/etc/resolv.conf")).ok();
+    special_mounts(k, &root, spec, ns)?;
     if spec.network == Network::Private {
-        private_resolv_conf(scratch, &root, resolv.as_deref())?;
+        private_resolv_conf(k, scratch, &root, resolv.as_deref())?;
         if spec.base != Path::new("/") {
-            share_host_file(scratch, &root, "etc/hosts")?;
+            share_host_file(k, scratch, &root, "etc/hosts")?;
         }
     } else if spec.base != Path::new("/") && spec.network == Network::Host {
         // An image's own name-service files describe some other machine's network.
         for file in ["etc/resolv.conf", "etc/hosts"] {
-            share_host_file(scratch, &root, file)?;
+            share_host_file(k, scratch, &root, file)?;
         }
     } else if let Some(content) = resolv {
-        provide_resolv_conf(&root, &content)?;
+        provide_resolv_conf(k, &root, &content)?;
     }
-    enter_root(&root, spec)?;
+    enter_root(k, &root, spec)?;
     Ok(ns.is_some())
 }
 
@@ -188,6 +237,7 @@ pub(super) fn setup_root(
 /// `mapped`, each layer and the upper directory's parent are idmapped mounts made below its
 /// scratch directory, and the overlay is mounted as box root (see [`crate::idmap`]).
 pub(super) fn mount_box_root(
+    k: &mut dyn Kernel,
     spec: &BoxSpec,
     root: &Path,
     base: Option<&Path>,
@@ -203,8 +253,8 @@ pub(super) fn mount_box_root(
             let mut lowers = Vec::new();
             for (i, l) in spec.lowers.iter().enumerate() {
                 let at = scratch.join(format!("m/{i}"));
-                mkdir_p(&at)?;
-                ns.idmapped_mount(l, &at)?;
+                mkdir_p(k, &at)?;
+                k.idmapped_mount(ns, l, &at)?;
                 lowers.push(at);
             }
             // Upper and work directory must be on one mount: their common parent.
@@ -223,8 +273,8 @@ pub(super) fn mount_box_root(
                 ));
             }
             let at = scratch.join("m/u");
-            mkdir_p(&at)?;
-            ns.idmapped_mount(parent, &at)?;
+            mkdir_p(k, &at)?;
+            k.idmapped_mount(ns, parent, &at)?;
             (lowers, at.join(u), at.join(w))
         }
     };
@@ -243,6 +293,7 @@ pub(super) fn mount_box_root(
     // `nodev`: a device node in the box's layer (a bundle's, or one made before the box
     // lost CAP_MKNOD) can never be opened as a device.
     mount(
+        k,
         "agentbox",
         root,
         "overlay",
@@ -273,55 +324,60 @@ pub(super) const NOT_BOUND: &[&str] = &[
 /// The root of a rootless box: the box's layer as an overlay (`userxattr`: its markers are
 /// `user.overlay.*`), with the host's top-level directories bound read-only on the mount
 /// points its first layer holds (see [`host_skeleton`]).
-pub(super) fn setup_root_rootless(spec: &BoxSpec) -> Result<(), String> {
-    let scratch = &private_scratch(spec)?;
+pub(super) fn setup_root_rootless(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<(), String> {
+    refuse_bad_layer_paths(spec.lowers.iter().chain([&spec.upper, &spec.workdir]))?;
+    let scratch = &private_scratch(k, spec)?;
     let root = scratch.join("r");
-    mkdir_p(&root)?;
-    mount_box_root(spec, &root, None, None)?;
-    for entry in std::fs::read_dir("/")
-        .map_err(|e| err("reading /", e))?
-        .flatten()
-    {
-        let name = entry.file_name();
-        let Some(n) = name.to_str() else { continue };
+    mkdir_p(k, &root)?;
+    mount_box_root(k, spec, &root, None, None)?;
+    let entries = k
+        .read_dir(Path::new("/"))
+        .map_err(|e| err("reading /", e))?;
+    for entry in entries {
+        let Some(n) = entry.name.to_str() else {
+            continue;
+        };
         let host = Path::new("/").join(n);
         let target = root.join(n);
-        if NOT_BOUND.contains(&n) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if NOT_BOUND.contains(&n) || entry.kind != Kind::Dir {
             continue;
         }
         // Only where the layer has the mount point: nothing is written to make one.
-        if !std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+        if !k.lstat(&target).is_ok_and(|m| m.kind == Kind::Dir) {
             continue;
         }
-        rustix::mount::mount(&host, &target, "", MountFlags::BIND | MountFlags::REC, c"").map_err(
-            |e| {
-                err(
-                    format!("binding {}", host.display()),
-                    std::io::Error::from(e),
-                )
-            },
-        )?;
+        k.rbind(&host, &target)
+            .map_err(|e| err(format!("binding {}", host.display()), e))?;
         // Read-only where the kernel lets us change it (a mount locked read-write stays so;
         // the user could write there on the host anyway).
-        let _ = rustix::mount::mount_remount(&target, MountFlags::BIND | MountFlags::RDONLY, "");
+        let _ = k.remount(&target, MountFlags::BIND | MountFlags::RDONLY);
     }
     for h in &spec.hide {
         let inside = under(&root, h)?;
-        if h.parent().is_some() && std::fs::metadata(&inside).is_ok_and(|m| m.is_dir()) {
-            mount("agentbox", &inside, "tmpfs", MountFlags::RDONLY, "size=4k")?;
+        if h.parent().is_some() && k.stat(&inside).is_ok_and(|m| m.kind == Kind::Dir) {
+            mount(
+                k,
+                "agentbox",
+                &inside,
+                "tmpfs",
+                MountFlags::RDONLY,
+                "size=4k",
+            )?;
         }
     }
-    let resolv = std::fs::read("/etc/resolv.conf").ok();
-    special_mounts(&root, spec, None)?;
+    let resolv = k.read_file(Path::new("/etc/resolv.conf")).ok();
+    special_mounts(k, &root, spec, None)?;
     if spec.network == Network::Private {
-        private_resolv_conf(scratch, &root, resolv.as_deref())?;
+        private_resolv_conf(k, scratch, &root, resolv.as_deref())?;
     }
-    enter_root(&root, spec)
+    enter_root(k, &root, spec)
 }
 
 /// The skeleton a rootless box's first layer needs, made in `dir`: an empty directory for
 /// every top-level directory of the host (mount points for the host's directories and for
-/// `/proc`, `/dev`, …) and the host's top-level symlinks (`/bin -> usr/bin`).
+/// `/proc`, `/dev`, …) and the host's top-level symlinks (`/bin -> usr/bin`). The host's side
+/// makes it with the layer, outside any box's namespaces: no part of the box's mount plan,
+/// it works on the files directly rather than through the kernel seam.
 pub fn host_skeleton(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir("/")?.flatten() {
         let name = entry.file_name();
@@ -349,7 +405,12 @@ pub fn host_skeleton(dir: &Path) -> std::io::Result<()> {
 /// Create, in the empty top layer of the base, an opaque directory for every hidden path
 /// that is a directory of the base, with the host directory's owner and mode (and the same
 /// for the directories above it, whose attributes the overlay now takes from this layer).
-pub(super) fn hide_dirs(empty: &Path, base: &Path, hide: &[PathBuf]) -> Result<(), String> {
+pub(super) fn hide_dirs(
+    k: &mut dyn Kernel,
+    empty: &Path,
+    base: &Path,
+    hide: &[PathBuf],
+) -> Result<(), String> {
     let mut hide = hide.to_vec();
     hide.sort();
     let mut done: Vec<&PathBuf> = Vec::new();
@@ -360,7 +421,7 @@ pub(super) fn hide_dirs(empty: &Path, base: &Path, hide: &[PathBuf]) -> Result<(
         }
         let host = under(base, h)?;
         // Followed: a symlink to a directory is hidden as a directory.
-        let Ok(md) = std::fs::metadata(&host) else {
+        let Ok(md) = k.stat(&host) else {
             continue;
         };
         done.push(h);
@@ -374,75 +435,58 @@ pub(super) fn hide_dirs(empty: &Path, base: &Path, hide: &[PathBuf]) -> Result<(
         for c in parent.components().skip(1) {
             host_dir.push(c);
             dir.push(c);
-            if dir.exists() {
+            if k.stat(&dir).is_ok() {
                 continue;
             }
-            mkdir_p(&dir)?;
-            copy_owner_mode(&host_dir, &dir);
+            mkdir_p(k, &dir)?;
+            copy_owner_mode(k, &host_dir, &dir);
         }
         let inside = dir.join(h.file_name().expect("a path with a parent has a name"));
-        let hidden = if md.is_dir() {
+        let hidden = if md.kind == Kind::Dir {
             // An empty, opaque directory: the base's content is not looked at.
-            mkdir_p(&inside)?;
-            copy_owner_mode(&host, &inside);
-            rustix::fs::setxattr(
-                &inside,
-                "trusted.overlay.opaque",
-                b"y",
-                rustix::fs::XattrFlags::empty(),
-            )
+            mkdir_p(k, &inside)?;
+            copy_owner_mode(k, &host, &inside);
+            k.set_xattr(&inside, "trusted.overlay.opaque", b"y")
         } else {
             // A whiteout: the file is not there at all.
-            rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &inside,
-                rustix::fs::FileType::CharacterDevice,
-                rustix::fs::Mode::empty(),
-                0,
-            )
+            k.whiteout(&inside)
         };
-        hidden.map_err(|e| err(format!("hiding {}", h.display()), std::io::Error::from(e)))?;
+        hidden.map_err(|e| err(format!("hiding {}", h.display()), e))?;
     }
     Ok(())
 }
 
-pub(super) fn copy_owner_mode(from: &Path, to: &Path) {
-    if let Ok(m) = std::fs::metadata(from) {
-        let _ = rustix::fs::chown(
-            to,
-            Some(rustix::fs::Uid::from_raw(m.uid())),
-            Some(rustix::fs::Gid::from_raw(m.gid())),
-        );
-        let _ = std::fs::set_permissions(to, std::fs::Permissions::from_mode(m.mode() & 0o7777));
+/// Give `to` the owner and permission bits of `from`, as far as the kernel lets us: a hiding
+/// directory that fails to look like the host's is still empty.
+pub(super) fn copy_owner_mode(k: &mut dyn Kernel, from: &Path, to: &Path) {
+    if let Ok(m) = k.stat(from) {
+        let _ = k.chown(to, m.uid, m.gid);
+        let _ = k.chmod(to, m.mode & 0o7777);
     }
 }
 
 /// `/proc`, `/sys`, a minimal `/dev`, private `/tmp` and `/run`, and the binds.
 pub(super) fn special_mounts(
+    k: &mut dyn Kernel,
     root: &Path,
     spec: &BoxSpec,
     ns: Option<&crate::idmap::BoxUserNs>,
 ) -> Result<(), String> {
     let nosuid = MountFlags::NOSUID | MountFlags::NODEV;
     let proc_ = root.join("proc");
-    mkdir_p(&proc_)?;
-    mount("proc", &proc_, "proc", nosuid | MountFlags::NOEXEC, "")?;
-    protect_proc(&proc_)?;
+    mkdir_p(k, &proc_)?;
+    mount(k, "proc", &proc_, "proc", nosuid | MountFlags::NOEXEC, "")?;
+    protect_proc(k, &proc_)?;
     let sys = root.join("sys");
-    mkdir_p(&sys)?;
+    mkdir_p(k, &sys)?;
     if spec.rootless && spec.network == Network::Host {
         // A fresh sysfs needs a network namespace of our own: show the host's, read-only.
-        rustix::mount::mount(
-            Path::new("/sys"),
-            &sys,
-            "",
-            MountFlags::BIND | MountFlags::REC,
-            c"",
-        )
-        .map_err(|e| err("binding /sys", std::io::Error::from(e)))?;
-        let _ = rustix::mount::mount_remount(&sys, MountFlags::BIND | MountFlags::RDONLY, "");
+        k.rbind(Path::new("/sys"), &sys)
+            .map_err(|e| err("binding /sys", e))?;
+        let _ = k.remount(&sys, MountFlags::BIND | MountFlags::RDONLY);
     } else {
         mount(
+            k,
             "sysfs",
             &sys,
             "sysfs",
@@ -450,12 +494,13 @@ pub(super) fn special_mounts(
             "",
         )?;
     }
-    mask_dir(&sys.join("firmware"))?;
+    mask_dir(k, &sys.join("firmware"))?;
     let dev = root.join("dev");
-    mkdir_p(&dev)?;
+    mkdir_p(k, &dev)?;
     // `nodev` too: the device nodes below are bind mounts of the host's, which keep their
     // own mount's flags; nothing else in the box's /dev can be opened as a device.
     mount(
+        k,
         "agentbox",
         &dev,
         "tmpfs",
@@ -465,18 +510,15 @@ pub(super) fn special_mounts(
     for name in DEVICES {
         let host = Path::new("/dev").join(name);
         let inside = dev.join(name);
-        std::fs::File::create(&inside)
+        k.create_file(&inside)
             .map_err(|e| err(format!("creating {}", inside.display()), e))?;
-        rustix::mount::mount_bind(&host, &inside).map_err(|e| {
-            err(
-                format!("binding {}", host.display()),
-                std::io::Error::from(e),
-            )
-        })?;
+        k.bind(&host, &inside)
+            .map_err(|e| err(format!("binding {}", host.display()), e))?;
     }
     let pts = dev.join("pts");
-    mkdir_p(&pts)?;
+    mkdir_p(k, &pts)?;
     mount(
+        k,
         "devpts",
         &pts,
         "devpts",
@@ -484,10 +526,10 @@ pub(super) fn special_mounts(
         "newinstance,ptmxmode=0666,mode=620",
     )?;
     let shm = dev.join("shm");
-    mkdir_p(&shm)?;
+    mkdir_p(k, &shm)?;
     let sizes = spec.tmpfs;
     let sized = |mode: &str, bytes: u64| format!("mode={mode}{}", TmpfsSizes::option(bytes));
-    mount("shm", &shm, "tmpfs", nosuid, &sized("1777", sizes.shm))?;
+    mount(k, "shm", &shm, "tmpfs", nosuid, &sized("1777", sizes.shm))?;
     for (link, target) in [
         ("ptmx", "pts/ptmx"),
         ("fd", "/proc/self/fd"),
@@ -495,17 +537,17 @@ pub(super) fn special_mounts(
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
     ] {
-        std::os::unix::fs::symlink(target, dev.join(link))
+        k.symlink(Path::new(target), &dev.join(link))
             .map_err(|e| err(format!("creating /dev/{link}"), e))?;
     }
     let tmp = root.join("tmp");
-    mkdir_p(&tmp)?;
-    mount("tmp", &tmp, "tmpfs", nosuid, &sized("1777", sizes.tmp))?;
+    mkdir_p(k, &tmp)?;
+    mount(k, "tmp", &tmp, "tmpfs", nosuid, &sized("1777", sizes.tmp))?;
     let run = root.join("run");
-    mkdir_p(&run)?;
-    mount("run", &run, "tmpfs", nosuid, &sized("755", sizes.run))?;
+    mkdir_p(k, &run)?;
+    mount(k, "run", &run, "tmpfs", nosuid, &sized("755", sizes.run))?;
     for b in &spec.binds {
-        bind(root, b, ns)?;
+        bind(k, root, b, ns)?;
     }
     Ok(())
 }
@@ -534,49 +576,44 @@ pub(super) const PROC_MASKED_DIRS: &[&str] = &["acpi", "scsi", "asound"];
 
 /// Make the host kernel's knobs in the box's fresh `/proc` read-only, and mask what exposes
 /// host kernel state. Every step must succeed: a box never starts with them writable.
-pub(super) fn protect_proc(proc_: &Path) -> Result<(), String> {
+pub(super) fn protect_proc(k: &mut dyn Kernel, proc_: &Path) -> Result<(), String> {
     for name in PROC_READ_ONLY {
         let p = proc_.join(name);
-        if !p.exists() {
+        if k.stat(&p).is_err() {
             continue;
         }
-        rustix::mount::mount_bind(&p, &p)
-            .map_err(|e| err(format!("binding /proc/{name}"), std::io::Error::from(e)))?;
-        rustix::mount::mount_remount(
+        k.bind(&p, &p)
+            .map_err(|e| err(format!("binding /proc/{name}"), e))?;
+        k.remount(
             &p,
             MountFlags::BIND
                 | MountFlags::RDONLY
                 | MountFlags::NOSUID
                 | MountFlags::NODEV
                 | MountFlags::NOEXEC,
-            "",
         )
-        .map_err(|e| {
-            err(
-                format!("making /proc/{name} read-only"),
-                std::io::Error::from(e),
-            )
-        })?;
+        .map_err(|e| err(format!("making /proc/{name} read-only"), e))?;
     }
     for name in PROC_MASKED_FILES {
         let p = proc_.join(name);
-        if p.exists() {
-            rustix::mount::mount_bind(Path::new("/dev/null"), &p)
-                .map_err(|e| err(format!("masking /proc/{name}"), std::io::Error::from(e)))?;
+        if k.stat(&p).is_ok() {
+            k.bind(Path::new("/dev/null"), &p)
+                .map_err(|e| err(format!("masking /proc/{name}"), e))?;
         }
     }
     for name in PROC_MASKED_DIRS {
-        mask_dir(&proc_.join(name))?;
+        mask_dir(k, &proc_.join(name))?;
     }
     Ok(())
 }
 
 /// Hide directory `p` (when it exists) under an empty read-only tmpfs.
-pub(super) fn mask_dir(p: &Path) -> Result<(), String> {
-    if !p.is_dir() {
+pub(super) fn mask_dir(k: &mut dyn Kernel, p: &Path) -> Result<(), String> {
+    if !k.stat(p).is_ok_and(|m| m.kind == Kind::Dir) {
         return Ok(());
     }
     mount(
+        k,
         "agentbox-masked",
         p,
         "tmpfs",
@@ -589,6 +626,7 @@ pub(super) fn mask_dir(p: &Path) -> Result<(), String> {
 /// file system allows (so the host's root-owned files are box root's), else a plain bind
 /// (host root's files are then owned by nobody in the box, readable as their modes say).
 pub(super) fn bind(
+    k: &mut dyn Kernel,
     root: &Path,
     b: &Bind,
     ns: Option<&crate::idmap::BoxUserNs>,
@@ -597,56 +635,54 @@ pub(super) fn bind(
         return Err(format!("bind target {} is not below /run", b.dst.display()));
     }
     let target = under(root, &b.dst)?;
-    let is_dir = std::fs::metadata(&b.src)
+    let is_dir = k
+        .stat(&b.src)
         .map_err(|e| err(format!("bind source {}", b.src.display()), e))?
-        .is_dir();
+        .kind
+        == Kind::Dir;
     if let Some(parent) = target.parent() {
-        mkdir_p(parent)?;
+        mkdir_p(k, parent)?;
     }
     if is_dir {
-        mkdir_p(&target)?;
+        mkdir_p(k, &target)?;
     } else {
-        std::fs::File::create(&target)
+        k.create_file(&target)
             .map_err(|e| err(format!("creating {}", target.display()), e))?;
     }
-    if ns.is_none_or(|ns| ns.idmapped_mount(&b.src, &target).is_err()) {
-        rustix::mount::mount_bind(&b.src, &target).map_err(|e| {
-            err(
-                format!("binding {}", b.src.display()),
-                std::io::Error::from(e),
-            )
-        })?;
+    if ns.is_none_or(|ns| k.idmapped_mount(ns, &b.src, &target).is_err()) {
+        k.bind(&b.src, &target)
+            .map_err(|e| err(format!("binding {}", b.src.display()), e))?;
     }
     if b.readonly {
-        rustix::mount::mount_remount(
+        k.remount(
             &target,
             MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
-            "",
         )
-        .map_err(|e| {
-            err(
-                format!("making {} read-only", b.dst.display()),
-                std::io::Error::from(e),
-            )
-        })?;
+        .map_err(|e| err(format!("making {} read-only", b.dst.display()), e))?;
     }
     Ok(())
 }
 
-/// Show the host's `/<file>` at the same place in the box (a read-only bind of a private
-/// copy, so the box can neither change the host's file nor see later host edits).
-pub(super) fn share_host_file(scratch: &Path, root: &Path, file: &str) -> Result<(), String> {
-    let Ok(content) = std::fs::read(Path::new("/").join(file)) else {
+/// Show the host's `/<file>` at the same place in the box (a bind of a private copy, so the
+/// box can neither change the host's file nor see later host edits).
+pub(super) fn share_host_file(
+    k: &mut dyn Kernel,
+    scratch: &Path,
+    root: &Path,
+    file: &str,
+) -> Result<(), String> {
+    let Ok(content) = k.read_file(&Path::new("/").join(file)) else {
         return Ok(());
     };
-    bind_content(scratch, root, file, &content)
+    bind_content(k, scratch, root, file, &content)
 }
 
 /// The private network's `/etc/resolv.conf` (see [`crate::net::resolv_conf`]). Where the
 /// base's file is a symlink into `/run` (systemd-resolved), the content goes at its target
-/// in the box's own `/run`, so the box's layer is not touched; otherwise a read-only bind
-/// covers the file.
+/// in the box's own `/run`, so the box's layer is not touched; otherwise a bind of a private
+/// copy covers the file.
 pub(super) fn private_resolv_conf(
+    k: &mut dyn Kernel,
     scratch: &Path,
     root: &Path,
     host: Option<&[u8]>,
@@ -654,7 +690,7 @@ pub(super) fn private_resolv_conf(
     let content =
         crate::net::resolv_conf(&String::from_utf8_lossy(host.unwrap_or_default())).into_bytes();
     let etc = root.join("etc/resolv.conf");
-    if let Ok(target) = std::fs::read_link(&etc) {
+    if let Ok(target) = k.read_link(&etc) {
         // Lexically (`../run/…` is the usual spelling): the box's tree is not looked up.
         let mut abs = PathBuf::from(if target.is_absolute() { "/" } else { "/etc" });
         for c in target.components() {
@@ -669,46 +705,56 @@ pub(super) fn private_resolv_conf(
         if abs.starts_with("/run/") {
             let inside = under(root, &abs)?;
             if let Some(parent) = inside.parent() {
-                mkdir_p(parent)?;
+                mkdir_p(k, parent)?;
             }
-            return std::fs::write(&inside, content)
+            return k
+                .write_file(&inside, &content)
                 .map_err(|e| err(format!("writing {}", inside.display()), e));
         }
     }
-    bind_content(scratch, root, "etc/resolv.conf", &content)
+    bind_content(k, scratch, root, "etc/resolv.conf", &content)
 }
 
-/// Show `content` at `/<file>` in the box: a read-only bind of a copy in the scratch tmpfs.
+/// Show `content` at `/<file>` in the box: a bind of a copy in the scratch tmpfs (which the
+/// box may change: the copy is its own, in memory; the layer's file stays as it was).
 pub(super) fn bind_content(
+    k: &mut dyn Kernel,
     scratch: &Path,
     root: &Path,
     file: &str,
     content: &[u8],
 ) -> Result<(), String> {
     let copy = scratch.join(file.replace('/', "_"));
-    std::fs::write(&copy, content).map_err(|e| err(format!("writing {}", copy.display()), e))?;
+    k.write_file(&copy, content)
+        .map_err(|e| err(format!("writing {}", copy.display()), e))?;
     let target = root.join(file);
-    if std::fs::symlink_metadata(&target).is_ok_and(|m| m.file_type().is_symlink()) {
-        std::fs::remove_file(&target).map_err(|e| err(format!("replacing /{file}"), e))?;
+    if k.lstat(&target).is_ok_and(|m| m.kind == Kind::Symlink) {
+        k.remove_file(&target)
+            .map_err(|e| err(format!("replacing /{file}"), e))?;
     }
-    if !target.exists() {
+    if k.stat(&target).is_err() {
         if let Some(parent) = target.parent() {
-            mkdir_p(parent)?;
+            mkdir_p(k, parent)?;
         }
-        std::fs::File::create(&target).map_err(|e| err(format!("creating /{file}"), e))?;
+        k.create_file(&target)
+            .map_err(|e| err(format!("creating /{file}"), e))?;
     }
-    rustix::mount::mount_bind(&copy, &target)
-        .map_err(|e| err(format!("binding /{file}"), std::io::Error::from(e)))
+    k.bind(&copy, &target)
+        .map_err(|e| err(format!("binding /{file}"), e))
 }
 
 /// `/etc/resolv.conf` is often a symlink into `/run` (systemd-resolved), which is private in
 /// the box: recreate its target there with the host's content.
-pub(super) fn provide_resolv_conf(root: &Path, content: &[u8]) -> Result<(), String> {
+pub(super) fn provide_resolv_conf(
+    k: &mut dyn Kernel,
+    root: &Path,
+    content: &[u8],
+) -> Result<(), String> {
     let etc = root.join("etc/resolv.conf");
-    if std::fs::metadata(&etc).is_ok() {
+    if k.stat(&etc).is_ok() {
         return Ok(());
     }
-    let Ok(target) = std::fs::read_link(&etc) else {
+    let Ok(target) = k.read_link(&etc) else {
         return Ok(());
     };
     let abs = if target.is_absolute() {
@@ -721,33 +767,11 @@ pub(super) fn provide_resolv_conf(root: &Path, content: &[u8]) -> Result<(), Str
     }
     let inside = under(root, &abs)?;
     if let Some(parent) = inside.parent() {
-        mkdir_p(parent)?;
+        mkdir_p(k, parent)?;
     }
-    std::fs::write(&inside, content).map_err(|e| err(format!("writing {}", inside.display()), e))
+    k.write_file(&inside, content)
+        .map_err(|e| err(format!("writing {}", inside.display()), e))
 }
 
-/// Bring up `lo` in a fresh network namespace.
-pub(super) fn loopback_up() -> Result<(), String> {
-    // SAFETY: a datagram socket and two ioctls on a zeroed, correctly sized ifreq.
-    unsafe {
-        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if s < 0 {
-            return Err(err("socket", std::io::Error::last_os_error()));
-        }
-        let mut req: libc::ifreq = std::mem::zeroed();
-        for (i, b) in b"lo\0".iter().enumerate() {
-            req.ifr_name[i] = *b as libc::c_char;
-        }
-        let r = libc::ioctl(s, libc::SIOCGIFFLAGS, &mut req);
-        if r == 0 {
-            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-            libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
-        }
-        let e = std::io::Error::last_os_error();
-        libc::close(s);
-        if r != 0 {
-            return Err(err("bringing up the loopback interface", e));
-        }
-    }
-    Ok(())
-}
+#[cfg(test)]
+mod tests;

@@ -1,10 +1,12 @@
-//! Applying an overlay-format layer onto a complete tree, in place.
+//! Editing a complete tree in place: applying an overlay-format layer onto it, or a
+//! cleanup plan.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::bundle::fsutil;
 use crate::fsops::copy::{copy_entry, CopyOpts};
-use crate::fsops::scan::scan_tree;
+use crate::fsops::scan::{read_meta, scan_tree};
 use crate::fsops::Kind;
 use crate::store::io_at;
 use crate::{Error, Result};
@@ -13,8 +15,9 @@ use crate::{Error, Result};
 /// they are (the target is itself a layer above some base): a whiteout replaces whatever is
 /// at its path, a directory marked opaque replaces the directory there (its old content
 /// goes), other directories merge, every other entry replaces what is there. Data is
-/// reflinked where the filesystem can; metadata is exact. Symlinks in `target` are never
-/// followed: entries are replaced, not written through.
+/// reflinked where the filesystem can; metadata is exact; names of one inode in `diff` are
+/// one inode in `target` (hard links stay links). Symlinks in `target` are never followed:
+/// entries are replaced, not written through.
 /// `opaque` is the store's opaque-directory attribute (`trusted.` or `user.overlay.opaque`).
 pub(crate) fn apply_overlay_layer(diff: &Path, target: &Path, opaque: &str) -> Result<()> {
     let tree = scan_tree(diff)?;
@@ -25,6 +28,8 @@ pub(crate) fn apply_overlay_layer(diff: &Path, target: &Path, opaque: &str) -> R
         xattr_filter: None,
     };
     let mut dirs: Vec<(PathBuf, &crate::fsops::Meta)> = Vec::new();
+    // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.
+    let mut links: std::collections::HashMap<(u64, u64), PathBuf> = Default::default();
     // Entries come parents first (sorted paths).
     for (rel, e) in &tree.entries {
         let t = target.join(rel);
@@ -46,12 +51,80 @@ pub(crate) fn apply_overlay_layer(diff: &Path, target: &Path, opaque: &str) -> R
             if existing.is_some() {
                 fsutil::remove_any(&t).map_err(|err| Error::Io(io_at(&t, err)))?;
             }
+            if e.meta.nlink > 1 && !e.meta.is_whiteout() {
+                let key = (e.meta.dev, e.meta.ino);
+                if let Some(first) = links.get(&key) {
+                    std::fs::hard_link(first, &t).map_err(|err| Error::Io(io_at(&t, err)))?;
+                    continue;
+                }
+                links.insert(key, t.clone());
+            }
             copy_entry(e, &t, &opts)?;
         }
     }
     // Directory metadata last, deepest first: adding entries changed their mtimes.
     for (path, meta) in dirs.iter().rev() {
         fsutil::apply_meta(path, meta, root, true)?;
+    }
+    Ok(())
+}
+
+/// Apply a cleanup plan to the complete tree `root` (a private copy or writable snapshot
+/// of the tree the plan was computed from), in place: remove each `delete` entry (with
+/// `remove`, which knows the backend's subvolumes) and, when `whiteouts`, leave an overlay
+/// whiteout in its place; empty each `truncate` file keeping its metadata (truncating
+/// drops file capabilities and updates the mtime, so both are restored); then give the
+/// directories whose entries changed their mtime back.
+pub(crate) fn edit_in_place(
+    root: &Path,
+    plan: &crate::derive::CleanupPlan,
+    whiteouts: bool,
+    remove: &dyn Fn(&Path) -> Result<()>,
+) -> Result<()> {
+    let owner = fsutil::is_root();
+    let mut parents: std::collections::BTreeMap<PathBuf, crate::fsops::Meta> = Default::default();
+    for e in &plan.delete {
+        let parent = e.rel.parent().unwrap_or(Path::new(""));
+        if !parents.contains_key(parent) {
+            let meta = read_meta(&fsutil::join(root, parent))?;
+            parents.insert(parent.to_owned(), meta);
+        }
+    }
+    for e in &plan.truncate {
+        let path = root.join(&e.rel);
+        let before = read_meta(&path)?;
+        if before.kind != Kind::File {
+            return Err(Error::Corrupt {
+                path,
+                message: "scanned as a regular file, found otherwise in its copy".into(),
+            });
+        }
+        if before.size == 0 {
+            continue;
+        }
+        // No symlink is followed: the entry is a regular file of this private tree.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .map_err(|err| Error::Io(io_at(&path, err)))?;
+        file.set_len(0)
+            .map_err(|err| Error::Io(io_at(&path, err)))?;
+        drop(file);
+        fsutil::apply_meta(&path, &before, owner, true)?;
+    }
+    for e in &plan.delete {
+        let path = root.join(&e.rel);
+        remove(&path)?;
+        if whiteouts {
+            crate::backend::layers::make_whiteout(&path)?;
+        }
+    }
+    // Any order: setting a directory's times changes nothing above it.
+    for (rel, meta) in &parents {
+        let path = fsutil::join(root, rel);
+        fsutil::set_mtime(&path, meta.mtime_sec, meta.mtime_nsec)
+            .map_err(|err| Error::Io(io_at(&path, err)))?;
     }
     Ok(())
 }

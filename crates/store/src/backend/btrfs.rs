@@ -10,7 +10,9 @@
 //!
 //! Committing is O(1): a read-only snapshot of `work/tree`. Checking out is O(1): a writable
 //! snapshot of the layer. Layers share every unchanged extent with each other and with the
-//! working trees.
+//! working trees. A derived node's layer ([`crate::Store::derive`]) is a writable snapshot
+//! of its source's layer, edited under its temporary name, then sealed; a flattened node
+//! needs no new layer (every layer is complete) and shares its source's.
 //!
 //! # Crash safety
 //!
@@ -487,5 +489,39 @@ impl Backend for BtrfsBackend {
         let layers = self.layers();
         remove_any(&layers.join(format!("{TMP_PREFIX}{id}")))?;
         remove_any(&layers.join(id))
+    }
+
+    /// A writable snapshot of the top layer (O(1)), edited in place, sealed read-only.
+    fn derive_layer(
+        &self,
+        chain: &[LayerRecord],
+        plan: &crate::derive::CleanupPlan,
+        id: &str,
+        over_base: bool,
+    ) -> Result<LayerRecord> {
+        let top = self.top_layer(chain)?;
+        let (layers, tmp_name) = self.prepare_layer(id)?;
+        let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        // The edits are ordinary writes: they need the store's sync.
+        self.durability.mark_unsynced();
+        crate::backend::apply::edit_in_place(&tmp, plan, over_base, &|p| remove_any(p))?;
+        agentbox_core::failpoint::hit("derive:after-copy");
+        self.publish_layer(&layers, &tmp_name, id)
+    }
+
+    /// Every btrfs layer is already complete: a read-only snapshot of the top layer under
+    /// the new id (O(1)), sharing every extent. (The store does not even call this for a
+    /// chain of one layer: the flattened node shares the layer itself.)
+    fn flatten_layer(
+        &self,
+        chain: &[LayerRecord],
+        id: &str,
+        _over_base: bool,
+    ) -> Result<LayerRecord> {
+        let top = self.top_layer(chain)?;
+        let (layers, tmp_name) = self.prepare_layer(id)?;
+        btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), true).map_err(sys)?;
+        agentbox_core::failpoint::hit("flatten:after-copy");
+        self.publish_layer(&layers, &tmp_name, id)
     }
 }

@@ -17,6 +17,13 @@
 //! * When a commit would make a chain deeper than `max_depth`, the new layer is instead a
 //!   complete copy of the merged tree (flattening), so overlays never stack unboundedly.
 //! * Checkout unmounts, discards the upper directory and mounts a fresh overlay.
+//! * A derived node ([`crate::Store::derive`]) gets one small layer on top of its source's
+//!   chain: a whiteout per removed path, an empty file per emptied one, and the directories
+//!   leading to them with the merged tree's metadata (so overlayfs shows them unchanged).
+//!   It is written as `layers/.tmp-<id>/` (with its templates in `layers/.tmp-<id>-scratch/`)
+//!   and renamed into place, like a commit's layer.
+//! * A flattened node ([`crate::Store::flatten`]) gets one complete layer: the chain's merged
+//!   tree, or for a box the chain folded bottom-up with its overlay markers kept.
 //!
 //! Mounting an overlay and creating whiteouts need root (CAP_SYS_ADMIN, CAP_MKNOD).
 
@@ -467,6 +474,11 @@ fn ensure_whiteout_template(path: &Path) -> Result<()> {
     if path.exists() {
         return Ok(());
     }
+    make_whiteout(path)
+}
+
+/// Create an overlay whiteout (a 0/0 character device) at `path`, which must not exist.
+pub(crate) fn make_whiteout(path: &Path) -> Result<()> {
     rustix::fs::mknodat(
         rustix::fs::CWD,
         path,
@@ -686,10 +698,132 @@ impl Backend for LayersBackend {
     }
 
     fn remove_layer(&self, id: &str) -> Result<()> {
-        // Also the layer's temporary form, as the btrfs backend does: a caller taking back a
-        // failed import removes whatever stage the layer reached.
+        // Also the layer's temporary forms, as the btrfs backend does: a caller taking back
+        // a failed import or derive removes whatever stage the layer reached.
         self.remove_tree(&self.tmp_layer(id))?;
+        self.remove_tree(&self.scratch(id))?;
         self.remove_tree(&self.layer_dir(id))
+    }
+
+    fn derive_layer(
+        &self,
+        chain: &[LayerRecord],
+        plan: &crate::derive::CleanupPlan,
+        id: &str,
+        over_base: bool,
+    ) -> Result<LayerRecord> {
+        let top = chain.first().ok_or_else(|| Error::Backend {
+            path: self.layers.clone(),
+            message: "derive from an empty chain".into(),
+        })?;
+        let tmp = self.tmp_layer(id);
+        self.remove_tree(&tmp)?;
+        if top.depth + 1 > self.max_depth {
+            // Too deep to stack one more layer: a complete one, folded and edited in place.
+            self.durability.mark_unsynced();
+            self.fold_into(chain, &tmp, over_base)?;
+            crate::backend::apply::edit_in_place(&tmp, plan, over_base, &|p| self.remove_tree(p))?;
+            failpoint::hit("derive:after-copy");
+            self.publish(id)?;
+            return Ok(LayerRecord {
+                id: id.to_owned(),
+                parent: None,
+                depth: 1,
+            });
+        }
+        // The layer holds no file data (empty files, whiteouts, directories): like a
+        // commit's layer, it is metadata made durable with the node that names it.
+        let scratch = self.scratch(id);
+        self.remove_tree(&scratch)?;
+        fs_err::create_dir_all(&scratch)?;
+        let written = self.write_edits(plan, &scratch, &tmp);
+        self.remove_tree(&scratch)?;
+        written?;
+        failpoint::hit("derive:after-copy");
+        self.publish(id)?;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: Some(top.id.clone()),
+            depth: top.depth + 1,
+        })
+    }
+
+    fn flatten_layer(
+        &self,
+        chain: &[LayerRecord],
+        id: &str,
+        over_base: bool,
+    ) -> Result<LayerRecord> {
+        self.durability.mark_unsynced();
+        let tmp = self.tmp_layer(id);
+        self.remove_tree(&tmp)?;
+        self.fold_into(chain, &tmp, over_base)?;
+        failpoint::hit("flatten:after-copy");
+        self.publish(id)?;
+        Ok(LayerRecord {
+            id: id.to_owned(),
+            parent: None,
+            depth: 1,
+        })
+    }
+}
+
+impl LayersBackend {
+    /// Where a derive keeps the templates its layer's entries are copied from. Named like a
+    /// temporary layer so that `reconcile` and `prune` remove it after a crash.
+    fn scratch(&self, id: &str) -> PathBuf {
+        self.layers.join(format!(".tmp-{id}-scratch"))
+    }
+
+    /// Write at `dst` the overlay layer of `plan` over the tree it was computed from: the
+    /// directories of `plan.dirs` (with the merged tree's metadata, without overlay
+    /// markers, so they merge with the layers below), a whiteout per removed entry and an
+    /// empty file (with the original's metadata; hard links kept) per emptied one.
+    fn write_edits(
+        &self,
+        plan: &crate::derive::CleanupPlan,
+        scratch: &Path,
+        dst: &Path,
+    ) -> Result<()> {
+        let mut tree = Tree::default();
+        for (rel, e) in &plan.dirs {
+            let mut e = e.clone();
+            strip_overlay_xattrs(&mut e.meta);
+            tree.entries.insert(rel.clone(), e);
+        }
+        if !plan.truncate.is_empty() {
+            let empty = scratch.join("empty");
+            fs_err::write(&empty, b"")?;
+            for e in &plan.truncate {
+                let mut meta = e.meta.clone();
+                strip_overlay_xattrs(&mut meta);
+                tree.entries.insert(
+                    e.rel.clone(),
+                    Entry {
+                        rel: e.rel.clone(),
+                        src: empty.clone(),
+                        meta,
+                    },
+                );
+            }
+        }
+        if !plan.delete.is_empty() {
+            let template = scratch.join("whiteout");
+            make_whiteout(&template)?;
+            let meta = read_meta(&template)?;
+            for e in &plan.delete {
+                tree.entries.insert(
+                    e.rel.clone(),
+                    Entry {
+                        rel: e.rel.clone(),
+                        src: template.clone(),
+                        meta: meta.clone(),
+                    },
+                );
+            }
+        }
+        copy_tree(&tree, dst, &copy_opts())?;
+        Ok(())
     }
 }
 
@@ -715,22 +849,39 @@ impl LayersBackend {
         Ok(out)
     }
 
-    /// Flatten a box's chain plus its working changes into one complete layer `id`. A box's
-    /// layers sit on its base, so their overlay markers must survive: the layers are folded
-    /// bottom-up, each applied with its whiteouts and opaque directories kept as they are.
+    /// Write the tree of `chain` (top first) as one complete layer at `dst` (which must not
+    /// exist). `over_base`: the chain is a box's, whose layers sit on its base, so their
+    /// overlay markers must survive: the layers are folded bottom-up, each applied with its
+    /// whiteouts and opaque directories kept as they are. Otherwise the merged tree is
+    /// copied without markers. Data is reflinked where the filesystem can.
+    fn fold_into(&self, chain: &[LayerRecord], dst: &Path, over_base: bool) -> Result<()> {
+        if !over_base {
+            let dirs = self.chain_dirs(chain);
+            let tree = crate::fsops::scan::scan_chain(
+                &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+            )?;
+            copy_tree(&tree, dst, &copy_opts())?;
+            return Ok(());
+        }
+        let mut layers = chain.iter().rev();
+        let bottom = layers.next().ok_or_else(|| Error::Backend {
+            path: dst.to_owned(),
+            message: "flatten of an empty chain".into(),
+        })?;
+        crate::fsops::copy::copy_dir(&self.layer_dir(&bottom.id), dst, &copy_opts())?;
+        for l in layers {
+            crate::backend::apply::apply_overlay_layer(&self.layer_dir(&l.id), dst, self.opaque)?;
+        }
+        Ok(())
+    }
+
+    /// Flatten a box's chain plus its working changes into one complete layer `id`, its
+    /// overlay markers kept (see [`Self::fold_into`]).
     fn flatten_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<Captured> {
         self.durability.mark_unsynced();
         let tmp = self.tmp_layer(id);
         self.remove_tree(&tmp)?;
-        let mut layers = chain.iter().rev();
-        let bottom = layers.next().ok_or_else(|| Error::Backend {
-            path: dirs.work.clone(),
-            message: "flatten of an empty chain".into(),
-        })?;
-        crate::fsops::copy::copy_dir(&self.layer_dir(&bottom.id), &tmp, &copy_opts())?;
-        for l in layers {
-            crate::backend::apply::apply_overlay_layer(&self.layer_dir(&l.id), &tmp, self.opaque)?;
-        }
+        self.fold_into(chain, &tmp, true)?;
         let diff = dirs.work.join(format!("flatten-{id}"));
         self.remove_tree(&diff)?;
         fs_err::create_dir_all(&diff)?;

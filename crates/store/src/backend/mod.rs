@@ -1,7 +1,7 @@
 //! Snapshot backends: where layers live and how an environment's working tree is made.
 //!
 //! Both backends implement [`Backend`] and pass the same conformance suite
-//! (`tests/conformance.rs`).
+//! (`tests/it/conformance.rs`).
 //!
 //! Vocabulary:
 //! * a **layer** is an immutable directory under `store/layers/<id>/` owned by the backend;
@@ -161,6 +161,31 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Remove a layer's data. The caller guarantees nothing references it.
     fn remove_layer(&self, id: &str) -> Result<()>;
+
+    /// Create layer `id` holding the tree of `chain` (top first) edited by `plan`, which was
+    /// computed from a scan of that tree: the `delete` entries gone (as whiteouts when
+    /// `over_base`: the chain is a box's, above a base whose files at those paths must stay
+    /// hidden), the `truncate` files empty, everything else exactly as it was, metadata
+    /// included (the directories in `plan.dirs` keep their mtime; an emptied file its mode,
+    /// owner, xattrs and mtime). The chain's layers and every working area are left alone.
+    fn derive_layer(
+        &self,
+        chain: &[LayerRecord],
+        plan: &crate::derive::CleanupPlan,
+        id: &str,
+        over_base: bool,
+    ) -> Result<LayerRecord>;
+
+    /// Create layer `id` as one complete layer (no parent) holding the tree of `chain` (top
+    /// first). `over_base`: the chain is a box's, whose overlay markers (whiteouts and
+    /// opaque directories hiding the base) are kept; otherwise the result is the plain
+    /// merged tree.
+    fn flatten_layer(
+        &self,
+        chain: &[LayerRecord],
+        id: &str,
+        over_base: bool,
+    ) -> Result<LayerRecord>;
 
     /// Create layer `id` from a complete tree staged inside the store (an import). The staged
     /// directory is consumed. Backends that can adopt it in place (a rename) override this.

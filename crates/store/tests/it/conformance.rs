@@ -3,92 +3,11 @@
 //! * `layers` on a temporary directory of the test machine's filesystem;
 //! * `btrfs` on a fresh btrfs filesystem on a loop device.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use agentbox_store::fsops::copy::{copy_dir, CopyOpts};
-use agentbox_store::fsops::diff::compare_exact;
-use agentbox_store::{BackendKind, CommitOpts, Error, Source, Store};
-use agentbox_testkit::loopfs::LoopFs;
-use agentbox_testkit::{tier, TempHome};
+use agentbox_store::{CommitOpts, Error, Source, Store};
 
-/// A place to run one backend: keeps its filesystem alive.
-struct Fixture {
-    kind: BackendKind,
-    _home: Option<TempHome>,
-    _fs: Option<LoopFs>,
-    base: PathBuf,
-}
-
-impl Fixture {
-    fn store(&self) -> Store {
-        Store::open_or_init(&self.base.join("store"), Some(self.kind)).expect("open store")
-    }
-    fn dir(&self, name: &str) -> PathBuf {
-        self.base.join("dirs").join(name)
-    }
-}
-
-/// Fixtures for every backend, or none when the test cannot run here (skipped with a reason
-/// locally, a failure under CI).
-fn fixtures(test: &str) -> Vec<Fixture> {
-    if !tier::require_root(test) {
-        return Vec::new();
-    }
-    let home = TempHome::new();
-    let layers = Fixture {
-        kind: BackendKind::Layers,
-        base: home.path().to_owned(),
-        _home: Some(home),
-        _fs: None,
-    };
-    let fs = LoopFs::btrfs(2 << 30).expect("loop btrfs");
-    let btrfs = Fixture {
-        kind: BackendKind::Btrfs,
-        base: fs.path().to_owned(),
-        _home: None,
-        _fs: Some(fs),
-    };
-    vec![layers, btrfs]
-}
-
-fn write(path: &Path, content: &str) {
-    if let Some(p) = path.parent() {
-        std::fs::create_dir_all(p).expect("mkdir");
-    }
-    std::fs::write(path, content).expect("write");
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
-fn commit(store: &Store, env: &str, msg: &str) -> String {
-    store
-        .commit(
-            env,
-            CommitOpts {
-                message: msg.into(),
-                ..CommitOpts::default()
-            },
-        )
-        .expect("commit")
-        .id
-}
-
-/// Copy of the working tree, to compare a later checkout against.
-fn snapshot_copy(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).expect("mkdir");
-    copy_dir(src, dst, &CopyOpts::default()).expect("copy");
-}
-
-fn assert_same(a: &Path, b: &Path, what: &str) {
-    let diffs = compare_exact(a, b).expect("compare");
-    assert!(
-        diffs.is_empty(),
-        "{what}: trees differ:\n{}",
-        diffs.join("\n")
-    );
-}
+use crate::common::{assert_same, commit, fixtures, read, snapshot_copy, write};
 
 #[test]
 fn commit_checkout_round_trip() {
@@ -360,6 +279,15 @@ enum Op {
 /// deleted and recreated (overlay opaque directories), renames move whole subtrees.
 const PATHS: [&str; 8] = ["a", "b", "a/x", "a/y", "a/x/deep", "b/z", "c", "a/y/w"];
 
+/// Where proptest keeps the cases it once found failing: `conformance.proptest-regressions`
+/// next to this file. The default (`SourceParallel`) stops at the directory holding the
+/// binary's `main.rs` and would read `tests/proptest-regressions/conformance.txt` instead.
+fn regressions() -> Option<Box<dyn proptest::test_runner::FailurePersistence>> {
+    Some(Box::new(
+        proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+    ))
+}
+
 fn op_strategy() -> impl proptest::strategy::Strategy<Value = Op> {
     use proptest::prelude::*;
     let p = 0..PATHS.len();
@@ -421,7 +349,7 @@ fn apply(root: &Path, op: &Op) {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 12, ..Default::default() })]
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 12, failure_persistence: regressions(), ..Default::default() })]
 
     /// After any editing session with commits in between, checking out each node gives
     /// back exactly the tree that was committed (every backend).
@@ -482,7 +410,7 @@ fn recreated_directory_keeps_later_additions() {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 10, ..Default::default() })]
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 10, failure_persistence: regressions(), ..Default::default() })]
 
     /// Fidelity: a random tree (every file type, setuid/setgid/sticky, owners, xattrs, sparse
     /// files, hardlinks, dangling symlinks, directory mtimes) survives create → commit →

@@ -1,0 +1,910 @@
+//! Detached nodes for checkpoints, on every backend (tier 2): derive (cleanup without
+//! touching the environment), flatten, refs keeping nodes alive through retention, removal
+//! of their environment and GC, forks from them, and kills at every step of both
+//! operations.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use agentbox_store::fsops::scan::{scan_chain, scan_tree};
+use agentbox_store::fsops::Kind;
+use agentbox_store::leftovers::LeftoverKind;
+use agentbox_store::node::DetachedHow;
+use agentbox_store::{BackendKind, Cleanup, DetachOpts, Node, Source, Store};
+
+use crate::common::{assert_same, commit, fixtures, snapshot_copy, write};
+
+/// A checkpoint's ref: the project key is a hash, all hex.
+const CKPT: &str = "checkpoints/0123456789abcdef/warm-1";
+
+fn set_mtime(path: &Path, sec: i64) {
+    set_mtime_ns(path, (sec, 0));
+}
+
+fn set_mtime_ns(path: &Path, (sec, nsec): (i64, i64)) {
+    let t = rustix::fs::Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        path,
+        &rustix::fs::Timestamps {
+            last_access: t,
+            last_modification: t,
+        },
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .expect("set mtime");
+}
+
+/// A small system-like tree: what the checkpoint cleanup removes and empties, and look-alikes
+/// it must leave alone.
+fn sample(root: &Path) {
+    for (path, content) in [
+        ("tmp/a/b.txt", "b"),
+        ("tmp/c", "c"),
+        ("var/tmp/x", "x"),
+        ("var/log/app.log", "app log\n"),
+        ("var/log/sub/deep.log", "deep\n"),
+        ("var/log/dir.log/inner", "a directory named *.log stays"),
+        ("var/log/keep.txt", "not a log"),
+        ("var/lib/apt/lists/deb_dists_main", "lists"),
+        ("var/lib/apt/extended_states", "kept"),
+        ("var/cache/apt/pkgcache.bin", "bin"),
+        ("var/cache/apt/archives/p.deb", "deb"),
+        ("var/cache/apt/archives/lock", ""),
+        ("home/u/.bash_history", "ls\nrm -rf /\n"),
+        ("home/u/.npm/_logs/1-debug-0.log", "npm debug"),
+        ("home/u/.npm/_cacache/index", "warm cache stays"),
+        ("keep/tmp/x", "only /tmp is cleaned, not */tmp"),
+        ("keep/gone", "deleted by the second commit"),
+        ("keep/file", "kept"),
+    ] {
+        write(&root.join(path), content);
+    }
+    std::fs::create_dir_all(root.join("var/lib/apt/lists/partial")).expect("mkdir");
+    std::fs::hard_link(
+        root.join("home/u/.bash_history"),
+        root.join("home/u/hist-link"),
+    )
+    .expect("hardlink");
+    std::os::unix::fs::symlink("app.log", root.join("var/log/link.log")).expect("symlink");
+    let log = root.join("var/log/app.log");
+    rustix::fs::chown(
+        log.as_path(),
+        Some(rustix::fs::Uid::from_raw(1234)),
+        Some(rustix::fs::Gid::from_raw(5678)),
+    )
+    .expect("chown");
+    std::fs::set_permissions(&log, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+        .expect("chmod");
+    xattr::set(&log, "user.k", b"v").expect("xattr");
+    // Distinct, old mtimes everywhere, directories after their children.
+    let mut paths: Vec<PathBuf> = walkdir::WalkDir::new(root)
+        .contents_first(true)
+        .into_iter()
+        .map(|e| e.expect("walk").into_path())
+        .collect();
+    paths.retain(|p| !p.ends_with("link.log"));
+    for (i, p) in paths.iter().enumerate() {
+        set_mtime(p, 1_000_000 + 1000 * i as i64);
+    }
+}
+
+/// `rel` removed from the copy `root`, its parent keeping its mtime.
+fn remove_keeping_parent(root: &Path, rel: &str) {
+    let path = root.join(rel);
+    let parent = path.parent().expect("a parent").to_owned();
+    let mtime = mtime_of(&parent);
+    let md = std::fs::symlink_metadata(&path).expect("exists");
+    if md.is_dir() {
+        std::fs::remove_dir_all(&path).expect("rm -r");
+    } else {
+        std::fs::remove_file(&path).expect("rm");
+    }
+    set_mtime_ns(&parent, mtime);
+}
+
+/// `rel` in the copy `root` emptied, keeping its metadata.
+fn empty_keeping_meta(root: &Path, rel: &str) {
+    let path = root.join(rel);
+    let mtime = mtime_of(&path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open")
+        .set_len(0)
+        .expect("truncate");
+    set_mtime_ns(&path, mtime);
+}
+
+fn mtime_of(path: &Path) -> (i64, i64) {
+    let md = std::fs::symlink_metadata(path).expect("exists");
+    (md.mtime(), md.mtime_nsec())
+}
+
+/// What [`Cleanup::checkpoint`] does to the sample after the second commit of
+/// [`two_commits`].
+const REMOVED: [&str; 9] = [
+    "tmp/a",
+    "tmp/c",
+    "tmp/from-commit",
+    "var/tmp/x",
+    "var/lib/apt/lists/deb_dists_main",
+    "var/lib/apt/lists/partial",
+    "var/cache/apt/pkgcache.bin",
+    "var/cache/apt/archives/p.deb",
+    "home/u/.npm/_logs/1-debug-0.log",
+];
+const EMPTIED: [&str; 4] = [
+    "home/u/.bash_history",
+    "home/u/hist-link",
+    "var/log/app.log",
+    "var/log/sub/deep.log",
+];
+
+/// An environment `name` (mounted at `dir`, or a box when `None`) made from the sample, with
+/// a second commit: on `layers` the chain has two layers.
+fn two_commits(store: &Store, base: &Path, name: &str, dir: Option<&Path>) -> String {
+    let src = base.join(format!("{name}-src"));
+    sample(&src);
+    store
+        .create_env(name, dir, Source::Dir(src), "initial")
+        .expect("create");
+    let Some(dir) = dir else {
+        return store.env(name).expect("env").head;
+    };
+    write(&dir.join("tmp/from-commit"), "c");
+    write(&dir.join("var/log/app.log"), "app log, second version\n");
+    std::fs::remove_file(dir.join("keep/gone")).expect("rm");
+    commit(store, name, "second")
+}
+
+/// One line per entry of a merged tree: path, type, mode, owner, size, mtime, link target,
+/// device, xattrs, content hash and hard-link group (directory sizes left out: they depend
+/// on the filesystem, not the tree).
+fn tree_lines<P: AsRef<Path>>(dirs: &[P]) -> Vec<String> {
+    let refs: Vec<&Path> = dirs.iter().map(AsRef::as_ref).collect();
+    let tree = scan_chain(&refs).expect("scan");
+    // Names of one inode visible in the tree (a link whose other names are hidden by an
+    // upper layer is no link of this tree).
+    let mut names: HashMap<(u64, u64), Vec<&PathBuf>> = HashMap::new();
+    for (rel, e) in &tree.entries {
+        if e.meta.kind == Kind::File {
+            names.entry((e.meta.dev, e.meta.ino)).or_default().push(rel);
+        }
+    }
+    let mut out = Vec::new();
+    for (rel, e) in &tree.entries {
+        let m = &e.meta;
+        let size = if m.kind == Kind::Dir { 0 } else { m.size };
+        let mut line = format!(
+            "{} {:?} {:o} {}:{} {} {}.{} {:?} {}",
+            rel.display(),
+            m.kind,
+            m.perm,
+            m.uid,
+            m.gid,
+            size,
+            m.mtime_sec,
+            m.mtime_nsec,
+            m.target,
+            m.rdev
+        );
+        for (k, v) in &m.xattrs {
+            line.push_str(&format!(" {k}={v:?}"));
+        }
+        if m.kind == Kind::File {
+            let group = &names[&(m.dev, m.ino)];
+            if group.len() > 1 {
+                line.push_str(&format!(" link:{}", group[0].display()));
+            }
+            let content = std::fs::read(&e.src).expect("read");
+            line.push_str(&format!(" {}", blake3::hash(&content).to_hex()));
+        }
+        out.push(line);
+    }
+    out
+}
+
+/// A digest of [`tree_lines`].
+fn digest<P: AsRef<Path>>(dirs: &[P]) -> String {
+    blake3::hash(tree_lines(dirs).join("\n").as_bytes())
+        .to_hex()
+        .to_string()
+}
+
+fn node_digest(store: &Store, node: &Node) -> String {
+    digest(&store.chain_dirs(node).expect("chain"))
+}
+
+/// Layer ids with data in the store.
+fn layers_on_disk(store: &Store) -> BTreeSet<String> {
+    std::fs::read_dir(store.root().join("layers"))
+        .expect("layers")
+        .map(|e| e.expect("entry"))
+        .filter(|e| e.file_type().expect("type").is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Layers the chains of the live nodes use.
+fn layers_in_use(store: &Store) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for node in store.nodes().expect("nodes").values() {
+        out.extend(store.chain(node).expect("chain").into_iter().map(|l| l.id));
+    }
+    out
+}
+
+fn assert_clean(store: &Store, what: &str) {
+    let report = store.fsck(false).expect("fsck");
+    assert!(report.leftovers_checked, "{what}");
+    assert!(report.problems.is_empty(), "{what}: {:?}", report.problems);
+    assert_eq!(
+        layers_on_disk(store),
+        layers_in_use(store),
+        "{what}: every layer on disk is in use, and no more"
+    );
+}
+
+fn is_whiteout(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == 0)
+}
+
+#[test]
+fn derive_edits_exactly_the_matches_and_leaves_the_environment_alone() {
+    for fx in fixtures("derive_edits_exactly_the_matches_and_leaves_the_environment_alone") {
+        let store = fx.store();
+        let dir = fx.dir("ck");
+        let head = two_commits(&store, &fx.base, "ck", Some(&dir));
+        let head_copy = fx.base.join("ck-head");
+        snapshot_copy(&dir, &head_copy);
+        // The running box's work since, never committed.
+        write(&dir.join("tmp/uncommitted"), "u");
+        write(&dir.join("var/log/app.log"), "busy\n");
+        let env_json = std::fs::read(store.root().join("envs/ck/env.json")).expect("env.json");
+        let work = fx.base.join("ck-work");
+        snapshot_copy(&dir, &work);
+
+        let derived = store
+            .derive(
+                "ck",
+                "HEAD",
+                &Cleanup::checkpoint(),
+                DetachOpts::new(CKPT, "warm"),
+            )
+            .expect("derive");
+        let kind = fx.kind;
+
+        // The environment has not moved: state file, HEAD and working tree byte for byte.
+        assert_eq!(
+            std::fs::read(store.root().join("envs/ck/env.json")).expect("env.json"),
+            env_json,
+            "{kind:?}"
+        );
+        assert_eq!(store.env("ck").expect("env").head, head);
+        assert_same(&work, &dir, &format!("{kind:?} working tree after derive"));
+
+        // A detached node, named by the ref, in nobody's history.
+        let node = &derived.node;
+        assert_eq!(
+            store.get_ref(CKPT).expect("ref").as_deref(),
+            Some(node.id.as_str())
+        );
+        assert_eq!(node.parent, None);
+        let detached = node.detached.as_ref().expect("detached");
+        assert_eq!(
+            (detached.from.as_str(), detached.how),
+            (head.as_str(), DetachedHow::Derive)
+        );
+        assert!(store
+            .history("ck")
+            .expect("history")
+            .nodes
+            .iter()
+            .all(|n| n.id != node.id));
+        assert_eq!(
+            (derived.deleted, derived.truncated),
+            (REMOVED.len(), EMPTIED.len()),
+            "{kind:?}"
+        );
+
+        // Its tree is HEAD's with exactly those edits.
+        let expected = fx.base.join("ck-expected");
+        snapshot_copy(&head_copy, &expected);
+        for rel in REMOVED {
+            remove_keeping_parent(&expected, rel);
+        }
+        for rel in EMPTIED {
+            empty_keeping_meta(&expected, rel);
+        }
+        let d2 = fx.dir("ck-warm");
+        let forked = store
+            .fork_node(CKPT, "ck-warm", Some(&d2))
+            .expect("fork the checkpoint");
+        assert_eq!(forked.head, node.id);
+        assert_same(&expected, &d2, &format!("{kind:?} derived tree"));
+        assert_eq!(digest(&[&d2]), node_digest(&store, node));
+        let history: Vec<String> = store
+            .history("ck-warm")
+            .expect("history")
+            .nodes
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        assert_eq!(
+            history,
+            std::slice::from_ref(&node.id),
+            "the fork's history starts there"
+        );
+
+        // Storage: one small layer on top of HEAD's chain, or one subvolume.
+        let chain = store.chain(node).expect("chain");
+        let head_chain = store
+            .chain(&store.node(&head).expect("head"))
+            .expect("chain");
+        match kind {
+            BackendKind::Layers => {
+                assert_eq!(chain[1..], head_chain[..]);
+                let top = store.backend().layer_dir(&chain[0].id);
+                assert!(is_whiteout(&top.join("tmp/a")));
+                assert!(is_whiteout(&top.join("home/u/.npm/_logs/1-debug-0.log")));
+                let files: usize = scan_tree(&top)
+                    .expect("scan")
+                    .entries
+                    .values()
+                    .filter(|e| e.meta.kind == Kind::File)
+                    .inspect(|e| assert_eq!(e.meta.size, 0, "{}", e.rel.display()))
+                    .count();
+                assert_eq!(files, EMPTIED.len(), "only the emptied files");
+            }
+            BackendKind::Btrfs => {
+                assert_eq!(chain.len(), 1);
+                assert_ne!(chain[0].id, head_chain[0].id);
+            }
+        }
+
+        // The fork works on top of it; the source environment still commits.
+        write(&d2.join("after"), "a");
+        commit(&store, "ck-warm", "after");
+        store.checkout("ck-warm", &node.id).expect("checkout");
+        assert_same(&expected, &d2, &format!("{kind:?} back to the checkpoint"));
+        commit(&store, "ck", "the box goes on");
+        assert_same(
+            &work,
+            &dir,
+            &format!("{kind:?} working tree after a commit"),
+        );
+        assert_clean(&store, &format!("{kind:?}"));
+
+        // Nothing to clean: the node shares its source's layer.
+        let again = store
+            .derive(
+                "ck-warm",
+                &node.id,
+                &Cleanup::checkpoint(),
+                DetachOpts::new("checkpoints/0123456789abcdef/warm-2", "again"),
+            )
+            .expect("derive again");
+        assert_eq!((again.deleted, again.truncated), (0, 0));
+        assert_eq!(again.node.layer, node.layer);
+        store.remove_env("ck-warm").expect("remove");
+        store.remove_env("ck").expect("remove");
+    }
+}
+
+#[test]
+fn flatten_makes_one_self_contained_layer() {
+    for fx in fixtures("flatten_makes_one_self_contained_layer") {
+        let store = fx.store();
+        let kind = fx.kind;
+        let dir = fx.dir("fl");
+        two_commits(&store, &fx.base, "fl", Some(&dir));
+        // A deeper chain: a directory replaced (opaque on `layers`), a new hard link.
+        std::fs::remove_dir_all(dir.join("var/log/sub")).expect("rm");
+        write(&dir.join("var/log/sub/new.txt"), "new");
+        std::fs::hard_link(dir.join("keep/file"), dir.join("keep/file-link")).expect("link");
+        commit(&store, "fl", "third");
+        let derived = store
+            .derive(
+                "fl",
+                "HEAD",
+                &Cleanup::checkpoint(),
+                DetachOpts::new(CKPT, "warm"),
+            )
+            .expect("derive")
+            .node;
+        let want = node_digest(&store, &derived);
+        let derived_chain = store.chain(&derived).expect("chain");
+
+        // The ref moves from the derived node to the flattened one.
+        let flat = store
+            .flatten("fl", CKPT, DetachOpts::new(CKPT, "warm, flattened"))
+            .expect("flatten");
+        assert_eq!(
+            store.get_ref(CKPT).expect("ref").as_deref(),
+            Some(flat.id.as_str())
+        );
+        let detached = flat.detached.as_ref().expect("detached");
+        assert_eq!(detached.from, derived.id);
+        assert_eq!(detached.how, DetachedHow::Flatten);
+        let chain = store.chain(&flat).expect("chain");
+        assert_eq!(chain.len(), 1, "{kind:?}");
+        assert_eq!(chain[0].parent, None);
+        assert_eq!(node_digest(&store, &flat), want, "{kind:?}: same tree");
+        match kind {
+            BackendKind::Layers => {
+                assert!(derived_chain.len() >= 3);
+                assert!(derived_chain.iter().all(|l| l.id != flat.layer));
+                // A plain tree: no overlay markers left.
+                let raw = scan_tree(&store.backend().layer_dir(&flat.layer)).expect("scan");
+                assert!(raw.entries.values().all(|e| !e.meta.is_whiteout()
+                    && !e.meta.xattrs.keys().any(|k| k.contains("overlay."))));
+            }
+            BackendKind::Btrfs => assert_eq!(flat.layer, derived.layer, "no copy on btrfs"),
+        }
+
+        // The sources go: the environment with its history, the derived node (its ref
+        // moved). Only the flattened node's storage is left, and it still checks out.
+        store.remove_env("fl").expect("remove");
+        let report = store.gc().expect("gc");
+        assert!(report.removed_nodes.contains(&derived.id), "{report:?}");
+        assert_eq!(
+            store
+                .nodes()
+                .expect("nodes")
+                .into_keys()
+                .collect::<Vec<_>>(),
+            std::slice::from_ref(&flat.id)
+        );
+        assert_eq!(layers_on_disk(&store), BTreeSet::from([flat.layer.clone()]));
+        assert_clean(&store, &format!("{kind:?}"));
+        let d2 = fx.dir("fl-again");
+        store.fork_node(CKPT, "fl-again", Some(&d2)).expect("fork");
+        assert_eq!(digest(&[&d2]), want, "{kind:?}: checked out");
+        assert!(
+            std::fs::symlink_metadata(d2.join("keep/file-link"))
+                .expect("link")
+                .nlink()
+                == 2
+        );
+        store.remove_env("fl-again").expect("remove");
+    }
+}
+
+#[test]
+fn refs_keep_nodes_through_retention_env_removal_and_gc() {
+    for fx in fixtures("refs_keep_nodes_through_retention_env_removal_and_gc") {
+        let store = fx.store();
+        let kind = fx.kind;
+        let dir = fx.dir("src");
+        two_commits(&store, &fx.base, "src", Some(&dir));
+        let mut ids = vec![store.env("src").expect("env").head];
+        for i in 0..6 {
+            write(&dir.join(format!("f{i}")), &i.to_string());
+            ids.push(commit(&store, "src", &format!("c{i}")));
+        }
+        // Another environment shares the start of the history.
+        let d_other = fx.dir("other");
+        store
+            .fork_env("src", &ids[1], "other", Some(&d_other))
+            .expect("fork");
+        let derived = store
+            .derive(
+                "src",
+                &ids[3],
+                &Cleanup::checkpoint(),
+                DetachOpts::new(CKPT, "warm"),
+            )
+            .expect("derive")
+            .node;
+        let want = node_digest(&store, &derived);
+        // A plain ref to a node of the history keeps it too.
+        store.set_ref("keep/mid", Some(&ids[2])).expect("ref");
+        let mid_digest = node_digest(&store, &store.node(&ids[2]).expect("node"));
+
+        let retained = store.retain("src", 0).expect("retain");
+        assert!(!retained.dropped.contains(&ids[2]), "{retained:?}");
+        store.remove_env("src").expect("remove the source");
+        store.gc().expect("gc");
+        for id in [&derived.id, &ids[2]] {
+            let node = store.node(id).expect("kept");
+            for layer in store.chain(&node).expect("chain") {
+                assert!(store.backend().layer_dir(&layer.id).is_dir(), "{kind:?}");
+            }
+        }
+        assert_eq!(node_digest(&store, &derived), want, "{kind:?}");
+        assert_eq!(
+            node_digest(&store, &store.node(&ids[2]).expect("node")),
+            mid_digest
+        );
+        assert_clean(&store, &format!("{kind:?} refs kept"));
+        let d2 = fx.dir("revived");
+        store.fork_node(CKPT, "revived", Some(&d2)).expect("fork");
+        assert_eq!(digest(&[&d2]), want);
+        store.remove_env("revived").expect("remove");
+
+        // The refs go: GC frees exactly what nothing else uses.
+        let before: BTreeSet<String> = layers_on_disk(&store);
+        store.set_ref(CKPT, None).expect("unref");
+        store.set_ref("keep/mid", None).expect("unref");
+        let report = store.gc().expect("gc");
+        assert!(report.removed_nodes.contains(&derived.id), "{report:?}");
+        // Left: the other environment's history (on btrfs each node has its own layer).
+        let mut other_layers = BTreeSet::new();
+        for node in store.history("other").expect("history").nodes {
+            other_layers.extend(store.chain(&node).expect("chain").into_iter().map(|l| l.id));
+        }
+        assert!(other_layers.contains(&store.node(&ids[1]).expect("kept").layer));
+        assert_eq!(layers_on_disk(&store), other_layers, "{kind:?}");
+        let freed: BTreeSet<String> = before.difference(&other_layers).cloned().collect();
+        let removed: BTreeSet<String> = report.removed_layers.into_iter().collect();
+        assert_eq!(removed, freed, "{kind:?}");
+        assert!(removed.contains(&derived.layer));
+        assert_clean(&store, &format!("{kind:?} refs dropped"));
+        store.remove_env("other").expect("remove");
+    }
+}
+
+#[test]
+fn a_box_derive_records_removals_as_whiteouts_and_flatten_keeps_them() {
+    for fx in fixtures("a_box_derive_records_removals_as_whiteouts_and_flatten_keeps_them") {
+        let store = fx.store();
+        let kind = fx.kind;
+        two_commits(&store, &fx.base, "bx", None);
+        // The box writes into its upper directory (what overlayfs does for it): a new file,
+        // a deletion of a lower file (a whiteout), a changed history.
+        let upper = store.box_layers("bx").expect("box layers").upper;
+        write(&upper.join("tmp/box-file"), "box");
+        std::fs::create_dir_all(upper.join("keep")).expect("mkdir");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            upper.join("keep/gone"),
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::empty(),
+            0,
+        )
+        .expect("whiteout");
+        write(&upper.join("home/u/.bash_history"), "box history\n");
+        write(&upper.join("keep/l1"), "linked");
+        std::fs::hard_link(upper.join("keep/l1"), upper.join("keep/l2")).expect("link");
+        let head = commit(&store, "bx", "box work");
+        write(&upper.join("tmp/later"), "not committed");
+        let upper_copy = fx.base.join("bx-upper");
+        snapshot_copy(&upper, &upper_copy);
+        let env_json = std::fs::read(store.root().join("envs/bx/env.json")).expect("env.json");
+
+        let derived = store
+            .derive(
+                "bx",
+                "HEAD",
+                &Cleanup::checkpoint(),
+                DetachOpts::new(CKPT, "warm"),
+            )
+            .expect("derive")
+            .node;
+        assert_same(&upper_copy, &upper, &format!("{kind:?} box upper"));
+        assert_eq!(
+            std::fs::read(store.root().join("envs/bx/env.json")).expect("env.json"),
+            env_json
+        );
+        assert_eq!(store.env("bx").expect("env").head, head);
+
+        let dirs = store.chain_dirs(&derived).expect("chain");
+        let view =
+            scan_chain(&dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>()).expect("scan");
+        for gone in ["tmp/a", "tmp/box-file", "keep/gone", "var/tmp/x"] {
+            assert!(view.get(Path::new(gone)).is_none(), "{kind:?} {gone}");
+        }
+        assert!(view.get(Path::new("tmp")).is_some_and(|e| e.meta.is_dir()));
+        let hist = view
+            .get(Path::new("home/u/.bash_history"))
+            .expect("history");
+        assert_eq!(hist.meta.size, 0);
+        // The removed paths stay hidden from the base below the box's layers.
+        assert!(is_whiteout(&dirs[0].join("tmp/box-file")), "{kind:?}");
+        assert!(is_whiteout(&dirs[0].join("tmp/a")), "{kind:?}");
+
+        let flat = store
+            .flatten("bx", CKPT, DetachOpts::new(CKPT, "flat"))
+            .expect("flatten");
+        let flat_dir = store.backend().layer_dir(&flat.layer);
+        assert_eq!(store.chain(&flat).expect("chain").len(), 1);
+        for marker in ["tmp/a", "tmp/box-file", "keep/gone"] {
+            assert!(is_whiteout(&flat_dir.join(marker)), "{kind:?} {marker}");
+        }
+        let ino = |p: &str| {
+            std::fs::symlink_metadata(flat_dir.join(p))
+                .expect("link")
+                .ino()
+        };
+        assert_eq!(
+            ino("keep/l1"),
+            ino("keep/l2"),
+            "{kind:?}: a hard link stays one"
+        );
+        assert_eq!(
+            tree_lines(&[flat_dir]),
+            tree_lines(&dirs),
+            "{kind:?}: the flattened layer is the merged one"
+        );
+        store.remove_env("bx").expect("remove");
+        store.gc().expect("gc");
+        assert_clean(&store, &format!("{kind:?}"));
+    }
+}
+
+/// On `layers`, a derive from a chain at the store's maximum depth makes one complete layer
+/// (folded, then edited in place) instead of a deeper chain; a box's keeps its whiteouts.
+#[test]
+fn derive_at_the_maximum_depth_makes_a_complete_layer() {
+    if !agentbox_testkit::tier::require_root("derive_at_the_maximum_depth_makes_a_complete_layer") {
+        return;
+    }
+    let home = agentbox_testkit::TempHome::new();
+    let root = home.path().join("store");
+    Store::init(&root, Some(BackendKind::Layers)).expect("init");
+    // The smallest depth the backend allows: a create and one commit reach it.
+    let config = root.join("store.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).expect("read")).expect("json");
+    json["max_depth"] = 2.into();
+    std::fs::write(&config, serde_json::to_vec(&json).expect("json")).expect("write");
+    let store = Store::open(&root).expect("open");
+
+    let dir = home.path().join("deep");
+    two_commits(&store, home.path(), "deep", Some(&dir));
+    let head_copy = home.path().join("deep-head");
+    snapshot_copy(&dir, &head_copy);
+    let head = store
+        .node(&store.env("deep").expect("env").head)
+        .expect("head");
+    assert_eq!(store.chain(&head).expect("chain").len(), 2);
+    let derived = store
+        .derive(
+            "deep",
+            "HEAD",
+            &Cleanup::checkpoint(),
+            DetachOpts::new(CKPT, "warm"),
+        )
+        .expect("derive")
+        .node;
+    let chain = store.chain(&derived).expect("chain");
+    assert_eq!((chain.len(), chain[0].parent.as_ref()), (1, None));
+    let expected = home.path().join("deep-expected");
+    snapshot_copy(&head_copy, &expected);
+    for rel in REMOVED {
+        remove_keeping_parent(&expected, rel);
+    }
+    for rel in EMPTIED {
+        empty_keeping_meta(&expected, rel);
+    }
+    let d2 = home.path().join("deep-warm");
+    store.fork_node(CKPT, "deep-warm", Some(&d2)).expect("fork");
+    assert_same(&expected, &d2, "derived at the maximum depth");
+    let layer = store.backend().layer_dir(&chain[0].id);
+    assert!(
+        !is_whiteout(&layer.join("tmp/a")),
+        "no base to hide: removed"
+    );
+
+    // A box: its removals stay whiteouts in the complete layer.
+    two_commits(&store, home.path(), "deepbox", None);
+    let upper = store.box_layers("deepbox").expect("box").upper;
+    write(&upper.join("tmp/box-file"), "box");
+    commit(&store, "deepbox", "box work");
+    let boxed = store
+        .derive(
+            "deepbox",
+            "HEAD",
+            &Cleanup::checkpoint(),
+            DetachOpts::new("checkpoints/0123456789abcdef/box-1", "warm"),
+        )
+        .expect("derive")
+        .node;
+    let chain = store.chain(&boxed).expect("chain");
+    assert_eq!(chain.len(), 1);
+    let layer = store.backend().layer_dir(&chain[0].id);
+    assert!(is_whiteout(&layer.join("tmp/a")));
+    assert!(is_whiteout(&layer.join("tmp/box-file")));
+    for env in ["deep", "deep-warm", "deepbox"] {
+        store.remove_env(env).expect("remove");
+    }
+    store.gc().expect("gc");
+    assert_clean(&store, "maximum depth");
+}
+
+/// Environment variables of [`kill_target`].
+const TARGET_STORE: &str = "AGENTBOX_TEST_KILL_STORE";
+const TARGET_OP: &str = "AGENTBOX_TEST_KILL_OP";
+
+/// Not a test of its own: the process [`derive_and_flatten_survive_a_kill_at_every_step`]
+/// starts (this test binary, filtered to this function) to run one operation with a
+/// failpoint armed. Without the variables it does nothing.
+#[test]
+fn kill_target() {
+    let Some(root) = std::env::var_os(TARGET_STORE) else {
+        return;
+    };
+    let store = Store::open(Path::new(&root)).expect("open");
+    match std::env::var(TARGET_OP).expect("an operation").as_str() {
+        "derive" => {
+            store
+                .derive(
+                    "cr",
+                    "HEAD",
+                    &Cleanup::checkpoint(),
+                    DetachOpts::new(CKPT, "warm"),
+                )
+                .expect("derive");
+        }
+        "flatten" => {
+            store
+                .flatten("cr", CKPT, DetachOpts::new(CKPT, "flat"))
+                .expect("flatten");
+        }
+        other => panic!("unknown operation {other:?}"),
+    }
+}
+
+/// Run `op` in a child process that dies at failpoint `point`.
+fn kill_at(store: &Store, op: &str, point: &str) {
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["checkpoints::kill_target", "--exact", "--nocapture"])
+        .env(TARGET_STORE, store.root())
+        .env(TARGET_OP, op)
+        .env("AGENTBOX_FAILPOINT", point)
+        .output()
+        .expect("run the child");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code().is_none() && stderr.contains(point),
+        "{op} at {point}: expected a death at the failpoint, got {:?}\n{stderr}",
+        out.status
+    );
+}
+
+/// What a kill left, as `prune --dry-run` sees it before anything reconciles.
+fn left_after_kill(store: &Store) -> BTreeSet<LeftoverKind> {
+    let raw = Store::open_unreconciled(store.root()).expect("open as the kill left it");
+    let report = raw.prune_leftovers(true).expect("dry run");
+    assert!(report.busy.is_none());
+    report.items.into_iter().map(|i| i.leftover.kind).collect()
+}
+
+/// What a kill at `point` leaves (as [`left_after_kill`] reports it).
+fn expected_leftovers(point: &str) -> BTreeSet<LeftoverKind> {
+    use LeftoverKind::*;
+    match point.split_once(':').map_or(point, |(_, step)| step) {
+        "after-copy" => BTreeSet::from([TempLayer]),
+        "after-layer" => BTreeSet::from([UnrecordedLayer]),
+        "after-record" => BTreeSet::from([UnreferencedLayer]),
+        "after-node" => BTreeSet::from([UnreferencedNode, UnreferencedLayer]),
+        _ => BTreeSet::new(),
+    }
+}
+
+/// After a kill: the store opens (reconciling), `fsck` finds only repairable problems,
+/// `prune` removes them, and then everything on disk is in use.
+fn recovers(store: &Store, what: &str) -> Store {
+    let store = Store::open(store.root()).expect("open after the kill");
+    let report = store.fsck(false).expect("fsck");
+    assert!(
+        report.problems.iter().all(|p| p.repairable),
+        "{what}: {:?}",
+        report.problems
+    );
+    store.prune_leftovers(false).expect("prune");
+    assert_clean(&store, what);
+    store
+}
+
+#[test]
+fn derive_and_flatten_survive_a_kill_at_every_step() {
+    for fx in fixtures("derive_and_flatten_survive_a_kill_at_every_step") {
+        let store = fx.store();
+        let kind = fx.kind;
+        let dir = fx.dir("cr");
+        two_commits(&store, &fx.base, "cr", Some(&dir));
+        let head = store.env("cr").expect("env").head;
+        // What a derive that completes makes, to compare with.
+        let want = {
+            let n = store
+                .derive(
+                    "cr",
+                    "HEAD",
+                    &Cleanup::checkpoint(),
+                    DetachOpts::new("scratch/want", "want"),
+                )
+                .expect("derive")
+                .node;
+            let d = node_digest(&store, &n);
+            store.set_ref("scratch/want", None).expect("unref");
+            store.gc().expect("gc");
+            d
+        };
+        for point in [
+            "derive:after-copy",
+            "derive:after-layer",
+            "derive:after-record",
+            "derive:after-node",
+            "derive:after-ref",
+        ] {
+            let what = format!("{kind:?} {point}");
+            kill_at(&store, "derive", point);
+            assert_eq!(left_after_kill(&store), expected_leftovers(point), "{what}");
+            let store = recovers(&store, &what);
+            // The ref is the commit point.
+            match store.get_ref(CKPT).expect("ref") {
+                Some(id) => {
+                    assert_eq!(point, "derive:after-ref", "{what}");
+                    assert_eq!(node_digest(&store, &store.node(&id).expect("node")), want);
+                }
+                None => assert_ne!(point, "derive:after-ref", "{what}"),
+            }
+            assert_eq!(store.env("cr").expect("env").head, head, "{what}");
+            store.set_ref(CKPT, None).expect("unref");
+            store.gc().expect("gc");
+            assert_clean(&store, &what);
+        }
+
+        let derived = store
+            .derive(
+                "cr",
+                "HEAD",
+                &Cleanup::checkpoint(),
+                DetachOpts::new(CKPT, "warm"),
+            )
+            .expect("derive")
+            .node;
+        // On btrfs a flatten makes no layer (the node shares its source's).
+        let points: &[&str] = match kind {
+            BackendKind::Layers => &[
+                "flatten:after-copy",
+                "flatten:after-layer",
+                "flatten:after-record",
+                "flatten:after-node",
+                "flatten:after-ref",
+            ],
+            BackendKind::Btrfs => &["flatten:after-node", "flatten:after-ref"],
+        };
+        for point in points {
+            let what = format!("{kind:?} {point}");
+            kill_at(&store, "flatten", point);
+            let mut want_left = expected_leftovers(point);
+            if *point == "flatten:after-ref" {
+                // The ref moved: the derived node it named is unreferenced now.
+                want_left.insert(LeftoverKind::UnreferencedNode);
+                if kind == BackendKind::Layers {
+                    want_left.insert(LeftoverKind::UnreferencedLayer);
+                }
+            } else if *point == "flatten:after-node" && kind == BackendKind::Btrfs {
+                // The flattened node shares the derived node's layer, which stays in use.
+                want_left.remove(&LeftoverKind::UnreferencedLayer);
+            }
+            assert_eq!(left_after_kill(&store), want_left, "{what}");
+            let store = recovers(&store, &what);
+            let id = store.get_ref(CKPT).expect("ref").expect("set");
+            let node = store.node(&id).expect("node");
+            if *point == "flatten:after-ref" {
+                assert_eq!(
+                    node.detached.as_ref().map(|d| d.how),
+                    Some(DetachedHow::Flatten),
+                    "{what}"
+                );
+                assert_eq!(store.chain(&node).expect("chain").len(), 1);
+            } else {
+                assert_eq!(id, derived.id, "{what}: the ref has not moved");
+            }
+            assert_eq!(node_digest(&store, &node), want, "{what}");
+            if *point != "flatten:after-ref" {
+                store.gc().expect("gc");
+                assert_clean(&store, &what);
+            }
+        }
+        store.remove_env("cr").expect("remove");
+    }
+}

@@ -1,0 +1,88 @@
+//! Helpers shared by the test modules: a store per backend, small file helpers.
+
+use std::path::{Path, PathBuf};
+
+use agentbox_store::fsops::copy::{copy_dir, CopyOpts};
+use agentbox_store::fsops::diff::compare_exact;
+use agentbox_store::{BackendKind, CommitOpts, Store};
+use agentbox_testkit::loopfs::LoopFs;
+use agentbox_testkit::{tier, TempHome};
+
+/// A place to run one backend: keeps its filesystem alive.
+pub struct Fixture {
+    pub kind: BackendKind,
+    _home: Option<TempHome>,
+    _fs: Option<LoopFs>,
+    pub base: PathBuf,
+}
+
+impl Fixture {
+    pub fn store(&self) -> Store {
+        Store::open_or_init(&self.base.join("store"), Some(self.kind)).expect("open store")
+    }
+    pub fn dir(&self, name: &str) -> PathBuf {
+        self.base.join("dirs").join(name)
+    }
+}
+
+/// Fixtures for every backend, or none when the test cannot run here (skipped with a reason
+/// locally, a failure under CI).
+pub fn fixtures(test: &str) -> Vec<Fixture> {
+    if !tier::require_root(test) {
+        return Vec::new();
+    }
+    let home = TempHome::new();
+    let layers = Fixture {
+        kind: BackendKind::Layers,
+        base: home.path().to_owned(),
+        _home: Some(home),
+        _fs: None,
+    };
+    let fs = LoopFs::btrfs(2 << 30).expect("loop btrfs");
+    let btrfs = Fixture {
+        kind: BackendKind::Btrfs,
+        base: fs.path().to_owned(),
+        _home: None,
+        _fs: Some(fs),
+    };
+    vec![layers, btrfs]
+}
+
+pub fn write(path: &Path, content: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).expect("mkdir");
+    }
+    std::fs::write(path, content).expect("write");
+}
+
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+pub fn commit(store: &Store, env: &str, msg: &str) -> String {
+    store
+        .commit(
+            env,
+            CommitOpts {
+                message: msg.into(),
+                ..CommitOpts::default()
+            },
+        )
+        .expect("commit")
+        .id
+}
+
+/// Copy of the working tree, to compare a later checkout against.
+pub fn snapshot_copy(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).expect("mkdir");
+    copy_dir(src, dst, &CopyOpts::default()).expect("copy");
+}
+
+pub fn assert_same(a: &Path, b: &Path, what: &str) {
+    let diffs = compare_exact(a, b).expect("compare");
+    assert!(
+        diffs.is_empty(),
+        "{what}: trees differ:\n{}",
+        diffs.join("\n")
+    );
+}
