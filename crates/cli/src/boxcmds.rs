@@ -189,7 +189,7 @@ struct ExecResult {
     capture_error: Option<String>,
 }
 
-fn finish_exec(ctx: &Ctx, outcome: agentbox_boxes::types::ExecOutcome) -> CliResult {
+pub(crate) fn finish_exec(ctx: &Ctx, outcome: agentbox_boxes::types::ExecOutcome) -> CliResult {
     if let Some(n) = &outcome.node {
         ctx.note(format!("agentbox: recorded node {}", render::short(n)));
     }
@@ -282,7 +282,7 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
 }
 
 /// A command for box `rec` with the caller's options (`--env`, `-w`).
-fn box_command(
+pub(crate) fn box_command(
     ctx: &Ctx,
     rec: &BoxRecord,
     argv: Vec<String>,

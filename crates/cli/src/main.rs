@@ -34,6 +34,24 @@ fn main() {
             }
         }
     }
+    // Run by the host inside a box before an agent starts (see `agentbox_boxes::agents::sync`).
+    if argv.len() == 4 && argv[1] == agentbox_boxes::agents::sync::COMMAND {
+        let p = |i: usize| std::path::PathBuf::from(&argv[i]);
+        match agentbox_boxes::agents::sync::inside(&p(2), &p(3)) {
+            Ok(done) => {
+                println!(
+                    "{}{}",
+                    agentbox_boxes::agents::launch::SYNCED_LINE,
+                    serde_json::to_string(&done).unwrap_or_else(|_| "{}".into())
+                );
+                std::process::exit(0)
+            }
+            Err(why) => {
+                println!("{why}");
+                std::process::exit(3);
+            }
+        }
+    }
     // Run by the host inside a box made from a checkpoint (see `agentbox_boxes::reseed`).
     if argv.len() == 3 && argv[1] == agentbox_boxes::reseed::COMMAND {
         match agentbox_boxes::reseed::inside(std::path::Path::new(&argv[2])) {

@@ -3,6 +3,7 @@
 //! Tests that need root or user namespaces skip with a reason on a developer machine and
 //! fail under `CI=true` (see `agentbox_testkit::tier`).
 
+mod agents;
 mod common;
 
 mod boxes;
