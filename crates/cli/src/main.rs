@@ -12,6 +12,7 @@ mod errors;
 mod forkcmds;
 mod prune;
 mod relay;
+mod remote_helper;
 mod render;
 
 use clap::Parser;
@@ -23,6 +24,10 @@ fn main() {
     // Run by the host inside a box, before a sync: checks on the box's repository made where
     // only the box's files are reachable (see `agentbox_provider_local::boxgit`).
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // git's remote helper for a box repository's remotes, inside a box.
+    if argv.first().is_some_and(|a| remote_helper::is_helper(a)) {
+        std::process::exit(remote_helper::main());
+    }
     if argv.len() == 5 && argv[1] == agentbox_provider_local::boxgit::CHECK_COMMAND {
         let p = |i: usize| std::path::PathBuf::from(&argv[i]);
         match agentbox_provider_local::boxgit::check_repo(&p(2), &argv[3].to_string_lossy(), &p(4))

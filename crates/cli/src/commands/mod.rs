@@ -101,6 +101,11 @@ pub(crate) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
                 repos,
             },
         ),
+        R::RemoteRefs { repo } => {
+            let rec = ctx.resolve_box(Some(&name))?;
+            let refs = ctx.boxes().remote_refs(&rec, &repo)?;
+            ctx.out(&refs, String::new)
+        }
         R::Checkpoint {
             name: checkpoint,
             set_default,

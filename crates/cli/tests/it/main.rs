@@ -14,6 +14,7 @@ mod cli;
 mod config;
 mod crash;
 mod fork;
+mod gitremote;
 mod help;
 mod network;
 mod output;
