@@ -90,7 +90,7 @@ impl Boxes {
         };
         Ok(Launch {
             argv: agent.argv(spec.ask, spec.prompt.as_deref(), &spec.args),
-            env: agent.forwarded_env(),
+            env: agent.forwarded_env(self.home()),
             record,
             created,
             staged,

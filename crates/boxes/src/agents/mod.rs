@@ -59,6 +59,12 @@ pub struct Agent {
     /// Variables forwarded from the calling shell to the agent's process (only).
     #[serde(default)]
     pub env: Vec<String>,
+    /// `agentbox <agent> login`: the agent's own command that makes a long-lived token (run
+    /// on the host), and the variable the saved token is given to the agent as.
+    #[serde(default)]
+    pub login: Vec<String>,
+    #[serde(default)]
+    pub login_var: Option<String>,
     /// Whether it is built in (`false`: from `agents.yaml`).
     #[serde(default, skip_deserializing)]
     pub builtin: bool,
@@ -99,6 +105,8 @@ pub fn builtin() -> Vec<Agent> {
                 "ANTHROPIC_MODEL",
                 "ANTHROPIC_BASE_URL",
             ]),
+            login: owned(&["claude", "setup-token"]),
+            login_var: Some("CLAUDE_CODE_OAUTH_TOKEN".into()),
             builtin: true,
         },
         Agent {
@@ -130,6 +138,8 @@ pub fn builtin() -> Vec<Agent> {
                 },
             ],
             env: owned(&["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"]),
+            login: Vec::new(),
+            login_var: Some("OPENAI_API_KEY".into()),
             builtin: true,
         },
         Agent {
@@ -157,6 +167,8 @@ pub fn builtin() -> Vec<Agent> {
                 "OPENROUTER_API_KEY",
                 "GEMINI_API_KEY",
             ]),
+            login: Vec::new(),
+            login_var: None,
             builtin: true,
         },
     ]
@@ -244,13 +256,66 @@ impl Agent {
         argv
     }
 
-    /// The forwarded variables the calling shell has (`KEY=VALUE` each).
-    pub fn forwarded_env(&self) -> Vec<String> {
-        self.env
+    /// The forwarded variables (`KEY=VALUE` each): the calling shell's, then the token
+    /// `login` saved in `home` when the shell does not set its variable.
+    pub fn forwarded_env(&self, home: &Home) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .env
             .iter()
             .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
-            .collect()
+            .collect();
+        if let Some(var) = self.login_var.as_ref().filter(|v| !self.env.contains(v)) {
+            match std::env::var(var) {
+                Ok(v) => out.push(format!("{var}={v}")),
+                Err(_) => {
+                    if let Ok(Some(token)) = saved_token(home, &self.name) {
+                        out.push(format!("{var}={token}"));
+                    }
+                }
+            }
+        } else if let Some(var) = &self.login_var {
+            if std::env::var_os(var).is_none() {
+                if let Ok(Some(token)) = saved_token(home, &self.name) {
+                    out.push(format!("{var}={token}"));
+                }
+            }
+        }
+        out
     }
+}
+
+/// Where `agentbox <agent> login` keeps the agent's token: a file of the agentbox home, mode
+/// 0600, never visible in a box (the agentbox home is hidden from every box).
+pub fn token_file(home: &Home, agent: &str) -> PathBuf {
+    home.root()
+        .join("credentials")
+        .join(format!("{agent}.token"))
+}
+
+/// The token saved for `agent`, if any.
+pub fn saved_token(home: &Home, agent: &str) -> Result<Option<String>> {
+    Ok(read_opt(&token_file(home, agent))?
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty()))
+}
+
+/// Save `token` for `agent` (mode 0600 from its creation: never readable by others).
+pub fn save_token(home: &Home, agent: &str, token: &str) -> Result<PathBuf> {
+    use fs_err::os::unix::fs::OpenOptionsExt;
+    use std::io::Write;
+    let path = token_file(home, agent);
+    let dir = path.parent().expect("the token file is in a directory");
+    fs_err::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{agent}.token.{}", std::process::id()));
+    let mut f = fs_err::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(token.trim().as_bytes())?;
+    f.sync_all()?;
+    fs_err::rename(&tmp, &path)?;
+    Ok(path)
 }
 
 #[cfg(test)]

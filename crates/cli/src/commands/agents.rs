@@ -8,6 +8,10 @@ use super::*;
 use crate::args::{AgentArgs, CommandOpts};
 
 pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
+    // `agentbox claude login` (unless a box is named `login`).
+    if a.name.as_deref() == Some("login") && ctx.find_box("login")?.is_none() {
+        return login(ctx, agent);
+    }
     let launch = ctx.boxes().launch_agent(
         &LaunchSpec {
             agent: agent.to_owned(),
@@ -69,6 +73,60 @@ pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
         crate::boxcmds::box_command(ctx, rec, launch.argv, &opts, ProcKind::Exec, true, None),
     )?;
     crate::boxcmds::finish_exec(ctx, outcome)
+}
+
+/// Save a long-lived token for `agent`: its own set-up command runs on the host (on this
+/// terminal), then the token it printed is read from stdin and kept in the agentbox home
+/// (mode 0600), for every later launch whose shell does not set the variable.
+fn login(ctx: &Ctx, agent: &str) -> CliResult {
+    let a = agentbox_boxes::agents::get(&ctx.home, agent)?;
+    let Some(var) = a.login_var.clone() else {
+        return Err(CliError::usage(
+            format!("{agent} has no token to save"),
+            "log in inside the box, or set its variables in your shell",
+        ));
+    };
+    if let Some((cmd, args)) = a.login.split_first() {
+        ctx.note(format!(
+            "running {} on this machine…",
+            agentbox_boxes::render_command(&a.login)
+        ));
+        let status = std::process::Command::new(cmd)
+            .args(args)
+            .status()
+            .map_err(|e| {
+                CliError::new(
+                    crate::errors::ExitCode::NotFound,
+                    format!("cannot run {cmd}: {e}"),
+                    Some(format!(
+                        "install {agent} on the host first, or set {var} in your shell"
+                    )),
+                )
+            })?;
+        if !status.success() {
+            return Err(CliError::new(
+                crate::errors::ExitCode::Failure,
+                format!("{cmd} failed ({status})"),
+                None,
+            ));
+        }
+    }
+    eprint!("paste the token for {var}: ");
+    let mut token = String::new();
+    std::io::stdin().read_line(&mut token)?;
+    if token.trim().is_empty() {
+        return Err(CliError::usage(
+            "no token given",
+            format!("agentbox {agent} login"),
+        ));
+    }
+    let path = agentbox_boxes::agents::save_token(&ctx.home, agent, &token)?;
+    ctx.out(&serde_json::json!({ "agent": agent, "saved": path, "variable": var }), || {
+        format!(
+            "saved; every box's {agent} now gets {var} (unless your shell sets it). It is kept in {} (mode 0600), never in a box.\n",
+            path.display()
+        )
+    })
 }
 
 pub(super) fn list(ctx: &Ctx) -> CliResult {

@@ -206,3 +206,62 @@ fn claudes_configuration_is_sanitised_and_its_credentials_stay_home() {
     // The host's files are as they were.
     assert!(read(&s.user.join(".claude.json")).contains("installMethod"));
 }
+
+#[test]
+fn login_saves_a_token_the_agent_gets_and_no_box_sees() {
+    let Some(s) = Setup::new("login_saves_a_token_the_agent_gets_and_no_box_sees") else {
+        return;
+    };
+    write(
+        &s.env.path("home/agents.yaml"),
+        "tok:\n  command: [sh, -c, 'echo \"token=$TOK_VAR\"']\n  login: [sh, -c, 'echo set-up ran']\n  login_var: TOK_VAR\n",
+    );
+    let mut c = s.env.command(&["agent", "tok", "login"]);
+    c.current_dir(&s.proj)
+        .env("HOME", &s.user)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"tok-saved-5150\n")
+            .expect("write");
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("set-up ran"));
+    let file = s.env.path("home/credentials/tok.token");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file)
+            .expect("saved")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert_eq!(s.ok(&["agent", "tok"], &[]), "token=tok-saved-5150\n");
+    // The shell's own value wins; no box command sees the saved one.
+    assert_eq!(
+        s.ok(&["agent", "tok"], &[("TOK_VAR", "from-shell")]),
+        "token=from-shell\n"
+    );
+    let name = s.env.json(&["list", "--all"])[0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let seen = s.ok(
+        &["exec", &name, "--", "sh", "-c", "echo ${TOK_VAR:-unset}; grep -rl tok-saved-5150 /root /workspace /run /tmp /etc 2>/dev/null; true"],
+        &[],
+    );
+    assert_eq!(seen, "unset\n");
+}
