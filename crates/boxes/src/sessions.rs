@@ -121,17 +121,27 @@ pub struct AttachOpts {
 }
 
 /// How an attach ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "ended", rename_all = "snake_case")]
 pub enum AttachOutcome {
     /// The caller detached (the key, the end of its input, its terminal hung up); the
     /// session goes on.
-    Detached,
+    Detached { session: String },
     /// The session's process ended: its status (128 + N for signal N).
     Exited {
+        session: String,
         status: i32,
         killed_by_checkout: bool,
     },
+}
+
+impl AttachOutcome {
+    /// The session attached to.
+    pub fn session(&self) -> &str {
+        match self {
+            AttachOutcome::Detached { session } | AttachOutcome::Exited { session, .. } => session,
+        }
+    }
 }
 
 /// Check a session name given by the user: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting

@@ -13,6 +13,7 @@ mod forkcmds;
 mod prune;
 mod relay;
 mod render;
+mod sessioncmds;
 
 use clap::Parser;
 

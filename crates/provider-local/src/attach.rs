@@ -41,7 +41,8 @@ enum Event {
     InputEnded,
     /// The stream ended (the session's process ended, or the supervisor went).
     OutputEnded,
-    Exited(AttachOutcome),
+    /// The session's process ended: its status, and whether a checkout killed it.
+    Exited(i32, bool),
     /// The connection closed without a word: the box stopped.
     Gone,
 }
@@ -93,14 +94,14 @@ pub fn attach(
         &[theirs.as_fd()],
     )?;
     drop(theirs);
-    match client.recv()?.0 {
-        Reply::Attached { .. } => {}
+    let name = match client.recv()?.0 {
+        Reply::Attached { session } => session.name,
         other => {
             return Err(BoxError::Supervisor(format!(
                 "unexpected reply to an attach: {other:?}"
             )))
         }
-    }
+    };
     let key = opts.detach_key.clone().unwrap_or_default();
     let raw = if tty {
         crate::client::raw_mode()?
@@ -158,7 +159,7 @@ pub fn attach(
         None => None,
     };
     drop(tx);
-    let outcome = wait(&rx, tty, &last_output);
+    let outcome = wait(&rx, tty, &last_output, &name);
     // Stop the others: the input thread through its pipe, the rest through the sockets.
     let _ = rustix::io::write(&wake_w, b"x");
     let _ = rustix::net::shutdown(&*mine, rustix::net::Shutdown::Both);
@@ -188,7 +189,13 @@ fn wait(
     rx: &std::sync::mpsc::Receiver<Event>,
     tty: bool,
     last_output: &Mutex<Instant>,
+    session: &str,
 ) -> Option<AttachOutcome> {
+    let detached = || {
+        Some(AttachOutcome::Detached {
+            session: session.to_owned(),
+        })
+    };
     let mut input_ended = false;
     let mut output_ended = false;
     let mut exited: Option<(AttachOutcome, Instant)> = None;
@@ -199,8 +206,8 @@ fn wait(
             (None, false) => Duration::from_secs(3600),
         };
         match rx.recv_timeout(timeout) {
-            Ok(Event::Detach) => return Some(AttachOutcome::Detached),
-            Ok(Event::InputEnded) if tty => return Some(AttachOutcome::Detached),
+            Ok(Event::Detach) => return detached(),
+            Ok(Event::InputEnded) if tty => return detached(),
             Ok(Event::InputEnded) => input_ended = true,
             Ok(Event::OutputEnded) => {
                 if let Some((o, _)) = exited {
@@ -208,22 +215,22 @@ fn wait(
                 }
                 output_ended = true;
             }
-            Ok(Event::Exited(o)) => {
+            Ok(Event::Exited(status, killed_by_checkout)) => {
+                let o = AttachOutcome::Exited {
+                    session: session.to_owned(),
+                    status,
+                    killed_by_checkout,
+                };
                 if output_ended {
                     return Some(o);
                 }
                 exited = Some((o, Instant::now()));
             }
-            Ok(Event::Gone) => {
-                if let Some((o, _)) = exited {
-                    return Some(o);
-                }
-                return None;
-            }
+            Ok(Event::Gone) => return exited.map(|(o, _)| o),
             Err(RecvTimeoutError::Timeout) => {
-                if let Some((o, at)) = exited {
+                if let Some((o, at)) = &exited {
                     if at.elapsed() >= LAST_OUTPUT {
-                        return Some(o);
+                        return Some(o.clone());
                     }
                 }
                 let quiet = last_output
@@ -231,7 +238,7 @@ fn wait(
                     .map(|t| t.elapsed() >= LINGER)
                     .unwrap_or(true);
                 if input_ended && exited.is_none() && quiet {
-                    return Some(AttachOutcome::Detached);
+                    return detached();
                 }
             }
             Err(RecvTimeoutError::Disconnected) => {
@@ -334,10 +341,7 @@ fn read_control(sock: &OwnedFd, tx: &Sender<Event>) {
                 },
                 _,
             )) => {
-                let _ = tx.send(Event::Exited(AttachOutcome::Exited {
-                    status,
-                    killed_by_checkout,
-                }));
+                let _ = tx.send(Event::Exited(status, killed_by_checkout));
             }
             Ok(_) | Err(agentbox_sandbox::ipc::IpcError::Malformed(_)) => {}
             Err(_) => {

@@ -19,3 +19,4 @@ mod output;
 mod provider;
 mod registry;
 mod security;
+mod sessions;
