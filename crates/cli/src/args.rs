@@ -559,6 +559,7 @@ pub struct SessionStartArgs {
     pub supervise: bool,
     #[command(flatten)]
     pub opts: CommandOpts,
+    /// The command and its arguments, passed exactly.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub argv: Vec<String>,
 }
@@ -567,7 +568,7 @@ pub struct SessionStartArgs {
 pub struct AttachArgs {
     /// [BOX] [SESSION]: one word is the box when it names one, else a session of the
     /// current project's only box (or of -b BOX); no session: the box's only one.
-    #[arg(num_args = 0..=2, value_name = "[BOX] [SESSION]")]
+    #[arg(num_args = 0..=2, value_names = ["BOX", "SESSION"])]
     pub args: Vec<String>,
     /// The keys that detach, as session.detachKey takes them (e.g. "ctrl-]", "ctrl-a d",
     /// "none").

@@ -282,6 +282,34 @@ fn an_attach_redraws_the_screen_forwards_input_and_ends_with_the_exit_status() {
     assert_eq!(t.wait(), 3, "the attach ends with the session's status");
     // Its end was seen by a terminal that is gone now: the session is too.
     assert!(f.session("s").is_none(), "{:?}", f.sessions());
+    // Without -d, `session start` attaches at once.
+    let mut fg = f.term(
+        &[
+            "session",
+            "start",
+            f.name,
+            "--name",
+            "fg",
+            "--",
+            "sh",
+            "-c",
+            "echo fg-up; read x; exit 5",
+        ],
+        24,
+        80,
+    );
+    fg.expect("fg-up");
+    fg.type_(b"q\r");
+    assert_eq!(fg.wait(), 5);
+    // Its process is one of the box's, of its own kind.
+    f.start("listed", &[], &["sleep", "1003"]);
+    let ps = f.env.json(&["ps", f.name]);
+    assert!(
+        ps.as_array().is_some_and(|a| a
+            .iter()
+            .any(|p| p["kind"] == "session" && p["argv"][1] == "1003")),
+        "{ps}"
+    );
 }
 
 #[test]

@@ -270,3 +270,53 @@ fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink() -> Sink {
+        let (a, b) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair");
+        Sink {
+            id: 1,
+            tty: true,
+            data: a,
+            conn: b,
+            out: Mutex::new(Outbox::default()),
+            ready: Condvar::new(),
+        }
+    }
+
+    #[test]
+    fn a_terminal_that_falls_behind_gets_a_redraw_instead_of_a_backlog() {
+        let s = sink();
+        s.push(b"abc");
+        s.push(b"def");
+        assert!(matches!(s.next_job(), Job::Bytes(b) if b == b"abcdef"));
+        let chunk = vec![b'x'; BACKLOG / 4];
+        for _ in 0..8 {
+            s.push(&chunk);
+        }
+        // Never more than the backlog queued; what it missed is replaced by a redraw.
+        assert!(lock(&s.out).bytes.len() <= BACKLOG);
+        assert!(matches!(s.next_job(), Job::Resync));
+        s.exit(Reply::Ok);
+        s.close();
+        assert!(matches!(s.next_job(), Job::Done));
+    }
+
+    #[test]
+    fn the_end_is_said_after_the_output_before_it() {
+        let s = sink();
+        s.push(b"last words");
+        s.exit(Reply::Ok);
+        assert!(matches!(s.next_job(), Job::Bytes(b) if b == b"last words"));
+        assert!(matches!(s.next_job(), Job::Exit(Reply::Ok)));
+    }
+}
