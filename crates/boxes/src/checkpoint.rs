@@ -312,7 +312,7 @@ impl Boxes {
             } else {
                 CheckpointKind::Layered
             },
-            node,
+            node: node.into_string(),
             lineage: rec.lineage.clone(),
             base: Base {
                 image: rec.image.clone(),

@@ -180,7 +180,7 @@ impl Boxes {
             store.set_ref(&full_ref, Some(&report.head))?;
             m.name = name;
             m.project = project.map(Path::to_owned);
-            m.node = report.head;
+            m.node = report.head.into_string();
             if let Err(e) = write_json(
                 &crate::checkpoint::manifest_path(self.home(), project, &m.name),
                 &m,

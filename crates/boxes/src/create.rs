@@ -411,7 +411,7 @@ pub fn create(
     }
     Ok(Created {
         record: rec,
-        head: state.head,
+        head: state.head.into_string(),
         seeded,
         reseed,
     })

@@ -294,7 +294,7 @@ fn fork_rest(
             message,
             ..Default::default()
         };
-        head = boxes.commit(name, opts)?.id;
+        head = boxes.commit(name, opts)?.id.into_string();
         synced = boxes.provider().sync(name)?;
     }
     let seeded = rec

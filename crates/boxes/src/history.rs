@@ -68,7 +68,7 @@ impl Boxes {
         let state = store.env(env)?;
         Ok(Nodes {
             nodes: store.log(env)?,
-            head: state.head,
+            head: state.head.into_string(),
             tags: state.tags,
         })
     }
@@ -83,7 +83,7 @@ impl Boxes {
         let h = self.history(env)?;
         Ok(Nodes {
             nodes: h.leaves().into_iter().cloned().collect(),
-            head: h.head,
+            head: h.head.into_string(),
             tags: h.tags,
         })
     }
@@ -96,7 +96,7 @@ impl Boxes {
         Ok(Shown {
             node,
             changes,
-            head: state.head,
+            head: state.head.into_string(),
             tags: state.tags,
         })
     }
@@ -123,12 +123,12 @@ impl Boxes {
 
     /// Tag `reference` as `name`; the node id tagged.
     pub fn tag(&self, env: &str, name: &str, reference: &str) -> Result<String> {
-        Ok(self.store()?.set_tag(env, name, reference)?)
+        Ok(self.store()?.set_tag(env, name, reference)?.into_string())
     }
 
     /// Remove tag `name`; the node id it named.
     pub fn untag(&self, env: &str, name: &str) -> Result<String> {
-        Ok(self.store()?.delete_tag(env, name)?)
+        Ok(self.store()?.delete_tag(env, name)?.into_string())
     }
 
     /// Drop node `reference` from the history (its children then descend from its parent).

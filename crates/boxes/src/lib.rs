@@ -1,6 +1,7 @@
 //! Boxes: records, the per-box supervisor, the client the CLI uses to talk to it.
 
 pub use agentbox_sandbox::cgroup;
+pub mod agents;
 pub mod checkpoint;
 pub mod checkpoint_transfer;
 pub mod config;
@@ -52,6 +53,17 @@ pub enum BoxError {
         "box {name:?}: moving the checkpoint's repositories to the host's commit failed: {why}"
     )]
     Reseed { name: String, why: String },
+    #[error("no agent named {name:?}")]
+    NoSuchAgent { name: String },
+    #[error("{}: {why}", path.display())]
+    BadAgents { path: PathBuf, why: String },
+    /// Syncing an agent's configuration into the box failed.
+    #[error("box {name:?}: syncing {agent}'s configuration failed: {why}")]
+    AgentSync {
+        name: String,
+        agent: String,
+        why: String,
+    },
     #[error("a checkpoint named {name:?} already exists")]
     CheckpointExists { name: String },
     #[error("no checkpoint named {name:?}{}", project.as_ref().map(|p| format!(" in project {}", p.display())).unwrap_or_default())]
@@ -239,7 +251,10 @@ impl BoxError {
             BoxError::StoreExists { .. }
             | BoxError::InvalidName(_)
             | BoxError::CheckpointExists { .. } => ExitCode::Refused.into(),
-            BoxError::NoSuchCheckpoint { .. } => ExitCode::NotFound.into(),
+            BoxError::NoSuchCheckpoint { .. } | BoxError::NoSuchAgent { .. } => {
+                ExitCode::NotFound.into()
+            }
+            BoxError::BadAgents { .. } => ExitCode::BadConfig.into(),
             BoxError::CheckpointUnusable { .. } | BoxError::CheckpointStale { .. } => {
                 ExitCode::Refused.into()
             }
@@ -288,6 +303,12 @@ impl BoxError {
             BoxError::CheckpointUnusable { .. } => Some(
                 "`agentbox checkpoint rm` it, or create the box with --no-checkpoint".into(),
             ),
+            BoxError::NoSuchAgent { .. } => {
+                Some("`agentbox agents` lists them; add one in agents.yaml of the agentbox home".into())
+            }
+            BoxError::BadAgents { .. } => {
+                Some("fix the file (see `agentbox agents --help` for its format)".into())
+            }
             BoxError::CheckpointExists { .. } => Some(
                 "choose another --name, or --replace to move the name to the new capture".into(),
             ),

@@ -76,7 +76,8 @@ impl BoxState {
     }
 }
 
-/// A box's status.
+/// A box's status. Its JSON is the record's fields and the status's own in one object
+/// (the record's `capture` is the auto-capture setting; `capture_state` how it is doing).
 #[derive(Debug, Serialize)]
 pub struct BoxStatus {
     #[serde(flatten)]
@@ -85,9 +86,10 @@ pub struct BoxStatus {
     pub state: BoxState,
     pub processes: usize,
     pub base: String,
-    /// The network as a person reads it (`private (published 8080->8123)`).
-    pub network: String,
-    pub capture: bool,
+    /// The network as a person reads it (`private (published 8080->8123)`). Not named
+    /// `network`: the record's own `network` (`host`, `private`, `none`) is flattened into
+    /// the same JSON object, and a key must appear once.
+    pub network_shown: String,
     /// How auto-capture is doing in the running box (`None`: stopped, or capture off).
     pub capture_state: Option<crate::types::CaptureHealth>,
     pub limits: String,
@@ -239,7 +241,7 @@ impl Boxes {
         })();
         match finished {
             Ok(rec) => {
-                created.head = self.store()?.env(&name)?.head;
+                created.head = self.store()?.env(&name)?.head.into_string();
                 created.record = rec;
                 Ok(created)
             }
@@ -543,7 +545,7 @@ impl Boxes {
                 Some(i) => format!("image {i}"),
                 None => "the host's /".to_owned(),
             },
-            network: match rec.network {
+            network_shown: match rec.network {
                 Network::Host => "host".to_owned(),
                 Network::None => "none (loopback only)".to_owned(),
                 Network::Private if rec.publish.is_empty() => "private".to_owned(),
@@ -556,7 +558,6 @@ impl Boxes {
                         .join(", ")
                 ),
             },
-            capture: rec.capture,
             capture_state: health.capture,
             scratch: health.scratch,
             box_root: health.box_root,

@@ -33,6 +33,8 @@ pub const INBOX_DIR: &str = "/run/agentbox/ctl";
 /// Where every box sees the agentbox binary (bound read-only from the host), which the host
 /// runs inside the box for work on box-controlled data.
 pub const BOX_BINARY: &str = "/run/agentbox/bin/agentbox";
+/// The same binary as git's remote helper for `agentbox::REMOTE` URLs, on the box's `PATH`.
+pub const REMOTE_HELPER: &str = "/run/agentbox/bin/git-remote-agentbox";
 /// Where every box sees the shared libraries of the agentbox binary and its loader (as
 /// `ld.so`), bound read-only from the host: a box on an image may have other libraries,
 /// or none.

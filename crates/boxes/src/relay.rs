@@ -71,6 +71,12 @@ pub enum RelayRequest {
     Pull {
         repos: Vec<String>,
     },
+    /// The branches of the remote the host configured for one of the box's repositories
+    /// (`.` or its sub-directory), fetched by the host (the in-box git remote helper's
+    /// `list`).
+    RemoteRefs {
+        repo: String,
+    },
     /// Capture the box as a checkpoint of its project (the host captures; the box names no
     /// other box).
     Checkpoint {
@@ -112,6 +118,7 @@ impl RelayCall {
                 repos.iter().map(String::as_str).collect()
             }
             R::Checkpoint { name, .. } => name.iter().map(String::as_str).collect(),
+            R::RemoteRefs { repo } => vec![repo],
             R::Log { .. } | R::Status | R::Undo | R::Tags | R::Ps => Vec::new(),
         };
         match texts.iter().find(|t| t.len() > MAX_TEXT) {

@@ -162,6 +162,22 @@ impl Boxes {
     /// merge that commit inside the box, where it is reachable through the read-only
     /// object store. Whether a merge conflicted is read from the box repository's index
     /// (unmerged entries), never from git's translatable messages.
+    /// The branches of the remote the host configured for box `rec`'s repository `repo`
+    /// (its label: `.` for the root, else the sub-directory), fetched on the host into its
+    /// object store — which the box's repository borrows, so a `git fetch` in the box needs
+    /// nothing more than this list (see the in-box remote helper).
+    pub fn remote_refs(&self, rec: &BoxRecord, repo: &str) -> Result<Vec<agentbox_git::RemoteRef>> {
+        let g = chosen(rec, &[repo.to_owned()])?
+            .into_iter()
+            .next()
+            .expect("chosen returns the one repository named");
+        let remote = configured_remote(self, rec, None)?;
+        let host = g.host();
+        let remote =
+            agentbox_git::remote_for(&host, remote.as_deref(), g.source_branch.as_deref())?;
+        Ok(agentbox_git::fetch_all(&host, &rec.name, &remote)?)
+    }
+
     pub fn pull(
         &self,
         rec: &BoxRecord,

@@ -350,7 +350,11 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
                     tx: tx.clone(),
                     index: i,
                 };
-                let r = run_candidate(boxes, spec, src, base, i, &slots[i], &relay);
+                // A worker that panics still reports: its box is cleaned up with the others.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_candidate(boxes, spec, src, base, i, &slots[i], &relay)
+                }))
+                .unwrap_or_else(|_| lost_worker(boxes, &spec.candidates[i], &slots[i]));
                 let _ = tx.send(Event::Done(i, Box::new(r)));
             });
         }
@@ -403,7 +407,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
     let mut results: Vec<CandidateResult> = results
         .into_iter()
         .enumerate()
-        .map(|(i, r)| r.unwrap_or_else(|| lost_worker(&spec.candidates[i], &slots[i])))
+        .map(|(i, r)| r.unwrap_or_else(|| lost_worker(boxes, &spec.candidates[i], &slots[i])))
         .collect();
     let mut notes: Vec<String> = Vec::new();
     let signal = spec.interrupt.load(Ordering::SeqCst);
@@ -451,7 +455,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
     }
     let mut result = TournamentResult {
         source: src.name.to_string(),
-        base,
+        base: base.into_string(),
         winner: winner.map(|w| results[w].name.clone()),
         winner_node: winner.and_then(|w| results[w].node.clone()),
         winner_box: winner.map(|w| results[w].box_name.clone()),
@@ -490,7 +494,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
 }
 
 /// The result of a candidate whose worker ended without one (it panicked).
-fn lost_worker(c: &Candidate, slot: &Slot) -> CandidateResult {
+fn lost_worker(boxes: &Boxes, c: &Candidate, slot: &Slot) -> CandidateResult {
     CandidateResult {
         name: c.name.clone(),
         cmd: c.command.clone(),
@@ -504,8 +508,9 @@ fn lost_worker(c: &Candidate, slot: &Slot) -> CandidateResult {
         error: Some("its worker ended without a result".into()),
         output: String::new(),
         log: None,
-        // Whatever it made is removed with the losers.
-        kept: false,
+        // Its box, if the fork got that far, is removed with the losers (its name was free
+        // when the tournament began: the box is this tournament's).
+        kept: BoxDirs::new(boxes.home(), &slot.box_name).record().exists(),
     }
 }
 
@@ -696,7 +701,7 @@ fn settle(boxes: &Boxes, name: &str, c: &Candidate, r: &mut CandidateResult, pro
         }
     }
     match boxes.store().and_then(|s| Ok(s.env(name)?)) {
-        Ok(env) => r.node = Some(env.head),
+        Ok(env) => r.node = Some(env.head.into_string()),
         Err(e) => progress.note(&format!("agentbox: cannot read its HEAD: {e}")),
     }
     if !r.branches.is_empty() {
@@ -740,7 +745,7 @@ fn move_source(boxes: &Boxes, src: &BoxRecord, winner: &str, node: &str) -> Resu
             message: format!("tournament winner {winner} ({})", short(node)),
             ..Default::default()
         };
-        head = boxes.commit(&src.name, opts)?.id;
+        head = boxes.commit(&src.name, opts)?.id.into_string();
         branches = boxes.provider().sync(&src.name)?;
     }
     if !was_running {

@@ -120,6 +120,16 @@ pub enum Command {
     /// Base images for boxes: import a rootfs tarball (`docker export`), list, remove.
     #[command(subcommand)]
     Image(ImageCmd),
+    /// Claude Code in a box (made for it when the project has none): [BOX] [-- ARGS...].
+    Claude(AgentArgs),
+    /// Codex in a box: [BOX] [-- ARGS...].
+    Codex(AgentArgs),
+    /// OpenCode in a box: [BOX] [-- ARGS...].
+    Opencode(AgentArgs),
+    /// Any agent of the catalogue (`agentbox agents`) in a box: AGENT [BOX] [-- ARGS...].
+    Agent(NamedAgentArgs),
+    /// The agents agentbox can launch (built in, and from agents.yaml in the agentbox home).
+    Agents,
     /// Warm checkpoints of a project: capture a box, start new boxes from it.
     Checkpoint(CheckpointArgs),
     /// Write a bundle: the whole history, one snapshot, or a flat rootfs tar: [ENV] [REF].
@@ -223,6 +233,38 @@ pub struct ConfigFlags {
     /// Take KEY as if a flag set it to VALUE (repeatable; a list key collects them).
     #[arg(long = "flag", value_name = "KEY=VALUE")]
     pub flags: Vec<String>,
+}
+
+/// How an agent is launched.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// BOX (left out: the current project's only box, else a new box of the project).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
+    /// Always make a new box.
+    #[arg(long)]
+    pub new: bool,
+    /// Start it in the background and return (its output: `agentbox logs BOX ID`).
+    #[arg(short, long)]
+    pub detach: bool,
+    /// The first prompt.
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: Option<String>,
+    /// Keep the agent's own permission prompts (by default they are skipped: the box is the
+    /// sandbox).
+    #[arg(long)]
+    pub ask: bool,
+    /// Arguments for the agent, exactly as given (after `--`).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct NamedAgentArgs {
+    /// The agent's name (`agentbox agents`).
+    pub agent: String,
+    #[command(flatten)]
+    pub launch: AgentArgs,
 }
 
 #[derive(Debug, Args)]

@@ -69,8 +69,8 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     }
     if !rec.resync_conflicts.is_empty() {
         ctx.note(format!(
-            "kept the checkpoint's version of {} path(s) your uncommitted work also has (listed in the box at /run/agentbox/ctl/resync-conflicts; `agentbox status` shows them):",
-            rec.resync_conflicts.len()
+            "kept the checkpoint's version of {} your uncommitted work also has (listed in the box at /run/agentbox/ctl/resync-conflicts; `agentbox status` shows them):",
+            render::count(rec.resync_conflicts.len(), "path", "paths")
         ));
         for p in &rec.resync_conflicts {
             ctx.note(format!("  {}", render::text(p)));
@@ -167,10 +167,14 @@ fn note_seeded(ctx: &Ctx, repos: &[agentbox_boxes::seeding::SeededRepo]) {
             &seeded.base[..12.min(seeded.base.len())],
             match (seeded.carried, seeded.untracked) {
                 (false, 0) => String::new(),
-                (false, n) => format!(", with {n} untracked file(s)"),
+                (false, n) => format!(
+                    ", with {}",
+                    render::count(n, "untracked file", "untracked files")
+                ),
                 (true, 0) => ", with uncommitted work (staged and unstaged)".to_owned(),
                 (true, n) => format!(
-                    ", with uncommitted work (staged and unstaged) and {n} untracked file(s)"
+                    ", with uncommitted work (staged and unstaged) and {}",
+                    render::count(n, "untracked file", "untracked files")
                 ),
             }
         ));
@@ -185,7 +189,7 @@ struct ExecResult {
     capture_error: Option<String>,
 }
 
-fn finish_exec(ctx: &Ctx, outcome: agentbox_boxes::types::ExecOutcome) -> CliResult {
+pub(crate) fn finish_exec(ctx: &Ctx, outcome: agentbox_boxes::types::ExecOutcome) -> CliResult {
     if let Some(n) = &outcome.node {
         ctx.note(format!("agentbox: recorded node {}", render::short(n)));
     }
@@ -278,7 +282,7 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> CliResult {
 }
 
 /// A command for box `rec` with the caller's options (`--env`, `-w`).
-fn box_command(
+pub(crate) fn box_command(
     ctx: &Ctx,
     rec: &BoxRecord,
     argv: Vec<String>,
@@ -635,7 +639,7 @@ pub fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
                     s.push_str(&format!(
                         "{:<20} {:<20} {}\n",
                         i.name,
-                        i.imported.format("%Y-%m-%d %H:%M:%S"),
+                        render::time(&i.imported),
                         i.source
                     ));
                 }

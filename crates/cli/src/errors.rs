@@ -90,9 +90,11 @@ impl From<agentbox_boxes::config::ConfigError> for CliError {
     }
 }
 
-/// How a failed command is reported: with `--json`, the error as JSON for stdout; and one
-/// line with a hint for stderr, escaped (messages can quote box-controlled text — git's
-/// stderr, file names, refs).
+/// How a failed command is reported: with `--json`, the error as JSON for stdout; and the
+/// message with a hint for stderr, escaped (messages can quote box-controlled text — git's
+/// stderr, file names, refs). A message of several lines (a process's first output lines)
+/// keeps its line breaks, and its continuation lines are indented, so that no line of it
+/// can pass for a line of agentbox's own (`agentbox: error: …`).
 pub fn report(e: &CliError, json: bool) -> (Option<String>, String) {
     let data = json.then(|| {
         format!(
@@ -100,9 +102,39 @@ pub fn report(e: &CliError, json: bool) -> (Option<String>, String) {
             serde_json::json!({"error": e.message, "hint": e.hint, "code": e.code})
         )
     });
-    let mut text = format!("agentbox: error: {}\n", crate::render::text(&e.message));
+    let mut text = format!("agentbox: error: {}\n", lines(&e.message, "  "));
     if let Some(h) = &e.hint {
-        text.push_str(&format!("  hint: {}\n", crate::render::text(h)));
+        text.push_str(&format!("  hint: {}\n", lines(h, "    ")));
     }
     (data, text)
+}
+
+/// `s` for stderr: each line escaped as [`crate::render::text`], the lines after the first
+/// indented by `indent`; a trailing line break is dropped (the caller ends the line).
+fn lines(s: &str, indent: &str) -> String {
+    s.trim_end_matches('\n')
+        .split('\n')
+        .map(crate::render::text)
+        .collect::<Vec<_>>()
+        .join(&format!("\n{indent}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_keeps_its_lines_indented_and_escapes_the_rest() {
+        let e = CliError::new(
+            ExitCode::Failure,
+            "it failed; its output began:\n  one\x1b]52;c;x\x07\nagentbox: error: fake\n",
+            Some("look\r".into()),
+        );
+        let (data, text) = report(&e, false);
+        assert!(data.is_none());
+        assert_eq!(
+            text,
+            "agentbox: error: it failed; its output began:\n    one\\u{1b}]52;c;x\\u{7}\n  agentbox: error: fake\n  hint: look\\r\n"
+        );
+    }
 }

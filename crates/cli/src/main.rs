@@ -12,6 +12,7 @@ mod errors;
 mod forkcmds;
 mod prune;
 mod relay;
+mod remote_helper;
 mod render;
 mod sessioncmds;
 
@@ -24,11 +25,33 @@ fn main() {
     // Run by the host inside a box, before a sync: checks on the box's repository made where
     // only the box's files are reachable (see `agentbox_provider_local::boxgit`).
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // git's remote helper for a box repository's remotes, inside a box.
+    if argv.first().is_some_and(|a| remote_helper::is_helper(a)) {
+        std::process::exit(remote_helper::main());
+    }
     if argv.len() == 5 && argv[1] == agentbox_provider_local::boxgit::CHECK_COMMAND {
         let p = |i: usize| std::path::PathBuf::from(&argv[i]);
         match agentbox_provider_local::boxgit::check_repo(&p(2), &argv[3].to_string_lossy(), &p(4))
         {
             Ok(()) => std::process::exit(0),
+            Err(why) => {
+                println!("{why}");
+                std::process::exit(3);
+            }
+        }
+    }
+    // Run by the host inside a box before an agent starts (see `agentbox_boxes::agents::sync`).
+    if argv.len() == 4 && argv[1] == agentbox_boxes::agents::sync::COMMAND {
+        let p = |i: usize| std::path::PathBuf::from(&argv[i]);
+        match agentbox_boxes::agents::sync::inside(&p(2), &p(3)) {
+            Ok(done) => {
+                println!(
+                    "{}{}",
+                    agentbox_boxes::agents::launch::SYNCED_LINE,
+                    serde_json::to_string(&done).unwrap_or_else(|_| "{}".into())
+                );
+                std::process::exit(0)
+            }
             Err(why) => {
                 println!("{why}");
                 std::process::exit(3);

@@ -92,7 +92,10 @@ pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
     if failed > 0 {
         return Err(crate::errors::CliError::new(
             crate::errors::ExitCode::Failure,
-            format!("{failed} leftover(s) could not be removed"),
+            format!(
+                "{} could not be removed",
+                crate::render::count(failed, "leftover", "leftovers")
+            ),
             Some("see the list above; `agentbox prune --dry-run` shows what remains".into()),
         ));
     }

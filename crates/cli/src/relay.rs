@@ -65,7 +65,10 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
     let at_most = |args: Vec<String>, n: usize, what: &str| -> CliResult<Vec<String>> {
         if args.len() > n {
             return Err(CliError::usage(
-                format!("{what} takes at most {n} argument(s) inside a box: {args:?}"),
+                format!(
+                    "{what} takes at most {} inside a box: {args:?}",
+                    crate::render::count(n, "argument", "arguments")
+                ),
                 "inside a box, commands act on this box; give only references",
             ));
         }

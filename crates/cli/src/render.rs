@@ -33,6 +33,36 @@ pub fn text(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// `n` with its noun, singular for exactly one (`1 layer`, `0 layers`, `2 processes`):
+/// every counted noun in human output goes through here, so none reads "1 layers".
+pub fn count<N>(n: N, one: &str, many: &str) -> String
+where
+    N: Copy + std::fmt::Display + PartialEq + From<u8>,
+{
+    format!("{n} {}", if n == N::from(1) { one } else { many })
+}
+
+/// A time as every human output shows it: local time, to the second (`--json` keeps RFC
+/// 3339 in UTC), so `ps`, `image list` and `log` agree.
+pub fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.with_timezone(&chrono::Local)
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+/// A box as a listing names it: the name commands take, then its display name in
+/// parentheses when it has one, so the name to type is always shown.
+pub fn box_name(rec: &agentbox_boxes::record::BoxRecord) -> String {
+    match rec
+        .display_name
+        .as_deref()
+        .filter(|d| *d != rec.name.as_str())
+    {
+        Some(d) => format!("{} ({})", rec.name, text(d)),
+        None => rec.name.to_string(),
+    }
+}
+
 /// A box-controlled path, escaped as [`text`].
 pub fn path(p: &std::path::Path) -> String {
     text(&p.to_string_lossy()).into_owned()
@@ -44,7 +74,7 @@ pub fn node_line(n: &Node, head: &str, tags: &BTreeMap<String, Vec<String>>) -> 
     if n.id == head {
         deco.push("HEAD".into());
     }
-    if let Some(t) = tags.get(&n.id) {
+    if let Some(t) = tags.get(n.id.as_str()) {
         deco.extend(t.iter().map(|t| format!("tag: {t}")));
     }
     // A node made for a command is labelled with it: show it once, as a command.
@@ -52,9 +82,7 @@ pub fn node_line(n: &Node, head: &str, tags: &BTreeMap<String, Vec<String>>) -> 
     let mut line = format!(
         "{}  {}  {}{}",
         short(&n.id),
-        n.created
-            .with_timezone(&chrono::Local)
-            .format("%Y-%m-%d %H:%M:%S"),
+        time(&n.created),
         if own_command { "$ " } else { "" },
         text(&n.message)
     );
@@ -169,8 +197,9 @@ pub fn changes(list: &[Change]) -> String {
     for (dir, n) in &git_dirs {
         let _ = writeln!(
             out,
-            "~ {}  ({n} change(s) inside the git directory)",
-            path(dir)
+            "~ {}  ({} inside the git directory)",
+            path(dir),
+            count(*n, "change", "changes")
         );
     }
     for c in list.iter().filter(|c| !in_git_dir(&c.path)) {
@@ -229,7 +258,7 @@ pub fn procs(procs: &[agentbox_boxes::types::ProcInfo]) -> String {
             p.id,
             p.pid,
             format!("{:?}", p.kind).to_lowercase(),
-            p.started.format("%Y-%m-%d %H:%M:%S"),
+            time(&p.started),
             state,
             text(&agentbox_boxes::render_command(&p.argv))
         ));

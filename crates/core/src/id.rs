@@ -31,6 +31,38 @@ pub fn is_full_id(s: &str) -> bool {
     s.len() == ID_LEN && is_hex(s)
 }
 
+/// A node's id: [`ID_LEN`] hex characters, random, never reused; also the name of its
+/// file in the store (`nodes/<id>.json`).
+///
+/// Read from the store's own files as written (see [`NodeId::from_trusted`]); a string
+/// from anywhere else becomes one only through [`NodeId::parse`].
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(String);
+
+impl NodeId {
+    /// A fresh random id.
+    #[allow(clippy::new_without_default)] // a default id would be a random one: not a default
+    pub fn new() -> NodeId {
+        NodeId(new_id())
+    }
+
+    /// `s` as an id when it has the exact shape of a full id (not a prefix, not a ref).
+    pub fn parse(s: &str) -> Option<NodeId> {
+        is_full_id(s).then(|| NodeId(s.to_owned()))
+    }
+
+    /// An id taken as written, unchecked: one read from the store's own files (a ref, an
+    /// environment's tag, a node file's name), a validated bundle's manifest, or made by
+    /// [`new_id`]. The store writes only ids there, and a record an older version wrote
+    /// still reads.
+    pub fn from_trusted(s: impl Into<String>) -> NodeId {
+        NodeId(s.into())
+    }
+}
+
+crate::name::string_newtype!(NodeId);
+
 /// A box's id: [`ID_LEN`] hex characters, random, never reused.
 #[derive(
     Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize,
@@ -72,5 +104,16 @@ mod tests {
         assert!(!is_hex("v1.0"));
         assert!(!is_hex(""));
         assert!(is_hex("beef"));
+    }
+
+    #[test]
+    fn node_ids_parse_only_full_ids() {
+        let a = NodeId::new();
+        assert!(is_full_id(&a), "{a}");
+        assert_eq!(NodeId::parse(&a), Some(a.clone()));
+        assert_eq!(NodeId::parse(&a[..MIN_PREFIX]), None);
+        assert_eq!(NodeId::parse("checkpoints/x"), None);
+        assert_eq!(NodeId::parse(&a.to_uppercase()), None);
+        assert_eq!(serde_json::to_string(&a).expect("json"), format!("\"{a}\""));
     }
 }

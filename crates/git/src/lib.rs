@@ -424,6 +424,7 @@ pub fn seed(
     // While seeding, the host's own path; the box sees the objects elsewhere (below).
     fs_err::write(&alt, format!("{}\n", repo.objects.display()))?;
     copy_identity(&repo.root, dst)?;
+    box_remotes(&repo.root, dst, branch, source_branch.as_deref())?;
     // Check out the working tree's state, then make the index the host's: the same result
     // as `reset --hard` + `stash apply --index` (which cannot conflict on its own base), in
     // two processes instead of six. `read-tree -m` keeps the stat data of entries whose
@@ -527,6 +528,52 @@ pub fn carried_paths(repo_root: &Path, name: &str) -> Result<Vec<String>> {
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// Give the new box repository at `dst` the host repository's remotes, each as
+/// `agentbox::NAME` (served inside the box by `git-remote-agentbox`, through the host), so
+/// the agent's `git fetch`/`pull`/`push` work as on the host: `push.default = current`
+/// pushes the box branch under its own name, the box branch's upstream is the host
+/// branch's (what `git pull` merges), and `agentbox.branch` names the one branch the box
+/// may push.
+fn box_remotes(host: &Path, dst: &Path, branch: &str, source_branch: Option<&str>) -> Result<()> {
+    let remotes = git(host, &["remote"])?;
+    let upstream_remote = source_branch
+        .and_then(|b| git(host, &["config", "--get", &format!("branch.{b}.remote")]).ok())
+        .filter(|r| !r.is_empty());
+    let mut first = None;
+    for r in remotes.lines().map(str::trim).filter(|r| !r.is_empty()) {
+        // Remote names come from the host's own configuration.
+        git(
+            dst,
+            &[
+                "config",
+                &format!("remote.{r}.url"),
+                &format!("agentbox::{r}"),
+            ],
+        )?;
+        git(
+            dst,
+            &[
+                "config",
+                &format!("remote.{r}.fetch"),
+                &format!("+refs/heads/*:refs/remotes/{r}/*"),
+            ],
+        )?;
+        first.get_or_insert_with(|| r.to_owned());
+    }
+    git(dst, &["config", "push.default", "current"])?;
+    git(dst, &["config", "agentbox.branch", branch])?;
+    if let (Some(remote), Some(src)) = (upstream_remote.or(first), source_branch) {
+        git(
+            dst,
+            &["config", &format!("branch.{branch}.remote"), &remote],
+        )?;
+        let merge = git(host, &["config", "--get", &format!("branch.{src}.merge")])
+            .unwrap_or_else(|_| format!("refs/heads/{src}"));
+        git(dst, &["config", &format!("branch.{branch}.merge"), &merge])?;
+    }
+    Ok(())
 }
 
 /// Whether `rel` (a path git listed) is empty or lies below one of the `exclude`d
@@ -678,6 +725,55 @@ pub fn fetch(repo: &HostRepo, name: &str, remote: &str, branch: &str) -> Result<
         &["rev-parse", "--verify", &format!("{into}^{{commit}}")],
     )
     .map_err(|e| fail(command_message(e)))
+}
+
+/// One ref of a remote as the host fetched it for a box.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RemoteRef {
+    /// `refs/heads/<branch>` as the remote has it.
+    pub name: String,
+    pub id: String,
+}
+
+/// Fetch every branch of `remote` into host repository `repo` under
+/// `refs/agentbox/<name>/remote/` (so the objects are in the host's object store, which the
+/// box borrows), and list them as the remote names them. Runs with the host user's git
+/// configuration and credentials; nothing of the box reaches the command line.
+pub fn fetch_all(repo: &HostRepo, name: &str, remote: &str) -> Result<Vec<RemoteRef>> {
+    let prefix = format!("refs/agentbox/{name}/remote/");
+    git(
+        &repo.root,
+        &[
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--prune",
+            "--no-write-fetch-head",
+            "--refmap=",
+            remote,
+            &format!("+refs/heads/*:{prefix}*"),
+        ],
+    )
+    .map_err(|e| GitError::Fetch {
+        repo: repo.root.clone(),
+        remote: remote.to_owned(),
+        branch: "*".to_owned(),
+        message: command_message(e),
+    })?;
+    let listed = git(
+        &repo.root,
+        &["for-each-ref", "--format=%(objectname) %(refname)", &prefix],
+    )?;
+    Ok(listed
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(id, r)| {
+            r.strip_prefix(&prefix).map(|b| RemoteRef {
+                name: format!("refs/heads/{b}"),
+                id: id.to_owned(),
+            })
+        })
+        .collect())
 }
 
 /// The message of a failed git command (the whole error otherwise).

@@ -207,6 +207,21 @@ impl Client {
         }
     }
 
+    /// [`Client::relay`] with the given descriptors as the request's stdin, stdout and
+    /// stderr (a program that reads the host's answer itself).
+    pub fn relay_with(
+        &self,
+        call: agentbox_boxes::relay::RelayCall,
+        fds: [BorrowedFd<'_>; 3],
+    ) -> Result<i32> {
+        self.send(&Request::Relay { call }, &fds)?;
+        loop {
+            if let (Reply::Exited { status, .. }, _) = self.recv()? {
+                return Ok(status);
+            }
+        }
+    }
+
     /// Send one request and read one reply.
     pub fn request(&self, req: &Request) -> Result<Reply> {
         self.send(req, &[])?;

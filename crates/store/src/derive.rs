@@ -24,7 +24,7 @@ use std::path::{Component, Path, PathBuf};
 use agentbox_core::atomic::write_json_unsynced;
 use agentbox_core::failpoint;
 use agentbox_core::glob::PathPattern;
-use agentbox_core::id::new_id;
+use agentbox_core::id::{new_id, NodeId};
 use agentbox_core::lock::Mode;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -402,7 +402,7 @@ impl Store {
         opts: DetachOpts,
     ) -> Result<Node> {
         let node = Node {
-            id: id.clone(),
+            id: NodeId::from_trusted(id),
             parent: None,
             env: env.to_owned(),
             seq: 0,

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use agentbox_core::atomic;
 use agentbox_core::failpoint;
-use agentbox_core::id;
+use agentbox_core::id::{self, NodeId};
 use agentbox_core::lock::Mode;
 use serde::Serialize;
 
@@ -108,13 +108,13 @@ impl Store {
         let mut roots: Vec<String> = nodes
             .values()
             .filter(|n| env_names.contains(n.env.as_str()) && n.detached.is_none())
-            .map(|n| n.id.clone())
+            .map(|n| n.id.as_str().to_owned())
             .collect();
         for e in &envs {
-            roots.push(e.head.clone());
+            roots.push(e.head.as_str().to_owned());
             roots.extend(e.tags.values().cloned());
             // The node an interrupted checkout moves to: its next writer finishes it.
-            roots.extend(e.checkout_pending.clone());
+            roots.extend(e.checkout_pending.clone().map(NodeId::into_string));
         }
         roots.extend(self.refs()?.into_values());
         let mut reachable: BTreeSet<String> = BTreeSet::new();
@@ -124,7 +124,10 @@ impl Store {
                 if !reachable.insert(id.clone()) {
                     break;
                 }
-                next = nodes.get(&id).and_then(|n| n.parent.clone());
+                next = nodes
+                    .get(&id)
+                    .and_then(|n| n.parent.clone())
+                    .map(NodeId::into_string);
             }
         }
         let mut removed = Vec::new();
@@ -217,7 +220,7 @@ impl Store {
                 continue;
             }
             if let Some(p) = &n.parent {
-                if !files.contains_key(p) {
+                if !files.contains_key(p.as_str()) {
                     problem(path.clone(), format!("parent {p} does not exist"), false);
                 }
             }
@@ -255,12 +258,15 @@ impl Store {
                     problem(self.layout().node(id), "parent chain loops".into(), false);
                     break;
                 }
-                next = nodes.get(&cur).and_then(|n| n.parent.clone());
+                next = nodes
+                    .get(&cur)
+                    .and_then(|n| n.parent.clone())
+                    .map(NodeId::into_string);
             }
         }
         for env in &envs {
             let path = self.layout().env_state(&env.name);
-            if !nodes.contains_key(&env.head) {
+            if !nodes.contains_key(env.head.as_str()) {
                 problem(
                     path.clone(),
                     format!("HEAD {} does not exist", env.head),
@@ -288,7 +294,13 @@ impl Store {
         }
         // Unreferenced layers are not a problem: retention and deletion leave them for GC.
         let (on_disk, live) = self.layer_sets()?;
-        let unreferenced = on_disk.difference(&live).count();
+        // A layer reported as a problem (half-made, or a record without data) is counted
+        // there only: listing it again as unreferenced would count one layer twice.
+        let mut reported: BTreeSet<&str> = leftovers
+            .iter()
+            .filter(|l| l.kind == crate::leftovers::LeftoverKind::UnrecordedLayer)
+            .map(|l| l.id.as_str())
+            .collect();
         if !exclusive {
             // Without the leftovers check, at least flag what no live operation produces
             // (a live commit may be between publishing a layer and writing its record).
@@ -297,9 +309,14 @@ impl Store {
                 let rec = self.layout().layer_record(lid);
                 if rec.exists() && !dir.exists() && !live.contains(lid) {
                     problem(dir, "layer record without data (gc frees it)".into(), true);
+                    reported.insert(lid);
                 }
             }
         }
+        let unreferenced = on_disk
+            .difference(&live)
+            .filter(|l| !reported.contains(l.as_str()))
+            .count();
         // Half-made data; interrupted deletions and unacknowledged commits are reported
         // above already.
         for l in &leftovers {

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use agentbox_core::id::NodeId;
 use serde::Serialize;
 
 use crate::backend::BackendKind;
@@ -18,7 +19,7 @@ use crate::Result;
 #[derive(Debug, Clone, Serialize)]
 pub struct History {
     pub env: String,
-    pub head: String,
+    pub head: NodeId,
     pub tags: BTreeMap<String, String>,
     /// Oldest first (by creation time, then sequence).
     pub nodes: Vec<Node>,
@@ -30,7 +31,9 @@ impl History {
         let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for n in &self.nodes {
             if let Some(p) = &n.parent {
-                out.entry(p.clone()).or_default().push(n.id.clone());
+                out.entry(p.as_str().to_owned())
+                    .or_default()
+                    .push(n.id.as_str().to_owned());
             }
         }
         out
@@ -41,7 +44,7 @@ impl History {
         let children = self.children();
         self.nodes
             .iter()
-            .filter(|n| !children.contains_key(&n.id))
+            .filter(|n| !children.contains_key(n.id.as_str()))
             .collect()
     }
 }
@@ -69,7 +72,7 @@ pub struct EnvStatus {
     pub name: String,
     pub mountpoint: Option<PathBuf>,
     pub mounted: bool,
-    pub head: String,
+    pub head: NodeId,
     pub nodes: usize,
     pub leaves: usize,
     pub tags: usize,
@@ -90,9 +93,9 @@ impl Store {
         let mut wanted: BTreeSet<String> = nodes
             .values()
             .filter(|n| n.in_history_of(env) && n.created >= state.created)
-            .map(|n| n.id.clone())
+            .map(|n| n.id.as_str().to_owned())
             .collect();
-        wanted.insert(state.head.clone());
+        wanted.insert(state.head.as_str().to_owned());
         // Tagged nodes are part of the environment's history even off HEAD's line (an
         // imported history, or a fork's tags).
         wanted.extend(
@@ -103,12 +106,12 @@ impl Store {
                 .cloned(),
         );
         for id in wanted.clone() {
-            let mut p = nodes.get(&id).and_then(|n| n.parent.clone());
+            let mut p = nodes.get(&id).and_then(|n| n.parent.as_ref());
             while let Some(pid) = p {
-                if !wanted.insert(pid.clone()) {
+                if !wanted.insert(pid.as_str().to_owned()) {
                     break;
                 }
-                p = nodes.get(&pid).and_then(|n| n.parent.clone());
+                p = nodes.get(pid.as_str()).and_then(|n| n.parent.as_ref());
             }
         }
         let mut list: Vec<Node> = wanted
@@ -131,7 +134,9 @@ impl Store {
         let mut out = Vec::new();
         let mut next = Some(state.head);
         while let Some(id) = next {
-            let Some(n) = nodes.get(&id) else { break };
+            let Some(n) = nodes.get(id.as_str()) else {
+                break;
+            };
             next = n.parent.clone();
             out.push(n.clone());
             if out.len() > nodes.len() {

@@ -93,7 +93,7 @@ pub struct Leftover {
     pub what: String,
     /// Node or layer id, or environment name, the removal acts on.
     #[serde(skip)]
-    id: String,
+    pub(crate) id: String,
 }
 
 /// One row of [`PruneReport`].
@@ -201,8 +201,8 @@ impl Store {
         }
         let files = self.all_node_files()?;
         let envs = self.envs()?;
-        let children_of: std::collections::BTreeSet<&String> =
-            files.values().filter_map(|n| n.parent.as_ref()).collect();
+        let children_of: std::collections::BTreeSet<&str> =
+            files.values().filter_map(|n| n.parent.as_deref()).collect();
         let mut unacknowledged = std::collections::BTreeSet::new();
         for (nid, node) in &files {
             if node.deleted.is_some() {
@@ -222,7 +222,7 @@ impl Store {
             let Some(env) = envs.iter().find(|e| e.name == node.env) else {
                 continue;
             };
-            if node.seq >= env.next_seq && env.head != *nid && !children_of.contains(nid) {
+            if node.seq >= env.next_seq && env.head != *nid && !children_of.contains(nid.as_str()) {
                 unacknowledged.insert(nid.clone());
                 push(
                     LeftoverKind::UnacknowledgedNode,
@@ -456,6 +456,18 @@ mod tests {
         ];
         want.sort();
         assert_eq!(found, want);
+        // fsck reports the half-made layer as a problem and counts only the orphan as
+        // unreferenced: one layer is never counted twice.
+        let report = store.fsck(false).expect("fsck");
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.path == layers.join(&unrecorded)),
+            "{:?}",
+            report.problems
+        );
+        assert_eq!(report.unreferenced_layers, 1, "{report:?}");
 
         let dry = store.prune_leftovers(true).expect("dry run");
         assert!(dry.busy.is_none());

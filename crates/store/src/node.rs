@@ -28,14 +28,15 @@
 
 use std::collections::BTreeMap;
 
+use agentbox_core::id::NodeId;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// Metadata of one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Node {
-    pub id: String,
-    pub parent: Option<String>,
+    pub id: NodeId,
+    pub parent: Option<NodeId>,
     /// Environment the node was committed in.
     pub env: String,
     /// Position in its environment's history: strictly increasing, never reused. Retention
@@ -71,7 +72,7 @@ impl Node {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Detached {
     /// The node it was made from (provenance only; may since have been deleted).
-    pub from: String,
+    pub from: NodeId,
     pub how: DetachedHow,
 }
 
@@ -88,5 +89,5 @@ pub enum DetachedHow {
 /// Marker of an interrupted deletion.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tombstone {
-    pub reparent_to: Option<String>,
+    pub reparent_to: Option<NodeId>,
 }

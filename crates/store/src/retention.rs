@@ -46,7 +46,7 @@ impl Store {
             match &n.parent {
                 Some(p) => *children.entry(p.as_str()).or_default() += 1,
                 None => {
-                    protected.insert(n.id.clone());
+                    protected.insert(n.id.as_str().to_owned());
                 }
             }
         }
@@ -54,11 +54,11 @@ impl Store {
             let c = children.get(n.id.as_str()).copied().unwrap_or(0);
             if c != 1 {
                 // Leaves (0 children) and branch points (2+).
-                protected.insert(n.id.clone());
+                protected.insert(n.id.as_str().to_owned());
             }
         }
         for e in self.envs()? {
-            protected.insert(e.head.clone());
+            protected.insert(e.head.into_string());
             protected.extend(e.tags.values().cloned());
         }
         protected.extend(self.refs()?.into_values());
@@ -69,8 +69,8 @@ impl Store {
         let newest = mine.iter().map(|n| n.seq).max().unwrap_or(0);
         let dropped: Vec<String> = mine
             .iter()
-            .filter(|n| !protected.contains(&n.id) && !survives(n.seq, newest, keep))
-            .map(|n| n.id.clone())
+            .filter(|n| !protected.contains(n.id.as_str()) && !survives(n.seq, newest, keep))
+            .map(|n| n.id.as_str().to_owned())
             .collect();
         self.remove_nodes_locked(&nodes, &dropped)?;
         Ok(RetainReport {

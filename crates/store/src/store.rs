@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use agentbox_core::atomic::{self, read_json_opt, write_json, write_json_unsynced};
 use agentbox_core::failpoint;
-use agentbox_core::id::{self, new_id};
+use agentbox_core::id::{self, new_id, NodeId};
 use agentbox_core::lock::{FileLock, Mode};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -79,7 +79,7 @@ pub struct EnvState {
     /// inside the box.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mountpoint: Option<PathBuf>,
-    pub head: String,
+    pub head: NodeId,
     /// Sequence number the next commit gets; strictly increasing.
     pub next_seq: u64,
     #[serde(default)]
@@ -88,7 +88,7 @@ pub struct EnvState {
     /// leaves it set and the next writer of the environment finishes the checkout, so the
     /// working tree and HEAD never disagree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkout_pending: Option<String>,
+    pub checkout_pending: Option<NodeId>,
 }
 
 /// Where a new environment's first node comes from.
@@ -376,7 +376,7 @@ impl Store {
             // Follow tombstones a concurrent or interrupted deletion left.
             let mut hops = 0;
             while let Some(p) = parent.clone() {
-                match files.get(&p) {
+                match files.get(p.as_str()) {
                     Some(n) if n.deleted.is_some() && hops < files.len() => {
                         parent = n.deleted.as_ref().and_then(|t| t.reparent_to.clone());
                         hops += 1;
@@ -533,7 +533,7 @@ impl Store {
         write_json_unsynced(&self.layout.layer_record(&layer_id), &record)?;
         failpoint::hit("create:after-layer");
         let node = Node {
-            id: layer_id.clone(),
+            id: NodeId::from_trusted(layer_id.as_str()),
             parent: None,
             env: name.to_owned(),
             seq: 0,
@@ -709,7 +709,7 @@ impl Store {
         let mut state = self.env(env)?;
         let head = self.node(&state.head)?;
         let chain = self.chain(&head)?;
-        let id = new_id();
+        let id = NodeId::new();
         timer.lap("prepare");
         let record = self.backend.commit(&self.work_dirs(&state), &chain, &id)?;
         timer.lap("backend");
@@ -723,7 +723,7 @@ impl Store {
             parent: Some(head.id.clone()),
             env: env.to_owned(),
             seq: state.next_seq,
-            layer: id,
+            layer: id.into_string(),
             message: opts.message,
             command: opts.command,
             created: Utc::now(),
@@ -762,12 +762,12 @@ impl Store {
 
     /// Resolve a reference in the context of `env`: `HEAD`, `HEAD~N`, a tag of the
     /// environment, a store-wide ref `ns/name`, a full id, or a unique id prefix (≥ 4 hex).
-    pub fn resolve(&self, env: &str, reference: &str) -> Result<String> {
+    pub fn resolve(&self, env: &str, reference: &str) -> Result<NodeId> {
         let state = self.env(env)?;
         self.resolve_in(&state, reference)
     }
 
-    pub(crate) fn resolve_in(&self, state: &EnvState, reference: &str) -> Result<String> {
+    pub(crate) fn resolve_in(&self, state: &EnvState, reference: &str) -> Result<NodeId> {
         let unknown = || Error::UnknownRef {
             reference: reference.to_owned(),
         };
@@ -787,21 +787,21 @@ impl Store {
             let mut id = state.head.clone();
             for _ in 0..n {
                 id = nodes
-                    .get(&id)
+                    .get(id.as_str())
                     .and_then(|node| node.parent.clone())
                     .ok_or_else(unknown)?;
             }
             return Ok(id);
         }
         if let Some(id) = state.tags.get(reference) {
-            return Ok(id.clone());
+            return Ok(NodeId::from_trusted(id.as_str()));
         }
         self.resolve_node(reference)
     }
 
     /// Resolve a reference outside any environment: a store-wide ref `ns/…/name`, a full
     /// id, or a unique id prefix (≥ 4 hex).
-    pub fn resolve_node(&self, reference: &str) -> Result<String> {
+    pub fn resolve_node(&self, reference: &str) -> Result<NodeId> {
         let unknown = || Error::UnknownRef {
             reference: reference.to_owned(),
         };
@@ -825,7 +825,9 @@ impl Store {
                 .collect();
             return match matches.len() {
                 0 => Err(unknown()),
-                1 => Ok(matches.into_iter().next().expect("one match")),
+                1 => Ok(NodeId::from_trusted(
+                    matches.into_iter().next().expect("one match"),
+                )),
                 _ => Err(Error::AmbiguousRef {
                     reference: reference.to_owned(),
                     candidates: matches,
@@ -836,33 +838,33 @@ impl Store {
     }
 
     /// Set or move tag `name` of `env` to `reference`.
-    pub fn set_tag(&self, env: &str, name: &str, reference: &str) -> Result<String> {
+    pub fn set_tag(&self, env: &str, name: &str, reference: &str) -> Result<NodeId> {
         names::validate("tag", name)?;
         let _g = self.lock_env(env, "tag")?;
         let mut state = self.env(env)?;
         let id = self.resolve_in(&state, reference)?;
-        state.tags.insert(name.to_owned(), id.clone());
+        state.tags.insert(name.to_owned(), id.as_str().to_owned());
         self.write_env(&state)?;
         Ok(id)
     }
 
     /// Delete tag `name` of `env`; returns the node it pointed at.
-    pub fn delete_tag(&self, env: &str, name: &str) -> Result<String> {
+    pub fn delete_tag(&self, env: &str, name: &str) -> Result<NodeId> {
         let _g = self.lock_env(env, "tag")?;
         let mut state = self.env(env)?;
         let id = state.tags.remove(name).ok_or_else(|| Error::UnknownRef {
             reference: name.to_owned(),
         })?;
         self.write_env(&state)?;
-        Ok(id)
+        Ok(NodeId::from_trusted(id))
     }
 
     /// Store-wide named ref `ns/name` or `ns/dir/…/name` (checkpoints:
     /// `checkpoints/<project key>/<name>`, see [`names::validate_ref`]), `None` when unset.
-    pub fn get_ref(&self, full: &str) -> Result<Option<String>> {
+    pub fn get_ref(&self, full: &str) -> Result<Option<NodeId>> {
         let path = self.ref_path(full)?;
         match std::fs::read_to_string(&path) {
-            Ok(s) => Ok(Some(s.trim().to_owned())),
+            Ok(s) => Ok(Some(NodeId::from_trusted(s.trim()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::Io(io_at(&path, e))),
         }
@@ -947,7 +949,7 @@ impl Store {
                     continue;
                 }
                 if let Some(id) = self.get_ref(&full)? {
-                    out.insert(full, id);
+                    out.insert(full, id.into_string());
                 }
             }
         }
@@ -973,7 +975,7 @@ impl Store {
             if other.head == id {
                 return Err(Error::Refused {
                     action: "delete",
-                    id,
+                    id: id.into_string(),
                     reason: format!(
                         "it is the HEAD of environment {:?} (check out another node first)",
                         other.name
@@ -985,13 +987,13 @@ impl Store {
         if nodes.len() <= 1 {
             return Err(Error::Refused {
                 action: "delete",
-                id,
+                id: id.into_string(),
                 reason: "it is the last node".into(),
             });
         }
-        self.remove_nodes_locked(&nodes, &[id])?;
+        self.remove_nodes_locked(&nodes, &[id.into_string()])?;
         // Tags and store refs pointing at a deleted node would dangle: drop them.
-        self.drop_refs_to(&BTreeSet::from([node.id.clone()]))?;
+        self.drop_refs_to(&BTreeSet::from([node.id.as_str().to_owned()]))?;
         Ok(node)
     }
 
@@ -1002,13 +1004,13 @@ impl Store {
         nodes: &BTreeMap<String, Node>,
         ids: &[String],
     ) -> Result<()> {
-        let doomed: BTreeSet<&String> = ids.iter().collect();
-        let survivor = |mut p: Option<String>| {
+        let doomed: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+        let survivor = |mut p: Option<NodeId>| {
             while let Some(id) = p.clone() {
-                if !doomed.contains(&id) {
+                if !doomed.contains(id.as_str()) {
                     break;
                 }
-                p = nodes.get(&id).and_then(|n| n.parent.clone());
+                p = nodes.get(id.as_str()).and_then(|n| n.parent.clone());
             }
             p
         };
@@ -1129,8 +1131,8 @@ impl Store {
             .map(|e| (e.name.clone(), e))
             .collect();
         let files = self.all_node_files()?;
-        let referenced: BTreeSet<&String> =
-            files.values().filter_map(|n| n.parent.as_ref()).collect();
+        let referenced: BTreeSet<&str> =
+            files.values().filter_map(|n| n.parent.as_deref()).collect();
         for (id, node) in &files {
             if node.detached.is_some() {
                 // No history, no sequence number. One no ref names (a derive or flatten
@@ -1142,7 +1144,7 @@ impl Store {
             let Some(env) = envs.get(&node.env) else {
                 continue;
             };
-            if node.seq >= env.next_seq && env.head != *id && !referenced.contains(id) {
+            if node.seq >= env.next_seq && env.head != *id && !referenced.contains(id.as_str()) {
                 fs_err::remove_file(self.layout.node(id))?;
                 repairs.push(format!(
                     "removed node {id}: its commit to {:?} was interrupted",
@@ -1188,13 +1190,18 @@ impl Store {
     ) -> Result<BTreeSet<String>> {
         let mut named: BTreeSet<String> = self.refs()?.into_values().collect();
         for e in envs {
-            named.insert(e.head.clone());
+            named.insert(e.head.as_str().to_owned());
             named.extend(e.tags.values().cloned());
-            named.extend(e.checkout_pending.clone());
+            named.extend(e.checkout_pending.as_deref().map(str::to_owned));
         }
         for n in files.values() {
-            named.extend(n.parent.clone());
-            named.extend(n.deleted.as_ref().and_then(|t| t.reparent_to.clone()));
+            named.extend(n.parent.as_deref().map(str::to_owned));
+            named.extend(
+                n.deleted
+                    .as_ref()
+                    .and_then(|t| t.reparent_to.as_deref())
+                    .map(str::to_owned),
+            );
         }
         Ok(files
             .iter()

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use agentbox_core::atomic::write_json_unsynced;
 use agentbox_core::failpoint;
-use agentbox_core::id::new_id;
+use agentbox_core::id::{new_id, NodeId};
 use agentbox_core::lock::Mode;
 use chrono::Utc;
 use serde::Serialize;
@@ -27,6 +27,8 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Serialize)]
 pub struct ExportReport {
     pub kind: BundleKind,
+    /// The environment exported.
+    pub env: String,
     pub compression: Compression,
     pub nodes: usize,
     pub output: PathBuf,
@@ -37,7 +39,7 @@ pub struct ExportReport {
 pub struct ImportReport {
     pub kind: BundleKind,
     pub env: String,
-    pub head: String,
+    pub head: NodeId,
     pub nodes: usize,
     pub reused_nodes: usize,
     /// Files whose setuid/setgid bits or file capabilities were stripped (0 with
@@ -61,8 +63,8 @@ pub struct ImportOptions {
 fn manifest_node(n: &Node, base: Option<String>, layer: &LayerSource) -> Result<ManifestNode> {
     let summary = bundle::layer_summary(layer)?;
     Ok(ManifestNode {
-        id: n.id.clone(),
-        parent: n.parent.clone(),
+        id: n.id.as_str().to_owned(),
+        parent: n.parent.as_deref().map(str::to_owned),
         seq: n.seq,
         message: n.message.clone(),
         command: n.command.clone(),
@@ -153,7 +155,11 @@ pub fn export(
                         )?,
                         None => bundle::layer_from_trees(None, &store.node_tree(n)?)?,
                     };
-                    nodes.push(manifest_node(n, parent.map(|p| p.id.clone()), &layer)?);
+                    nodes.push(manifest_node(
+                        n,
+                        parent.map(|p| p.id.as_str().to_owned()),
+                        &layer,
+                    )?);
                     layers.push(layer);
                 }
                 let mut m = Manifest::new(kind, env, &state.head);
@@ -179,6 +185,7 @@ pub fn export(
             }
             Ok(ExportReport {
                 kind,
+                env: env.to_owned(),
                 compression,
                 nodes,
                 output: output.to_owned(),
@@ -356,7 +363,7 @@ impl Written {
             .envs()
             .map(|envs| {
                 envs.into_iter()
-                    .flat_map(|e| std::iter::once(e.head).chain(e.tags.into_values()))
+                    .flat_map(|e| std::iter::once(e.head.into_string()).chain(e.tags.into_values()))
                     .collect()
             })
             .unwrap_or_default();
@@ -432,11 +439,12 @@ fn import_history_locked(
         };
         write_json_unsynced(&store.layout().layer_record(&lid), &record)?;
         let node = Node {
-            id: mn.id.clone(),
+            id: NodeId::from_trusted(mn.id.as_str()),
             parent: mn
                 .parent
                 .clone()
-                .filter(|p| manifest.nodes.iter().any(|m| m.id == *p) || store.node(p).is_ok()),
+                .filter(|p| manifest.nodes.iter().any(|m| m.id == *p) || store.node(p).is_ok())
+                .map(NodeId::from_trusted),
             env: name.to_owned(),
             seq: mn.seq,
             layer: lid.clone(),
@@ -447,7 +455,7 @@ fn import_history_locked(
             deleted: None,
             detached: None,
         };
-        written.nodes.push(node.id.clone());
+        written.nodes.push(node.id.as_str().to_owned());
         write_json_unsynced(&store.layout().node(&node.id), &node)?;
         layer_of.insert(mn.id.clone(), lid);
         created += 1;
@@ -473,7 +481,7 @@ fn import_history_locked(
             .min()
             .unwrap_or_else(Utc::now),
         mountpoint: Some(fs_err::canonicalize(dir)?),
-        head: manifest.head.clone(),
+        head: NodeId::from_trusted(manifest.head.as_str()),
         next_seq: max_seq + 1,
         tags: manifest.tags.clone(),
         checkout_pending: None,

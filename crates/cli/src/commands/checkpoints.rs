@@ -28,13 +28,13 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
             let m = &made.manifest;
             ctx.out(&made, || {
                 format!(
-                    "checkpoint {:?} of box {:?} ({}, node {}; cleaned {} path(s), emptied {} file(s), {}){}\nStart a box from it: agentbox create --checkpoint {}\n",
+                    "checkpoint {:?} of box {:?} ({}, node {}; cleaned {}, emptied {}, {}){}\nStart a box from it: agentbox create --checkpoint {}\n",
                     m.name,
                     m.source_box,
                     kind(m.kind),
                     render::short(&m.node),
-                    m.cleaned.deleted,
-                    m.cleaned.truncated,
+                    render::count(m.cleaned.deleted, "path", "paths"),
+                    render::count(m.cleaned.truncated, "file", "files"),
                     render::bytes(m.cleaned.bytes),
                     if made.default { "; the project's default" } else { "" },
                     m.name
@@ -173,7 +173,7 @@ fn table(list: &[Checkpoint], all: bool) -> String {
             c.state.as_str(),
             if c.default { "yes" } else { "" },
             m.source_box,
-            m.created.format("%Y-%m-%d %H:%M:%S"),
+            render::time(&m.created),
             render::short(&m.node)
         ));
     }
@@ -200,7 +200,7 @@ fn show(c: &Checkpoint) -> String {
         } else {
             m.lineage.join(" <- ")
         },
-        m.created.format("%Y-%m-%d %H:%M:%S"),
+        render::time(&m.created),
         m.version
     );
     for r in &m.repos {

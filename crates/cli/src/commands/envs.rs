@@ -101,7 +101,10 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
             "no boxes of project {}{}",
             p.display(),
             if others > 0 {
-                format!("; `agentbox list --all` shows {others} other(s)")
+                format!(
+                    "; `agentbox list --all` shows {}",
+                    render::count(others, "other", "others")
+                )
             } else {
                 "; `agentbox create` makes one".to_owned()
             }
@@ -133,7 +136,7 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
             let (index, name, id, branch) = match &r.record {
                 Some(b) => (
                     b.index.to_string(),
-                    b.shown_name().to_owned(),
+                    render::box_name(b),
                     b.id[..8.min(b.id.len())].to_owned(),
                     match b.repos.as_slice() {
                         [] => "-".to_owned(),
@@ -180,12 +183,23 @@ pub(super) fn export(ctx: &Ctx, a: crate::args::ExportArgs) -> CliResult {
     let report = ctx
         .boxes()
         .export(&env, reference, kind, compression, &a.output)?;
-    ctx.note(format!(
-        "exported {} node(s) of {env} to {}",
-        report.nodes,
-        a.output.display()
-    ));
-    ctx.out(&report, String::new)
+    let to_stdout = a.output == Path::new("-");
+    let summary = format!(
+        "exported {} of {env} ({} bundle) to {}",
+        render::count(report.nodes, "node", "nodes"),
+        report.kind,
+        if to_stdout {
+            "stdout".to_owned()
+        } else {
+            a.output.display().to_string()
+        }
+    );
+    if to_stdout {
+        // The bundle itself is on stdout: the summary must not be mixed into it.
+        ctx.note(summary);
+        return ctx.out(&report, String::new);
+    }
+    ctx.out(&report, || format!("{summary}\n"))
 }
 
 pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
@@ -202,21 +216,21 @@ pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
     let report = ctx.boxes().import(&a.source, &name, &a.dir, options)?;
     ctx.out(&report, || {
         let mut s = format!(
-            "imported {} ({} node(s)) as environment {name:?} at {}\n",
+            "imported {} ({}) as environment {name:?} at {}\n",
             report.kind,
-            report.nodes,
+            render::count(report.nodes, "node", "nodes"),
             a.dir.display()
         );
         if report.stripped_setuid > 0 {
             s.push_str(&format!(
-                "stripped setuid/setgid or file capabilities from {} file(s); --allow-setuid keeps them\n",
-                report.stripped_setuid
+                "stripped setuid/setgid or file capabilities from {}; --allow-setuid keeps them\n",
+                render::count(report.stripped_setuid, "file", "files")
             ));
         }
         if report.dropped_overlay_xattrs > 0 {
             s.push_str(&format!(
-                "ignored {} overlayfs attribute(s) (trusted.overlay.*, user.overlay.*) found in the archive; they are never imported\n",
-                report.dropped_overlay_xattrs
+                "ignored {} (trusted.overlay.*, user.overlay.*) found in the archive; they are never imported\n",
+                render::count(report.dropped_overlay_xattrs, "overlayfs attribute", "overlayfs attributes")
             ));
         }
         s
@@ -245,23 +259,24 @@ pub(super) fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
         }
         if report.unreferenced_layers > 0 {
             s.push_str(&format!(
-                "{} layers are no longer referenced{}: `agentbox gc` (or `agentbox prune`) frees them\n",
-                report.unreferenced_layers,
+                "{} no longer referenced{}: `agentbox gc` (or `agentbox prune`) frees {}\n",
+                render::count(report.unreferenced_layers, "layer is", "layers are"),
                 if report.leftovers_checked {
                     format!(" ({})", render::bytes(report.unreferenced_bytes))
                 } else {
                     String::new()
-                }
+                },
+                if report.unreferenced_layers == 1 { "it" } else { "them" }
             ));
         }
         if !report.leftovers_checked && !a.repair {
             s.push_str("another agentbox process is using the store: half-made data was not checked (run fsck again when it is idle)\n");
         }
         s.push_str(&format!(
-            "{} nodes, {} layers, {} environments: {}\n",
-            report.nodes,
-            report.layers,
-            report.environments,
+            "{}, {}, {}: {}\n",
+            render::count(report.nodes, "node", "nodes"),
+            render::count(report.layers, "layer", "layers"),
+            render::count(report.environments, "environment", "environments"),
             if report.problems.is_empty() {
                 "consistent"
             } else {
@@ -275,7 +290,14 @@ pub(super) fn fsck(ctx: &Ctx, a: crate::args::FsckArgs) -> CliResult {
     } else {
         Err(CliError::new(
             crate::errors::ExitCode::Inconsistent,
-            format!("{} consistency problem(s) found", report.problems.len()),
+            format!(
+                "{} found",
+                render::count(
+                    report.problems.len(),
+                    "consistency problem",
+                    "consistency problems"
+                )
+            ),
             Some("run `agentbox fsck --repair`".into()),
         ))
     }

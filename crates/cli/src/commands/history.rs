@@ -25,8 +25,8 @@ pub(super) fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliR
     let killed = done.killed;
     if killed > 0 {
         ctx.note(format!(
-            "killed {killed} process{} of box {env:?}",
-            if killed == 1 { "" } else { "es" }
+            "killed {} of box {env:?}",
+            render::count(killed, "process", "processes")
         ));
     }
     let node = done.node;
@@ -42,13 +42,27 @@ pub(super) fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliR
             render::place(&state.mountpoint)
         ));
     }
-    ctx.out(&node, || {
-        format!(
-            "{env}: HEAD is now {} {}\n",
-            render::short(&node.id),
-            render::text(&node.message)
-        )
-    })
+    /// `checkout --json`: the node now HEAD, and how many of the box's processes the
+    /// checkout killed (0 for a versioned directory, or with --keep-processes).
+    #[derive(Serialize)]
+    struct CheckedOut<'a> {
+        #[serde(flatten)]
+        node: &'a agentbox_store::Node,
+        killed: usize,
+    }
+    ctx.out(
+        &CheckedOut {
+            node: &node,
+            killed,
+        },
+        || {
+            format!(
+                "{env}: HEAD is now {} {}\n",
+                render::short(&node.id),
+                render::text(&node.message)
+            )
+        },
+    )
 }
 
 pub(super) fn log(ctx: &Ctx, a: crate::args::LogArgs) -> CliResult {
@@ -132,9 +146,11 @@ pub(super) fn tag(ctx: &Ctx, a: crate::args::TagArgs) -> CliResult {
         [] => {
             let tags = ctx.boxes().tags(&env)?;
             ctx.out(&tags, || {
-                tags.iter()
-                    .map(|(t, id)| format!("{t:<24} {}\n", render::short(id)))
-                    .collect()
+                let mut s = format!("{:<24} NODE\n", "TAG");
+                for (t, id) in &tags {
+                    s.push_str(&format!("{:<24} {}\n", render::text(t), render::short(id)));
+                }
+                s
             })
         }
         [name, reference @ ..] => {
@@ -168,8 +184,8 @@ pub(super) fn retain(ctx: &Ctx, a: crate::args::RetainArgs) -> CliResult {
     let report = ctx.boxes().retain(&env, a.keep)?;
     ctx.out(&report, || {
         format!(
-            "{env}: kept {} nodes, dropped {}; `agentbox gc` frees their data\n",
-            report.kept,
+            "{env}: kept {}, dropped {}; `agentbox gc` frees their data\n",
+            render::count(report.kept, "node", "nodes"),
             report.dropped.len()
         )
     })
@@ -179,8 +195,12 @@ pub(super) fn gc(ctx: &Ctx) -> CliResult {
     let report = ctx.busy("collecting garbage", || ctx.boxes().gc())?;
     ctx.out(&report, || {
         format!(
-            "removed {} unreferenced layers; store disk usage {} -> {}\n",
-            report.removed_layers.len(),
+            "removed {}; store disk usage {} -> {}\n",
+            render::count(
+                report.removed_layers.len(),
+                "unreferenced layer",
+                "unreferenced layers"
+            ),
             render::bytes(report.disk_bytes_before),
             render::bytes(report.disk_bytes_after)
         )

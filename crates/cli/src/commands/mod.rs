@@ -20,6 +20,7 @@ use crate::errors::CliError;
 use crate::render;
 use crate::CliResult;
 
+mod agents;
 mod checkpoints;
 mod ctx;
 mod envs;
@@ -100,6 +101,11 @@ pub(crate) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
                 repos,
             },
         ),
+        R::RemoteRefs { repo } => {
+            let rec = ctx.resolve_box(Some(&name))?;
+            let refs = ctx.boxes().remote_refs(&rec, &repo)?;
+            ctx.out(&refs, String::new)
+        }
         R::Checkpoint {
             name: checkpoint,
             set_default,
@@ -161,6 +167,11 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Run(a) => boxcmds::run(&ctx, a),
         Command::Image(a) => boxcmds::image(&ctx, a),
         Command::Checkpoint(a) => checkpoints::checkpoint(&ctx, a.cmd),
+        Command::Claude(a) => agents::launch(&ctx, "claude", a),
+        Command::Codex(a) => agents::launch(&ctx, "codex", a),
+        Command::Opencode(a) => agents::launch(&ctx, "opencode", a),
+        Command::Agent(a) => agents::launch(&ctx, &a.agent, a.launch),
+        Command::Agents => agents::list(&ctx),
         Command::Spawn(a) => boxcmds::spawn(&ctx, a),
         Command::Ps(a) => boxcmds::ps(&ctx, a.name.as_deref()),
         Command::Session(a) => crate::sessioncmds::session(&ctx, a),

@@ -35,6 +35,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 },
                 index: r.index,
                 name: r.shown_name().to_owned(),
+                listed: render::box_name(&r),
             })
             .collect(),
         None => Vec::new(),
@@ -45,6 +46,9 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
         index: u64,
         name: String,
         state: &'static str,
+        /// As the human listing shows it (the name commands take, and the display name).
+        #[serde(skip)]
+        listed: String,
     }
     #[derive(Serialize)]
     struct Out<'a> {
@@ -102,7 +106,10 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 };
                 let dirty = match &br.dirty {
                     Some(d) if d.is_empty() => ", clean".to_owned(),
-                    Some(d) => format!(", {} uncommitted path(s)", d.len()),
+                    Some(d) => format!(
+                        ", {}",
+                        render::count(d.len(), "uncommitted path", "uncommitted paths")
+                    ),
                     None if b.state == agentbox_boxes::ops::BoxState::Stopped => {
                         ", uncommitted paths not known while the box is stopped".to_owned()
                     }
@@ -115,20 +122,20 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 ));
             }
             s.push_str(&format!(
-                "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} path(s) since HEAD\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\nbox disk:     {}\n",
+                "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} since HEAD\nHEAD:         {}\nnodes:        {} ({}, {})\nchain depth:  {}\nbox disk:     {}\n",
                 b.base,
-                b.network,
-                match (&b.capture_state, b.capture) {
+                b.network_shown,
+                match (&b.capture_state, b.record.capture) {
                     (_, false) => "off".to_owned(),
                     (None, true) => "on".to_owned(),
                     (Some(h), true) => format!("on, {}", h.describe()),
                 },
                 b.limits,
-                b.changed,
+                render::count(b.changed, "path", "paths"),
                 render::short(&e.head),
                 e.nodes,
-                e.leaves,
-                e.tags,
+                render::count(e.leaves, "branch tip", "branch tips"),
+                render::count(e.tags, "tag", "tags"),
                 e.chain_depth,
                 render::bytes(e.disk_bytes),
             ));
@@ -177,23 +184,23 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             s.push_str(&format!("\nproject:      {}\n", render::path(p)));
             for b in &out.project_boxes {
                 s.push_str(&format!(
-                    "box #{:<6} {} ({})\n",
+                    "box #{:<6} {}: {}\n",
                     b.index,
-                    render::text(&b.name),
+                    b.listed,
                     b.state
                 ));
             }
             s.push_str("(`agentbox status BOX` shows one)\n");
         } else if let Some(e) = &st.env {
             s.push_str(&format!(
-                "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({} branch tips, {} tags)\nchain depth:  {}\n",
+                "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({}, {})\nchain depth:  {}\n",
                 e.name,
                 render::place(&e.mountpoint),
                 if e.mounted { "mounted" } else { "NOT mounted: run `agentbox mount`" },
                 render::short(&e.head),
                 e.nodes,
-                e.leaves,
-                e.tags,
+                render::count(e.leaves, "branch tip", "branch tips"),
+                render::count(e.tags, "tag", "tags"),
                 e.chain_depth
             ));
         }

@@ -619,6 +619,37 @@ fn keep_moves_the_source_to_the_winner() {
     // Both candidates' boxes are gone: the winner's work is the source's now.
     assert!(result["winner_box"].is_null());
     assert_eq!(f.leftovers("src-"), Vec::<String>::new());
+
+    // A stopped source moves too, and is stopped again.
+    f.env.ok(&["stop", "src"]);
+    let (status, result, err) = f.tournament(&[
+        "src",
+        "--keep",
+        "--test",
+        "true",
+        "-c",
+        "again=echo again > verdict && git commit -qam again",
+    ]);
+    assert_eq!(status, Some(0), "{err}");
+    let tip = result["moved"]["branches"][0]["tip"]
+        .as_str()
+        .expect("a tip")
+        .to_owned();
+    let state = f
+        .env
+        .json(&["list", "--all"])
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|e| e["name"] == "src")
+        .map(|e| e["state"].clone());
+    assert_eq!(state, Some("stopped".into()));
+    assert_eq!(f.tip("agentbox/src").as_deref(), Some(tip.as_str()));
+    assert_eq!(
+        f.look("src", "cat verdict; git log -1 --format=%s"),
+        "again\nagain\n"
+    );
+    assert_eq!(f.leftovers("src-"), Vec::<String>::new());
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! Tests that need root or user namespaces skip with a reason on a developer machine and
 //! fail under `CI=true` (see `agentbox_testkit::tier`).
 
+mod agents;
 mod common;
 
 mod boxes;
@@ -13,6 +14,7 @@ mod cli;
 mod config;
 mod crash;
 mod fork;
+mod gitremote;
 mod help;
 mod network;
 mod output;

@@ -134,6 +134,7 @@ fn a_private_box_reaches_out_but_never_the_host_loopback() {
     t.create("priv", &["--network", "private"]);
     let status = t.env.json(&["status", "priv"]);
     assert_eq!(status["box"]["network"], "private", "{status}");
+    assert_eq!(status["box"]["network_shown"], "private", "{status}");
 
     // Its own interface with a default route (pasta configured it before the box ran).
     let routes = t.py_ok("priv", "print(open('/proc/net/route').read())");
@@ -246,8 +247,9 @@ fn published_ports_reach_servers_in_private_boxes() {
         ],
     );
     let status = t.env.json(&["status", "alpha"]);
+    assert_eq!(status["box"]["network"], "private", "{status}");
     assert_eq!(
-        status["box"]["network"],
+        status["box"]["network_shown"],
         format!("private (published {pa}->8123)"),
         "{status}"
     );

@@ -210,6 +210,13 @@ impl Scene {
                 .collect::<Result<_, _>>()
                 .unwrap_or_else(|e| panic!("{:?}: bad JSON {e}: {}", ran.args, ran.stdout));
             assert!(!docs.is_empty(), "{:?} printed no JSON", ran.args);
+            // And no object in them repeats a key (serde_json above keeps the last of a
+            // repeated key without a word; other parsers keep the first or fail).
+            for doc in serde_json::Deserializer::from_str(&ran.stdout).into_iter::<Unique>() {
+                if let Err(e) = doc {
+                    panic!("{:?}: {e}: {}", ran.args, ran.stdout);
+                }
+            }
         }
         let mut settings = insta::Settings::clone_current();
         settings.set_description(format!("agentbox {}", ran.args.join(" ")));
@@ -265,6 +272,70 @@ impl Drop for Scene {
     fn drop(&mut self) {
         kill_supervisors(&self.env.path("home"));
     }
+}
+
+/// A JSON value whose objects have each key once: deserializing it fails on a repeated key.
+struct Unique;
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+        d.deserialize_any(UniqueVisitor)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Unique;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value without repeated keys")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_unit<E>(self) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
+        while seq.next_element::<Unique>()?.is_some() {}
+        Ok(Unique)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "key {key:?} appears twice"
+                )));
+            }
+            map.next_value::<Unique>()?;
+        }
+        Ok(Unique)
+    }
+}
+
+#[test]
+fn a_repeated_key_is_found() {
+    let parse = |s: &str| serde_json::from_str::<Unique>(s).map(|_| ());
+    assert!(parse(r#"{"a": 1, "b": {"c": [null, true, "x", 1.5, -2]}}"#).is_ok());
+    assert!(parse(r#"{"a": 1, "b": 2, "a": 3}"#).is_err());
+    assert!(parse(r#"[{"box": {"network": "host", "network": "host"}}]"#).is_err());
 }
 
 /// Filters for values no scenario controls, after the scenario's own.

@@ -406,7 +406,7 @@ fn status_and_restart_keep_the_tree(boxes: &Boxes, store: &Store, name: &str) {
     let st = boxes.status(name).expect("status");
     assert_eq!(st.state, BoxState::Running);
     assert_eq!(st.processes, 1);
-    assert!(!st.capture);
+    assert!(!st.record.capture);
     assert!(st.capture_state.is_none(), "capture is off");
     assert_eq!(st.changed, 1, "draft.txt, recorded by nothing");
     assert!(st.scratch.iter().any(|m| m.path == "/tmp"));

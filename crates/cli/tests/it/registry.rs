@@ -289,7 +289,7 @@ fn status_shows_branches_ahead_behind_and_dirty_files() {
     );
     let human = h.ok_in(&web, &["status"]);
     assert!(
-        human.contains("1 ahead, 1 behind main, 2 uncommitted path(s)"),
+        human.contains("1 ahead, 1 behind main, 2 uncommitted paths"),
         "{human}"
     );
 }

@@ -45,6 +45,12 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
             dst: PathBuf::from(BOX_BINARY),
             readonly: true,
         },
+        // git runs `git-remote-agentbox` for the box repositories' remotes (`agentbox::NAME`).
+        Bind {
+            src: shared.exe.clone(),
+            dst: PathBuf::from(record::REMOTE_HELPER),
+            readonly: true,
+        },
         Bind {
             src: shared.dirs.inbox(),
             dst: PathBuf::from(record::INBOX_DIR),

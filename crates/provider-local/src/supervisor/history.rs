@@ -57,7 +57,7 @@ pub(super) fn try_auto_capture(
             eprintln!("retention after an automatic node failed: {e}");
         }
     }
-    Ok(Some(node.id))
+    Ok(Some(node.id.into_string()))
 }
 
 /// Whether the box's tree differs from HEAD in a path that is not ignored.
@@ -104,7 +104,7 @@ pub(super) fn checkout(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) ->
     reply(
         conn,
         &Reply::Node {
-            node: Some(node.id),
+            node: Some(node.id.into_string()),
             killed,
         },
         &[],
@@ -230,7 +230,7 @@ pub(super) fn restore_in_place(
     reply(
         conn,
         &Reply::Node {
-            node: Some(node.id),
+            node: Some(node.id.into_string()),
             killed: 0,
         },
         &[],

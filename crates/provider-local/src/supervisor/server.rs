@@ -144,7 +144,7 @@ pub(super) fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
                     reply(
                         &conn,
                         &Reply::Node {
-                            node: Some(node.id),
+                            node: Some(node.id.into_string()),
                             killed: 0,
                         },
                         &[],

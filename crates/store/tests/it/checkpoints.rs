@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use agentbox_core::id::NodeId;
 use agentbox_store::fsops::scan::{scan_chain, scan_tree};
 use agentbox_store::fsops::Kind;
 use agentbox_store::leftovers::LeftoverKind;
@@ -147,7 +148,7 @@ const EMPTIED: [&str; 4] = [
 
 /// An environment `name` (mounted at `dir`, or a box when `None`) made from the sample, with
 /// a second commit: on `layers` the chain has two layers.
-fn two_commits(store: &Store, base: &Path, name: &str, dir: Option<&Path>) -> String {
+fn two_commits(store: &Store, base: &Path, name: &str, dir: Option<&Path>) -> NodeId {
     let src = base.join(format!("{name}-src"));
     sample(&src);
     store
@@ -328,7 +329,7 @@ fn derive_edits_exactly_the_matches_and_leaves_the_environment_alone() {
         assert_eq!(forked.head, node.id);
         assert_same(&expected, &d2, &format!("{kind:?} derived tree"));
         assert_eq!(digest(&[&d2]), node_digest(&store, node));
-        let history: Vec<String> = store
+        let history: Vec<NodeId> = store
             .history("ck-warm")
             .expect("history")
             .nodes
@@ -451,7 +452,10 @@ fn flatten_makes_one_self_contained_layer() {
         // moved). Only the flattened node's storage is left, and it still checks out.
         store.remove_env("fl").expect("remove");
         let report = store.gc().expect("gc");
-        assert!(report.removed_nodes.contains(&derived.id), "{report:?}");
+        assert!(
+            report.removed_nodes.iter().any(|n| *n == derived.id),
+            "{report:?}"
+        );
         assert_eq!(
             store
                 .nodes()
@@ -507,7 +511,10 @@ fn refs_keep_nodes_through_retention_env_removal_and_gc() {
         let mid_digest = node_digest(&store, &store.node(&ids[2]).expect("node"));
 
         let retained = store.retain("src", 0).expect("retain");
-        assert!(!retained.dropped.contains(&ids[2]), "{retained:?}");
+        assert!(
+            !retained.dropped.iter().any(|n| *n == ids[2]),
+            "{retained:?}"
+        );
         store.remove_env("src").expect("remove the source");
         store.gc().expect("gc");
         for id in [&derived.id, &ids[2]] {
@@ -532,7 +539,10 @@ fn refs_keep_nodes_through_retention_env_removal_and_gc() {
         store.set_ref(CKPT, None).expect("unref");
         store.set_ref("keep/mid", None).expect("unref");
         let report = store.gc().expect("gc");
-        assert!(report.removed_nodes.contains(&derived.id), "{report:?}");
+        assert!(
+            report.removed_nodes.iter().any(|n| *n == derived.id),
+            "{report:?}"
+        );
         // Left: the other environment's history (on btrfs each node has its own layer).
         let mut other_layers = BTreeSet::new();
         for node in store.history("other").expect("history").nodes {

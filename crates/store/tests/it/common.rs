@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use agentbox_core::id::NodeId;
 use agentbox_store::fsops::copy::{copy_dir, CopyOpts};
 use agentbox_store::fsops::diff::compare_exact;
 use agentbox_store::{BackendKind, CommitOpts, Store};
@@ -59,7 +60,7 @@ pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-pub fn commit(store: &Store, env: &str, msg: &str) -> String {
+pub fn commit(store: &Store, env: &str, msg: &str) -> NodeId {
     store
         .commit(
             env,

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use agentbox_core::id::NodeId;
 use agentbox_store::{CommitOpts, Error, Source, Store};
 
 use crate::common::{assert_same, commit, fixtures, read, snapshot_copy, write};
@@ -58,7 +59,7 @@ fn commit_checkout_round_trip() {
             );
         }
         assert_eq!(store.env("proj").expect("env").head, n2);
-        let log: Vec<String> = store
+        let log: Vec<NodeId> = store
             .log("proj")
             .expect("log")
             .into_iter()

@@ -1,0 +1,103 @@
+//! Launching an agent in a box: which box (made when needed), its configuration synced,
+//! its command line and variables.
+
+use super::{host_home, sync, Launch, LaunchSpec};
+use crate::create::Progress;
+use crate::ops::Boxes;
+use crate::{BoxError, Result};
+
+impl Boxes {
+    /// Prepare agent `spec.agent` in its box: the box named, else the current project's
+    /// only box (unless `new`), else a new box of the project (from its default checkpoint,
+    /// when it has one); started; the agent's configuration synced into it; the box's
+    /// `last_agent` recorded. The caller runs [`Launch::argv`] in the box (attached, or as
+    /// a session).
+    pub fn launch_agent(&self, spec: &LaunchSpec, progress: &dyn Progress) -> Result<Launch> {
+        let agent = super::get(self.home(), &spec.agent)?;
+        let implicit = || -> Result<Option<crate::record::BoxRecord>> {
+            match crate::registry::implicit(self.home(), &spec.cwd) {
+                Ok(r) => Ok(Some(r)),
+                Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        let existing = match (&spec.box_name, spec.new) {
+            (Some(b), _) => Some(crate::registry::resolve(self.home(), b, &spec.cwd)?),
+            (None, true) => None,
+            (None, false) => implicit()?,
+        };
+        let (record, created) = match existing {
+            Some(r) => (r, false),
+            None => {
+                let made = self.create(
+                    &crate::create::Spec {
+                        name: None,
+                        workspace: crate::create::Workspace::ProjectOf(spec.cwd.clone()),
+                        from_ref: None,
+                        no_git: false,
+                        settings: crate::create::Settings::default(),
+                        checkpoint: None,
+                        no_checkpoint: false,
+                        resync: None,
+                        accept_stale: true,
+                    },
+                    progress,
+                )?;
+                (made.record, true)
+            }
+        };
+        let name = record.name.to_string();
+        self.start(&name)?;
+        let dirs = crate::record::BoxDirs::new(self.home(), &name);
+        let stage = sync::stage_dir(&dirs.inbox(), &agent.name);
+        let mut staged = sync::Synced::default();
+        if let Some(home) = host_home() {
+            progress.busy(
+                &format!("syncing {}'s configuration", agent.name),
+                &mut || {
+                    staged = sync::stage(&agent, &home, &stage, record.project.as_deref())?;
+                    Ok(())
+                },
+            )?;
+        }
+        fs_err::create_dir_all(&stage)?;
+        let mut argv = crate::record::box_binary_argv();
+        argv.extend([
+            sync::COMMAND.to_owned(),
+            sync::stage_in_box(&agent.name),
+            "/root".to_owned(),
+        ]);
+        let ran = self.provider().collect(&name, argv, "/", false)?;
+        let synced = match (
+            ran.status,
+            ran.output.lines().find_map(|l| l.strip_prefix(SYNCED_LINE)),
+        ) {
+            (0, Some(json)) => serde_json::from_str(json).unwrap_or_default(),
+            _ => {
+                return Err(BoxError::AgentSync {
+                    name,
+                    agent: agent.name.clone(),
+                    why: ran.output.lines().take(3).collect::<Vec<_>>().join("; "),
+                })
+            }
+        };
+        let record = if record.last_agent.as_deref() == Some(agent.name.as_str()) {
+            record
+        } else {
+            crate::registry::update(self.home(), &name, |r| {
+                r.last_agent = Some(agent.name.clone())
+            })?
+        };
+        Ok(Launch {
+            argv: agent.argv(spec.ask, spec.prompt.as_deref(), &spec.args),
+            env: agent.forwarded_env(),
+            record,
+            created,
+            staged,
+            synced,
+        })
+    }
+}
+
+/// The prefix of the line the in-box sync prints its counts on (JSON).
+pub const SYNCED_LINE: &str = "agentbox-synced: ";

@@ -1,0 +1,340 @@
+//! The agent catalogue: what each agent is — its command, how its permission prompts are
+//! skipped, its configuration on the host, what of it never enters a box, the variables it
+//! needs — as data. `claude`, `codex` and `opencode` are built in; more come from
+//! `<home>/agents.yaml` (the same fields; an entry of a built-in name replaces it):
+//!
+//! ```yaml
+//! pi:
+//!   command: [pi]
+//!   skip_permissions: [--yolo]
+//!   config:
+//!     - path: ~/.pi
+//!       exclude: [sessions/**]
+//!   env: [PI_API_KEY]
+//! ```
+//!
+//! How an agent's configuration reaches a box is [`sync`]'s business; launching is
+//! [`crate::ops::Boxes::launch_agent`]'s.
+
+pub mod launch;
+pub mod sanitize;
+pub mod sync;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use agentbox_core::home::Home;
+use serde::{Deserialize, Serialize};
+
+use crate::{BoxError, Result};
+
+/// One configuration path of an agent, relative to the host user's home (`~/.claude`) and
+/// synced to the same place under the box's home (`/root/.claude`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigPath {
+    /// `~/…`: a directory or a file.
+    pub path: String,
+    /// Patterns (relative to `path`, `**` for any depth) never copied into a box: secrets,
+    /// transcripts, caches, native binaries of the host.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+/// An agent agentbox can launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Agent {
+    #[serde(default)]
+    pub name: String,
+    /// The command line that starts it.
+    pub command: Vec<String>,
+    /// Arguments that turn its own permission prompts off (the box is the sandbox).
+    #[serde(default)]
+    pub skip_permissions: Vec<String>,
+    /// Arguments that give the first prompt: `{}` is replaced by the prompt (empty: the
+    /// prompt is the last argument).
+    #[serde(default)]
+    pub prompt: Vec<String>,
+    #[serde(default)]
+    pub config: Vec<ConfigPath>,
+    /// Variables forwarded from the calling shell to the agent's process (only).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Whether it is built in (`false`: from `agents.yaml`).
+    #[serde(default, skip_deserializing)]
+    pub builtin: bool,
+}
+
+fn owned(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The built-in agents, by name.
+pub fn builtin() -> Vec<Agent> {
+    vec![
+        Agent {
+            name: "claude".into(),
+            command: owned(&["claude"]),
+            skip_permissions: owned(&["--dangerously-skip-permissions"]),
+            prompt: Vec::new(),
+            config: vec![
+                ConfigPath {
+                    path: "~/.claude".into(),
+                    exclude: owned(&[
+                        ".credentials.json",
+                        "**/node_modules",
+                        "shell-snapshots",
+                        "statsig",
+                        "ide",
+                    ]),
+                },
+                ConfigPath {
+                    path: "~/.claude.json".into(),
+                    exclude: Vec::new(),
+                },
+            ],
+            env: owned(&[
+                "ANTHROPIC_API_KEY",
+                "CLAUDE_CODE_OAUTH_TOKEN",
+                "CLAUDE_EFFORT",
+                "ANTHROPIC_MODEL",
+                "ANTHROPIC_BASE_URL",
+            ]),
+            builtin: true,
+        },
+        Agent {
+            name: "codex".into(),
+            command: owned(&["codex"]),
+            skip_permissions: owned(&["--dangerously-bypass-approvals-and-sandbox"]),
+            prompt: Vec::new(),
+            config: vec![
+                ConfigPath {
+                    path: "~/.codex".into(),
+                    exclude: owned(&[
+                        "auth.json",
+                        "sessions",
+                        "log",
+                        "history.jsonl",
+                        "state_*.sqlite*",
+                        "logs_*.sqlite*",
+                        "session_index.jsonl",
+                        "external_agent_session_imports.json",
+                        "shell_snapshots",
+                        "hooks.json",
+                        "skills",
+                        ".tmp",
+                    ]),
+                },
+                ConfigPath {
+                    path: "~/.agents".into(),
+                    exclude: Vec::new(),
+                },
+            ],
+            env: owned(&["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"]),
+            builtin: true,
+        },
+        Agent {
+            name: "opencode".into(),
+            command: owned(&["opencode"]),
+            skip_permissions: Vec::new(),
+            prompt: owned(&["--prompt", "{}"]),
+            config: vec![
+                ConfigPath {
+                    path: "~/.config/opencode".into(),
+                    exclude: Vec::new(),
+                },
+                ConfigPath {
+                    path: "~/.local/share/opencode".into(),
+                    exclude: owned(&["auth.json", "storage", "log", "project", "cache", "bin"]),
+                },
+                ConfigPath {
+                    path: "~/.local/state/opencode".into(),
+                    exclude: owned(&["locks", "*.lock"]),
+                },
+            ],
+            env: owned(&[
+                "OPENAI_API_KEY",
+                "ANTHROPIC_API_KEY",
+                "OPENROUTER_API_KEY",
+                "GEMINI_API_KEY",
+            ]),
+            builtin: true,
+        },
+    ]
+}
+
+/// The file of user-defined agents.
+pub fn catalogue_file(home: &Home) -> PathBuf {
+    home.root().join("agents.yaml")
+}
+
+/// Every agent: the built-in ones, then `agents.yaml`'s (which may replace a built-in one).
+pub fn catalogue(home: &Home) -> Result<Vec<Agent>> {
+    let mut by_name: BTreeMap<String, Agent> =
+        builtin().into_iter().map(|a| (a.name.clone(), a)).collect();
+    let path = catalogue_file(home);
+    if let Some(text) = read_opt(&path)? {
+        let user: BTreeMap<String, Agent> =
+            serde_saphyr::from_str(&text).map_err(|e| BoxError::BadAgents {
+                path: path.clone(),
+                why: e.to_string(),
+            })?;
+        for (name, mut a) in user {
+            agentbox_core::name::check("agent", &name, agentbox_core::name::Hex::ShorterThanId)
+                .map_err(|e| BoxError::BadAgents {
+                    path: path.clone(),
+                    why: e.to_string(),
+                })?;
+            if a.command.is_empty() {
+                return Err(BoxError::BadAgents {
+                    path: path.clone(),
+                    why: format!("agent {name:?} has no command"),
+                });
+            }
+            for c in &a.config {
+                if !c.path.starts_with("~/") || c.path.split('/').any(|p| p == "..") {
+                    return Err(BoxError::BadAgents {
+                        path: path.clone(),
+                        why: format!(
+                            "agent {name:?}: config path {:?} must be below the home (~/…)",
+                            c.path
+                        ),
+                    });
+                }
+            }
+            a.name = name.clone();
+            a.builtin = false;
+            by_name.insert(name, a);
+        }
+    }
+    Ok(by_name.into_values().collect())
+}
+
+/// Agent `name` of the catalogue.
+pub fn get(home: &Home, name: &str) -> Result<Agent> {
+    catalogue(home)?
+        .into_iter()
+        .find(|a| a.name == name)
+        .ok_or_else(|| BoxError::NoSuchAgent { name: name.into() })
+}
+
+fn read_opt(path: &Path) -> Result<Option<String>> {
+    match fs_err::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Agent {
+    /// The agent's command line: its command, the permission-skipping arguments (unless
+    /// `ask`), the first prompt, then `args` exactly as given.
+    pub fn argv(&self, ask: bool, prompt: Option<&str>, args: &[String]) -> Vec<String> {
+        let mut argv = self.command.clone();
+        if !ask {
+            argv.extend(self.skip_permissions.iter().cloned());
+        }
+        if let Some(p) = prompt {
+            if self.prompt.is_empty() {
+                argv.push(p.to_owned());
+            } else {
+                argv.extend(self.prompt.iter().map(|a| a.replace("{}", p)));
+            }
+        }
+        argv.extend(args.iter().cloned());
+        argv
+    }
+
+    /// The forwarded variables the calling shell has (`KEY=VALUE` each).
+    pub fn forwarded_env(&self) -> Vec<String> {
+        self.env
+            .iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_puts_skips_prompt_and_arguments_in_order() {
+        let a = builtin().remove(0);
+        assert_eq!(
+            a.argv(false, Some("fix it"), &["--model".into(), "x".into()]),
+            owned(&[
+                "claude",
+                "--dangerously-skip-permissions",
+                "fix it",
+                "--model",
+                "x"
+            ])
+        );
+        assert_eq!(a.argv(true, None, &[]), owned(&["claude"]));
+        let o = builtin().remove(2);
+        assert_eq!(
+            o.argv(false, Some("p"), &[]),
+            owned(&["opencode", "--prompt", "p"])
+        );
+    }
+
+    #[test]
+    fn user_agents_come_from_agents_yaml_and_are_checked() {
+        let t = tempfile::tempdir().expect("tmp");
+        let home = Home::at(t.path().to_owned());
+        std::fs::write(
+            catalogue_file(&home),
+            "pi:\n  command: [pi, --fast]\n  config:\n    - path: ~/.pi\n      exclude: [sessions]\n  env: [PI_KEY]\n",
+        )
+        .expect("write");
+        let all = catalogue(&home).expect("catalogue");
+        let pi = all.iter().find(|a| a.name == "pi").expect("pi");
+        assert_eq!(pi.command, owned(&["pi", "--fast"]));
+        assert!(!pi.builtin);
+        assert!(all.iter().any(|a| a.name == "claude" && a.builtin));
+        std::fs::write(
+            catalogue_file(&home),
+            "bad:\n  command: [x]\n  config:\n    - path: /etc\n",
+        )
+        .expect("write");
+        assert!(matches!(catalogue(&home), Err(BoxError::BadAgents { .. })));
+    }
+}
+
+/// What `agentbox <agent>` is asked for.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchSpec {
+    pub agent: String,
+    /// The box (`None`: the current project's only box, else a new one).
+    pub box_name: Option<String>,
+    /// Always make a new box.
+    pub new: bool,
+    /// Keep the agent's own permission prompts.
+    pub ask: bool,
+    pub prompt: Option<String>,
+    /// Arguments for the agent, exactly as given.
+    pub args: Vec<String>,
+    /// The directory the caller is in (the project, and the box's matching directory).
+    pub cwd: PathBuf,
+}
+
+/// An agent ready to run in its box.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub record: crate::record::BoxRecord,
+    /// Whether the box was made for this launch.
+    pub created: bool,
+    pub argv: Vec<String>,
+    /// `KEY=VALUE`s for the agent's process only.
+    pub env: Vec<String>,
+    /// What the configuration sync copied (host mirror, then into the box).
+    pub staged: sync::Synced,
+    pub synced: sync::Synced,
+}
+
+/// The host user's home: whose configuration and tools the agents get (`HOME`).
+pub fn host_home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+}

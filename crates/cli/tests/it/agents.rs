@@ -1,0 +1,208 @@
+//! Agents in boxes (root): the catalogue as data, configuration synced in (sanitised, never
+//! back, credentials never), variables for the agent only, the box made when needed; and the
+//! real Claude Code CLI when the machine has it.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::common::{git, kill_supervisors, write, Env};
+use agentbox_testkit::tier::{require_root, require_tool};
+
+struct Setup {
+    env: Env,
+    /// The host user's home the agents' configuration comes from.
+    user: PathBuf,
+    proj: PathBuf,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        kill_supervisors(&self.env.path("home"));
+    }
+}
+
+impl Setup {
+    fn new(test: &str) -> Option<Setup> {
+        if !require_root(test) {
+            return None;
+        }
+        let env = Env::new();
+        let user = env.home.path().join("user");
+        let proj = env.home.path().join("proj");
+        write(&proj.join("a.txt"), "a\n");
+        git(&proj, &["init", "-q", "-b", "main"]);
+        git(&proj, &["add", "-A"]);
+        git(&proj, &["commit", "-qm", "first"]);
+        Some(Setup { env, user, proj })
+    }
+
+    /// Run agentbox in the project, as the host user whose home is `self.user`.
+    fn run(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        let mut c = self.env.command(args);
+        c.current_dir(&self.proj).env("HOME", &self.user);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output().expect("run agentbox")
+    }
+
+    fn ok(&self, args: &[&str], vars: &[(&str, &str)]) -> String {
+        let out = self.run(args, vars);
+        assert!(
+            out.status.success(),
+            "agentbox {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).expect("read")
+}
+
+#[test]
+fn a_user_defined_agent_gets_its_configuration_and_variables_and_a_box() {
+    let Some(s) = Setup::new("a_user_defined_agent_gets_its_configuration_and_variables_and_a_box")
+    else {
+        return;
+    };
+    write(&s.user.join(".myagent/conf"), "host conf\n");
+    write(
+        &s.user.join(".myagent/sessions/old.log"),
+        "host transcript\n",
+    );
+    write(&s.user.join(".myagent/token"), "sk-never-in-a-box\n");
+    write(
+        &s.env.path("home/agents.yaml"),
+        "myagent:\n  command: [sh, -c, 'cat ~/.myagent/conf; echo \"key=$MY_KEY\"; echo \"args=$*\"', sh]\n  skip_permissions: [--yes-all]\n  config:\n    - path: ~/.myagent\n      exclude: [sessions, token]\n  env: [MY_KEY]\n",
+    );
+    let listed = s.ok(&["--json", "agents"], &[]);
+    assert!(listed.contains("\"myagent\""), "{listed}");
+    let out = s.ok(
+        &["agent", "myagent", "--", "one", "two"],
+        &[("MY_KEY", "k-123")],
+    );
+    assert_eq!(out, "host conf\nkey=k-123\nargs=--yes-all one two\n");
+    let boxes = s.env.json(&["list", "--all"]);
+    let rows = boxes.as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "a box was made for the agent: {boxes}");
+    let name = rows[0]["name"].as_str().expect("name").to_owned();
+    assert_eq!(rows[0]["box"]["last_agent"], "myagent");
+    // Excluded files never enter the box; the variable reaches the agent only.
+    let inside = s.ok(
+        &[
+            "exec",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "ls -A /root/.myagent; echo \"exec key=${MY_KEY:-unset}\"; grep -rl sk-never-in-a-box /root /workspace /run/agentbox 2>/dev/null; true",
+        ],
+        &[("MY_KEY", "k-123")],
+    );
+    assert_eq!(inside, "conf\nexec key=unset\n");
+    // The box's changes never reach the host; the host's win on the next launch; box-only
+    // files stay.
+    s.ok(
+        &[
+            "exec",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo box edit > /root/.myagent/conf; echo mine > /root/.myagent/box-only",
+        ],
+        &[],
+    );
+    assert_eq!(read(&s.user.join(".myagent/conf")), "host conf\n");
+    write(&s.user.join(".myagent/conf"), "host conf v2\n");
+    let again = s.ok(&["agent", "myagent", "--ask"], &[]);
+    assert_eq!(
+        again, "host conf v2\nkey=\nargs=\n",
+        "--ask keeps the prompts: no skip arguments"
+    );
+    assert_eq!(
+        s.ok(
+            &["exec", &name, "--", "cat", "/root/.myagent/box-only"],
+            &[]
+        ),
+        "mine\n"
+    );
+    // The same box again, unless --new.
+    s.ok(&["agent", "myagent", "--new"], &[]);
+    let boxes = s.env.json(&["list", "--all"]);
+    assert_eq!(boxes.as_array().map(Vec::len), Some(2));
+    let unknown = s.run(&["agent", "nosuch"], &[]);
+    assert_eq!(unknown.status.code(), Some(3));
+}
+
+#[test]
+fn claudes_configuration_is_sanitised_and_its_credentials_stay_home() {
+    let Some(s) = Setup::new("claudes_configuration_is_sanitised_and_its_credentials_stay_home")
+    else {
+        return;
+    };
+    if !require_tool(
+        "claudes_configuration_is_sanitised_and_its_credentials_stay_home",
+        "claude",
+    ) {
+        return;
+    }
+    let proj = std::fs::canonicalize(&s.proj).expect("canonical");
+    let user = s.user.to_string_lossy().into_owned();
+    write(
+        &s.user.join(".claude.json"),
+        &format!(
+            r#"{{"installMethod":"native","projects":{{"{}":{{"hasTrustDialogAccepted":true,"mcpServers":{{"db":{{"command":"npx"}}}}}}}}}}"#,
+            proj.display()
+        ),
+    );
+    write(
+        &s.user.join(".claude/settings.json"),
+        &format!(
+            r#"{{"model":"opus","hooks":{{"Stop":[{{"hooks":[{{"type":"command","command":"{user}/bin/cc-status"}}]}}],"PreToolUse":[{{"matcher":"Bash","hooks":[{{"type":"command","command":"echo ok"}}]}}]}}}}"#
+        ),
+    );
+    write(
+        &s.user.join(".claude/.credentials.json"),
+        "{\"token\":\"sk-ant-host-secret\"}",
+    );
+    write(&s.user.join(".claude/agents/reviewer.md"), "# reviewer\n");
+    write(
+        &s.user.join(".claude/plugins/p/node_modules/x.node"),
+        "darwin binary",
+    );
+    let version = s.ok(&["claude", "--", "--version"], &[]);
+    assert!(version.contains("Claude Code"), "{version}");
+    let name = s.env.json(&["list", "--all"])[0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let sh = |script: &str| s.ok(&["exec", &name, "--", "sh", "-c", script], &[]);
+    let json: serde_json::Value =
+        serde_json::from_str(&sh("cat /root/.claude.json")).expect("json");
+    assert!(json.get("installMethod").is_none(), "{json}");
+    assert_eq!(
+        json["projects"]["/workspace"]["hasTrustDialogAccepted"],
+        true
+    );
+    assert_eq!(
+        json["projects"]["/workspace"]["mcpServers"]["db"]["command"],
+        "npx"
+    );
+    let settings: serde_json::Value =
+        serde_json::from_str(&sh("cat /root/.claude/settings.json")).expect("json");
+    assert!(settings["hooks"].get("Stop").is_none(), "{settings}");
+    assert_eq!(
+        settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"],
+        "echo ok"
+    );
+    assert_eq!(sh("cat /root/.claude/agents/reviewer.md"), "# reviewer\n");
+    assert_eq!(
+        sh("ls /root/.claude/.credentials.json /root/.claude/plugins/p/node_modules 2>&1 | grep -c 'No such' ; grep -rl sk-ant-host-secret /root /run/agentbox 2>/dev/null; true"),
+        "2\n"
+    );
+    // The host's files are as they were.
+    assert!(read(&s.user.join(".claude.json")).contains("installMethod"));
+}
