@@ -77,7 +77,8 @@ impl State {
         }
     }
 
-    /// How the process ended, as attached terminals are told (`None`: it has not).
+    /// How the process ended, as attached terminals are told (`None`: it has not); a
+    /// relaunch that failed says why in `killed_because`.
     pub(super) fn exit_reply(&self) -> Option<Reply> {
         match &self.run {
             Run::Exited {
