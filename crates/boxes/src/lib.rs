@@ -21,6 +21,7 @@ pub mod relay;
 pub mod remote;
 pub mod reseed;
 pub mod seeding;
+pub mod sessions;
 pub mod tournament;
 pub mod types;
 pub mod wire;
@@ -222,6 +223,8 @@ pub enum BoxError {
     },
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Session(#[from] crate::sessions::SessionError),
 }
 
 impl BoxError {
@@ -280,6 +283,7 @@ impl BoxError {
             BoxError::Interrupted { signal, .. } => 128 + signal,
             BoxError::Remote { code, .. } => *code,
             BoxError::Command { status, .. } => *status,
+            BoxError::Session(e) => e.exit_code(),
             _ => ExitCode::Failure.into(),
         }
     }
@@ -398,6 +402,7 @@ impl BoxError {
             BoxError::Sandbox { name, .. } | BoxError::SupervisorStart { name, .. } => Some(
                 format!("the supervisor's log is in the box's directory; `agentbox start {name}` retries"),
             ),
+            BoxError::Session(e) => e.hint(),
             _ => None,
         }
     }

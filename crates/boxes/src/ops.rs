@@ -337,6 +337,73 @@ impl Boxes {
         self.provider.spawn(name, command)
     }
 
+    /// Start a session in box `name` (started when it is not running): `spec`'s command
+    /// on a terminal the box's provider owns, which outlives this process (see
+    /// [`crate::sessions`]).
+    pub fn start_session(
+        &self,
+        name: &str,
+        spec: crate::sessions::SessionSpec,
+    ) -> Result<crate::sessions::SessionInfo> {
+        self.ours(name)?;
+        if let Some(n) = &spec.name {
+            crate::sessions::check_name(n)?;
+        }
+        self.provider.start_session(name, spec)
+    }
+
+    /// Box `name`'s sessions, running and exited (none when the box is stopped: sessions
+    /// end with it).
+    pub fn sessions(&self, name: &str) -> Result<Vec<crate::sessions::SessionInfo>> {
+        Ok(self
+            .provider
+            .sessions(name, false)?
+            .running()
+            .map(|(all, _)| all)
+            .unwrap_or_default())
+    }
+
+    /// Remove box `name`'s exited sessions that no terminal is attached to; the ones
+    /// removed.
+    pub fn prune_sessions(&self, name: &str) -> Result<Vec<crate::sessions::SessionInfo>> {
+        Ok(self
+            .provider
+            .sessions(name, true)?
+            .running()
+            .map(|(_, pruned)| pruned)
+            .unwrap_or_default())
+    }
+
+    /// Attach this process's terminal (or standard input and output) to session `session`
+    /// of the running box `name` (`None`: its only one) until it detaches or the session's
+    /// process ends. The detach key, when `opts` has none, is the `session.detachKey`
+    /// configuration of the box's project.
+    pub fn attach(
+        &self,
+        name: &str,
+        session: Option<&str>,
+        opts: crate::sessions::AttachOpts,
+    ) -> Result<crate::sessions::AttachOutcome> {
+        self.ours(name)?;
+        if !self.provider.is_running(name)? {
+            return Err(BoxError::NotRunning { name: name.into() });
+        }
+        let mut opts = opts;
+        if opts.detach_key.is_none() {
+            opts.detach_key = Some(self.detach_key(name)?);
+        }
+        self.provider.attach(name, session, &opts)
+    }
+
+    /// The detach key of box `name`: `session.detachKey` as its project's configuration
+    /// layers set it.
+    pub fn detach_key(&self, name: &str) -> Result<crate::sessions::DetachKey> {
+        let rec = record::read(&self.home, name)?;
+        let config = crate::config::Config::load(&self.home, rec.project.as_deref())
+            .map_err(|e| BoxError::Config(Box::new(e)))?;
+        Ok(config.effective().detach_key)
+    }
+
     /// Signal process `target` of the running box `name`.
     pub fn kill(&self, name: &str, target: u64, signal: i32) -> Result<()> {
         match self.provider.kill(name, target, signal)? {

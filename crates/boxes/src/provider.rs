@@ -140,6 +140,50 @@ pub trait Provider: Send + Sync {
     /// collecting its output; with `capture`, a change it makes becomes a node.
     fn collect(&self, name: &str, argv: Vec<String>, cwd: &str, capture: bool)
         -> Result<Collected>;
+    /// Start a session in box `name` (starting the box when stopped): `spec`'s command on a
+    /// terminal the provider owns, kept until it exits (see [`crate::sessions`]).
+    fn start_session(
+        &self,
+        name: &str,
+        spec: crate::sessions::SessionSpec,
+    ) -> Result<crate::sessions::SessionInfo> {
+        let _ = (name, spec);
+        Err(self.no_sessions())
+    }
+    /// The running box's sessions; with `prune`, the exited ones no terminal is attached to
+    /// are removed first and returned as the second list.
+    fn sessions(
+        &self,
+        name: &str,
+        prune: bool,
+    ) -> Result<
+        OnBox<(
+            Vec<crate::sessions::SessionInfo>,
+            Vec<crate::sessions::SessionInfo>,
+        )>,
+    > {
+        let _ = (name, prune);
+        Err(self.no_sessions())
+    }
+    /// Attach this process's standard input and output (and terminal) to session `session`
+    /// of the running box `name` (`None`: its only session) until the caller detaches or
+    /// the session's process ends. `opts.detach_key` is set (the façade resolves it).
+    fn attach(
+        &self,
+        name: &str,
+        session: Option<&str>,
+        opts: &crate::sessions::AttachOpts,
+    ) -> Result<crate::sessions::AttachOutcome> {
+        let _ = (name, session, opts);
+        Err(self.no_sessions())
+    }
+    /// The error of a provider without sessions.
+    fn no_sessions(&self) -> crate::BoxError {
+        crate::sessions::SessionError::Unsupported {
+            provider: self.kind().to_owned(),
+        }
+        .into()
+    }
     /// Find what boxes of this provider left behind (older than `grace`) and, unless
     /// `dry_run`, remove it; each one with what became of it.
     fn prune(

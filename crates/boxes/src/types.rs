@@ -14,6 +14,8 @@ pub enum ProcKind {
     Exec,
     Shell,
     Spawn,
+    /// The process of a session (see [`crate::sessions`]): on a terminal its provider owns.
+    Session,
 }
 
 /// Where a command starts in the box.

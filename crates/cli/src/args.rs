@@ -46,6 +46,15 @@ pub enum Command {
     Spawn(BoxCommandArgs),
     /// List a box's processes (the running ones, then the last that ended): [BOX].
     Ps(BoxArg),
+    /// Sessions: commands on a terminal the box keeps, which outlive this command, its
+    /// terminal and an ssh connection (`session start`; see `attach`, `sessions`).
+    #[command(subcommand)]
+    Session(SessionCmd),
+    /// Attach this terminal to a session of a box (detach: Ctrl-\ then d, config
+    /// session.detachKey): [BOX] [SESSION].
+    Attach(AttachArgs),
+    /// List a box's sessions (--prune removes the exited ones): [BOX].
+    Sessions(SessionsArgs),
     /// Output of a spawned process: [BOX] ID.
     Logs(LogsArgs),
     /// Signal a box's process (by id or PID): [BOX] ID.
@@ -566,6 +575,60 @@ pub struct BoxCommandArgs {
     pub opts: CommandOpts,
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub argv: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCmd {
+    /// Start a session: CMD on a terminal the box keeps until it exits, then attach to it
+    /// (-d: do not): [BOX] [--name NAME] [-d] [--supervise] [--] CMD [ARGS...].
+    Start(SessionStartArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SessionStartArgs {
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
+    /// The session's name, unique in the box (default: the command's name, with -2, -3 …
+    /// when taken).
+    #[arg(long = "name", value_name = "NAME")]
+    pub session: Option<String>,
+    /// Do not attach: start it and return.
+    #[arg(short = 'd', long)]
+    pub detach: bool,
+    /// Relaunch the command after a checkout (rollback) of the box killed it.
+    #[arg(long)]
+    pub supervise: bool,
+    #[command(flatten)]
+    pub opts: CommandOpts,
+    /// The command and its arguments, passed exactly.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// [BOX] [SESSION]: one word is the box when it names one, else a session of the
+    /// current project's only box (or of -b BOX); no session: the box's only one.
+    #[arg(num_args = 0..=2, value_names = ["BOX", "SESSION"])]
+    pub args: Vec<String>,
+    /// The keys that detach, as session.detachKey takes them (e.g. "ctrl-]", "ctrl-a d",
+    /// "none").
+    #[arg(long, value_name = "KEYS")]
+    pub detach_key: Option<String>,
+    /// Do not replay the session's scrollback before its screen.
+    #[arg(long)]
+    pub no_history: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
+    /// Remove the exited sessions no terminal is attached to.
+    #[arg(long)]
+    pub prune: bool,
 }
 
 #[derive(Debug, Args)]

@@ -246,7 +246,7 @@ fn agent_of(command: &str) -> Option<&'static str> {
 
 /// `[BOX] [--] CMD…` of a command: the box, and the command (required unless `usage` is
 /// `None`); an agent it starts is remembered.
-fn target(
+pub(crate) fn target(
     ctx: &Ctx,
     name: Option<String>,
     argv: Vec<String>,

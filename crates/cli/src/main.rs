@@ -14,6 +14,7 @@ mod prune;
 mod relay;
 mod remote_helper;
 mod render;
+mod sessioncmds;
 
 use clap::Parser;
 

@@ -18,7 +18,7 @@ use agentbox_boxes::{BoxError, Result};
 
 /// A connection to one box's supervisor.
 pub struct Client {
-    sock: OwnedFd,
+    pub(crate) sock: OwnedFd,
 }
 
 fn connect_once(path: &std::path::Path) -> std::io::Result<OwnedFd> {
@@ -228,7 +228,7 @@ impl Client {
         self.recv().map(|(r, _)| r)
     }
 
-    fn send(&self, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<()> {
+    pub(crate) fn send(&self, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<()> {
         ipc::send(&self.sock, req, fds).map_err(|e| {
             // A supervisor that refuses a connection (too many open) answers at once and
             // closes: its answer says more than the failed send.
@@ -239,7 +239,7 @@ impl Client {
         })
     }
 
-    fn recv(&self) -> Result<(Reply, Vec<OwnedFd>)> {
+    pub(crate) fn recv(&self) -> Result<(Reply, Vec<OwnedFd>)> {
         match ipc::recv::<Reply>(&self.sock) {
             Ok((Reply::Error { error }, _)) => Err(error.into()),
             Ok(r) => Ok(r),
@@ -400,7 +400,7 @@ fn forward_signals(client: &Client, mut signals: signal_hook::iterator::Signals)
 }
 
 /// Restores the terminal's mode when dropped.
-struct RawMode {
+pub(crate) struct RawMode {
     saved: rustix::termios::Termios,
 }
 
@@ -414,11 +414,11 @@ impl Drop for RawMode {
     }
 }
 
-/// Put the caller's terminal in raw mode and copy bytes both ways between it and the box's
-/// terminal; window size changes follow.
-fn relay(master: &OwnedFd) -> Result<(Option<RawMode>, std::sync::mpsc::Receiver<()>)> {
+/// Put the caller's terminal (its standard input) in raw mode until the guard is dropped;
+/// `None` when standard input is no terminal.
+pub(crate) fn raw_mode() -> Result<Option<RawMode>> {
     let stdin = std::io::stdin();
-    let raw = match rustix::termios::tcgetattr(&stdin) {
+    Ok(match rustix::termios::tcgetattr(&stdin) {
         Ok(saved) => {
             let mut t = saved.clone();
             t.make_raw();
@@ -427,7 +427,13 @@ fn relay(master: &OwnedFd) -> Result<(Option<RawMode>, std::sync::mpsc::Receiver
             Some(RawMode { saved })
         }
         Err(_) => None,
-    };
+    })
+}
+
+/// Put the caller's terminal in raw mode and copy bytes both ways between it and the box's
+/// terminal; window size changes follow.
+fn relay(master: &OwnedFd) -> Result<(Option<RawMode>, std::sync::mpsc::Receiver<()>)> {
+    let raw = raw_mode()?;
     let to_box = master.try_clone()?;
     std::thread::spawn(move || {
         let mut buf = [0u8; 8192];

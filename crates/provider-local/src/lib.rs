@@ -5,9 +5,11 @@
 //! ([`capture`] over [`watch`]), restores under running processes ([`restore`]) and the
 //! box's repositories, read inside the box ([`boxgit`]). The CLI and the domain reach it
 //! only through [`local::LocalProvider`], the `agentbox_boxes::provider::Provider` it
-//! implements, over the supervisor's socket ([`client`], [`proto`]). [`prune`] finds what a
-//! crash of any of this left behind.
+//! implements, over the supervisor's socket ([`client`], [`proto`]; [`attach`] is the
+//! caller's side of a session attach, [`terminal`] what both sides of one need to know
+//! about terminals). [`prune`] finds what a crash of any of this left behind.
 
+pub mod attach;
 pub mod boxgit;
 pub mod capture;
 pub mod client;
@@ -16,6 +18,7 @@ pub mod proto;
 pub mod prune;
 pub mod restore;
 pub mod supervisor;
+pub mod terminal;
 pub mod watch;
 
 pub use agentbox_boxes::{BoxError, Result};

@@ -242,6 +242,56 @@ impl Provider for LocalProvider {
         }
     }
 
+    fn start_session(
+        &self,
+        name: &str,
+        spec: agentbox_boxes::sessions::SessionSpec,
+    ) -> Result<agentbox_boxes::sessions::SessionInfo> {
+        let c = self.started(name)?;
+        match c.request(&Request::SessionStart {
+            name: spec.name,
+            argv: spec.argv,
+            env: spec.env,
+            cwd: spec.workdir,
+            size: spec.size,
+            supervise: spec.supervise,
+        })? {
+            Reply::Session { session } => Ok(session),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn sessions(
+        &self,
+        name: &str,
+        prune: bool,
+    ) -> Result<
+        OnBox<(
+            Vec<agentbox_boxes::sessions::SessionInfo>,
+            Vec<agentbox_boxes::sessions::SessionInfo>,
+        )>,
+    > {
+        match self.ask(name, &Request::Sessions { prune })? {
+            OnBox::Running(Reply::Sessions { sessions, pruned }) => {
+                Ok(OnBox::Running((sessions, pruned)))
+            }
+            OnBox::Running(other) => Err(unexpected(&other)),
+            OnBox::Stopped => Ok(OnBox::Stopped),
+        }
+    }
+
+    fn attach(
+        &self,
+        name: &str,
+        session: Option<&str>,
+        opts: &agentbox_boxes::sessions::AttachOpts,
+    ) -> Result<agentbox_boxes::sessions::AttachOutcome> {
+        let c = self
+            .running(name)?
+            .ok_or_else(|| BoxError::NotRunning { name: name.into() })?;
+        crate::attach::attach(c, name, session, opts)
+    }
+
     fn collect(
         &self,
         name: &str,

@@ -62,6 +62,47 @@ pub enum Request {
     Dirty,
     /// How auto-capture is doing. Reply: `Health`.
     Health,
+    /// Start a session (see `agentbox_boxes::sessions`): `argv` on a terminal the
+    /// supervisor keeps (`size`: its size until a terminal attaches; `None`: 24×80).
+    /// Reply: `Session`.
+    SessionStart {
+        /// `None`: the command's name (`-2`, `-3` … when taken).
+        name: Option<String>,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        /// `None`: the box's `/workspace`.
+        cwd: Option<Workdir>,
+        size: Option<WinSize>,
+        /// Relaunch it after a checkout killed it.
+        supervise: bool,
+    },
+    /// The box's sessions; with `prune`, the exited ones no terminal is attached to are
+    /// removed first. Reply: `Sessions`.
+    Sessions {
+        #[serde(default)]
+        prune: bool,
+    },
+    /// Attach to session `session` (`None`: the box's only one). The message carries one
+    /// descriptor: the caller's end of a `SOCK_STREAM` socket pair, the data stream. On it
+    /// the supervisor writes the redraw (see `supervisor::screen`; as a terminal's escape
+    /// sequences with `size`, plain text without), then the session's output byte for byte;
+    /// the caller writes its input, which goes to the session's terminal as it is. `size`
+    /// (a terminal's caller) becomes the session's size, and later `Resize` messages on
+    /// the connection change it. Replies: `Attached`, then `Exited` once the session's
+    /// process ended (after the stream's last byte: the supervisor shuts its side down
+    /// first). The caller detaches by closing the stream or the connection; the session
+    /// goes on.
+    Attach {
+        session: Option<String>,
+        size: Option<WinSize>,
+        /// Replay the scrollback before the screen.
+        #[serde(default)]
+        history: bool,
+    },
+    /// On an `Attach` connection: the caller's terminal has a new size.
+    Resize {
+        size: WinSize,
+    },
     /// From inside the box only: one request of the in-box `agentbox` (see
     /// [`agentbox_boxes::relay`]). Carries the caller's stdin, stdout and stderr; replies `Exited`.
     Relay {
@@ -126,6 +167,20 @@ pub enum Reply {
     /// not tell).
     Dirty {
         repos: Vec<Option<Vec<String>>>,
+    },
+    /// A session just started.
+    Session {
+        session: agentbox_boxes::sessions::SessionInfo,
+    },
+    /// The box's sessions, and those a prune removed.
+    Sessions {
+        sessions: Vec<agentbox_boxes::sessions::SessionInfo>,
+        #[serde(default)]
+        pruned: Vec<agentbox_boxes::sessions::SessionInfo>,
+    },
+    /// Attached: the data stream follows on the socket the request carried.
+    Attached {
+        session: agentbox_boxes::sessions::SessionInfo,
     },
     /// The request failed: the error's kind and data (see [`agentbox_boxes::wire`]).
     Error {

@@ -254,6 +254,13 @@ pub static KEYS: &[Key] = &[
         description: "Also copy ignored secret-bearing files (git.envPatterns) into a new box",
         check: None,
     },
+    Key {
+        name: "session.detachKey",
+        kind: Kind::String,
+        default: || Some(Value::Str(crate::sessions::DEFAULT_DETACH_KEY.into())),
+        description: "The keys that detach `agentbox attach` from a session: one or two keys, each ctrl-X or a character (`ctrl-\\ d`: Ctrl-\\ then d), or none",
+        check: Some(check_detach_key),
+    },
 ];
 
 /// Keys that were renamed: `(old, new)`. An old name is refused with the new one.
@@ -453,6 +460,13 @@ pub fn expected(key: &Key) -> String {
         Kind::Size => "expected a size: bytes, or a number with K, M, G or T (e.g. 512M)".into(),
         Kind::String => "expected text".into(),
         Kind::List => "expected a list".into(),
+    }
+}
+
+fn check_detach_key(v: &Value) -> Result<(), String> {
+    match v {
+        Value::Str(s) => crate::sessions::DetachKey::parse(s).map(|_| ()),
+        _ => Ok(()),
     }
 }
 

@@ -201,6 +201,10 @@ impl Config {
             with_env: self.flag("git.withEnv"),
             env_patterns: self.list("git.envPatterns"),
             remote: self.text("git.remote").unwrap_or("origin").to_owned(),
+            detach_key: self
+                .text("session.detachKey")
+                .and_then(|k| crate::sessions::DetachKey::parse(k).ok())
+                .unwrap_or_default(),
         }
     }
 
@@ -294,6 +298,8 @@ pub struct Effective {
     pub env_patterns: Vec<String>,
     /// `git.remote`.
     pub remote: String,
+    /// `session.detachKey`.
+    pub detach_key: crate::sessions::DetachKey,
 }
 
 #[cfg(test)]

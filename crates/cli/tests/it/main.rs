@@ -21,3 +21,4 @@ mod output;
 mod provider;
 mod registry;
 mod security;
+mod sessions;

@@ -124,8 +124,10 @@ impl crate::capture::Capturer for Shared {
         // usual authors of unattended changes), else the foreground commands.
         let label = {
             let procs = lock(&self.procs);
-            let mut spawned = procs.values().filter(|p| p.info.kind == ProcKind::Spawn);
-            let mut others = procs.values().filter(|p| p.info.kind != ProcKind::Spawn);
+            // Sessions run unattended too.
+            let background = |k: ProcKind| matches!(k, ProcKind::Spawn | ProcKind::Session);
+            let mut spawned = procs.values().filter(|p| background(p.info.kind));
+            let mut others = procs.values().filter(|p| !background(p.info.kind));
             match (spawned.next(), others.next()) {
                 (Some(p), _) => format!(
                     "auto: while {} ran{}",

@@ -10,7 +10,8 @@
 //! One concern per file: this one holds the shared state and the supervisor's lifetime;
 //! [`generation`] the box's (re)starts and PID 1's events, [`server`] the sockets,
 //! [`procs`] the box's processes, [`history`] auto-capture and checkout, [`relay`] the
-//! in-box `agentbox`, [`repos`] the box's repositories.
+//! in-box `agentbox`, [`repos`] the box's repositories, [`sessions`] the box's sessions
+//! (with [`screen`], their terminals' state, and [`attach`], the terminals attached).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -36,12 +37,15 @@ use crate::proto::{
 use agentbox_boxes::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
 use agentbox_boxes::{BoxError, Result};
 
+mod attach;
 mod generation;
 mod history;
 mod procs;
 mod relay;
 mod repos;
+mod screen;
 mod server;
+mod sessions;
 
 pub use self::generation::{remove_cgroup, DEFAULT_PIDS};
 use self::{generation::*, history::*, procs::*, relay::*, repos::*, server::*};
@@ -110,6 +114,8 @@ struct Shared {
     relay: Arc<dyn agentbox_boxes::relay::RelayHandler>,
     /// The process limit the box's cgroup enforces (0: none), set at each launch.
     pids_limit: AtomicU64,
+    /// The box's sessions (see [`sessions`]).
+    sessions: sessions::SessionTable,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -155,6 +161,7 @@ pub fn run(
         spool,
         relay,
         pids_limit: AtomicU64::new(0),
+        sessions: Mutex::new(BTreeMap::new()),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;

@@ -203,6 +203,23 @@ pub(super) fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
         Request::Signal { .. } => Err(BoxError::Supervisor(
             "a signal can only follow an exec on the same connection".into(),
         )),
+        Request::SessionStart {
+            name,
+            argv,
+            env,
+            cwd,
+            size,
+            supervise,
+        } => sessions::start_session(&shared, &conn, name, argv, env, cwd, size, supervise),
+        Request::Sessions { prune } => sessions::list(&shared, &conn, prune),
+        Request::Attach {
+            session,
+            size,
+            history,
+        } => attach::attach(&shared, &conn, session, size, history, fds),
+        Request::Resize { .. } => Err(BoxError::Supervisor(
+            "a resize can only follow an attach on the same connection".into(),
+        )),
     };
     if let Err(e) = result {
         reply(&conn, &error_reply(&e), &[]);
