@@ -244,9 +244,12 @@ pub struct AgentArgs {
     /// Always make a new box.
     #[arg(long)]
     pub new: bool,
-    /// Start it in the background and return (its output: `agentbox logs BOX ID`).
+    /// Start its session and return (`agentbox attach BOX NAME` attaches).
     #[arg(short, long)]
     pub detach: bool,
+    /// Relaunch the agent when a checkout (rollback) of the box kills it.
+    #[arg(long)]
+    pub supervise: bool,
     /// The first prompt.
     #[arg(long, value_name = "TEXT")]
     pub prompt: Option<String>,

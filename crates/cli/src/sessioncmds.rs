@@ -50,10 +50,23 @@ fn start(ctx: &Ctx, a: SessionStartArgs) -> CliResult {
         size: terminal_size(),
         supervise: a.supervise,
     };
+    start_and_attach(ctx, &rec, spec, a.detach)
+}
+
+/// Start session `spec` in box `rec`, then attach this terminal to it (unless `detach`).
+pub(crate) fn start_and_attach(
+    ctx: &Ctx,
+    rec: &agentbox_boxes::record::BoxRecord,
+    mut spec: SessionSpec,
+    detach: bool,
+) -> CliResult {
+    if spec.size.is_none() {
+        spec.size = terminal_size();
+    }
     let boxes = ctx.boxes();
     let info = boxes.start_session(&rec.name, spec)?;
     let key = boxes.detach_key(&rec.name)?;
-    if a.detach {
+    if detach {
         return ctx.out(&info, || {
             format!(
                 "session {} started in box {:?} (process {})\nAttach: agentbox attach {} {} (detach: {})\n",

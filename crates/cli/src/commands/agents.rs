@@ -44,29 +44,18 @@ pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
         vars: launch.env.clone(),
         workdir: None,
     };
-    if a.detach {
-        let name = rec.name.to_string();
-        let started = ctx.boxes().spawn(
-            &name,
-            crate::boxcmds::box_command(
-                ctx,
-                rec,
-                launch.argv.clone(),
-                &opts,
-                ProcKind::Spawn,
-                false,
-                Some(false),
-            ),
-        )?;
-        return ctx.out(&started, || {
-            format!(
-                "{agent} started in box {} (process {}); its output: agentbox logs {} {} -f\n",
-                render::text(&name),
-                started.id,
-                render::text(&name),
-                started.id
-            )
-        });
+    // On a terminal (or detached) the agent runs in a session of the box's supervisor,
+    // which outlives this command; a script gets a plain command: its output and status.
+    if a.detach || std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        let spec = agentbox_boxes::sessions::SessionSpec {
+            name: None,
+            argv: launch.argv.clone(),
+            env: agentbox_boxes::record::caller_env(&launch.env),
+            workdir: ctx.workdir(rec, None),
+            size: None,
+            supervise: a.supervise,
+        };
+        return crate::sessioncmds::start_and_attach(ctx, rec, spec, a.detach);
     }
     let outcome = ctx.boxes().exec(
         &rec.name,

@@ -265,3 +265,26 @@ fn login_saves_a_token_the_agent_gets_and_no_box_sees() {
     );
     assert_eq!(seen, "unset\n");
 }
+
+#[test]
+fn a_detached_agent_runs_in_a_session_of_its_box() {
+    let Some(s) = Setup::new("a_detached_agent_runs_in_a_session_of_its_box") else {
+        return;
+    };
+    write(
+        &s.env.path("home/agents.yaml"),
+        "sleeper:\n  command: [sleep, '30']\n",
+    );
+    let out = s.ok(&["--json", "agent", "sleeper", "-d"], &[]);
+    let started: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(started["name"], "sleep");
+    let name = s.env.json(&["list", "--all"])[0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let sessions = s.env.json(&["sessions", &name]);
+    let listed = sessions.as_array().expect("sessions");
+    assert_eq!(listed.len(), 1, "{sessions}");
+    assert_eq!(listed[0]["name"], "sleep");
+    assert!(listed[0]["exit"].is_null(), "still running: {sessions}");
+}
