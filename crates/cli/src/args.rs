@@ -60,7 +60,7 @@ pub enum Command {
     /// Signal a box's process (by id or PID): [BOX] ID.
     Kill(KillArgs),
     /// Start a box (its supervisor and PID 1): [BOX].
-    Start(BoxArg),
+    Start(StartArgs),
     /// Stop a box: every process is killed; the tree and history stay: [BOX].
     Stop(BoxArg),
     /// List boxes (this project's, or --all) and versioned directories.
@@ -233,6 +233,15 @@ pub struct ConfigFlags {
     /// Take KEY as if a flag set it to VALUE (repeatable; a list key collects them).
     #[arg(long = "flag", value_name = "KEY=VALUE")]
     pub flags: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
+    /// Relaunch the box's last agent (`last_agent`) in a detached session.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 /// How an agent is launched.

@@ -179,7 +179,34 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Sessions(a) => crate::sessioncmds::sessions(&ctx, a),
         Command::Logs(a) => boxcmds::logs(&ctx, a),
         Command::Kill(a) => boxcmds::kill(&ctx, a),
-        Command::Start(a) => boxcmds::start(&ctx, a.name.as_deref()),
+        Command::Start(a) => {
+            let rec = ctx.resolve_box(a.name.as_deref())?;
+            match (&rec.last_agent, a.resume) {
+                (Some(agent), true) => agents::launch(
+                    &ctx,
+                    agent,
+                    crate::args::AgentArgs {
+                        name: Some(rec.name.to_string()),
+                        new: false,
+                        detach: true,
+                        supervise: false,
+                        prompt: None,
+                        ask: false,
+                        args: Vec::new(),
+                    },
+                ),
+                (last, _) => {
+                    boxcmds::start(&ctx, Some(&rec.name))?;
+                    if let (Some(agent), false) = (last, a.resume) {
+                        ctx.note(format!(
+                            "its last agent was {agent}: `agentbox start {} --resume` relaunches it (or `agentbox {agent} {}`)",
+                            rec.name, rec.name
+                        ));
+                    }
+                    Ok(())
+                }
+            }
+        }
         Command::Stop(a) => boxcmds::stop(&ctx, a.name.as_deref()),
         Command::Sync(a) => boxcmds::sync(&ctx, a.name.as_deref()),
         Command::Undo(a) => {
