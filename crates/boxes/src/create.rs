@@ -86,6 +86,8 @@ pub struct CreateOptions {
     pub ignore: Vec<String>,
     /// `box.hostPaths` entries, checked.
     pub host_paths: Vec<String>,
+    /// `box.homeTools` entries, checked.
+    pub home_tools: Vec<String>,
     pub keep: u64,
     /// Checked like `Limits::validate`; whether cgroups are available is `create`'s to check.
     pub limits: Limits,
@@ -153,6 +155,7 @@ pub fn options(
         env: e.env,
         ignore: e.ignore,
         host_paths: e.host_paths,
+        home_tools: e.home_tools,
         keep: e.keep,
         limits: Limits {
             memory_bytes: e.memory_bytes,
@@ -388,6 +391,7 @@ pub fn create(
         env: o.env,
         ignore: o.ignore,
         host_paths: o.host_paths,
+        home_tools: o.home_tools,
         limits: o.limits,
         keep: Some(o.keep),
         checkpoint: checkpoint.map(|m| m.name.clone()),

@@ -261,6 +261,7 @@ fn fork_rest(
         env: src.env.clone(),
         ignore: src.ignore.clone(),
         host_paths: src.host_paths.clone(),
+        home_tools: src.home_tools.clone(),
         limits: src.limits.clone(),
         keep: src.keep,
         // The fork's tree descends from the same checkpoints as its source's.

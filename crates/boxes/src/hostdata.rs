@@ -11,12 +11,26 @@
 //! as the rest of the base), `!/PATH` hides one more. Showing a path below a hidden data
 //! directory hides that directory's other entries one by one instead ([`expand`]), so only
 //! the path asked for appears.
+//!
+//! The host user's home ([`host_user_home`]) is hidden whole, but its toolchains
+//! ([`HOME_TOOLS`]) and package caches ([`HOME_CACHES`]), plus what `box.homeTools` adds,
+//! are shown again at their host paths ([`HostView::show`]): read from the host,
+//! copy-on-write into the box's layer. Credentials in the home ([`HOME_SECRETS`]) and every
+//! other secret stay hidden even inside a shown directory.
 
 use std::path::{Component, Path, PathBuf};
 
 use agentbox_core::home::Home;
 
 use crate::record::BoxRecord;
+
+mod home;
+
+pub use self::home::{
+    home_tool_paths, host_user_home, parse_home_tool, HomeTool, HOME_CACHES, HOME_SECRETS,
+    HOME_TOOLS, TOOL_ENV,
+};
+use self::home::{home_tools, tool_env};
 
 /// Host data directories a box never sees unless `box.hostPaths` shows them.
 const HOST_DATA: &[&str] = &[
@@ -56,6 +70,19 @@ const VAR_LIB_SHOWN: &[&str] = &[
     "misc",
     "shells.state",
 ];
+
+/// What of the host's `/` a box sees.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostView {
+    /// Paths of the host's `/` hidden from the box.
+    pub hide: Vec<PathBuf>,
+    /// Paths below hidden ones shown again, copy-on-write (the host user's toolchains and
+    /// package caches). Hidden paths below them stay hidden.
+    pub show: Vec<PathBuf>,
+    /// Environment variables that point the shown toolchains at their homes, for a host
+    /// user whose home is not the box's (`/root`): see [`TOOL_ENV`].
+    pub env: Vec<(String, String)>,
+}
 
 /// One `box.hostPaths` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,8 +144,9 @@ fn ssh_host_keys() -> Vec<PathBuf> {
         .collect()
 }
 
-/// The paths of the host's `/` hidden from the box `rec` of agentbox home `home`.
-pub fn hidden_paths(home: &Home, rec: &BoxRecord) -> Vec<PathBuf> {
+/// What of the host's `/` the box `rec` of agentbox home `home` sees: the paths hidden,
+/// and below them the host user's toolchains and caches shown again.
+pub fn host_view(home: &Home, rec: &BoxRecord) -> HostView {
     let mut data: Vec<PathBuf> = HOST_DATA.iter().map(PathBuf::from).collect();
     if let Ok(entries) = fs_err::read_dir("/var/lib") {
         for e in entries.flatten() {
@@ -130,14 +158,6 @@ pub fn hidden_paths(home: &Home, rec: &BoxRecord) -> Vec<PathBuf> {
     }
     let mut secrets: Vec<PathBuf> = SECRETS.iter().map(PathBuf::from).collect();
     secrets.extend(ssh_host_keys());
-    // The user's home, wherever it is (not only under /home), and the invoking user's.
-    for var in ["HOME", "SUDO_HOME"] {
-        if let Some(h) = std::env::var_os(var).map(PathBuf::from) {
-            if h.is_absolute() && h != Path::new("/") {
-                secrets.push(h);
-            }
-        }
-    }
     for p in [home.root(), home.store_dir().as_path()] {
         secrets.push(p.to_owned());
         if let Ok(c) = fs_err::canonicalize(p) {
@@ -156,6 +176,33 @@ pub fn hidden_paths(home: &Home, rec: &BoxRecord) -> Vec<PathBuf> {
         // reaches its objects only through a read-only bind.
         secrets.push(repo.host().git_dir().to_owned());
         secrets.push(repo.repo.clone());
+    }
+    // Up to here, secrets that nothing shows; the homes are hidden whole too, but the host
+    // user's toolchains below its home are shown again.
+    let never_shown = secrets.clone();
+    // The user's home, wherever it is (not only under /home), and the invoking user's.
+    let user_home = host_user_home();
+    let mut homes: Vec<PathBuf> = ["HOME", "SUDO_HOME"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(PathBuf::from)
+        .chain(user_home.clone())
+        .filter(|h| h.is_absolute() && h != Path::new("/"))
+        .collect();
+    homes.extend(
+        homes
+            .iter()
+            .filter_map(|h| fs_err::canonicalize(h).ok())
+            .collect::<Vec<_>>(),
+    );
+    secrets.extend(homes);
+    let mut show = Vec::new();
+    let mut env = Vec::new();
+    if let Some(user_home) = &user_home {
+        let (tools, hidden) = home_tools(user_home, &rec.home_tools, &never_shown);
+        show = tools;
+        secrets.extend(hidden);
+        env = tool_env(user_home, &show);
     }
     let mut shown = Vec::new();
     for entry in &rec.host_paths {
@@ -177,7 +224,7 @@ pub fn hidden_paths(home: &Home, rec: &BoxRecord) -> Vec<PathBuf> {
             .unwrap_or_default()
     });
     hide.extend(secrets);
-    hide
+    HostView { hide, show, env }
 }
 
 /// The hidden data paths once `shown` are shown: a hidden path that is shown, or is below

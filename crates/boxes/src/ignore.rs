@@ -108,6 +108,20 @@ impl IgnoreSet {
             "**/.python_history",
             "**/.lesshst",
             "**/.viminfo",
+            "**/.node_repl_history",
+            "**/.wget-hsts",
+            // What package managers write on every run, whatever the home they run in (the
+            // host user's shown toolchains are at the host's paths): npm's debug logs and
+            // update check, pip's log and version check, cargo's package lock and
+            // last-use database, go's telemetry counters.
+            "**/.npm/_logs",
+            "**/.npm/_update-notifier-last-checked",
+            "**/.pip/pip.log",
+            "**/.cache/pip/selfcheck",
+            "**/.cargo/.package-cache",
+            "**/.cargo/.package-cache-mutate",
+            "**/.cargo/.global-cache",
+            "**/.config/go/telemetry",
             // `git status` rewrites the index to refresh its stat data: alone, that is no
             // change of the project (the index is still captured with the next node).
             "**/.git/index",
@@ -150,5 +164,25 @@ mod tests {
         assert!(!ig(""), "the root is never ignored");
         assert!(set(&["", "/"]).is_empty(), "empty patterns are dropped");
         assert!(set(&["/**"]).is_ignored(Path::new("any/thing")));
+    }
+
+    #[test]
+    fn package_managers_logs_are_ignored_in_any_home() {
+        let s = IgnoreSet::new(&IgnoreSet::default_patterns());
+        for p in [
+            "root/.npm/_logs/2024-01-01T00_00_00_000Z-debug-0.log",
+            "home/alice/.npm/_logs/x.log",
+            "srv/h/.npm/_logs/x.log",
+            "root/.npm/_update-notifier-last-checked",
+            "root/.cache/pip/selfcheck/abc.json",
+            "srv/u/.cargo/.global-cache",
+            "root/.cargo/.package-cache",
+        ] {
+            assert!(s.is_ignored(Path::new(p)), "{p}");
+        }
+        // The caches themselves are the box's warm state, and installs are changes.
+        for p in ["srv/h/.npm/_cacache/index-v5/x", "root/.cargo/bin/cargo"] {
+            assert!(!s.is_ignored(Path::new(p)), "{p}");
+        }
     }
 }

@@ -171,6 +171,11 @@ pub struct BoxRecord {
     /// besides the default (see [`crate::hostdata`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_paths: Vec<String>,
+    /// `box.homeTools`: paths below the host user's home shown in the box besides the
+    /// default toolchains and caches (`PATH`), or defaults left out (`!PATH`) (see
+    /// [`crate::hostdata`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub home_tools: Vec<String>,
     /// Resource limits (memory, processes, CPU) of the box's cgroup.
     #[serde(default, skip_serializing_if = "Limits::is_empty")]
     pub limits: Limits,

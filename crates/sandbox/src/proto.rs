@@ -22,6 +22,12 @@ pub struct BoxSpec {
     /// Directories of the base that appear empty inside the box (home directories, the
     /// agentbox home, container-engine state, the project's own directory).
     pub hide: Vec<PathBuf>,
+    /// Paths below hidden ones shown again from the base, copy-on-write: the box reads the
+    /// host's files there and its writes go to its own layer (the host user's toolchains and
+    /// package caches, `~/.cargo`, `~/.npm/_cacache`). Hidden paths below a shown one stay
+    /// hidden (`~/.cargo/credentials.toml`), existing on the host or not.
+    #[serde(default)]
+    pub show: Vec<PathBuf>,
     pub network: Network,
     /// Host paths made visible inside the box (below `/run`, which is private).
     pub binds: Vec<Bind>,

@@ -157,6 +157,13 @@ pub static KEYS: &[Key] = &[
         check: Some(check_env),
     },
     Key {
+        name: "box.homeTools",
+        kind: Kind::List,
+        default: empty_list,
+        description: "Paths below the host user's home a box sees besides the default toolchains and caches (.local/share/mytool), or defaults left out (!.pyenv); credentials never show",
+        check: Some(check_home_tools),
+    },
+    Key {
         name: "box.hostPaths",
         kind: Kind::List,
         default: empty_list,
@@ -490,6 +497,15 @@ fn check_host_paths(v: &Value) -> Result<(), String> {
     if let Value::List(items) = v {
         for entry in items {
             crate::hostdata::parse(entry)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_home_tools(v: &Value) -> Result<(), String> {
+    if let Value::List(items) = v {
+        for entry in items {
+            crate::hostdata::parse_home_tool(entry)?;
         }
     }
     Ok(())

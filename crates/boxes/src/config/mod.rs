@@ -189,6 +189,7 @@ impl Config {
             env: self.list("box.env"),
             ignore: self.list("box.ignore"),
             host_paths: self.list("box.hostPaths"),
+            home_tools: self.list("box.homeTools"),
             image: self.text("box.image").map(str::to_owned),
             default_checkpoint: self.text("box.defaultCheckpoint").map(str::to_owned),
             resync_on_start: self.flag("box.resyncOnStart"),
@@ -280,6 +281,8 @@ pub struct Effective {
     pub ignore: Vec<String>,
     /// `box.hostPaths`.
     pub host_paths: Vec<String>,
+    /// `box.homeTools`.
+    pub home_tools: Vec<String>,
     /// `box.image`.
     pub image: Option<String>,
     /// `box.defaultCheckpoint`.

@@ -22,3 +22,4 @@ mod provider;
 mod registry;
 mod security;
 mod sessions;
+mod tools;

@@ -2,6 +2,7 @@
 //! it for a checkout, killing it, and the events its PID 1 sends (started, exited).
 
 use super::*;
+use agentbox_boxes::hostdata::HostView;
 
 /// Start the box (a new generation: its PID 1 and, on a private network, its `pasta`).
 /// Runs on the main thread, which the box's launcher and `pasta` die with.
@@ -21,24 +22,26 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
     let layers = shared.store.box_layers(&shared.name)?;
     let upper = layers.upper.clone();
     fs_err::create_dir_all(shared.dirs.scratch())?;
-    let (base, hide) = match &shared.rec.image {
+    let (base, view) = match &shared.rec.image {
+        // An image has its own homes and tools: nothing of the host's is shown.
         Some(image) => (
             agentbox_boxes::images::rootfs(&shared.home, image),
-            Vec::new(),
+            HostView::default(),
         ),
-        // A rootless box has its own /root and /home (the host's are never bound).
-        None if shared.rec.rootless => (
-            PathBuf::from("/"),
-            agentbox_boxes::hostdata::hidden_paths(&shared.home, &shared.rec)
-                .into_iter()
-                .filter(|p| p != Path::new("/root") && p != Path::new("/home"))
-                .collect(),
-        ),
-        None => (
-            PathBuf::from("/"),
-            agentbox_boxes::hostdata::hidden_paths(&shared.home, &shared.rec),
-        ),
+        None => {
+            let mut view = agentbox_boxes::hostdata::host_view(&shared.home, &shared.rec);
+            if shared.rec.rootless {
+                // A rootless box has its own /root and /home (the host's are never bound).
+                view.hide
+                    .retain(|p| p != Path::new("/root") && p != Path::new("/home"));
+            }
+            (PathBuf::from("/"), view)
+        }
     };
+    // The directories the box's start makes for the shown paths are no change of the box's
+    // (see `history::changed_since_head`).
+    *lock(&shared.shown) = view.show.clone();
+    *lock(&shared.tool_env) = view.env.clone();
     let mut binds = vec![
         Bind {
             src: shared.exe.clone(),
@@ -81,7 +84,8 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
         upper: layers.upper,
         workdir: layers.workdir,
         scratch: shared.dirs.scratch(),
-        hide,
+        hide: view.hide,
+        show: view.show,
         network: shared.rec.network,
         binds,
         rootless: shared.rec.rootless,

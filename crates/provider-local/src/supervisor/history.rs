@@ -71,14 +71,16 @@ pub(super) fn try_auto_capture(
 pub(super) fn changed_since_head(shared: &Shared) -> Result<bool> {
     let ignore = record::ignore_set(&shared.rec);
     let changed = shared.store.changed_paths(&shared.name)?;
-    let counted = record::counted_changes(&ignore, &changed);
+    let shown = lock(&shared.shown).clone();
+    let is_dir = |p: &Path| changed.iter().any(|(c, dir)| *dir && c == p);
+    let counted: Vec<PathBuf> = record::counted_changes(&ignore, &changed)
+        .into_iter()
+        .filter(|p| !(is_dir(p) && holds_shown(&shown, p)))
+        .collect();
     if counted.is_empty() {
         return Ok(false);
     }
-    let only_dirs = counted
-        .iter()
-        .all(|p| changed.iter().any(|(c, dir)| *dir && c == p));
-    if !only_dirs {
+    if !counted.iter().all(|p| is_dir(p)) {
         return Ok(true);
     }
     let head = shared.store.resolve(&shared.name, "HEAD")?;
@@ -86,7 +88,22 @@ pub(super) fn changed_since_head(shared: &Shared) -> Result<bool> {
         .store
         .diff(&shared.name, &head, None)?
         .iter()
-        .any(|c| !ignore.is_ignored(&c.path)))
+        .any(|c| {
+            let mount_point = c.kind == agentbox_store::fsops::diff::ChangeKind::Added
+                && c.new_size.is_none()
+                && holds_shown(&shown, &c.path);
+            !ignore.is_ignored(&c.path) && !mount_point
+        }))
+}
+
+/// Whether directory `dir` (relative to the box's root) is, or is above, a path shown from
+/// the host (`home/alice` for `/home/alice/.cargo`). A rootless box's start makes those
+/// directories in its layer, as the shown paths' mount points and upper directories: that
+/// is the box starting, not a change of the box's. What is below a shown path counts.
+fn holds_shown(shown: &[PathBuf], dir: &Path) -> bool {
+    shown
+        .iter()
+        .any(|s| s.strip_prefix("/").unwrap_or(s).starts_with(dir))
 }
 
 pub(super) fn checkout(shared: &Arc<Shared>, conn: &OwnedFd, reference: &str) -> Result<()> {

@@ -116,6 +116,11 @@ struct Shared {
     pids_limit: AtomicU64,
     /// The box's sessions (see [`sessions`]).
     sessions: sessions::SessionTable,
+    /// The host paths shown below hidden ones (`BoxSpec::show`), set at each launch.
+    shown: Mutex<Vec<PathBuf>>,
+    /// Variables pointing the shown toolchains at their homes (`HostView::env`), set at
+    /// each launch.
+    tool_env: Mutex<Vec<(String, String)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -162,6 +167,8 @@ pub fn run(
         relay,
         pids_limit: AtomicU64::new(0),
         sessions: Mutex::new(BTreeMap::new()),
+        shown: Mutex::new(Vec::new()),
+        tool_env: Mutex::new(Vec::new()),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;

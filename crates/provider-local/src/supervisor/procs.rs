@@ -3,7 +3,8 @@
 
 use super::*;
 
-/// The environment of a command: the caller's allow-listed variables, the box's own, then
+/// The environment of a command: the homes of the host user's toolchains (when they are
+/// not below the box's `HOME`), the caller's allow-listed variables, the box's own, then
 /// the request's extras; `PATH` gains the directory of the box's agentbox binary.
 pub(super) fn command_env(shared: &Shared, given: Vec<(String, String)>) -> Vec<(String, String)> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
@@ -16,6 +17,11 @@ pub(super) fn command_env(shared: &Shared, given: Vec<(String, String)>) -> Vec<
         "PATH".into(),
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
     );
+    // Where the host user's toolchains are, when their home is not the box's; what the
+    // caller or the box's configuration sets wins.
+    for (k, v) in lock(&shared.tool_env).iter() {
+        env.insert(k.clone(), v.clone());
+    }
     for (k, v) in given {
         env.insert(k, v);
     }

@@ -38,13 +38,15 @@ pub(crate) enum Kind {
 }
 
 /// The attributes of a path the builder reads: its kind, owner and mode (as `st_mode`, the
-/// file-type bits included).
+/// file-type bits included), and the file system it is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stat {
     pub kind: Kind,
     pub uid: u32,
     pub gid: u32,
     pub mode: u32,
+    /// `st_dev`.
+    pub dev: u64,
 }
 
 /// One entry of a directory listing; `kind` is the entry's own (symlinks not followed).
@@ -67,6 +69,9 @@ pub(crate) trait Kernel {
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// The entries of a directory; an entry that cannot be read is left out.
     fn read_dir(&self, path: &Path) -> io::Result<Vec<Entry>>;
+    /// `lgetxattr(2)`: the value of extended attribute `name` of `path` (a symlink is
+    /// itself), `None` when it has none.
+    fn get_xattr(&self, path: &Path, name: &str) -> io::Result<Option<Vec<u8>>>;
 
     /// A new file system of type `fstype` (or an overlay) at `target`.
     fn mount(
@@ -123,6 +128,7 @@ fn stat_of(m: &std::fs::Metadata) -> Stat {
         uid: m.uid(),
         gid: m.gid(),
         mode: m.mode(),
+        dev: m.dev(),
     }
 }
 
@@ -182,6 +188,16 @@ impl Kernel for Linux {
                 kind: e.file_type().map_or(Kind::Other, kind_of),
             })
             .collect())
+    }
+
+    fn get_xattr(&self, path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+        // Overlay markers are a few bytes; a longer value is no marker of ours.
+        let mut buf = [0u8; 256];
+        match rustix::fs::lgetxattr(path, name, &mut buf) {
+            Ok(n) => Ok(Some(buf[..n].to_vec())),
+            Err(rustix::io::Errno::NODATA) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn mount(

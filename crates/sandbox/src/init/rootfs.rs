@@ -21,12 +21,15 @@
 //!   overlay that would take it;
 //! * a bind lands below the box's `/run`, a hidden path below the base or the box's root:
 //!   anything else (`..`, a relative path) is refused;
+//! * a hidden path below a shown one stays hidden (see [`show`]);
 //! * `pivot_root` comes last: after it only the host's old root is detached.
 
 #![deny(unsafe_code)]
 
 use super::kernel::{Kernel, Kind};
 use super::*;
+
+mod show;
 
 /// Device nodes bound from the host into the box's private `/dev`.
 pub(super) const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -162,6 +165,10 @@ pub(super) fn setup_root(
         mkdir_p(k, d)?;
     }
     hide_dirs(k, &empty, &spec.base, &spec.hide)?;
+    let mut redirected = false;
+    for s in show::plan(&spec.hide, &spec.show, &|_| false) {
+        redirected |= show::redirect(k, &empty, &spec.base, &s)?;
+    }
     let mapped = match userns {
         Some(ns) => {
             let (me, mb) = (scratch.join("m/e"), scratch.join("m/b"));
@@ -188,7 +195,8 @@ pub(super) fn setup_root(
     // overlayfs refuses a lower layer that is an ancestor of another layer's directory, and
     // the store usually lives on the base's filesystem. The wrapper is a new filesystem,
     // so the box's layers are no longer below any layer root. It also carries the opaque
-    // directories that hide host paths.
+    // directories that hide host paths, and the redirects that show some below them again
+    // (followed, never made: the overlay is read-only).
     mount(
         k,
         "agentbox",
@@ -196,9 +204,14 @@ pub(super) fn setup_root(
         "overlay",
         MountFlags::RDONLY,
         &format!(
-            "lowerdir={}:{}",
+            "lowerdir={}:{}{}",
             path_str(&lower_empty)?,
-            path_str(&lower_base)?
+            path_str(&lower_base)?,
+            if redirected {
+                ",redirect_dir=follow"
+            } else {
+                ""
+            }
         ),
     )?;
     let ns = mapped.as_ref().map(|(ns, ..)| *ns);
@@ -329,6 +342,9 @@ pub(super) fn setup_root_rootless(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<
     let scratch = &private_scratch(k, spec)?;
     let root = scratch.join("r");
     mkdir_p(k, &root)?;
+    // Before the overlay: what the shown paths need in the box's upper directory is made
+    // while nothing else uses it.
+    let shows = show::prepare_rootless(k, spec, scratch)?;
     mount_box_root(k, spec, &root, None, None)?;
     let entries = k
         .read_dir(Path::new("/"))
@@ -352,19 +368,39 @@ pub(super) fn setup_root_rootless(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<
         // the user could write there on the host anyway).
         let _ = k.remount(&target, MountFlags::BIND | MountFlags::RDONLY);
     }
+    let mut writable = Vec::new();
     for h in &spec.hide {
         let inside = under(&root, h)?;
+        // Below a directory the box does not take from the host (its own `/home`, a fresh
+        // `/tmp`), nothing of the host's is there to hide.
+        let top = h.components().nth(1).and_then(|c| c.as_os_str().to_str());
+        if top.is_some_and(|t| NOT_BOUND.contains(&t)) {
+            continue;
+        }
         if h.parent().is_some() && k.stat(&inside).is_ok_and(|m| m.kind == Kind::Dir) {
+            // Written once more, to make the mount points of the paths shown below it; read-only
+            // before the box starts (see `show::mount_rootless`).
+            let shown_below = shows
+                .iter()
+                .any(|s| !s.own && s.path.starts_with(h) && s.path != *h);
             mount(
                 k,
                 "agentbox",
                 &inside,
                 "tmpfs",
-                MountFlags::RDONLY,
+                if shown_below {
+                    MountFlags::empty()
+                } else {
+                    MountFlags::RDONLY
+                },
                 "size=4k",
             )?;
+            if shown_below {
+                writable.push(inside);
+            }
         }
     }
+    show::mount_rootless(k, &root, &shows, &writable)?;
     let resolv = k.read_file(Path::new("/etc/resolv.conf")).ok();
     special_mounts(k, &root, spec, None)?;
     if spec.network == Network::Private {
@@ -425,23 +461,13 @@ pub(super) fn hide_dirs(
             continue;
         };
         done.push(h);
-        let Some(parent) = h.parent() else {
+        if h.parent().is_none() {
             continue;
-        };
+        }
         // The directories above it, with the host's owner and mode (the overlay now shows
         // this layer's attributes for them).
-        let mut host_dir = base.to_owned();
-        let mut dir = empty.to_owned();
-        for c in parent.components().skip(1) {
-            host_dir.push(c);
-            dir.push(c);
-            if k.stat(&dir).is_ok() {
-                continue;
-            }
-            mkdir_p(k, &dir)?;
-            copy_owner_mode(k, &host_dir, &dir);
-        }
-        let inside = dir.join(h.file_name().expect("a path with a parent has a name"));
+        show::make_parents(k, empty, base, h)?;
+        let inside = under(empty, h)?;
         let hidden = if md.kind == Kind::Dir {
             // An empty, opaque directory: the base's content is not looked at.
             mkdir_p(k, &inside)?;
@@ -773,5 +799,7 @@ pub(super) fn provide_resolv_conf(
         .map_err(|e| err(format!("writing {}", inside.display()), e))
 }
 
+#[cfg(test)]
+mod show_tests;
 #[cfg(test)]
 mod tests;

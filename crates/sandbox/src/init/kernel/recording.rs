@@ -153,6 +153,10 @@ struct Node {
     gid: u32,
     /// Permission bits.
     perm: u32,
+    /// Extended attributes.
+    xattrs: BTreeMap<String, Vec<u8>>,
+    /// The file system it is on (`st_dev`): the same for all, unless a test says otherwise.
+    dev: u64,
 }
 
 impl Node {
@@ -167,6 +171,8 @@ impl Node {
             uid: 0,
             gid: 0,
             perm,
+            xattrs: BTreeMap::new(),
+            dev: 0,
         }
     }
 
@@ -191,6 +197,7 @@ impl Node {
             uid: self.uid,
             gid: self.gid,
             mode: format | self.perm,
+            dev: self.dev,
         }
     }
 }
@@ -393,6 +400,42 @@ impl Recording {
     }
 
     /// Make every call for which `refuse` holds fail (`EPERM`).
+    /// An extended attribute on an existing path (an overlay marker in a box's layer).
+    pub(crate) fn xattr(mut self, path: &str, name: &str, value: &str) -> Recording {
+        self.tree
+            .node_mut(Path::new(path))
+            .expect("a test's xattr is on an existing path")
+            .xattrs
+            .insert(name.to_owned(), value.as_bytes().to_vec());
+        self
+    }
+
+    /// `path` (existing) on a file system of its own (`st_dev` `dev`), as a separate `/home`
+    /// partition is.
+    pub(crate) fn on_dev(mut self, path: &str, dev: u64) -> Recording {
+        self.tree
+            .node_mut(Path::new(path))
+            .expect("a test's mount point exists")
+            .dev = dev;
+        self
+    }
+
+    /// A whiteout (a character device) at `path`, as a box's layer holds for what it
+    /// deleted.
+    pub(crate) fn whiteout_at(mut self, path: &str) -> Recording {
+        if let Some(parent) = Path::new(path).parent() {
+            self.tree
+                .mkdir_p(parent)
+                .expect("a test's directory fits its tree");
+        }
+        let at = self
+            .tree
+            .free(Path::new(path))
+            .expect("a test's whiteout has a free name");
+        self.tree.0.insert(at, Node::new(Content::Device));
+        self
+    }
+
     pub(crate) fn refusing(mut self, refuse: impl Fn(&Op) -> bool + 'static) -> Recording {
         self.refuse.push(Box::new(refuse));
         self
@@ -462,6 +505,10 @@ impl Kernel for Recording {
             Content::Dir => Err(errno(libc::EISDIR)),
             _ => Err(errno(libc::EINVAL)),
         }
+    }
+
+    fn get_xattr(&self, path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+        Ok(self.tree.node(path, false)?.xattrs.get(name).cloned())
     }
 
     fn read_dir(&self, path: &Path) -> io::Result<Vec<Entry>> {
@@ -630,7 +677,12 @@ impl Kernel for Recording {
             name: name.to_owned(),
             value: value.to_vec(),
         };
-        self.effect(op, |t| t.node(path, true).map(drop))
+        self.effect(op, |t| {
+            t.node_mut(path)?
+                .xattrs
+                .insert(name.to_owned(), value.to_vec());
+            Ok(())
+        })
     }
 
     fn whiteout(&mut self, path: &Path) -> io::Result<()> {

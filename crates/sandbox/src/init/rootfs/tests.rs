@@ -9,28 +9,28 @@ use crate::init::kernel::recording::{Op, Recording};
 use crate::init::kernel::Kind;
 use crate::proto::IdRange;
 
-const LOWER_TOP: &str = "/home/alice/.agentbox/store/n2";
-const LOWER: &str = "/home/alice/.agentbox/store/n1";
-const UPPER: &str = "/home/alice/.agentbox/boxes/b1/upper";
-const WORK: &str = "/home/alice/.agentbox/boxes/b1/work";
-const SCRATCH: &str = "/home/alice/.agentbox/boxes/b1/scratch";
-const ROOT: &str = "/home/alice/.agentbox/boxes/b1/scratch/r";
+pub(super) const LOWER_TOP: &str = "/home/alice/.agentbox/store/n2";
+pub(super) const LOWER: &str = "/home/alice/.agentbox/store/n1";
+pub(super) const UPPER: &str = "/home/alice/.agentbox/boxes/b1/upper";
+pub(super) const WORK: &str = "/home/alice/.agentbox/boxes/b1/work";
+pub(super) const SCRATCH: &str = "/home/alice/.agentbox/boxes/b1/scratch";
+pub(super) const ROOT: &str = "/home/alice/.agentbox/boxes/b1/scratch/r";
 const RELAY: &str = "/home/alice/.agentbox/boxes/b1/relay.sock";
 const HOST_RESOLV: &str = "search corp.example\nnameserver 192.0.2.53\n";
 
-fn p(s: &str) -> PathBuf {
+pub(super) fn p(s: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
 /// `ROOT` joined with `rel`.
-fn r(rel: &str) -> PathBuf {
+pub(super) fn r(rel: &str) -> PathBuf {
     Path::new(ROOT).join(rel)
 }
 
 /// A root box on the host's `/` and network, hiding what the host's data and secrets
 /// lists would (homes, `/root`, a container engine's state, a secret file, one path below
 /// another hidden one, one that does not exist), with a read-write and a read-only bind.
-fn spec() -> BoxSpec {
+pub(super) fn spec() -> BoxSpec {
     BoxSpec {
         hostname: "b1".into(),
         base: p("/"),
@@ -49,6 +49,7 @@ fn spec() -> BoxSpec {
         ]
         .map(p)
         .to_vec(),
+        show: Vec::new(),
         network: Network::Host,
         binds: vec![
             Bind {
@@ -73,7 +74,7 @@ fn spec() -> BoxSpec {
 }
 
 /// A rootless box: no hidden home or `/root` (its own), the host's directories bound.
-fn rootless() -> BoxSpec {
+pub(super) fn rootless() -> BoxSpec {
     BoxSpec {
         rootless: true,
         hide: ["/var/lib/docker", "/etc/shadow", "/nonexistent"]
@@ -85,7 +86,7 @@ fn rootless() -> BoxSpec {
 
 /// The host `spec()` runs on, and what the box's fresh `/proc` and `/sys` show: some of
 /// the knobs and host-state files exist, some (`irq`, `bus`, `fs`, `keys`, `scsi`, …) not.
-fn host() -> Recording {
+pub(super) fn host() -> Recording {
     let mut rec = Recording::new()
         .dir(LOWER_TOP)
         .dir(LOWER)
@@ -124,13 +125,13 @@ fn host() -> Recording {
 
 /// A rootless box's host: its first layer's skeleton shows in the box's root (`usr`,
 /// `etc`, but not `opt`: a directory the host made after the box's layer was).
-fn rootless_host() -> Recording {
+pub(super) fn rootless_host() -> Recording {
     host()
         .dir(&format!("{ROOT}/usr"))
         .dir(&format!("{ROOT}/etc"))
 }
 
-fn build(rec: &mut Recording, spec: &BoxSpec) -> Result<bool, String> {
+pub(super) fn build(rec: &mut Recording, spec: &BoxSpec) -> Result<bool, String> {
     if spec.rootless {
         setup_root_rootless(rec, spec).map(|()| false)
     } else {
@@ -138,7 +139,7 @@ fn build(rec: &mut Recording, spec: &BoxSpec) -> Result<bool, String> {
     }
 }
 
-fn built(rec: &mut Recording, spec: &BoxSpec) {
+pub(super) fn built(rec: &mut Recording, spec: &BoxSpec) {
     build(rec, spec).expect("the box's root is built");
     assert_eq!(rec.refused(), Vec::<&Op>::new(), "no call failed");
 }
@@ -152,19 +153,19 @@ fn stand_in() -> BoxUserNs {
 }
 
 /// Index of the first recorded call `f` holds for.
-fn first(rec: &Recording, what: &str, f: impl Fn(&Op) -> bool) -> usize {
+pub(super) fn first(rec: &Recording, what: &str, f: impl Fn(&Op) -> bool) -> usize {
     rec.ops()
         .iter()
         .position(f)
         .unwrap_or_else(|| panic!("no call {what} in {:#?}", rec.ops()))
 }
 
-fn is_mount_of(op: &Op, fs: &str, at: &Path) -> bool {
+pub(super) fn is_mount_of(op: &Op, fs: &str, at: &Path) -> bool {
     matches!(op, Op::Mount { fstype, target, .. } if fstype == fs && target == at)
 }
 
 /// The options of the overlay mounted at `at`.
-fn overlay_data(rec: &Recording, at: &Path) -> String {
+pub(super) fn overlay_data(rec: &Recording, at: &Path) -> String {
     rec.ops()
         .iter()
         .find_map(|op| match op {
@@ -180,7 +181,7 @@ fn overlay_data(rec: &Recording, at: &Path) -> String {
 }
 
 /// The mount-table changes made at `at`, in order.
-fn mounts_at<'a>(rec: &'a Recording, at: &Path) -> Vec<&'a Op> {
+pub(super) fn mounts_at<'a>(rec: &'a Recording, at: &Path) -> Vec<&'a Op> {
     rec.ops()
         .iter()
         .filter(|op| op.is_mount() && op.target() == Some(at))
