@@ -49,6 +49,8 @@ pub struct Settings {
     pub network: Option<String>,
     /// `box.capture`.
     pub capture: Option<bool>,
+    /// `box.broker`.
+    pub broker: Option<bool>,
     /// `box.env` (`KEY=VALUE` each; replaces the configured list when not empty).
     pub env: Vec<String>,
     /// `box.ignore` (replaces the configured list when not empty).
@@ -81,6 +83,8 @@ pub struct CreateOptions {
     /// Host ports forwarded into the box; empty unless `network` is private.
     pub publish: Vec<Publish>,
     pub capture: bool,
+    /// Run a credential broker for the box (see [`crate::broker`]).
+    pub broker: bool,
     /// `KEY=VALUE` each, checked.
     pub env: Vec<String>,
     pub ignore: Vec<String>,
@@ -114,6 +118,7 @@ pub fn options(
     for (key, values) in [
         ("box.network", one(settings.network.clone())),
         ("box.capture", text(settings.capture)),
+        ("box.broker", text(settings.broker)),
         ("box.env", list(&settings.env)),
         ("box.ignore", list(&settings.ignore)),
         ("box.hostPaths", list(&settings.host_paths)),
@@ -152,6 +157,7 @@ pub fn options(
         network: e.network,
         publish,
         capture: e.capture,
+        broker: e.broker,
         env: e.env,
         ignore: e.ignore,
         host_paths: e.host_paths,
@@ -403,6 +409,7 @@ pub fn create(
             })
             .unwrap_or_default(),
         resync_conflicts: Vec::new(),
+        broker: o.broker,
     };
     let dirs = BoxDirs::new(home, &name);
     let written = fs_err::create_dir_all(&dirs.dir)

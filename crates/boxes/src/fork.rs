@@ -268,6 +268,8 @@ fn fork_rest(
         checkpoint: src.checkpoint.clone(),
         lineage: src.lineage.clone(),
         resync_conflicts: Vec::new(),
+        // A fork gets a broker of its own (its own token) when its source has one.
+        broker: src.broker,
     };
     let dirs = BoxDirs::new(home, name);
     // From here the directory is the fork's: the rollback removes it.

@@ -2,6 +2,7 @@
 
 pub use agentbox_sandbox::cgroup;
 pub mod agents;
+pub mod broker;
 pub mod checkpoint;
 pub mod checkpoint_transfer;
 pub mod config;
@@ -221,6 +222,9 @@ pub enum BoxError {
         /// What became of its work.
         undone: String,
     },
+    /// A box's credential broker could not be started or given its credentials.
+    #[error(transparent)]
+    Broker(#[from] agentbox_broker::BrokerError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]
@@ -277,6 +281,12 @@ impl BoxError {
             | BoxError::PublishNeedsPrivate
             | BoxError::BadWorkspace { .. } => ExitCode::Usage.into(),
             BoxError::Config(e) => e.exit_code(),
+            BoxError::Broker(agentbox_broker::BrokerError::BadUpstream { .. }) => {
+                ExitCode::BadConfig.into()
+            }
+            BoxError::Broker(agentbox_broker::BrokerError::Permissions { .. }) => {
+                ExitCode::Refused.into()
+            }
             BoxError::Network(e) => e.exit_code(),
             BoxError::BadCandidate { .. } | BoxError::NoCandidates { .. } => ExitCode::Usage.into(),
             // As a shell reports a command a signal ended.
@@ -395,6 +405,7 @@ impl BoxError {
             }),
             BoxError::Config(e) => e.hint(),
             BoxError::Network(e) => e.hint(),
+            BoxError::Broker(e) => e.hint(),
             BoxError::BoxRepo { name, repo, .. } => Some(format!(
                 "fix the repository inside the box (`agentbox exec {name} -- git -C {} status`), then `agentbox sync {name}`",
                 repo.display()

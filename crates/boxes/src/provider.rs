@@ -184,6 +184,21 @@ pub trait Provider: Send + Sync {
         }
         .into()
     }
+    /// Start box `name`'s credential broker with `spec` (starting the box when it is
+    /// stopped), or give its running broker `spec`; where the box reaches it. The real
+    /// credentials in `spec` must stay on the provider's side of the box (see
+    /// `agentbox_broker`). A provider without a broker refuses.
+    fn broker(
+        &self,
+        name: &str,
+        spec: &agentbox_broker::Spec,
+    ) -> Result<agentbox_broker::Endpoint> {
+        let _ = spec;
+        Err(crate::BoxError::Supervisor(format!(
+            "box {name:?}: the {} provider has no credential broker",
+            self.kind()
+        )))
+    }
     /// Find what boxes of this provider left behind (older than `grace`) and, unless
     /// `dry_run`, remove it; each one with what became of it.
     fn prune(

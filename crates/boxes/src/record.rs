@@ -194,6 +194,10 @@ pub struct BoxRecord {
     /// held, and the checkpoint's version was kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resync_conflicts: Vec<String>,
+    /// Every start of the box starts its credential broker too, with the credentials of
+    /// the command that started it (see [`crate::broker`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub broker: bool,
 }
 
 /// Default number of recent nodes retention keeps after automatic nodes.

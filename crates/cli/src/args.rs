@@ -502,6 +502,12 @@ pub struct CreateArgs {
     /// box.capture).
     #[arg(long, conflicts_with = "no_capture")]
     pub capture: bool,
+    /// Run a credential broker for the box: its commands get ANTHROPIC_BASE_URL,
+    /// OPENAI_BASE_URL and a placeholder key; the real key (ANTHROPIC_API_KEY,
+    /// CLAUDE_CODE_OAUTH_TOKEN, OPENAI_API_KEY of the shell that starts the box, else
+    /// <home>/credentials/) stays on the host (config box.broker).
+    #[arg(long)]
+    pub broker: bool,
     /// An environment variable set in every command of the box (repeatable; replaces
     /// config box.env).
     #[arg(long = "env", value_name = "KEY=VALUE")]

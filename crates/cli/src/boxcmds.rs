@@ -104,6 +104,7 @@ fn create_settings(a: &CreateArgs) -> create::Settings {
     create::Settings {
         network: a.network.clone(),
         capture: either(a.capture, a.no_capture),
+        broker: a.broker.then_some(true),
         env: a.vars.clone(),
         ignore: a.ignore.clone(),
         host_paths: a.host_paths.clone(),

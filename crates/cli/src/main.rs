@@ -58,6 +58,12 @@ fn main() {
             }
         }
     }
+    // Run by a box's supervisor to bind its credential broker's port inside the box's
+    // network namespace: entering it needs a process with a single thread (see
+    // `agentbox_provider_local::netns`).
+    if argv.len() >= 2 && argv[1] == agentbox_provider_local::netns::LISTEN_COMMAND {
+        std::process::exit(agentbox_provider_local::netns::listen_main(&argv[2..]));
+    }
     // Run by the host inside a box made from a checkpoint (see `agentbox_boxes::reseed`).
     if argv.len() == 3 && argv[1] == agentbox_boxes::reseed::COMMAND {
         match agentbox_boxes::reseed::inside(std::path::Path::new(&argv[2])) {

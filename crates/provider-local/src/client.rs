@@ -77,6 +77,31 @@ fn wait_for_socket(dirs: &BoxDirs, name: &str) -> Result<Option<Client>> {
     }
 }
 
+/// Start the broker of box `rec`, whose supervisor this process just started (the record's
+/// `broker` flag), with this process's credentials. A box that was asked for a broker runs
+/// with it or not at all: when it cannot be started the box is stopped again, and the next
+/// command that starts it tries again.
+fn start_recorded_broker(home: &Home, rec: &record::BoxRecord, dirs: &BoxDirs) -> Result<()> {
+    let started = agentbox_boxes::broker::spec_from_caller(home, rec).and_then(|spec| {
+        let c = Client {
+            sock: connect_once(&dirs.socket())?,
+        };
+        match c.request(&Request::Broker { spec })? {
+            Reply::Broker { .. } => Ok(()),
+            other => Err(BoxError::Supervisor(format!(
+                "unexpected reply from the supervisor: {other:?}"
+            ))),
+        }
+    });
+    if let Err(e) = started {
+        if let Ok(sock) = connect_once(&dirs.socket()) {
+            let _ = (Client { sock }).request(&Request::Stop);
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Why a supervisor could not start, as it reports it on its startup pipe (JSON).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct StartFailure {
@@ -128,7 +153,13 @@ impl Client {
         // The supervisor writes why it could not start on this pipe (see
         // `agentbox_sandbox::startup`); the log keeps the details.
         let mut startup = agentbox_sandbox::startup::StartupPipe::new()?;
-        let mut child = Command::new(exe)
+        let mut supervise = Command::new(exe);
+        // The supervisor (and the box's first process, which inherits its environment) never
+        // holds a real credential in its environment: a broker gets it over the socket.
+        for k in agentbox_broker::CREDENTIAL_ENV {
+            supervise.env_remove(k);
+        }
+        let mut child = supervise
             .arg("__supervise")
             .arg(name)
             .env("AGENTBOX_HOME", home.root())
@@ -151,6 +182,9 @@ impl Client {
             if let Ok(sock) = connect_once(&dirs.socket()) {
                 // Reaped by nobody: the supervisor outlives us, in its own session.
                 drop(child);
+                if rec.broker {
+                    start_recorded_broker(home, &rec, &dirs)?;
+                }
                 return Ok(Some(Client { sock }));
             }
             if let Ok(Some(status)) = child.try_wait() {

@@ -14,6 +14,7 @@ pub mod boxgit;
 pub mod capture;
 pub mod client;
 pub mod local;
+pub mod netns;
 pub mod proto;
 pub mod prune;
 pub mod restore;

@@ -99,6 +99,18 @@ impl Provider for LocalProvider {
         crate::supervisor::remove_cgroup(&self.home, name);
     }
 
+    fn broker(
+        &self,
+        name: &str,
+        spec: &agentbox_broker::Spec,
+    ) -> Result<agentbox_broker::Endpoint> {
+        let req = Request::Broker { spec: spec.clone() };
+        match self.started(name)?.request(&req)? {
+            Reply::Broker { endpoint } => Ok(endpoint),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     fn prune(
         &self,
         store: &agentbox_store::Store,

@@ -103,6 +103,11 @@ pub enum Request {
     Resize {
         size: WinSize,
     },
+    /// From the host only: start the box's credential broker with `spec`, or give the
+    /// running one `spec`. Reply: `Broker`.
+    Broker {
+        spec: agentbox_broker::Spec,
+    },
     /// From inside the box only: one request of the in-box `agentbox` (see
     /// [`agentbox_boxes::relay`]). Carries the caller's stdin, stdout and stderr; replies `Exited`.
     Relay {
@@ -181,6 +186,10 @@ pub enum Reply {
     /// Attached: the data stream follows on the socket the request carried.
     Attached {
         session: agentbox_boxes::sessions::SessionInfo,
+    },
+    /// Where the box reaches its credential broker.
+    Broker {
+        endpoint: agentbox_broker::Endpoint,
     },
     /// The request failed: the error's kind and data (see [`agentbox_boxes::wire`]).
     Error {

@@ -90,7 +90,13 @@ impl Boxes {
         };
         Ok(Launch {
             argv: agent.argv(spec.ask, spec.prompt.as_deref(), &spec.args),
-            env: agent.forwarded_env(self.home()),
+            // In a box with a credential broker the agent gets the broker's placeholder
+            // and base URLs, never the shell's real key.
+            env: if record.broker {
+                crate::broker::without_credentials(agent.forwarded_env(self.home()))
+            } else {
+                agent.forwarded_env(self.home())
+            },
             record,
             created,
             staged,

@@ -129,6 +129,13 @@ pub const NETWORKS: &[&str] = &["host", "none", "private"];
 /// Every configuration key. Sorted by name (a unit test checks it), so listings are stable.
 pub static KEYS: &[Key] = &[
     Key {
+        name: "box.broker",
+        kind: Kind::Bool,
+        default: no,
+        description: "Run a credential broker for the box: its commands get ANTHROPIC_BASE_URL / OPENAI_BASE_URL and a placeholder key, the host's real key (ANTHROPIC_API_KEY, CLAUDE_CODE_OAUTH_TOKEN, OPENAI_API_KEY, else <home>/credentials/) stays on the host",
+        check: None,
+    },
+    Key {
         name: "box.capture",
         kind: Kind::Bool,
         default: yes,
@@ -220,6 +227,20 @@ pub static KEYS: &[Key] = &[
         check: None,
     },
     Key {
+        name: "broker.anthropicUpstream",
+        kind: Kind::String,
+        default: || Some(Value::Str(agentbox_broker::endpoint::DEFAULT_ANTHROPIC_UPSTREAM.into())),
+        description: "Where a box's credential broker sends Anthropic API requests (https, or http to a loopback host)",
+        check: Some(check_anthropic_upstream),
+    },
+    Key {
+        name: "broker.openaiUpstream",
+        kind: Kind::String,
+        default: || Some(Value::Str(agentbox_broker::endpoint::DEFAULT_OPENAI_UPSTREAM.into())),
+        description: "Where a box's credential broker sends OpenAI API requests (https, or http to a loopback host)",
+        check: Some(check_openai_upstream),
+    },
+    Key {
         name: "checkpoint.cleanup",
         kind: Kind::List,
         default: empty_list,
@@ -269,6 +290,26 @@ pub static KEYS: &[Key] = &[
         check: Some(check_detach_key),
     },
 ];
+
+fn check_upstream(key: &str, v: &Value) -> Result<(), String> {
+    match v {
+        Value::Str(url) => {
+            agentbox_broker::endpoint::check_upstream(key, url).map_err(|e| match e {
+                agentbox_broker::BrokerError::BadUpstream { why, .. } => why,
+                other => other.to_string(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_anthropic_upstream(v: &Value) -> Result<(), String> {
+    check_upstream("broker.anthropicUpstream", v)
+}
+
+fn check_openai_upstream(v: &Value) -> Result<(), String> {
+    check_upstream("broker.openaiUpstream", v)
+}
 
 /// Keys that were renamed: `(old, new)`. An old name is refused with the new one.
 pub static RENAMED_KEYS: &[(&str, &str)] = &[

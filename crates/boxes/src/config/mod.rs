@@ -170,6 +170,15 @@ impl Config {
                 _ => Network::Host,
             },
             capture: self.flag("box.capture"),
+            broker: self.flag("box.broker"),
+            anthropic_upstream: self
+                .text("broker.anthropicUpstream")
+                .unwrap_or(agentbox_broker::endpoint::DEFAULT_ANTHROPIC_UPSTREAM)
+                .to_owned(),
+            openai_upstream: self
+                .text("broker.openaiUpstream")
+                .unwrap_or(agentbox_broker::endpoint::DEFAULT_OPENAI_UPSTREAM)
+                .to_owned(),
             keep: match self.value("box.keep") {
                 Some(Value::U64(n)) => *n,
                 _ => crate::record::DEFAULT_KEEP,
@@ -267,6 +276,12 @@ pub struct Effective {
     pub network: Network,
     /// `box.capture`.
     pub capture: bool,
+    /// `box.broker`.
+    pub broker: bool,
+    /// `broker.anthropicUpstream`.
+    pub anthropic_upstream: String,
+    /// `broker.openaiUpstream`.
+    pub openai_upstream: String,
     /// `box.keep`.
     pub keep: u64,
     /// `box.memory`, in bytes.

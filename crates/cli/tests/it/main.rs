@@ -7,6 +7,7 @@ mod agents;
 mod common;
 
 mod boxes;
+mod broker;
 mod bugs;
 mod bundles;
 mod checkpoint;

@@ -146,6 +146,7 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
         number,
         upper,
     });
+    broker::on_start(shared);
     Ok(())
 }
 

@@ -38,6 +38,7 @@ use agentbox_boxes::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE
 use agentbox_boxes::{BoxError, Result};
 
 mod attach;
+mod broker;
 mod generation;
 mod history;
 mod procs;
@@ -121,6 +122,8 @@ struct Shared {
     /// Variables pointing the shown toolchains at their homes (`HostView::env`), set at
     /// each launch.
     tool_env: Mutex<Vec<(String, String)>>,
+    /// The box's credential broker, once the owner asked for it (see [`broker`]).
+    broker: Mutex<Option<broker::BrokerState>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -169,6 +172,7 @@ pub fn run(
         sessions: Mutex::new(BTreeMap::new()),
         shown: Mutex::new(Vec::new()),
         tool_env: Mutex::new(Vec::new()),
+        broker: Mutex::new(None),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;
@@ -265,5 +269,6 @@ fn shutdown(shared: &Shared) -> ! {
     remove_cgroup(&shared.home, &shared.name);
     let _ = fs_err::remove_file(shared.dirs.socket());
     let _ = fs_err::remove_file(shared.dirs.supervisor());
+    let _ = fs_err::remove_file(shared.dirs.inbox().join(agentbox_broker::SOCKET_NAME));
     std::process::exit(0)
 }

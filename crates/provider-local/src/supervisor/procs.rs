@@ -17,6 +17,8 @@ pub(super) fn command_env(shared: &Shared, given: Vec<(String, String)>) -> Vec<
         "PATH".into(),
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
     );
+    // Before the request's own: a command given other values keeps them.
+    env.extend(broker::env(shared));
     // Where the host user's toolchains are, when their home is not the box's; what the
     // caller or the box's configuration sets wins.
     for (k, v) in lock(&shared.tool_env).iter() {

@@ -200,6 +200,7 @@ pub(super) fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
             );
             Ok(())
         }
+        Request::Broker { spec } => broker::start_or_update(&shared, &conn, spec),
         Request::Signal { .. } => Err(BoxError::Supervisor(
             "a signal can only follow an exec on the same connection".into(),
         )),
