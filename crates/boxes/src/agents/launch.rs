@@ -88,15 +88,33 @@ impl Boxes {
                 r.last_agent = Some(agent.name.clone())
             })?
         };
+        // Brokered by default where the agent takes a base URL: it gets the box broker's
+        // placeholder and base URLs, and the real key stays in the supervisor.
+        let forwarded = agent.forwarded_env(self.home());
+        let brokered = agent.brokered
+            && crate::config::Config::load(self.home(), record.project.as_deref())
+                .map_err(|e| BoxError::Config(Box::new(e)))?
+                .effective()
+                .agents_broker;
+        let env = if brokered {
+            let credentials = crate::broker::Credentials::from_caller(self.home().root())?;
+            if credentials.is_empty() && !record.broker {
+                // Nothing to broker: the agent logs in by itself.
+                forwarded
+            } else {
+                let endpoint = self.broker(&name, credentials)?;
+                let mut env = crate::broker::without_credentials(forwarded);
+                env.extend(endpoint.env().into_iter().map(|(k, v)| format!("{k}={v}")));
+                env
+            }
+        } else if record.broker {
+            crate::broker::without_credentials(forwarded)
+        } else {
+            forwarded
+        };
         Ok(Launch {
             argv: agent.argv(spec.ask, spec.prompt.as_deref(), &spec.args),
-            // In a box with a credential broker the agent gets the broker's placeholder
-            // and base URLs, never the shell's real key.
-            env: if record.broker {
-                crate::broker::without_credentials(agent.forwarded_env(self.home()))
-            } else {
-                agent.forwarded_env(self.home())
-            },
+            env,
             record,
             created,
             staged,

@@ -65,6 +65,13 @@ pub struct Agent {
     pub login: Vec<String>,
     #[serde(default)]
     pub login_var: Option<String>,
+    /// Variables always set for it (`KEY=VALUE`): what it needs to know it runs in a sandbox.
+    #[serde(default)]
+    pub set_env: Vec<String>,
+    /// Whether it takes its API's base URL from the environment, so the box's credential
+    /// broker can stand in for the API (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`).
+    #[serde(default)]
+    pub brokered: bool,
     /// Whether it is built in (`false`: from `agents.yaml`).
     #[serde(default, skip_deserializing)]
     pub builtin: bool,
@@ -107,6 +114,10 @@ pub fn builtin() -> Vec<Agent> {
             ]),
             login: owned(&["claude", "setup-token"]),
             login_var: Some("CLAUDE_CODE_OAUTH_TOKEN".into()),
+            // Claude Code refuses to skip its permission prompts as root unless told it
+            // runs in a sandbox (box root is root); no self-update inside a box.
+            set_env: owned(&["IS_SANDBOX=1", "DISABLE_AUTOUPDATER=1"]),
+            brokered: true,
             builtin: true,
         },
         Agent {
@@ -140,6 +151,8 @@ pub fn builtin() -> Vec<Agent> {
             env: owned(&["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"]),
             login: Vec::new(),
             login_var: Some("OPENAI_API_KEY".into()),
+            set_env: Vec::new(),
+            brokered: true,
             builtin: true,
         },
         Agent {
@@ -169,6 +182,8 @@ pub fn builtin() -> Vec<Agent> {
             ]),
             login: Vec::new(),
             login_var: None,
+            set_env: Vec::new(),
+            brokered: false,
             builtin: true,
         },
     ]
@@ -259,11 +274,12 @@ impl Agent {
     /// The forwarded variables (`KEY=VALUE` each): the calling shell's, then the token
     /// `login` saved in `home` when the shell does not set its variable.
     pub fn forwarded_env(&self, home: &Home) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .env
-            .iter()
-            .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
-            .collect();
+        let mut out: Vec<String> = self.set_env.clone();
+        out.extend(
+            self.env
+                .iter()
+                .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}"))),
+        );
         if let Some(var) = self.login_var.as_ref().filter(|v| !self.env.contains(v)) {
             match std::env::var(var) {
                 Ok(v) => out.push(format!("{var}={v}")),

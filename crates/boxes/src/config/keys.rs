@@ -136,6 +136,13 @@ pub static KEYS: &[Key] = &[
         check: None,
     },
     Key {
+        name: "agents.broker",
+        kind: Kind::Bool,
+        default: yes,
+        description: "Agents that take a base URL (claude, codex) reach their API through the box's credential broker: the real key never enters the box",
+        check: None,
+    },
+    Key {
         name: "box.capture",
         kind: Kind::Bool,
         default: yes,

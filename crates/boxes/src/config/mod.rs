@@ -200,6 +200,7 @@ impl Config {
             host_paths: self.list("box.hostPaths"),
             home_tools: self.list("box.homeTools"),
             image: self.text("box.image").map(str::to_owned),
+            agents_broker: self.flag("agents.broker"),
             default_checkpoint: self.text("box.defaultCheckpoint").map(str::to_owned),
             resync_on_start: self.flag("box.resyncOnStart"),
             checkpoint_cleanup: self.list("checkpoint.cleanup"),
@@ -300,6 +301,8 @@ pub struct Effective {
     pub home_tools: Vec<String>,
     /// `box.image`.
     pub image: Option<String>,
+    /// `agents.broker`.
+    pub agents_broker: bool,
     /// `box.defaultCheckpoint`.
     pub default_checkpoint: Option<String>,
     /// `box.resyncOnStart`.

@@ -288,3 +288,97 @@ fn a_detached_agent_runs_in_a_session_of_its_box() {
     assert_eq!(listed[0]["name"], "sleep");
     assert!(listed[0]["exit"].is_null(), "still running: {sessions}");
 }
+
+/// The acceptance test of brokered credentials: the real Claude Code CLI runs `claude -p`
+/// in a box against a loopback stub of the Messages API; the stub sees the host's real key,
+/// the answer it streams is printed, and the box holds no trace of the key.
+#[test]
+fn claude_answers_through_the_broker_and_the_key_never_enters_the_box() {
+    let test = "claude_answers_through_the_broker_and_the_key_never_enters_the_box";
+    let Some(s) = Setup::new(test) else {
+        return;
+    };
+    if !require_tool(test, "claude") || !require_tool(test, "python3") {
+        return;
+    }
+    let seen = s.env.path("seen.log");
+    let mut stub = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/it/messages_stub.py"
+        ))
+        .arg(&seen)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the stub");
+    let port = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(stub.stdout.as_mut().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the stub's port");
+        line.trim().to_owned()
+    };
+    if port.parse::<u16>().is_err() {
+        let _ = stub.kill();
+        let _ = stub.wait();
+        panic!("the stub did not start (it printed {port:?})");
+    }
+    let url = format!("http://127.0.0.1:{port}");
+    s.env.ok(&[
+        "config",
+        "set",
+        "--global",
+        "broker.anthropicUpstream",
+        &url,
+    ]);
+    let key = format!(
+        "sk-ant-real-{}{}",
+        agentbox_core::id::new_id(),
+        agentbox_core::id::new_id()
+    );
+    let out = s.run(
+        &["claude", "--", "-p", "say hi"],
+        &[
+            ("ANTHROPIC_API_KEY", key.as_str()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ],
+    );
+    let seen_text = std::fs::read_to_string(&seen).unwrap_or_default();
+    let _ = stub.kill();
+    let _ = stub.wait();
+    assert!(
+        out.status.success(),
+        "{}\nstub saw: {seen_text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Hello from the stub"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        seen_text.contains(&format!("key={key}")),
+        "the stub saw: {seen_text}"
+    );
+    let name = s.env.json(&["list", "--all"])[0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    // Searched for in two halves, so the search's own command line cannot match.
+    let (a, b) = key.split_at(key.len() / 2);
+    let found = s.ok(
+        &[
+            "exec",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "k=\"{a}\"\"{b}\"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c \"$k\"; grep -rl \"$k\" /root /workspace /run /tmp /etc 2>/dev/null; true"
+            ),
+        ],
+        &[],
+    );
+    assert_eq!(found, "0\n", "the key is in the box: {found}");
+}

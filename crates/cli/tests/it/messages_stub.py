@@ -1,0 +1,36 @@
+"""A loopback stub of the Anthropic Messages API for tests: it answers every
+`POST /v1/messages` with a short streamed (server-sent events) or plain answer, and
+appends what credentials each request carried to the file named by argv[1]."""
+import http.server, json, sys, time
+seen = open(sys.argv[1], 'a')
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        n = int(self.headers.get('content-length', 0))
+        body = self.rfile.read(n)
+        seen.write(f"{self.path} key={self.headers.get('x-api-key')} auth={self.headers.get('authorization')}\n"); seen.flush()
+        try: req = json.loads(body)
+        except Exception: req = {}
+        if not self.path.startswith('/v1/messages') or 'count_tokens' in self.path:
+            out = json.dumps({"input_tokens": 1}).encode()
+            self.send_response(200); self.send_header('content-type','application/json'); self.send_header('content-length', str(len(out))); self.end_headers(); self.wfile.write(out); return
+        model = req.get('model', 'claude')
+        if not req.get('stream'):
+            out = json.dumps({"id":"msg_1","type":"message","role":"assistant","model":model,"content":[{"type":"text","text":"stub answer"}],"stop_reason":"end_turn","stop_sequence":None,"usage":{"input_tokens":1,"output_tokens":2}}).encode()
+            self.send_response(200); self.send_header('content-type','application/json'); self.send_header('content-length', str(len(out))); self.end_headers(); self.wfile.write(out); return
+        self.send_response(200); self.send_header('content-type','text/event-stream'); self.send_header('cache-control','no-cache'); self.send_header('connection','close'); self.end_headers()
+        def ev(name, data):
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()); self.wfile.flush()
+        ev("message_start", {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":model,"content":[],"stop_reason":None,"stop_sequence":None,"usage":{"input_tokens":1,"output_tokens":1}}})
+        ev("content_block_start", {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}})
+        for w in ["Hello ", "from ", "the ", "stub"]:
+            ev("content_block_delta", {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":w}}); time.sleep(0.05)
+        ev("content_block_stop", {"type":"content_block_stop","index":0})
+        ev("message_delta", {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":None},"usage":{"output_tokens":4}})
+        ev("message_stop", {"type":"message_stop"})
+        self.close_connection = True
+    def log_message(self, *a): pass
+server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)
+# The port it got, for the test.
+print(server.server_address[1], flush=True)
+server.serve_forever()
