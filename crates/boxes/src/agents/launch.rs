@@ -91,11 +91,11 @@ impl Boxes {
         // Brokered by default where the agent takes a base URL: it gets the box broker's
         // placeholder and base URLs, and the real key stays in the supervisor.
         let forwarded = agent.forwarded_env(self.home());
-        let brokered = agent.brokered
-            && crate::config::Config::load(self.home(), record.project.as_deref())
-                .map_err(|e| BoxError::Config(Box::new(e)))?
-                .effective()
-                .agents_broker;
+        let config = crate::config::Config::load(self.home(), record.project.as_deref())
+            .map_err(|e| BoxError::Config(Box::new(e)))?
+            .effective();
+        let brokered = agent.brokered && config.agents_broker;
+        let ask = spec.ask || !config.agents_skip_permissions;
         let env = if brokered {
             let credentials = crate::broker::Credentials::from_caller(self.home().root())?;
             if credentials.is_empty() && !record.broker {
@@ -113,7 +113,7 @@ impl Boxes {
             forwarded
         };
         Ok(Launch {
-            argv: agent.argv(spec.ask, spec.prompt.as_deref(), &spec.args),
+            argv: agent.argv(ask, spec.prompt.as_deref(), &spec.args),
             env,
             record,
             created,

@@ -143,6 +143,13 @@ pub static KEYS: &[Key] = &[
         check: None,
     },
     Key {
+        name: "agents.skipPermissions",
+        kind: Kind::Bool,
+        default: yes,
+        description: "Agents skip their own permission prompts in a box (the box is the sandbox); off: they ask, as with --ask",
+        check: None,
+    },
+    Key {
         name: "box.capture",
         kind: Kind::Bool,
         default: yes,

@@ -201,6 +201,7 @@ impl Config {
             home_tools: self.list("box.homeTools"),
             image: self.text("box.image").map(str::to_owned),
             agents_broker: self.flag("agents.broker"),
+            agents_skip_permissions: self.flag("agents.skipPermissions"),
             default_checkpoint: self.text("box.defaultCheckpoint").map(str::to_owned),
             resync_on_start: self.flag("box.resyncOnStart"),
             checkpoint_cleanup: self.list("checkpoint.cleanup"),
@@ -303,6 +304,8 @@ pub struct Effective {
     pub image: Option<String>,
     /// `agents.broker`.
     pub agents_broker: bool,
+    /// `agents.skipPermissions`.
+    pub agents_skip_permissions: bool,
     /// `box.defaultCheckpoint`.
     pub default_checkpoint: Option<String>,
     /// `box.resyncOnStart`.
