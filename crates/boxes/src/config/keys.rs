@@ -129,13 +129,6 @@ pub const NETWORKS: &[&str] = &["host", "none", "private"];
 /// Every configuration key. Sorted by name (a unit test checks it), so listings are stable.
 pub static KEYS: &[Key] = &[
     Key {
-        name: "box.broker",
-        kind: Kind::Bool,
-        default: no,
-        description: "Run a credential broker for the box: its commands get ANTHROPIC_BASE_URL / OPENAI_BASE_URL and a placeholder key, the host's real key (ANTHROPIC_API_KEY, CLAUDE_CODE_OAUTH_TOKEN, OPENAI_API_KEY, else <home>/credentials/) stays on the host",
-        check: None,
-    },
-    Key {
         name: "agents.broker",
         kind: Kind::Bool,
         default: yes,
@@ -147,6 +140,13 @@ pub static KEYS: &[Key] = &[
         kind: Kind::Bool,
         default: yes,
         description: "Agents skip their own permission prompts in a box (the box is the sandbox); off: they ask, as with --ask",
+        check: None,
+    },
+    Key {
+        name: "box.broker",
+        kind: Kind::Bool,
+        default: no,
+        description: "Run a credential broker for the box: its commands get ANTHROPIC_BASE_URL / OPENAI_BASE_URL and a placeholder key, the host's real key (ANTHROPIC_API_KEY, CLAUDE_CODE_OAUTH_TOKEN, OPENAI_API_KEY, else <home>/credentials/) stays on the host",
         check: None,
     },
     Key {
