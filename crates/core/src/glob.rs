@@ -114,6 +114,278 @@ impl PathPattern {
     pub fn may_match_below(&self, components: &[&[u8]]) -> bool {
         viable_below(&self.parts, components)
     }
+
+    /// A [`Cursor`] at the root, for walking a tree one component at a time; `None` for
+    /// a pattern too long for one (more than 62 components, counting a trailing `**` as
+    /// two): match those with [`PathPattern::matches`].
+    pub fn cursor(&self) -> Option<Cursor> {
+        (self.tokens() < 64).then(|| self.closure(1))
+    }
+
+    /// The cursor after one more component `name` below `at` (a cursor of this pattern).
+    pub fn step(&self, at: Cursor, name: &[u8]) -> Cursor {
+        let n = self.tokens();
+        let mut next = 0u64;
+        let mut bits = at.0 & ((1u64 << n) - 1);
+        while bits != 0 {
+            let j = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            match self.token(j) {
+                Token::AnyDepth => next |= 1 << j,
+                Token::AnyOne => next |= 1 << (j + 1),
+                Token::Part(part) => {
+                    if part_matches(part, name) {
+                        next |= 1 << (j + 1);
+                    }
+                }
+            }
+        }
+        self.closure(next)
+    }
+
+    /// Whether the path walked to `at` matches the pattern ([`PathPattern::matches`]).
+    pub fn accepts(&self, at: Cursor) -> bool {
+        at.0 & (1 << self.tokens()) != 0
+    }
+
+    /// Whether some path strictly below the one walked to `at` could match
+    /// ([`PathPattern::may_match_below`]); once false, it stays false for every step.
+    pub fn alive(&self, at: Cursor) -> bool {
+        at.0 & ((1u64 << self.tokens()) - 1) != 0
+    }
+
+    /// The number of positions of the cursor's automaton before its end: the parts, with a
+    /// trailing `**` (one or more components) as "any one component" then "any depth".
+    fn tokens(&self) -> usize {
+        self.parts.len() + usize::from(self.parts.last() == Some(&Part::Inside))
+    }
+
+    fn token(&self, j: usize) -> Token<'_> {
+        match self.parts.get(j) {
+            Some(Part::AnyDepth) | None => Token::AnyDepth,
+            Some(Part::Inside) => Token::AnyOne,
+            Some(part) => Token::Part(part),
+        }
+    }
+
+    /// `bits` plus every position reachable from them without a component (`**` matching
+    /// zero components). Positions only move forward, so one ascending pass over the set
+    /// bits (those added included) suffices; it costs one test per set bit, not per part.
+    fn closure(&self, mut bits: u64) -> Cursor {
+        let n = self.tokens();
+        let mut j = 0;
+        while j < n {
+            let rest = bits >> j;
+            if rest == 0 {
+                break;
+            }
+            j += rest.trailing_zeros() as usize;
+            if j < n && matches!(self.token(j), Token::AnyDepth) {
+                bits |= 1 << (j + 1);
+            }
+            j += 1;
+        }
+        Cursor(bits)
+    }
+}
+
+/// Several [`PathPattern`]s walked down a tree together, for finding the few paths of a
+/// large tree (or listing) that any of them matches.
+///
+/// A walk holds one [`SetState`] per directory: the cursors of the patterns still alive
+/// below it. Most states deep in a tree are *stable*: every name that matches none of
+/// their literal or glob parts leaves them as they are (`**/.env` under `node_modules/`
+/// stays `**/.env` for `index.js`). Stepping a stable state with such a name costs a few
+/// byte comparisons and returns the same state, so a walk costs about one comparison per
+/// entry and alive pattern, and new states are made only where a name matches a part.
+#[derive(Debug)]
+pub struct PatternWalk<'p> {
+    patterns: Vec<&'p PathPattern>,
+    states: Vec<StateData<'p>>,
+}
+
+/// Where a [`PatternWalk`] stands after a path: the patterns alive below it (an index into
+/// the walk) and whether one of them matches the path itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetState {
+    id: usize,
+    accepts: bool,
+}
+
+#[derive(Debug)]
+struct StateData<'p> {
+    /// The cursors of the patterns alive below, by pattern index.
+    cursors: Vec<(usize, Cursor)>,
+    /// Set when the state is stable.
+    triggers: Option<Triggers<'p>>,
+}
+
+/// What changes a stable state.
+#[derive(Debug)]
+struct Triggers<'p> {
+    /// The literal and glob parts at the state's positions: a name must match one of them
+    /// to change the state.
+    literals: Vec<&'p [u8]>,
+    globs: Vec<&'p [u8]>,
+    /// Whether a name matching none of them makes a match (a cursor already at the end
+    /// that stays there, as inside `**/_logs/**`).
+    accepts: bool,
+}
+
+impl<'p> PatternWalk<'p> {
+    /// A walk of `patterns` from the root; `None` when one of them has no [`Cursor`].
+    pub fn new(patterns: Vec<&'p PathPattern>) -> Option<PatternWalk<'p>> {
+        let cursors = patterns
+            .iter()
+            .enumerate()
+            .map(|(i, p)| p.cursor().map(|c| (i, c)))
+            .collect::<Option<Vec<_>>>()?;
+        let mut walk = PatternWalk {
+            patterns,
+            states: Vec::new(),
+        };
+        walk.add(cursors);
+        Some(walk)
+    }
+
+    /// The state at the root (which no pattern matches).
+    pub fn root(&self) -> SetState {
+        SetState {
+            id: 0,
+            accepts: false,
+        }
+    }
+
+    /// The state below `at` after one more component `name`.
+    pub fn step(&mut self, at: SetState, name: &[u8]) -> SetState {
+        let data = &self.states[at.id];
+        if let Some(t) = &data.triggers {
+            let triggered = t.literals.contains(&name)
+                || t.globs
+                    .iter()
+                    .any(|g| glob_may_match(g, name) && matches(g, name));
+            if !triggered {
+                return SetState {
+                    id: at.id,
+                    accepts: t.accepts,
+                };
+            }
+        }
+        let mut cursors = Vec::with_capacity(data.cursors.len());
+        let mut accepts = false;
+        for &(i, c) in &data.cursors {
+            let p = self.patterns[i];
+            let next = p.step(c, name);
+            accepts |= p.accepts(next);
+            if p.alive(next) {
+                cursors.push((i, next));
+            }
+        }
+        let id = if cursors == data.cursors {
+            at.id
+        } else {
+            self.add(cursors)
+        };
+        SetState { id, accepts }
+    }
+
+    /// Whether one of the patterns matches the path walked to `at`.
+    pub fn accepts(&self, at: SetState) -> bool {
+        at.accepts
+    }
+
+    /// Whether one of the patterns could match a path strictly below `at`.
+    pub fn alive(&self, at: SetState) -> bool {
+        !self.states[at.id].cursors.is_empty()
+    }
+
+    fn add(&mut self, cursors: Vec<(usize, Cursor)>) -> usize {
+        let mut literals: Vec<&'p [u8]> = Vec::new();
+        let mut globs: Vec<&'p [u8]> = Vec::new();
+        let mut stable = true;
+        let mut accepts = false;
+        for &(i, c) in &cursors {
+            let p = self.patterns[i];
+            stable &= p.step_unmatched(c) == c;
+            accepts |= p.accepts(c);
+            for part in p.parts_at(c) {
+                match part {
+                    Part::Literal(l) if !literals.contains(&l.as_slice()) => literals.push(l),
+                    Part::Glob(g) if !globs.contains(&g.as_slice()) => globs.push(g),
+                    _ => {}
+                }
+            }
+        }
+        self.states.push(StateData {
+            cursors,
+            triggers: stable.then_some(Triggers {
+                literals,
+                globs,
+                accepts,
+            }),
+        });
+        self.states.len() - 1
+    }
+}
+
+/// A cheap necessary condition for `matches(glob, name)`: a glob that does not start (end)
+/// with a wildcard needs the name to start (end) with that byte.
+fn glob_may_match(glob: &[u8], name: &[u8]) -> bool {
+    let fixed = |g: Option<&u8>, n: Option<&u8>| match g {
+        Some(b'*') | Some(b'?') | None => true,
+        Some(c) => n == Some(c),
+    };
+    fixed(glob.first(), name.first()) && fixed(glob.last(), name.last())
+}
+
+impl PathPattern {
+    /// The cursor after a component that matches none of the literal and glob parts at
+    /// `at`'s positions.
+    fn step_unmatched(&self, at: Cursor) -> Cursor {
+        let n = self.tokens();
+        let mut next = 0u64;
+        let mut bits = at.0 & ((1u64 << n) - 1);
+        while bits != 0 {
+            let j = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            match self.token(j) {
+                Token::AnyDepth => next |= 1 << j,
+                Token::AnyOne => next |= 1 << (j + 1),
+                Token::Part(_) => {}
+            }
+        }
+        self.closure(next)
+    }
+
+    /// The literal and glob parts at `at`'s positions.
+    fn parts_at(&self, at: Cursor) -> impl Iterator<Item = &Part> + '_ {
+        let n = self.tokens();
+        (0..n)
+            .filter(move |j| at.0 & (1 << j) != 0)
+            .filter_map(move |j| match self.token(j) {
+                Token::Part(part) => Some(part),
+                _ => None,
+            })
+    }
+}
+
+/// Where a walk stands in one [`PathPattern`]: the set of pattern positions the
+/// components walked so far can reach (bit `j`: the first `j` positions are consumed; the
+/// bit after the last position means "matched"). Made by [`PathPattern::cursor`] at the
+/// root and advanced by [`PathPattern::step`], so that a walk over a tree tests each entry
+/// with one step per pattern from its parent's cursor, instead of matching its whole path.
+/// Only meaningful with the pattern that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor(u64);
+
+/// One position of a cursor's automaton.
+enum Token<'a> {
+    /// Zero or more components (a `**`, also the tail of a trailing one).
+    AnyDepth,
+    /// Exactly one component of any name (the head of a trailing `**`).
+    AnyOne,
+    /// One component matching a literal or glob part.
+    Part(&'a Part),
 }
 
 fn part_matches(part: &Part, component: &[u8]) -> bool {
@@ -245,5 +517,90 @@ mod tests {
         assert!(below("**/.bash_history", "any/where"));
         assert!(below("a/**/b", "a/x/y"));
         assert!(!below("a/**/b", "c"));
+    }
+
+    /// Every path of up to four components over a few names, and every pattern of up to
+    /// three parts over a few forms: a cursor walked down the path agrees with `matches`
+    /// and `may_match_below` at every depth.
+    #[test]
+    fn cursors_agree_with_whole_path_matching() {
+        let names: [&[u8]; 4] = [b"a", b"b", b"ab", b".x"];
+        let forms = ["a", "b", "*", "**", "a*", "?", ".x"];
+        let mut patterns = Vec::new();
+        for len in 1..=3u32 {
+            for i in 0..forms.len().pow(len) {
+                let mut k = i;
+                let mut parts = Vec::new();
+                for _ in 0..len {
+                    parts.push(forms[k % forms.len()]);
+                    k /= forms.len();
+                }
+                patterns.push(parts.join("/"));
+                patterns.push(format!("/{}", parts.join("/")));
+            }
+        }
+        let mut paths: Vec<Vec<&[u8]>> = vec![Vec::new()];
+        for depth in 1..=4 {
+            let mut next = Vec::new();
+            for p in paths.iter().filter(|p| p.len() == depth - 1) {
+                for n in names {
+                    let mut q = p.clone();
+                    q.push(n);
+                    next.push(q);
+                }
+            }
+            paths.extend(next);
+        }
+        for text in &patterns {
+            let Some(pattern) = super::PathPattern::new(text) else {
+                continue;
+            };
+            for path in &paths {
+                let mut at = pattern.cursor().expect("a short pattern");
+                for (i, name) in path.iter().enumerate() {
+                    let walked = &path[..i];
+                    assert_eq!(
+                        pattern.alive(at),
+                        pattern.may_match_below(walked),
+                        "{text} below {walked:?}"
+                    );
+                    at = pattern.step(at, name);
+                }
+                assert_eq!(
+                    pattern.accepts(at),
+                    pattern.matches(path),
+                    "{text} {path:?}"
+                );
+                assert_eq!(
+                    pattern.alive(at),
+                    pattern.may_match_below(path),
+                    "{text} below {path:?}"
+                );
+            }
+        }
+        // All of them walked together agree too, down every path.
+        let compiled: Vec<super::PathPattern> = patterns
+            .iter()
+            .filter_map(|p| super::PathPattern::new(p))
+            .collect();
+        for chunk in compiled.chunks(40) {
+            let mut walk = super::PatternWalk::new(chunk.iter().collect()).expect("short");
+            for path in &paths {
+                let mut at = walk.root();
+                for (i, name) in path.iter().enumerate() {
+                    let walked = &path[..i];
+                    let below = chunk.iter().any(|p| p.may_match_below(walked));
+                    assert_eq!(walk.alive(at), below, "below {walked:?}");
+                    at = walk.step(at, name);
+                }
+                let matched = chunk.iter().any(|p| p.matches(path));
+                assert_eq!(walk.accepts(at), matched, "{path:?}");
+            }
+        }
+        let long = vec!["x"; 70].join("/");
+        assert!(super::PathPattern::new(&long)
+            .expect("a pattern")
+            .cursor()
+            .is_none());
     }
 }

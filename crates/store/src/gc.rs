@@ -75,7 +75,12 @@ impl Store {
         for entry in fs_err::read_dir(self.layout().layers())? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let id = name.strip_suffix(".json").unwrap_or(&name);
+            // A listing left without its layer (GC interrupted) makes the id count too, so
+            // that it is freed with the rest.
+            let id = name
+                .strip_suffix(".json")
+                .or_else(|| crate::listing::id_of(&name))
+                .unwrap_or(&name);
             if id::is_full_id(id) {
                 on_disk.insert(id.to_owned());
             }

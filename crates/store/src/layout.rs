@@ -7,6 +7,8 @@
 //!   nodes/<id>.json       node metadata (see `node`)
 //!   layers/<id>/          layer data (owned by the backend)
 //!   layers/<id>.json      LayerRecord; a layer dir without a record is half-made garbage
+//!   layers/<id>.paths     the layer's listing (see `listing`): what a derive matches its
+//!                         cleanup against; optional, rebuilt by a walk when missing
 //!   envs/<name>/env.json  EnvState: head, tags, next sequence number, mount point
 //!   envs/<name>/lock      flock of the environment's single writer
 //!   envs/<name>/work/     the backend's working area

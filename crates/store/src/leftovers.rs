@@ -442,6 +442,7 @@ mod tests {
                 id: orphan.clone(),
                 parent: None,
                 depth: 1,
+                cleaned: None,
             },
         )
         .expect("record");

@@ -13,6 +13,7 @@ pub mod gc;
 pub mod history;
 pub mod layout;
 pub mod leftovers;
+pub(crate) mod listing;
 pub mod mounts;
 pub mod names;
 pub mod node;

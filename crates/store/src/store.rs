@@ -1111,6 +1111,12 @@ impl Store {
                     entry.path().display()
                 ));
             }
+            // The listing of such a layer (written before its record).
+            if let Some(lid) = crate::listing::id_of(&name) {
+                if id::is_full_id(lid) && !self.layout.layer_record(lid).exists() {
+                    crate::listing::remove(&self.layout.layers(), lid)?;
+                }
+            }
         }
         for entry in fs_err::read_dir(self.layout.tmp())? {
             let entry = entry?;

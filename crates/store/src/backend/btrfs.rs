@@ -14,6 +14,11 @@
 //! of its source's layer, edited under its temporary name, then sealed; a flattened node
 //! needs no new layer (every layer is complete) and shares its source's.
 //!
+//! A box's commit and a derived layer are snapshots of another layer with a known set of
+//! paths changed: they get a listing of those paths over that layer (`layers/<id>.paths`,
+//! see [`crate::listing`]), so a derive looks at what changed since the box's checkpoint,
+//! not at the whole subvolume.
+//!
 //! # Crash safety
 //!
 //! A subvolume is only ever created under a temporary name (`.tmp-<id>`, `.tmp-tree`), made
@@ -33,6 +38,7 @@ use rustix::fs::{Gid, Mode, Timespec, Timestamps, Uid};
 
 use super::layers::LayersBackend;
 use super::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
+use crate::listing::Listing;
 use crate::{Error, Result};
 
 const TMP_PREFIX: &str = ".tmp-";
@@ -199,6 +205,7 @@ impl BtrfsBackend {
             id: id.to_owned(),
             parent: None,
             depth: 1,
+            cleaned: None,
         })
     }
 
@@ -235,13 +242,17 @@ impl BtrfsBackend {
         remove_any(&diff)?;
         fs_err::create_dir_all(&diff)?;
         const OPAQUE: &str = "trusted.overlay.opaque";
-        let result = LayersBackend::capture_into(dirs, &diff, OPAQUE).and_then(|now| {
-            crate::backend::apply::apply_overlay_layer(&diff, &tmp, OPAQUE).map(|()| now)
+        let result = LayersBackend::capture_into(dirs, &diff, OPAQUE).and_then(|captured| {
+            crate::backend::apply::apply_overlay_layer(&diff, &tmp, OPAQUE).map(|()| captured)
         });
         remove_any(&diff)?;
-        let now = result?;
+        let (now, paths) = result?;
         LayersBackend::stage_marks(dirs, &now)?;
-        self.publish_layer(&layers, &tmp_name, id)
+        let record = self.publish_layer(&layers, &tmp_name, id)?;
+        // The new layer is the previous one with exactly these paths changed.
+        let base = chain.first().map(|l| l.id.clone());
+        Listing::new(base, paths.iter().map(PathBuf::as_path)).write(&layers, id)?;
+        Ok(record)
     }
 
     fn tree(dirs: &WorkDirs) -> PathBuf {
@@ -357,6 +368,7 @@ impl Backend for BtrfsBackend {
             id: id.to_owned(),
             parent: None,
             depth: 1,
+            cleaned: None,
         })
     }
 
@@ -488,6 +500,7 @@ impl Backend for BtrfsBackend {
         self.check_id(id)?;
         let layers = self.layers();
         remove_any(&layers.join(format!("{TMP_PREFIX}{id}")))?;
+        crate::listing::remove(&layers, id)?;
         remove_any(&layers.join(id))
     }
 
@@ -506,7 +519,18 @@ impl Backend for BtrfsBackend {
         self.durability.mark_unsynced();
         crate::backend::apply::edit_in_place(&tmp, plan, over_base, &|p| remove_any(p))?;
         agentbox_core::failpoint::hit("derive:after-copy");
-        self.publish_layer(&layers, &tmp_name, id)
+        let record = self.publish_layer(&layers, &tmp_name, id)?;
+        // The source's layer with only the edited paths changed (the directories holding
+        // them get their mtimes back).
+        let edited = plan
+            .delete
+            .iter()
+            .chain(&plan.truncate)
+            .map(|e| e.rel.as_path())
+            .chain(plan.dirs.keys().map(PathBuf::as_path));
+        let base = chain.first().map(|l| l.id.clone());
+        Listing::new(base, edited).write(&layers, id)?;
+        Ok(record)
     }
 
     /// Every btrfs layer is already complete: a read-only snapshot of the top layer under

@@ -24,6 +24,10 @@
 //!   and renamed into place, like a commit's layer.
 //! * A flattened node ([`crate::Store::flatten`]) gets one complete layer: the chain's merged
 //!   tree, or for a box the chain folded bottom-up with its overlay markers kept.
+//! * Each layer made here from a tree in hand (a commit's captured changes, a derive's
+//!   edits, a complete copy) gets a listing of its own entries over its parent
+//!   (`layers/<id>.paths`, see [`crate::listing`]), for derives; others are walked once when
+//!   a derive needs them.
 //!
 //! Mounting an overlay and creating whiteouts need root (CAP_SYS_ADMIN, CAP_MKNOD).
 
@@ -39,6 +43,7 @@ use crate::backend::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, Wor
 use crate::fsops::copy::{copy_tree, CopyOpts};
 use crate::fsops::scan::{read_meta, scan_tree, strip_overlay_xattrs};
 use crate::fsops::{Entry, Kind, Meta, Tree};
+use crate::listing::Listing;
 use crate::store::io_at;
 use crate::{Error, Result};
 
@@ -254,7 +259,7 @@ impl LayersBackend {
 
     /// Build the layer that brings HEAD's chain up to the current upper directory, in
     /// `self.tmp_layer(id)`. Returns the marks to record once the commit is durable.
-    fn capture_changes(&self, dirs: &WorkDirs, id: &str) -> Result<Captured> {
+    fn capture_changes(&self, dirs: &WorkDirs, id: &str) -> Result<(Captured, Vec<PathBuf>)> {
         let dst = self.tmp_layer(id);
         self.remove_tree(&dst)?;
         fs_err::create_dir_all(&dst)?;
@@ -264,8 +269,13 @@ impl LayersBackend {
     /// Write into the empty directory `dst` the overlay-format layer of what changed in the
     /// upper directory since the last commit: changed entries as they are, whiteouts for
     /// what vanished, opaque markers for directories captured the first time after they
-    /// replaced a lower one. Returns the marks to record once the commit is durable.
-    pub(super) fn capture_into(dirs: &WorkDirs, dst: &Path, opaque: &str) -> Result<Captured> {
+    /// replaced a lower one. Returns the marks to record once the commit is durable, and
+    /// the path of every entry written to `dst` (its listing, see `crate::listing`).
+    pub(super) fn capture_into(
+        dirs: &WorkDirs,
+        dst: &Path,
+        opaque: &str,
+    ) -> Result<(Captured, Vec<PathBuf>)> {
         let mut timer = agentbox_core::timing::Timer::start("capture");
         let prev = Self::load_captured(dirs)?;
         timer.lap("load marks");
@@ -403,7 +413,7 @@ impl LayersBackend {
         timer.lap("copy");
         write_out(&tree, dst)?;
         timer.lap("write out");
-        Ok(now)
+        Ok((now, tree.entries.into_keys().collect()))
     }
 }
 
@@ -516,10 +526,12 @@ impl Backend for LayersBackend {
         let tree = scan_tree(src)?;
         copy_tree(&tree, &tmp, &copy_opts())?;
         self.publish(id)?;
+        Listing::new(None, tree.entries.keys().map(PathBuf::as_path)).write(&self.layers, id)?;
         Ok(LayerRecord {
             id: id.to_owned(),
             parent: None,
             depth: 1,
+            cleaned: None,
         })
     }
 
@@ -531,6 +543,7 @@ impl Backend for LayersBackend {
             id: id.to_owned(),
             parent: None,
             depth: 1,
+            cleaned: None,
         })
     }
 
@@ -564,6 +577,7 @@ impl Backend for LayersBackend {
             id: id.to_owned(),
             parent: Some(top.id.clone()),
             depth: top.depth + 1,
+            cleaned: None,
         })
     }
 
@@ -575,6 +589,7 @@ impl Backend for LayersBackend {
             id: id.to_owned(),
             parent: None,
             depth: 1,
+            cleaned: None,
         })
     }
 
@@ -600,6 +615,9 @@ impl Backend for LayersBackend {
                 });
             }
         }
+        // What the new layer holds, for its listing (none for a folded box layer, which a
+        // derive walks if it ever needs to).
+        let mut listing = None;
         let now = if head.depth + 1 > self.max_depth && dirs.mountpoint.is_none() {
             self.flatten_box(dirs, chain, id)?
         } else if head.depth + 1 > self.max_depth {
@@ -614,6 +632,10 @@ impl Backend for LayersBackend {
                 strip_overlay_xattrs(&mut e.meta);
             }
             copy_tree(&tree, &tmp, &copy_opts())?;
+            listing = Some(Listing::new(
+                None,
+                tree.entries.keys().map(PathBuf::as_path),
+            ));
             let upper = Self::scan_upper(dirs)?;
             let mut now = Captured::default();
             for (rel, e) in &upper.entries {
@@ -623,11 +645,19 @@ impl Backend for LayersBackend {
             }
             now
         } else {
-            self.capture_changes(dirs, id)?
+            let (now, paths) = self.capture_changes(dirs, id)?;
+            listing = Some(Listing::new(
+                Some(head.id.clone()),
+                paths.iter().map(PathBuf::as_path),
+            ));
+            now
         };
         failpoint::hit("commit:after-copy");
         Self::stage_marks(dirs, &now)?;
         self.publish(id)?;
+        if let Some(l) = listing {
+            l.write(&self.layers, id)?;
+        }
         let flattened = head.depth + 1 > self.max_depth;
         Ok(LayerRecord {
             id: id.to_owned(),
@@ -637,6 +667,7 @@ impl Backend for LayersBackend {
                 Some(head.id.clone())
             },
             depth: if flattened { 1 } else { head.depth + 1 },
+            cleaned: None,
         })
     }
 
@@ -702,6 +733,7 @@ impl Backend for LayersBackend {
         // a failed import or derive removes whatever stage the layer reached.
         self.remove_tree(&self.tmp_layer(id))?;
         self.remove_tree(&self.scratch(id))?;
+        crate::listing::remove(&self.layers, id)?;
         self.remove_tree(&self.layer_dir(id))
     }
 
@@ -721,6 +753,8 @@ impl Backend for LayersBackend {
         if top.depth + 1 > self.max_depth {
             // Too deep to stack one more layer: a complete one, folded and edited in place.
             self.durability.mark_unsynced();
+            // No listing: the layer is clean for this cleanup, and a derive with another one
+            // walks it once if it ever needs it.
             self.fold_into(chain, &tmp, over_base)?;
             crate::backend::apply::edit_in_place(&tmp, plan, over_base, &|p| self.remove_tree(p))?;
             failpoint::hit("derive:after-copy");
@@ -729,6 +763,7 @@ impl Backend for LayersBackend {
                 id: id.to_owned(),
                 parent: None,
                 depth: 1,
+                cleaned: None,
             });
         }
         // The layer holds no file data (empty files, whiteouts, directories): like a
@@ -738,13 +773,16 @@ impl Backend for LayersBackend {
         fs_err::create_dir_all(&scratch)?;
         let written = self.write_edits(plan, &scratch, &tmp);
         self.remove_tree(&scratch)?;
-        written?;
+        let paths = written?;
         failpoint::hit("derive:after-copy");
         self.publish(id)?;
+        Listing::new(Some(top.id.clone()), paths.iter().map(PathBuf::as_path))
+            .write(&self.layers, id)?;
         Ok(LayerRecord {
             id: id.to_owned(),
             parent: Some(top.id.clone()),
             depth: top.depth + 1,
+            cleaned: None,
         })
     }
 
@@ -757,13 +795,17 @@ impl Backend for LayersBackend {
         self.durability.mark_unsynced();
         let tmp = self.tmp_layer(id);
         self.remove_tree(&tmp)?;
-        self.fold_into(chain, &tmp, over_base)?;
+        let paths = self.fold_into(chain, &tmp, over_base)?;
         failpoint::hit("flatten:after-copy");
         self.publish(id)?;
+        if let Some(paths) = paths {
+            Listing::new(None, paths.iter().map(PathBuf::as_path)).write(&self.layers, id)?;
+        }
         Ok(LayerRecord {
             id: id.to_owned(),
             parent: None,
             depth: 1,
+            cleaned: None,
         })
     }
 }
@@ -779,12 +821,13 @@ impl LayersBackend {
     /// directories of `plan.dirs` (with the merged tree's metadata, without overlay
     /// markers, so they merge with the layers below), a whiteout per removed entry and an
     /// empty file (with the original's metadata; hard links kept) per emptied one.
+    /// Returns the path of every entry written (the layer's listing).
     fn write_edits(
         &self,
         plan: &crate::derive::CleanupPlan,
         scratch: &Path,
         dst: &Path,
-    ) -> Result<()> {
+    ) -> Result<Vec<PathBuf>> {
         let mut tree = Tree::default();
         for (rel, e) in &plan.dirs {
             let mut e = e.clone();
@@ -823,7 +866,7 @@ impl LayersBackend {
             }
         }
         copy_tree(&tree, dst, &copy_opts())?;
-        Ok(())
+        Ok(tree.entries.into_keys().collect())
     }
 }
 
@@ -853,15 +896,21 @@ impl LayersBackend {
     /// exist). `over_base`: the chain is a box's, whose layers sit on its base, so their
     /// overlay markers must survive: the layers are folded bottom-up, each applied with its
     /// whiteouts and opaque directories kept as they are. Otherwise the merged tree is
-    /// copied without markers. Data is reflinked where the filesystem can.
-    fn fold_into(&self, chain: &[LayerRecord], dst: &Path, over_base: bool) -> Result<()> {
+    /// copied without markers. Data is reflinked where the filesystem can. Returns the
+    /// paths written when they are known without a walk (the merged tree's).
+    fn fold_into(
+        &self,
+        chain: &[LayerRecord],
+        dst: &Path,
+        over_base: bool,
+    ) -> Result<Option<Vec<PathBuf>>> {
         if !over_base {
             let dirs = self.chain_dirs(chain);
             let tree = crate::fsops::scan::scan_chain(
                 &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
             )?;
             copy_tree(&tree, dst, &copy_opts())?;
-            return Ok(());
+            return Ok(Some(tree.entries.into_keys().collect()));
         }
         let mut layers = chain.iter().rev();
         let bottom = layers.next().ok_or_else(|| Error::Backend {
@@ -872,7 +921,7 @@ impl LayersBackend {
         for l in layers {
             crate::backend::apply::apply_overlay_layer(&self.layer_dir(&l.id), dst, self.opaque)?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Flatten a box's chain plus its working changes into one complete layer `id`, its
@@ -885,7 +934,7 @@ impl LayersBackend {
         let diff = dirs.work.join(format!("flatten-{id}"));
         self.remove_tree(&diff)?;
         fs_err::create_dir_all(&diff)?;
-        let now = Self::capture_into(dirs, &diff, self.opaque).and_then(|now| {
+        let now = Self::capture_into(dirs, &diff, self.opaque).and_then(|(now, _)| {
             crate::backend::apply::apply_overlay_layer(&diff, &tmp, self.opaque).map(|()| now)
         });
         self.remove_tree(&diff)?;

@@ -198,7 +198,7 @@ fn scan_dirs(dirs: &[(PathBuf, PathBuf)]) -> Result<Scanned> {
 
 /// An overlayfs whiteout: a 0/0 character device, or (overlayfs ≥ 6.7) a regular file
 /// carrying the `overlay.whiteout` xattr.
-fn is_whiteout(meta: &Meta) -> bool {
+pub(crate) fn is_whiteout(meta: &Meta) -> bool {
     meta.is_whiteout()
         || (meta.kind == Kind::File
             && (meta.xattrs.contains_key("trusted.overlay.whiteout")
@@ -206,7 +206,7 @@ fn is_whiteout(meta: &Meta) -> bool {
 }
 
 /// A directory whose lower layers are hidden (`overlay.opaque` = "y").
-fn is_opaque(meta: &Meta) -> bool {
+pub(crate) fn is_opaque(meta: &Meta) -> bool {
     ["trusted.overlay.opaque", "user.overlay.opaque"]
         .iter()
         .any(|k| meta.xattrs.get(*k).map(|v| v.as_slice()) == Some(b"y"))
@@ -284,6 +284,15 @@ pub fn scan_chain(layers: &[&Path]) -> Result<Tree> {
         },
     );
     merge_dir(&dirs, Path::new(""), &mut tree)?;
+    Ok(tree)
+}
+
+/// The entries strictly below directory `rel` of a merged view, where `dirs` are the
+/// directories (topmost first, cut at the first opaque one) that make up `rel` in it, as
+/// [`scan_chain`] would report them.
+pub(crate) fn scan_chain_below(dirs: &[PathBuf], rel: &Path) -> Result<Tree> {
+    let mut tree = Tree::default();
+    merge_dir(dirs, rel, &mut tree)?;
     Ok(tree)
 }
 

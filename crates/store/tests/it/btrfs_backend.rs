@@ -82,7 +82,8 @@ fn empty_layer_is_a_readonly_subvolume() {
         LayerRecord {
             id: "l0".into(),
             parent: None,
-            depth: 1
+            depth: 1,
+            cleaned: None,
         }
     );
     let dir = b.layer_dir("l0");
