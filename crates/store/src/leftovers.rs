@@ -322,8 +322,14 @@ impl Store {
                 }
                 _ => {}
             },
-            LeftoverKind::TempLayer | LeftoverKind::UnrecordedLayer | LeftoverKind::Staging => {
+            LeftoverKind::TempLayer | LeftoverKind::Staging => {
                 self.backend().remove_tree(&l.path)?
+            }
+            LeftoverKind::UnrecordedLayer => {
+                self.backend().remove_tree(&l.path)?;
+                // Its listing, written with the layer's data, goes with it: left alone it
+                // would count as a layer of its own.
+                crate::listing::remove(&layout.layers(), &l.id)?;
             }
             LeftoverKind::UnacknowledgedNode | LeftoverKind::UnreferencedNode => {
                 fs_err::remove_file(layout.node(&l.id))?;
