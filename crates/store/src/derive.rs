@@ -31,9 +31,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::LayerRecord;
 use crate::fsops::scan::{
-    is_opaque, is_whiteout, read_meta, scan_chain, scan_chain_below, strip_overlay_xattrs,
+    is_opaque, read_meta, scan_chain, scan_chain_below, strip_overlay_xattrs,
 };
-use crate::fsops::{Entry, Kind, Meta, Tree};
+use crate::fsops::{Entry, Kind, Tree};
 use crate::listing::Listing;
 use crate::node::{Detached, DetachedHow, Node};
 use crate::store::Store;
@@ -599,44 +599,19 @@ impl<'a> Resolver<'a> {
 
     /// Child `name` (at `rel`) of the merged directory `parent`.
     fn child(parent: &Resolved, rel: &Path, name: &std::ffi::OsStr) -> Result<Option<Resolved>> {
-        let mut provider: Option<(PathBuf, Meta)> = None;
-        let mut merged = Vec::new();
-        for dir in &parent.merged {
-            let abs = dir.join(name);
-            let meta = match read_meta(&abs) {
-                Ok(m) => m,
-                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            if is_whiteout(&meta) {
-                break;
-            }
-            if !meta.is_dir() {
-                if provider.is_none() {
-                    provider = Some((abs, meta));
+        Ok(crate::fsops::scan::merged_child(&parent.merged, name)?.map(
+            |(src, mut meta, merged)| {
+                strip_overlay_xattrs(&mut meta);
+                Resolved {
+                    entry: Entry {
+                        rel: rel.to_owned(),
+                        src,
+                        meta,
+                    },
+                    merged,
                 }
-                break;
-            }
-            let opaque = is_opaque(&meta);
-            merged.push(abs.clone());
-            if provider.is_none() {
-                provider = Some((abs, meta));
-            }
-            if opaque {
-                break;
-            }
-        }
-        Ok(provider.map(|(src, mut meta)| {
-            strip_overlay_xattrs(&mut meta);
-            Resolved {
-                entry: Entry {
-                    rel: rel.to_owned(),
-                    src,
-                    meta,
-                },
-                merged,
-            }
-        }))
+            },
+        ))
     }
 }
 
@@ -811,6 +786,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fsops::Meta;
 
     fn tree(entries: &[(&str, Kind, u64, u64)]) -> Tree {
         let mut t = Tree::default();

@@ -296,6 +296,46 @@ pub(crate) fn scan_chain_below(dirs: &[PathBuf], rel: &Path) -> Result<Tree> {
     Ok(tree)
 }
 
+/// Name `name` in the merged directory made of `dirs` (topmost first, cut at the first
+/// opaque one), as overlayfs resolves it: the first layer that has it decides what it is
+/// (its path and metadata, overlay xattrs not yet stripped); a whiteout hides it in every
+/// lower layer, a non-directory hides everything below it; a directory merges with the
+/// directories of that name below it, down to an opaque one (the third value). `None`:
+/// the name is not in the merged view.
+pub(crate) fn merged_child(
+    dirs: &[PathBuf],
+    name: &std::ffi::OsStr,
+) -> Result<Option<(PathBuf, Meta, Vec<PathBuf>)>> {
+    let mut provider: Option<(PathBuf, Meta)> = None;
+    let mut merged: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        let abs = dir.join(name);
+        let meta = match read_meta(&abs) {
+            Ok(m) => m,
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if is_whiteout(&meta) {
+            break;
+        }
+        if !meta.is_dir() {
+            if provider.is_none() {
+                provider = Some((abs, meta));
+            }
+            break;
+        }
+        let opaque = is_opaque(&meta);
+        merged.push(abs.clone());
+        if provider.is_none() {
+            provider = Some((abs, meta));
+        }
+        if opaque {
+            break;
+        }
+    }
+    Ok(provider.map(|(src, meta)| (src, meta, merged)))
+}
+
 /// Merge the children of directory `rel`, present as a directory at each of `dirs` (topmost
 /// first, already cut at the first opaque one).
 fn merge_dir(dirs: &[PathBuf], rel: &Path, tree: &mut Tree) -> Result<()> {
@@ -305,38 +345,7 @@ fn merge_dir(dirs: &[PathBuf], rel: &Path, tree: &mut Tree) -> Result<()> {
     }
     for name in names {
         let child_rel = rel.join(&name);
-        // The first layer (top-down) that has this name decides what it is.
-        let mut provider: Option<(PathBuf, Meta)> = None;
-        let mut child_dirs: Vec<PathBuf> = Vec::new();
-        for dir in dirs {
-            let abs = dir.join(&name);
-            let meta = match read_meta(&abs) {
-                Ok(m) => m,
-                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            if is_whiteout(&meta) {
-                // Hides this name in every lower layer.
-                break;
-            }
-            if !meta.is_dir() {
-                if provider.is_none() {
-                    provider = Some((abs, meta));
-                }
-                // A non-directory hides everything below it; below a directory it is
-                // itself hidden.
-                break;
-            }
-            let opaque = is_opaque(&meta);
-            child_dirs.push(abs.clone());
-            if provider.is_none() {
-                provider = Some((abs, meta));
-            }
-            if opaque {
-                break;
-            }
-        }
-        let Some((src, mut meta)) = provider else {
+        let Some((src, mut meta, child_dirs)) = merged_child(dirs, &name)? else {
             continue;
         };
         let is_dir = meta.is_dir();
