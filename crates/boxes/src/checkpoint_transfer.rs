@@ -167,7 +167,20 @@ impl Boxes {
             let name = name.map(str::to_owned).unwrap_or_else(|| m.name.clone());
             agentbox_store::names::validate("checkpoint", &name)?;
             let _lock = crate::checkpoint::lock(self.home(), project)?;
+            // The manifest is the file's (another machine's, or a box's) text: its names are
+            // checked before anything uses them.
+            for l in &m.lineage {
+                agentbox_store::names::validate("checkpoint", l).map_err(|_| {
+                    bad(
+                        source,
+                        format!("lineage entry {l:?} is not a checkpoint name"),
+                    )
+                })?;
+            }
             if let Some(image) = &m.base.image {
+                agentbox_store::names::validate("image", image).map_err(|_| {
+                    bad(source, format!("base image {image:?} is not an image name"))
+                })?;
                 crate::images::get(self.home(), image)?;
             }
             let full_ref = ref_name(project, &name);

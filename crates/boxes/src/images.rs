@@ -34,7 +34,14 @@ fn record_path(home: &Home, name: &str) -> PathBuf {
     images_dir(home).join(name).join("image.json")
 }
 
+/// Image `name`. A name that is not a valid image name (`..`, `/`…: it could only come from
+/// a crafted record or checkpoint file) names no image: it is never joined to a path.
 pub fn get(home: &Home, name: &str) -> Result<Image> {
+    if agentbox_store::names::validate("image", name).is_err() {
+        return Err(BoxError::NoSuchImage {
+            name: name.to_owned(),
+        });
+    }
     read_json_opt(&record_path(home, name))?.ok_or_else(|| BoxError::NoSuchImage {
         name: name.to_owned(),
     })

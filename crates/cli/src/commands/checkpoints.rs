@@ -168,11 +168,11 @@ fn table(list: &[Checkpoint], all: bool) -> String {
         };
         s.push_str(&format!(
             "{project}{:<24} {:<10} {:<13} {:<8} {:<20} {:<20} {}\n",
-            m.name,
+            render::text(&m.name),
             kind(m.kind),
             c.state.as_str(),
             if c.default { "yes" } else { "" },
-            m.source_box,
+            render::text(&m.source_box),
             render::time(&m.created),
             render::short(&m.node)
         ));
@@ -184,21 +184,21 @@ fn show(c: &Checkpoint) -> String {
     let m = &c.manifest;
     let mut s = format!(
         "checkpoint {}\n  kind:      {}\n  state:     {}{}\n  node:      {}\n  from box:  {} (id {})\n  base:      {}\n  lineage:   {}\n  created:   {} (agentbox {})\n",
-        m.name,
+        render::text(&m.name),
         kind(m.kind),
         c.state.as_str(),
         if c.default { " (the project's default)" } else { "" },
-        m.node,
-        m.source_box,
-        m.source_box_id,
+        render::text(&m.node),
+        render::text(&m.source_box),
+        render::text(&m.source_box_id),
         match &m.base.image {
-            Some(i) => format!("image {i}"),
+            Some(i) => format!("image {}", render::text(i)),
             None => "the host's /".to_owned(),
         },
         if m.lineage.is_empty() {
             "(none)".to_owned()
         } else {
-            m.lineage.join(" <- ")
+            render::text(&m.lineage.join(" <- ")).to_string()
         },
         render::time(&m.created),
         m.version
@@ -206,8 +206,8 @@ fn show(c: &Checkpoint) -> String {
     for r in &m.repos {
         s.push_str(&format!(
             "  repository {}: branch {} at {}\n",
-            r.repository.display(),
-            r.branch,
+            render::path(&r.repository),
+            render::text(&r.branch),
             r.tip
                 .as_deref()
                 .map(render::short)

@@ -285,7 +285,9 @@ fn a_checkpoint_holds_no_secret_of_its_box() {
         assert!(!manifest.contains(secret), "{secret} in the manifest");
     }
     // Every byte of the checkpoint's tree, as a box made from it sees it.
-    let grep = "grep -rls -e sk-carried-secret-4242 -e sk-env-secret-9191 -e sk-agent-cred-7373 /workspace /root 2>/dev/null; true";
+    // The host user's toolchains and caches shown under /root (read-only from the host,
+    // whatever this machine has there) are not the checkpoint's to search.
+    let grep = "grep -rls --exclude-dir=.cargo --exclude-dir=.rustup --exclude-dir=.pyenv --exclude-dir=.nvm --exclude-dir=.volta --exclude-dir=.bun --exclude-dir=.deno --exclude-dir=go --exclude-dir=.npm --exclude-dir=.cache -e sk-carried-secret-4242 -e sk-env-secret-9191 -e sk-agent-cred-7373 /workspace /root 2>/dev/null; true";
     let o = h.env.ok(&[
         "create",
         "t",
@@ -606,4 +608,82 @@ fn a_checkpoint_moves_to_another_home_as_one_file() {
     assert_ne!(broken.status.code(), Some(0));
     let list = other.env.json(&["checkpoint", "ls", "--all"]);
     assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+}
+
+/// A checkpoint file is another machine's (or a box's) data: a manifest whose base image
+/// names a path (`../..`: the host's own tree, without the hiding of homes a host base has)
+/// or whose names carry control characters is refused, and leaves nothing behind.
+#[test]
+fn a_crafted_checkpoint_file_is_refused() {
+    let Some((h, proj)) = setup("a_crafted_checkpoint_file_is_refused") else {
+        return;
+    };
+    warm_box(&h, &proj);
+    h.env
+        .ok(&["checkpoint", "create", "warm", "--name", "deps"]);
+    let good = h.env.path("deps.ckpt");
+    h.env.ok(&[
+        "checkpoint",
+        "export",
+        "deps",
+        "-o",
+        good.to_str().expect("utf-8"),
+    ]);
+    let craft = |name: &str, change: &dyn Fn(&mut serde_json::Value)| -> PathBuf {
+        let out = h.env.path(name);
+        let mut read = tar::Archive::new(std::fs::File::open(&good).expect("open"));
+        let mut write = tar::Builder::new(std::fs::File::create(&out).expect("create"));
+        for entry in read.entries().expect("entries") {
+            let mut entry = entry.expect("entry");
+            let path = entry.path().expect("path").into_owned();
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut data).expect("read");
+            if path == std::path::Path::new("agentbox-checkpoint.json") {
+                let mut m: serde_json::Value = serde_json::from_slice(&data).expect("json");
+                change(&mut m);
+                data = serde_json::to_vec(&m).expect("json");
+            }
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            write
+                .append_data(&mut header, &path, data.as_slice())
+                .expect("append");
+        }
+        write.finish().expect("finish");
+        out
+    };
+    let other = Home { env: Env::new() };
+    for (file, want) in [
+        (
+            craft("image.ckpt", &|m| m["base"]["image"] = "../../..".into()),
+            "not an image name",
+        ),
+        (
+            craft("lineage.ckpt", &|m| {
+                m["lineage"] = serde_json::json!(["x\u{1b}[2J"])
+            }),
+            "not a checkpoint name",
+        ),
+    ] {
+        let out = other
+            .env
+            .run(&["checkpoint", "import", file.to_str().expect("utf-8")]);
+        assert_eq!(
+            out.status.code(),
+            Some(8),
+            "{}",
+            crate::common::stderr(&out)
+        );
+        assert!(
+            crate::common::stderr(&out).contains(want),
+            "{}",
+            crate::common::stderr(&out)
+        );
+    }
+    let list = other.env.json(&["checkpoint", "ls", "--all"]);
+    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
+    let refs = other.env.path("home/store/refs/checkpoints");
+    assert!(!refs.exists() || std::fs::read_dir(&refs).expect("refs").next().is_none());
 }
