@@ -182,7 +182,23 @@ fn serve() -> Result<(), String> {
                     force,
                     repos: vec![repo.clone()],
                 }) {
-                    Ok(_) => s.push_str(&format!("ok {dst}\n")),
+                    // The host pushed the branch *it* keeps for this box; `agentbox.branch`
+                    // is the box's own (editable) config, so only the host's answer counts.
+                    Ok(done) => {
+                        let pushed = done
+                            .as_array()
+                            .and_then(|r| r.first())
+                            .and_then(|r| r["branch"].as_str())
+                            .map(|b| format!("refs/heads/{b}"));
+                        if pushed.as_deref() == Some(dst.as_str()) {
+                            s.push_str(&format!("ok {dst}\n"));
+                        } else {
+                            s.push_str(&format!(
+                                "error {dst} a box pushes only its own branch ({})\n",
+                                pushed.as_deref().unwrap_or("none")
+                            ));
+                        }
+                    }
                     Err(why) => s.push_str(&format!("error {dst} {}\n", why.replace('\n', " "))),
                 }
             }
