@@ -372,32 +372,9 @@ impl Boxes {
     /// The checkpoints of `project` (`None` with `all`: of every project), by project and
     /// creation time.
     pub fn checkpoints(&self, project: Option<&Path>, all: bool) -> Result<Vec<Checkpoint>> {
-        let mut dirs = Vec::new();
-        if all {
-            let projects = self.home().root().join("projects");
-            if let Ok(rd) = fs_err::read_dir(&projects) {
-                for e in rd.flatten() {
-                    dirs.push(e.path().join("checkpoints"));
-                }
-            }
-        } else {
-            dirs.push(dir(self.home(), project));
-        }
         let mut out = Vec::new();
-        for d in dirs {
-            let Ok(rd) = fs_err::read_dir(&d) else {
-                continue;
-            };
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.extension().is_some_and(|x| x == "json")
-                    && p.file_name().is_some_and(|n| n != "counters.json")
-                {
-                    if let Some(m) = read_json_opt::<Manifest>(&p)? {
-                        out.push(self.checkpoint_state(m)?);
-                    }
-                }
-            }
+        for (_, m) in manifests(self.home(), (!all).then_some(project))? {
+            out.push(self.checkpoint_state(m)?);
         }
         out.sort_by(|a, b| {
             (&a.manifest.project, a.manifest.created)
@@ -488,26 +465,7 @@ impl Boxes {
         use crate::types::{BoxLeftover, PruneOutcome};
         let mut out = Vec::new();
         let mut known = std::collections::BTreeSet::new();
-        let projects = self.home().root().join("projects");
-        let mut manifests = Vec::new();
-        if let Ok(rd) = fs_err::read_dir(&projects) {
-            for e in rd.flatten() {
-                let Ok(files) = fs_err::read_dir(e.path().join("checkpoints")) else {
-                    continue;
-                };
-                for f in files.flatten() {
-                    let p = f.path();
-                    if p.extension().is_some_and(|x| x == "json")
-                        && p.file_name().is_some_and(|n| n != "counters.json")
-                    {
-                        if let Some(m) = read_json_opt::<Manifest>(&p)? {
-                            manifests.push((p, m));
-                        }
-                    }
-                }
-            }
-        }
-        for (path, m) in manifests {
+        for (path, m) in manifests(self.home(), None)? {
             let full_ref = ref_name(m.project.as_deref(), &m.name);
             known.insert(full_ref.clone());
             let c = self.checkpoint_state_in(store, m)?;
@@ -562,6 +520,35 @@ impl Boxes {
         }
         Ok(out)
     }
+}
+
+/// The manifests (and their files) of `only`'s checkpoints (`Some(None)`: of boxes without
+/// a project), or of every project's (`None`).
+fn manifests(home: &Home, only: Option<Option<&Path>>) -> Result<Vec<(PathBuf, Manifest)>> {
+    let dirs: Vec<PathBuf> = match only {
+        Some(project) => vec![dir(home, project)],
+        None => match fs_err::read_dir(home.root().join("projects")) {
+            Ok(rd) => rd.flatten().map(|e| e.path().join("checkpoints")).collect(),
+            Err(_) => Vec::new(),
+        },
+    };
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(rd) = fs_err::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "json")
+                && p.file_name().is_some_and(|n| n != "counters.json")
+            {
+                if let Some(m) = read_json_opt::<Manifest>(&p)? {
+                    out.push((p, m));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The project's default checkpoint (`box.defaultCheckpoint` as configured for it).
