@@ -386,6 +386,7 @@ pub fn create(
         project: source.clone(),
         index,
         last_agent: None,
+        isolated_config: Vec::new(),
         created: Utc::now(),
         source,
         network: o.network,

@@ -250,6 +250,8 @@ fn fork_rest(
         project: src.project.clone(),
         index: registry::allocate_index(home, src.project.as_deref())?,
         last_agent: None,
+        // Its own copies of agent configuration come with its tree.
+        isolated_config: src.isolated_config.clone(),
         created: Utc::now(),
         source: src.source.clone(),
         network: src.network,

@@ -39,6 +39,9 @@ pub const REMOTE_HELPER: &str = "/run/agentbox/bin/git-remote-agentbox";
 /// `ld.so`), bound read-only from the host: a box on an image may have other libraries,
 /// or none.
 pub const BOX_LIB_DIR: &str = "/run/agentbox/lib";
+/// Where every box sees the home's shared copies of the agents' configuration (read-write;
+/// see [`crate::agents::sync`]).
+pub const AGENT_HOME_DIR: &str = "/run/agentbox/agent-home";
 
 /// The host files the agentbox binary needs to run inside any box: its program loader and
 /// shared libraries, with the names they get in [`BOX_LIB_DIR`] (`None`: the binary is
@@ -135,6 +138,10 @@ pub struct BoxRecord {
     /// The agent (`claude`, `codex`, `opencode`) last started in the box.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_agent: Option<String>,
+    /// Agents whose configuration the box keeps its own copy of, in its home
+    /// (`--isolate-config`; the others use the home's shared copy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub isolated_config: Vec<String>,
     pub created: DateTime<Utc>,
     /// The directory the box's workspace was copied from, if any (hidden inside the box).
     pub source: Option<PathBuf>,

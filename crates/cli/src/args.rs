@@ -266,6 +266,10 @@ pub struct AgentArgs {
     /// sandbox).
     #[arg(long)]
     pub ask: bool,
+    /// The box keeps its own copy of the agent's configuration (from now on), instead of the
+    /// copy all boxes of this home share.
+    #[arg(long)]
+    pub isolate_config: bool,
     /// Arguments for the agent, exactly as given (after `--`).
     #[arg(last = true)]
     pub args: Vec<String>,

@@ -41,9 +41,10 @@ fn main() {
         }
     }
     // Run by the host inside a box before an agent starts (see `agentbox_boxes::agents::sync`).
-    if argv.len() == 4 && argv[1] == agentbox_boxes::agents::sync::COMMAND {
-        let p = |i: usize| std::path::PathBuf::from(&argv[i]);
-        match agentbox_boxes::agents::sync::inside(&p(2), &p(3)) {
+    if argv.len() == 3 && argv[1] == agentbox_boxes::agents::sync::COMMAND {
+        let plan =
+            serde_json::from_str(&argv[2].to_string_lossy()).map_err(|e| format!("bad plan: {e}"));
+        match plan.and_then(|p| agentbox_boxes::agents::sync::inbox::run(&p)) {
             Ok(done) => {
                 println!(
                     "{}{}",

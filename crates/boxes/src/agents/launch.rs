@@ -47,6 +47,14 @@ impl Boxes {
             }
         };
         let name = record.name.to_string();
+        let config = crate::config::Config::load(self.home(), record.project.as_deref())
+            .map_err(|e| BoxError::Config(Box::new(e)))?
+            .effective();
+        // Isolation is kept once chosen: the box's own copy is in its tree.
+        let isolate = spec.isolate_config
+            || agent.isolate_config
+            || config.isolate_config.contains(&agent.name)
+            || record.isolated_config.contains(&agent.name);
         self.start(&name)?;
         let dirs = crate::record::BoxDirs::new(self.home(), &name);
         let stage = sync::stage_dir(&dirs.inbox(), &agent.name);
@@ -60,15 +68,37 @@ impl Boxes {
                 },
             )?;
         }
-        fs_err::create_dir_all(&stage)?;
+        let manifest = sync::manifest_file(&stage);
+        if !manifest.exists() {
+            // No host configuration at all: an empty mirror.
+            fs_err::create_dir_all(&stage)?;
+            agentbox_core::atomic::write_json_unsynced(
+                &manifest,
+                &sync::Manifest {
+                    version: 1,
+                    files: Vec::new(),
+                },
+            )?;
+        }
+        let plan = sync::inbox::Plan {
+            mirror: sync::stage_in_box(&agent.name),
+            manifest: sync::manifest_file(&sync::stage_in_box(&agent.name)),
+            home: std::path::PathBuf::from("/root"),
+            shared: (!isolate).then(|| std::path::PathBuf::from(crate::record::AGENT_HOME_DIR)),
+            agent: agent.name.clone(),
+            roots: agent
+                .config
+                .iter()
+                .map(|c| c.path.trim_start_matches("~/").to_owned())
+                .collect(),
+        };
         let mut argv = crate::record::box_binary_argv();
         argv.extend([
             sync::COMMAND.to_owned(),
-            sync::stage_in_box(&agent.name),
-            "/root".to_owned(),
+            serde_json::to_string(&plan).expect("a plan is plain data"),
         ]);
         let ran = self.provider().collect(&name, argv, "/", false)?;
-        let synced = match (
+        let done: sync::inbox::Done = match (
             ran.status,
             ran.output.lines().find_map(|l| l.strip_prefix(SYNCED_LINE)),
         ) {
@@ -81,6 +111,15 @@ impl Boxes {
                 })
             }
         };
+        let own_copy = isolate || !done.own.is_empty();
+        let record = if own_copy && !record.isolated_config.contains(&agent.name) {
+            crate::registry::update(self.home(), &name, |r| {
+                r.isolated_config.push(agent.name.clone())
+            })?
+        } else {
+            record
+        };
+        let synced = done.synced;
         let record = if record.last_agent.as_deref() == Some(agent.name.as_str()) {
             record
         } else {
@@ -91,9 +130,6 @@ impl Boxes {
         // Brokered by default where the agent takes a base URL: it gets the box broker's
         // placeholder and base URLs, and the real key stays in the supervisor.
         let forwarded = agent.forwarded_env(self.home());
-        let config = crate::config::Config::load(self.home(), record.project.as_deref())
-            .map_err(|e| BoxError::Config(Box::new(e)))?
-            .effective();
         let brokered = agent.brokered && config.agents_broker;
         let ask = spec.ask || !config.agents_skip_permissions;
         let env = if brokered {
@@ -119,6 +155,7 @@ impl Boxes {
             created,
             staged,
             synced,
+            shared_config: !own_copy,
         })
     }
 }

@@ -72,6 +72,10 @@ pub struct Agent {
     /// broker can stand in for the API (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`).
     #[serde(default)]
     pub brokered: bool,
+    /// Whether each box keeps its own copy of its configuration (as `--isolate-config`),
+    /// instead of the home's shared one.
+    #[serde(default)]
+    pub isolate_config: bool,
     /// Whether it is built in (`false`: from `agents.yaml`).
     #[serde(default, skip_deserializing)]
     pub builtin: bool,
@@ -118,6 +122,7 @@ pub fn builtin() -> Vec<Agent> {
             // runs in a sandbox (box root is root); no self-update inside a box.
             set_env: owned(&["IS_SANDBOX=1", "DISABLE_AUTOUPDATER=1"]),
             brokered: true,
+            isolate_config: false,
             builtin: true,
         },
         Agent {
@@ -153,6 +158,7 @@ pub fn builtin() -> Vec<Agent> {
             login_var: Some("OPENAI_API_KEY".into()),
             set_env: Vec::new(),
             brokered: true,
+            isolate_config: false,
             builtin: true,
         },
         Agent {
@@ -184,6 +190,7 @@ pub fn builtin() -> Vec<Agent> {
             login_var: None,
             set_env: Vec::new(),
             brokered: false,
+            isolate_config: false,
             builtin: true,
         },
     ]
@@ -392,6 +399,8 @@ pub struct LaunchSpec {
     pub new: bool,
     /// Keep the agent's own permission prompts.
     pub ask: bool,
+    /// The box keeps its own copy of the agent's configuration (from now on).
+    pub isolate_config: bool,
     pub prompt: Option<String>,
     /// Arguments for the agent, exactly as given.
     pub args: Vec<String>,
@@ -411,6 +420,9 @@ pub struct Launch {
     /// What the configuration sync copied (host mirror, then into the box).
     pub staged: sync::Synced,
     pub synced: sync::Synced,
+    /// Whether the agent uses the home's shared copy of its configuration (else the box's
+    /// own).
+    pub shared_config: bool,
 }
 
 /// The host user's home: whose configuration and tools the agents get (`HOME`).

@@ -269,6 +269,20 @@ pub static KEYS: &[Key] = &[
         check: None,
     },
     Key {
+        name: "claude.isolateConfig",
+        kind: Kind::Bool,
+        default: no,
+        description: "Each box keeps its own copy of claude's configuration (as --isolate-config) instead of the home's shared one",
+        check: None,
+    },
+    Key {
+        name: "codex.isolateConfig",
+        kind: Kind::Bool,
+        default: no,
+        description: "Each box keeps its own copy of codex's configuration (as --isolate-config) instead of the home's shared one",
+        check: None,
+    },
+    Key {
         name: "git.carry",
         kind: Kind::Bool,
         default: yes,
@@ -294,6 +308,13 @@ pub static KEYS: &[Key] = &[
         kind: Kind::Bool,
         default: no,
         description: "Also copy ignored secret-bearing files (git.envPatterns) into a new box",
+        check: None,
+    },
+    Key {
+        name: "opencode.isolateConfig",
+        kind: Kind::Bool,
+        default: no,
+        description: "Each box keeps its own copy of opencode's configuration (as --isolate-config) instead of the home's shared one",
         check: None,
     },
     Key {

@@ -202,6 +202,11 @@ impl Config {
             image: self.text("box.image").map(str::to_owned),
             agents_broker: self.flag("agents.broker"),
             agents_skip_permissions: self.flag("agents.skipPermissions"),
+            isolate_config: ["claude", "codex", "opencode"]
+                .into_iter()
+                .filter(|a| self.flag(&format!("{a}.isolateConfig")))
+                .map(str::to_owned)
+                .collect(),
             default_checkpoint: self.text("box.defaultCheckpoint").map(str::to_owned),
             resync_on_start: self.flag("box.resyncOnStart"),
             checkpoint_cleanup: self.list("checkpoint.cleanup"),
@@ -306,6 +311,8 @@ pub struct Effective {
     pub agents_broker: bool,
     /// `agents.skipPermissions`.
     pub agents_skip_permissions: bool,
+    /// The built-in agents whose `<agent>.isolateConfig` is on.
+    pub isolate_config: Vec<String>,
     /// `box.defaultCheckpoint`.
     pub default_checkpoint: Option<String>,
     /// `box.resyncOnStart`.

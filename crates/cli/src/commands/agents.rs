@@ -18,6 +18,7 @@ pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
             box_name: a.name.or_else(|| ctx.env.clone()),
             new: a.new,
             ask: a.ask,
+            isolate_config: a.isolate_config,
             prompt: a.prompt,
             args: a.args,
             cwd: agentbox_boxes::project::current_dir()?,
@@ -37,8 +38,13 @@ pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
         ));
     }
     ctx.note(format!(
-        "{agent}'s configuration: {} file(s) updated in the box",
-        launch.synced.copied
+        "{agent}'s configuration: {} file(s) updated in {}",
+        launch.synced.copied,
+        if launch.shared_config {
+            "the copy this home's boxes share"
+        } else {
+            "the box's own copy"
+        }
     ));
     let opts = CommandOpts {
         vars: launch.env.clone(),

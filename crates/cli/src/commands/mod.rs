@@ -192,6 +192,7 @@ pub fn run(cli: Cli) -> CliResult {
                         supervise: false,
                         prompt: None,
                         ask: false,
+                        isolate_config: false,
                         args: Vec::new(),
                     },
                 ),

@@ -381,4 +381,108 @@ fn claude_answers_through_the_broker_and_the_key_never_enters_the_box() {
         &[],
     );
     assert_eq!(found, "0\n", "the key is in the box: {found}");
+    // Claude wrote its state through the box's links into the home's shared copy.
+    let links = s.ok(
+        &[
+            "exec",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "readlink /root/.claude /root/.claude.json",
+        ],
+        &[],
+    );
+    assert_eq!(
+        links,
+        "/run/agentbox/agent-home/claude/.claude\n/run/agentbox/agent-home/claude/.claude.json\n"
+    );
+    assert!(
+        s.env.path("home/agent-home/claude/.claude.json").is_file(),
+        "claude's own state is in the shared copy"
+    );
+}
+
+#[test]
+fn boxes_share_one_copy_of_an_agents_configuration_unless_isolated() {
+    let Some(s) = Setup::new("boxes_share_one_copy_of_an_agents_configuration_unless_isolated")
+    else {
+        return;
+    };
+    write(&s.user.join(".myagent/conf"), "host conf\n");
+    write(
+        &s.env.path("home/agents.yaml"),
+        "myagent:\n  command: [cat, /root/.myagent/conf]\n  config:\n    - path: ~/.myagent\n",
+    );
+    let boxes = |s: &Setup| -> Vec<serde_json::Value> {
+        s.env
+            .json(&["list", "--all"])
+            .as_array()
+            .expect("rows")
+            .clone()
+    };
+    let sh = |name: &str, script: &str| s.ok(&["exec", name, "--", "sh", "-c", script], &[]);
+    assert_eq!(s.ok(&["agent", "myagent"], &[]), "host conf\n");
+    let one = boxes(&s)[0]["name"].as_str().expect("name").to_owned();
+    assert_eq!(
+        sh(&one, "readlink /root/.myagent"),
+        "/run/agentbox/agent-home/myagent/.myagent\n"
+    );
+    sh(&one, "echo from one > /root/.myagent/history");
+    // What the agent keeps in one box is there in the next; the host never sees it.
+    s.ok(&["agent", "myagent", "--new"], &[]);
+    let two = boxes(&s)
+        .iter()
+        .map(|b| b["name"].as_str().expect("name").to_owned())
+        .find(|n| *n != one)
+        .expect("a second box");
+    assert_eq!(sh(&two, "cat /root/.myagent/history"), "from one\n");
+    assert!(!s.user.join(".myagent/history").exists());
+    // On the host the shared copy is owned by the boxes' ids, never by host root.
+    {
+        use std::os::unix::fs::MetadataExt;
+        let written = std::fs::metadata(s.env.path("home/agent-home/myagent/.myagent/history"))
+            .expect("in the shared copy");
+        assert_ne!(written.uid(), 0, "a box's file is not host root's");
+        let dir = std::fs::metadata(s.env.path("home/agent-home")).expect("stat");
+        assert_eq!(dir.mode() & 0o777, 0o700);
+    }
+    // An attack from box one on box two's next launch: a planted symlink where the host's
+    // file goes, to a file of box two's workspace. The sync replaces the link, never
+    // follows it.
+    sh(
+        &one,
+        "ln -sf /workspace/planted /run/agentbox/agent-home/myagent/.myagent/conf",
+    );
+    write(&s.user.join(".myagent/conf"), "host conf v2\n");
+    assert_eq!(s.ok(&["agent", "myagent", &two], &[]), "host conf v2\n");
+    assert_eq!(
+        sh(&two, "test -e /workspace/planted && echo followed; test -L /root/.myagent/conf && echo link; true"),
+        ""
+    );
+    // An isolated box has its own copy (in its tree), and stays so.
+    s.ok(&["agent", "myagent", "--new", "--isolate-config"], &[]);
+    let three = boxes(&s)
+        .iter()
+        .find(|b| b["box"]["isolated_config"][0] == "myagent")
+        .and_then(|b| b["name"].as_str())
+        .expect("an isolated box")
+        .to_owned();
+    assert_eq!(
+        sh(&three, "test -L /root/.myagent || cat /root/.myagent/conf; cat /root/.myagent/history 2>&1 >/dev/null | wc -l"),
+        "host conf v2\n1\n"
+    );
+    sh(&three, "echo mine > /root/.myagent/own");
+    s.ok(&["agent", "myagent", &three], &[]);
+    assert_eq!(
+        sh(&three, "test -L /root/.myagent || echo own copy"),
+        "own copy\n"
+    );
+    assert_eq!(sh(&one, "ls /root/.myagent"), "conf\nhistory\n");
+    // The shared copy outlives the boxes.
+    s.ok(&["destroy", &one], &[]);
+    assert!(s
+        .env
+        .path("home/agent-home/myagent/.myagent/history")
+        .is_file());
 }

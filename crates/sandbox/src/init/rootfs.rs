@@ -648,9 +648,12 @@ pub(super) fn mask_dir(k: &mut dyn Kernel, p: &Path) -> Result<(), String> {
     )
 }
 
-/// Bind host path `b.src` at `b.dst` below `/run` in the box; with `ns`, idmapped where its
-/// file system allows (so the host's root-owned files are box root's), else a plain bind
-/// (host root's files are then owned by nobody in the box, readable as their modes say).
+/// Bind host path `b.src` at `b.dst` below `/run` in the box, always `nosuid,nodev`. A
+/// read-only bind is, with `ns`, idmapped where its file system allows (so the host's
+/// root-owned files are box root's), else a plain bind (host root's files are then owned by
+/// nobody in the box, readable as their modes say). A read-write bind is never idmapped: what
+/// the box writes there is owned on the host by the box's own (unprivileged) ids, never by
+/// host root.
 pub(super) fn bind(
     k: &mut dyn Kernel,
     root: &Path,
@@ -675,16 +678,18 @@ pub(super) fn bind(
         k.create_file(&target)
             .map_err(|e| err(format!("creating {}", target.display()), e))?;
     }
+    let ns = ns.filter(|_| b.readonly);
     if ns.is_none_or(|ns| k.idmapped_mount(ns, &b.src, &target).is_err()) {
         k.bind(&b.src, &target)
             .map_err(|e| err(format!("binding {}", b.src.display()), e))?;
     }
+    let flags = MountFlags::BIND | MountFlags::NOSUID | MountFlags::NODEV;
     if b.readonly {
-        k.remount(
-            &target,
-            MountFlags::BIND | MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
-        )
-        .map_err(|e| err(format!("making {} read-only", b.dst.display()), e))?;
+        k.remount(&target, flags | MountFlags::RDONLY)
+            .map_err(|e| err(format!("making {} read-only", b.dst.display()), e))?;
+    } else {
+        k.remount(&target, flags)
+            .map_err(|e| err(format!("making {} nosuid", b.dst.display()), e))?;
     }
     Ok(())
 }

@@ -619,14 +619,21 @@ fn host_paths_bound_into_the_box_are_read_only_nosuid_and_nodev() {
         ]
     );
     assert_eq!(rec.kind(&tools.to_string_lossy()), Some(Kind::Dir));
-    // A file is bound on a file made for it, below the box's private /run (mounted first).
+    // A file is bound on a file made for it, below the box's private /run (mounted first);
+    // a read-write bind is nosuid and nodev too.
     let relay = r("run/agentbox/relay.sock");
     assert_eq!(
         mounts_at(&rec, &relay),
-        [&Op::Bind {
-            src: p(RELAY),
-            target: relay.clone(),
-        }]
+        [
+            &Op::Bind {
+                src: p(RELAY),
+                target: relay.clone(),
+            },
+            &Op::Remount {
+                target: relay.clone(),
+                flags: MountFlags::BIND | MountFlags::NOSUID | MountFlags::NODEV,
+            },
+        ]
     );
     assert_eq!(rec.kind(&relay.to_string_lossy()), Some(Kind::File));
     let run = first(&rec, "mounting /run", |op| {
@@ -692,10 +699,15 @@ fn an_idmapped_box_reaches_every_layer_through_its_idmapped_copy() {
                 Path::new(UPPER).parent().expect("upper has a parent"),
                 u.as_path()
             ),
-            (relay.as_path(), relay_in.as_path()),
             (tools.as_path(), tools_in.as_path()),
         ]
     );
+    // A read-write bind is never idmapped: what box root writes there is owned by the box's
+    // own ids on the host, never by host root.
+    assert!(rec
+        .ops()
+        .iter()
+        .any(|op| matches!(op, Op::Bind { src, target } if *src == relay && *target == relay_in)));
     assert_eq!(
         overlay_data(&rec, &p(SCRATCH).join("b")),
         format!("lowerdir={}:{}", e.display(), b.display())

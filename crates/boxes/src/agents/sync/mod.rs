@@ -1,0 +1,530 @@
+//! An agent's configuration, from the host user's home into the box, on every launch:
+//! additive and host-authoritative (a file the host has replaces the box's copy; what only
+//! the box's copy has stays), never back.
+//!
+//! Where the agent's copy lives: by default one **shared copy per agentbox home**
+//! (`<home>/agent-home/<agent>/`, mounted read-write in every box at
+//! `/run/agentbox/agent-home/` and reached from the box's home by symlinks: `/root/.claude ->
+//! /run/agentbox/agent-home/claude/.claude`), so the agent's logins, history and settings made
+//! in one box are there in the next, as on the host. With `--isolate-config` (or
+//! `<agent>.isolateConfig`) a box keeps **its own copy** in its home, versioned with the box
+//! and removed with it. Nothing of either copy is written back to the host, and the host
+//! never reads or writes either: both are box-controlled.
+//!
+//! Two halves, so the host never writes into a box-controlled tree:
+//!
+//! 1. **Host** ([`stage`]): the agent's [`ConfigPath`]s are mirrored, excludes applied,
+//!    symlinks followed (a skill linked from elsewhere arrives as a directory), and the
+//!    sanitised files rewritten (see [`super::sanitize`]), into the box's inbox —
+//!    `<box dir>/inbox/agent-config/<agent>/home/` — which the box sees read-only at
+//!    `/run/agentbox/ctl/agent-config/<agent>/home/`, with its [`Manifest`] next to it. Only
+//!    files whose size or mtime differ from the manifest's are copied; files the host no
+//!    longer has leave the mirror.
+//! 2. **Box** ([`inbox::run`], the hidden [`COMMAND`] of the agentbox binary run as a box
+//!    process): the manifest's files are copied over the agent's copy where their size or
+//!    mtime differ, except that files in [`MERGED`] are merged with the box's own.
+//!
+//! A relaunch where nothing changed therefore costs one `stat` per host file, one manifest
+//! read and one `stat` per file in the box: nothing is copied or listed twice.
+
+pub mod inbox;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use agentbox_core::glob::PathPattern;
+use serde::{Deserialize, Serialize};
+
+use super::{Agent, ConfigPath};
+use crate::{BoxError, Result};
+
+/// `agentbox __sync-agent-config PLAN` (inside a box; `PLAN` is an [`inbox::Plan`], JSON).
+pub const COMMAND: &str = "__sync-agent-config";
+
+/// Files merged key by key with the box's own copy rather than replaced (TOML).
+pub const MERGED: &[&str] = &[".codex/config.toml"];
+
+/// How deep symlinked directories are followed (a loop ends there).
+const MAX_DEPTH: usize = 64;
+
+/// What a sync copied.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Synced {
+    /// Files copied (new or changed).
+    pub copied: u64,
+    /// Files already up to date.
+    pub unchanged: u64,
+    /// Files removed from the mirror (host side only).
+    pub removed: u64,
+    /// Files left out because their name is not UTF-8 (the manifest holds text).
+    #[serde(default)]
+    pub skipped: u64,
+}
+
+/// One file of the mirror.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Entry {
+    /// Relative to the home (`.claude/settings.json`).
+    pub path: String,
+    pub size: u64,
+    /// Modification time (seconds, nanoseconds): the box's copy gets the same.
+    pub mtime: i64,
+    pub nsec: u32,
+    pub mode: u32,
+}
+
+/// The mirror's manifest, `<inbox>/agent-config/<agent>/manifest.json`: every file of the
+/// mirror with the size, mtime and mode it has there (JSON, `version` 1). Written by the host
+/// after the mirror (through a temporary file and a rename), read by the box.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    pub version: u32,
+    pub files: Vec<Entry>,
+}
+
+/// The directory below a box's inbox holding agent `name`'s mirror.
+pub fn stage_dir(inbox: &Path, name: &str) -> PathBuf {
+    inbox.join("agent-config").join(name).join("home")
+}
+
+/// The manifest of the mirror in `stage` (next to it).
+pub fn manifest_file(stage: &Path) -> PathBuf {
+    stage.with_file_name("manifest.json")
+}
+
+/// Where the box sees [`stage_dir`].
+pub fn stage_in_box(name: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "{}/agent-config/{name}/home",
+        crate::record::INBOX_DIR
+    ))
+}
+
+/// The home's shared copies of the agents' configuration (one directory per agent), mounted
+/// in every box at [`crate::record::AGENT_HOME_DIR`].
+pub fn shared_dir(home: &agentbox_core::home::Home) -> PathBuf {
+    home.root().join("agent-home")
+}
+
+fn entry_of(path: String, meta: &std::fs::Metadata) -> Entry {
+    use std::os::unix::fs::MetadataExt;
+    Entry {
+        path,
+        size: meta.len(),
+        mtime: meta.mtime(),
+        nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
+        mode: meta.mode(),
+    }
+}
+
+fn same(e: &Entry, meta: &std::fs::Metadata) -> bool {
+    let now = entry_of(String::new(), meta);
+    e.size == now.size && e.mtime == now.mtime && e.nsec == now.nsec && e.mode == now.mode
+}
+
+fn set_mtime(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    let f = std::fs::File::options().write(true).open(path)?;
+    f.set_modified(meta.modified()?)
+}
+
+/// Copy `src` to `dst` (replacing whatever `dst` is), keeping its mode and mtime. `dst` is
+/// in the host-owned mirror.
+fn copy_file(src: &Path, dst: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    if let Ok(m) = std::fs::symlink_metadata(dst) {
+        if m.is_dir() {
+            std::fs::remove_dir_all(dst)?;
+        } else {
+            std::fs::remove_file(dst)?;
+        }
+    }
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::copy(src, dst)?;
+    set_mtime(dst, meta)
+}
+
+/// The mirror's last manifest: what is in it, by path (empty when there is none, or it
+/// does not parse: then every file is compared with the mirror itself).
+fn previous(stage: &Path) -> Option<BTreeMap<String, Entry>> {
+    let text = std::fs::read_to_string(manifest_file(stage)).ok()?;
+    let m: Manifest = serde_json::from_str(&text).ok()?;
+    (m.version == 1).then(|| m.files.into_iter().map(|e| (e.path.clone(), e)).collect())
+}
+
+/// Mirror agent `agent`'s configuration from `host_home` into `stage` (the box's inbox
+/// mirror), sanitised for project `project`, and write its manifest. Returns what changed.
+pub fn stage(
+    agent: &Agent,
+    host_home: &Path,
+    stage: &Path,
+    project: Option<&Path>,
+) -> Result<Synced> {
+    let mut stats = Synced::default();
+    let prev = previous(stage);
+    let mut files: BTreeMap<String, Entry> = BTreeMap::new();
+    // Written below from their sanitised content, not copied.
+    let sanitised: BTreeSet<PathBuf> = match agent.name.as_str() {
+        "claude" => [".claude.json", ".claude/settings.json"].as_slice(),
+        "codex" => [".codex/config.toml"].as_slice(),
+        _ => [].as_slice(),
+    }
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    let mut ctx = Mirror {
+        host_home,
+        stage,
+        sanitised: &sanitised,
+        prev: prev.as_ref(),
+        files: &mut files,
+        stats: &mut stats,
+    };
+    for c in &agent.config {
+        ctx.one(c)?;
+    }
+    // Sanitised files are written when their content changes.
+    let mut rewrite = |rel: &str, f: &dyn Fn(&str) -> Option<String>| -> Result<()> {
+        let src = host_home.join(rel);
+        let dst = stage.join(rel);
+        if let Ok(text) = fs_err::read_to_string(&src) {
+            // A file that does not parse is passed on as it is.
+            let clean = f(&text).unwrap_or(text);
+            if fs_err::read_to_string(&dst).ok().as_deref() != Some(clean.as_str()) {
+                if let Some(parent) = dst.parent() {
+                    fs_err::create_dir_all(parent)?;
+                }
+                fs_err::write(&dst, clean)?;
+                stats.copied += 1;
+            }
+            let meta = fs_err::metadata(&dst)?;
+            files.insert(rel.to_owned(), entry_of(rel.to_owned(), &meta));
+        }
+        Ok(())
+    };
+    if agent.name == "claude" {
+        rewrite(".claude.json", &|t| {
+            super::sanitize::claude_json(t, project)
+        })?;
+        rewrite(".claude/settings.json", &|t| {
+            super::sanitize::claude_settings(t, host_home)
+        })?;
+    }
+    if agent.name == "codex" {
+        rewrite(".codex/config.toml", &|t| {
+            super::sanitize::codex_config(t, host_home)
+        })?;
+    }
+    // What the host no longer has leaves the mirror.
+    let gone: Vec<PathBuf> = match &prev {
+        Some(p) => p
+            .keys()
+            .filter(|k| !files.contains_key(*k))
+            .map(PathBuf::from)
+            .collect(),
+        None if stage.exists() => walk(stage)?
+            .into_iter()
+            .filter(|p| p.to_str().is_none_or(|s| !files.contains_key(s)))
+            .collect(),
+        None => Vec::new(),
+    };
+    for rel in gone {
+        let p = stage.join(&rel);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            fs_err::remove_file(&p)?;
+            stats.removed += 1;
+        }
+    }
+    let manifest = Manifest {
+        version: 1,
+        files: files.into_values().collect(),
+    };
+    if prev.as_ref().is_none_or(|p| {
+        p.len() != manifest.files.len() || manifest.files.iter().any(|e| p.get(&e.path) != Some(e))
+    }) {
+        // A lost manifest (a crash) only costs the next launch a comparison with the mirror.
+        fs_err::create_dir_all(stage)?;
+        agentbox_core::atomic::write_json_unsynced(&manifest_file(stage), &manifest)?;
+    }
+    Ok(stats)
+}
+
+/// Every regular file below `root`, relative to it (symlinks not followed).
+fn walk(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut dirs = vec![PathBuf::new()];
+    while let Some(rel) = dirs.pop() {
+        for e in fs_err::read_dir(root.join(&rel))? {
+            let e = e?;
+            let r = rel.join(e.file_name());
+            let t = e.file_type()?;
+            if t.is_dir() {
+                dirs.push(r);
+            } else if t.is_file() {
+                out.push(r);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn components(p: &Path) -> Vec<&[u8]> {
+    use std::os::unix::ffi::OsStrExt;
+    p.components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(n) => Some(n.as_bytes()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One [`stage`] in progress.
+struct Mirror<'a> {
+    host_home: &'a Path,
+    stage: &'a Path,
+    sanitised: &'a BTreeSet<PathBuf>,
+    prev: Option<&'a BTreeMap<String, Entry>>,
+    files: &'a mut BTreeMap<String, Entry>,
+    stats: &'a mut Synced,
+}
+
+impl Mirror<'_> {
+    fn one(&mut self, c: &ConfigPath) -> Result<()> {
+        let rel_root = PathBuf::from(c.path.trim_start_matches("~/"));
+        let src_root = self.host_home.join(&rel_root);
+        let excludes: Vec<PathPattern> = c
+            .exclude
+            .iter()
+            .filter_map(|p| PathPattern::new(p))
+            .collect();
+        let excluded = |rel: &Path| {
+            let comps = components(rel);
+            excludes
+                .iter()
+                .any(|p| (1..=comps.len()).any(|n| p.matches(&comps[..n])))
+        };
+        // (path below src_root, depth of symlinked directories followed)
+        let mut todo = vec![(PathBuf::new(), 0usize)];
+        while let Some((rel, depth)) = todo.pop() {
+            // `join("")` would add a trailing `/`, which a file's path cannot take.
+            let src = if rel.as_os_str().is_empty() {
+                src_root.clone()
+            } else {
+                src_root.join(&rel)
+            };
+            // Followed: a symlink (a skill linked from elsewhere) arrives as what it names.
+            let Ok(meta) = std::fs::metadata(&src) else {
+                continue;
+            };
+            if !rel.as_os_str().is_empty() && excluded(&rel) {
+                continue;
+            }
+            if meta.is_dir() {
+                let linked =
+                    std::fs::symlink_metadata(&src).is_ok_and(|m| m.file_type().is_symlink());
+                let depth = depth + usize::from(linked);
+                if depth > MAX_DEPTH {
+                    continue;
+                }
+                let Ok(rd) = fs_err::read_dir(&src) else {
+                    continue;
+                };
+                for e in rd.flatten() {
+                    todo.push((rel.join(e.file_name()), depth));
+                }
+            } else if meta.is_file() {
+                let out_rel = if rel.as_os_str().is_empty() {
+                    rel_root.clone()
+                } else {
+                    rel_root.join(&rel)
+                };
+                if self.sanitised.contains(&out_rel) {
+                    continue;
+                }
+                let Some(key) = out_rel.to_str().map(str::to_owned) else {
+                    self.stats.skipped += 1;
+                    continue;
+                };
+                let dst = self.stage.join(&out_rel);
+                // The mirror is the host's own (read-only in boxes): its manifest is trusted.
+                let known = match self.prev {
+                    Some(p) => p.get(&key).is_some_and(|e| same(e, &meta)),
+                    None => std::fs::symlink_metadata(&dst)
+                        .is_ok_and(|d| d.is_file() && same(&entry_of(String::new(), &d), &meta)),
+                };
+                if known {
+                    self.stats.unchanged += 1;
+                } else {
+                    copy_file(&src, &dst, &meta).map_err(|e| BoxError::io(&dst, e))?;
+                    self.stats.copied += 1;
+                }
+                self.files.insert(key.clone(), entry_of(key, &meta));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(p: &Path, s: &str) {
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, s).expect("write");
+    }
+
+    #[test]
+    fn the_mirror_follows_the_host_with_excludes_and_sanitising() {
+        let t = tempfile::tempdir().expect("tmp");
+        let host = t.path().join("home");
+        write(
+            &host.join(".claude/settings.json"),
+            r#"{"hooks":{"Stop":[{"hooks":[{"command":"HOST/bin/x"}]}]}}"#
+                .replace("HOST", &host.to_string_lossy())
+                .as_str(),
+        );
+        write(&host.join(".claude/.credentials.json"), "secret");
+        write(
+            &host.join(".claude/plugins/p/node_modules/a.node"),
+            "darwin",
+        );
+        write(&host.join(".claude/agents/a.md"), "agent");
+        write(&host.join(".agents-src/skills/s/SKILL.md"), "skill");
+        std::fs::create_dir_all(host.join(".claude/skills")).expect("mkdir");
+        std::os::unix::fs::symlink(
+            host.join(".agents-src/skills/s"),
+            host.join(".claude/skills/s"),
+        )
+        .expect("symlink");
+        write(&host.join(".claude.json"), r#"{"installMethod":"native"}"#);
+        let agent = super::super::builtin().remove(0);
+        let stage_dir = t.path().join("stage");
+        let first = stage(&agent, &host, &stage_dir, None).expect("stage");
+        assert!(first.copied >= 4, "{first:?}");
+        let read = |p: &str| std::fs::read_to_string(stage_dir.join(p)).ok();
+        assert_eq!(
+            read(".claude/.credentials.json"),
+            None,
+            "a credential never leaves the host"
+        );
+        assert_eq!(read(".claude/plugins/p/node_modules/a.node"), None);
+        assert_eq!(
+            read(".claude/skills/s/SKILL.md").as_deref(),
+            Some("skill"),
+            "symlink followed"
+        );
+        assert_eq!(
+            read(".claude.json").map(|s| s.contains("installMethod")),
+            Some(false)
+        );
+        assert_eq!(
+            read(".claude/settings.json").map(|s| s.contains("bin/x")),
+            Some(false)
+        );
+        // Nothing changed: nothing copied.
+        let again = stage(&agent, &host, &stage_dir, None).expect("stage");
+        assert_eq!(again.copied, 0, "{again:?}");
+        // A file the host removed leaves the mirror.
+        std::fs::remove_file(host.join(".claude/agents/a.md")).expect("rm");
+        let after = stage(&agent, &host, &stage_dir, None).expect("stage");
+        assert_eq!(after.removed, 1);
+        assert_eq!(read(".claude/agents/a.md"), None);
+
+        // The box's half, into the box's own copy: host wins, box-only files stay.
+        let boxed = t.path().join("boxroot");
+        write(&boxed.join(".claude/projects/log.jsonl"), "box history");
+        write(&boxed.join(".claude.json"), "{}");
+        let plan = |shared: Option<PathBuf>| inbox::Plan {
+            mirror: stage_dir.clone(),
+            manifest: manifest_file(&stage_dir),
+            home: boxed.clone(),
+            shared,
+            agent: "claude".into(),
+            roots: vec![".claude".into(), ".claude.json".into()],
+        };
+        let s = inbox::run(&plan(None)).expect("inside");
+        assert!(s.synced.copied >= 3, "{s:?}");
+        assert_eq!(
+            std::fs::read_to_string(boxed.join(".claude/projects/log.jsonl")).expect("kept"),
+            "box history"
+        );
+        assert!(std::fs::read_to_string(boxed.join(".claude.json"))
+            .expect("read")
+            .contains('{'));
+        let s2 = inbox::run(&plan(None)).expect("inside");
+        assert_eq!(s2.synced.copied, 0);
+        // A box-side edit of a host file is undone by the next launch.
+        write(&boxed.join(".claude/agents/b.md"), "box edit");
+        std::fs::write(host.join(".claude/agents/b.md"), "host").expect("write");
+        stage(&agent, &host, &stage_dir, None).expect("stage");
+        inbox::run(&plan(None)).expect("inside");
+        assert_eq!(
+            std::fs::read_to_string(boxed.join(".claude/agents/b.md")).expect("read"),
+            "host"
+        );
+    }
+
+    #[test]
+    fn a_shared_copy_is_linked_from_the_home_and_never_followed_out() {
+        let t = tempfile::tempdir().expect("tmp");
+        let host = t.path().join("home");
+        write(&host.join(".claude/agents/a.md"), "agent");
+        write(&host.join(".claude/commands/c.md"), "command");
+        write(&host.join(".claude.json"), "{}");
+        let agent = super::super::builtin().remove(0);
+        let stage_dir = t.path().join("stage");
+        stage(&agent, &host, &stage_dir, None).expect("stage");
+        let mount = t.path().join("agent-home");
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(&outside).expect("mkdir");
+        // Another box planted symlinks in the shared copy: to a directory and a file outside.
+        std::fs::create_dir_all(mount.join("claude/.claude")).expect("mkdir");
+        std::os::unix::fs::symlink(&outside, mount.join("claude/.claude/agents")).expect("ln");
+        std::os::unix::fs::symlink(
+            outside.join("victim"),
+            mount.join("claude/.claude/commands"),
+        )
+        .expect("ln");
+        let plan = |home: &Path| inbox::Plan {
+            mirror: stage_dir.clone(),
+            manifest: manifest_file(&stage_dir),
+            home: home.to_owned(),
+            shared: Some(mount.clone()),
+            agent: "claude".into(),
+            roots: vec![".claude".into(), ".claude.json".into()],
+        };
+        let box_a = t.path().join("a");
+        let done = inbox::run(&plan(&box_a)).expect("run");
+        assert!(done.own.is_empty(), "{done:?}");
+        assert_eq!(
+            std::fs::read_link(box_a.join(".claude")).expect("a link"),
+            mount.join("claude/.claude")
+        );
+        assert_eq!(
+            std::fs::read_to_string(box_a.join(".claude/agents/a.md")).expect("through the link"),
+            "agent"
+        );
+        assert_eq!(
+            std::fs::read_dir(&outside).expect("ls").count(),
+            0,
+            "nothing written through a planted symlink"
+        );
+        // What one box's agent writes, the next box's sees.
+        write(&box_a.join(".claude/projects/p.jsonl"), "history");
+        let box_b = t.path().join("b");
+        // A box that already had its own copy keeps it.
+        write(&box_b.join(".claude.json"), r#"{"own":true}"#);
+        let done = inbox::run(&plan(&box_b)).expect("run");
+        assert_eq!(done.own, vec![".claude.json".to_owned()]);
+        assert_eq!(
+            std::fs::read_to_string(box_b.join(".claude/projects/p.jsonl")).expect("shared"),
+            "history"
+        );
+        assert!(std::fs::symlink_metadata(box_b.join(".claude.json"))
+            .expect("stat")
+            .is_file());
+        // Nothing was ever written on the host's side.
+        assert!(!host.join(".claude/projects").exists());
+    }
+}
