@@ -132,6 +132,7 @@ impl Boxes {
         let forwarded = agent.forwarded_env(self.home());
         let brokered = agent.brokered && config.agents_broker;
         let ask = spec.ask || !config.agents_skip_permissions;
+        let mut broker_env = Vec::new();
         let env = if brokered {
             let credentials = crate::broker::Credentials::from_caller(self.home().root())?;
             if credentials.is_empty() && !record.broker {
@@ -140,7 +141,8 @@ impl Boxes {
             } else {
                 let endpoint = self.broker(&name, credentials)?;
                 let mut env = crate::broker::without_credentials(forwarded);
-                env.extend(endpoint.env().into_iter().map(|(k, v)| format!("{k}={v}")));
+                broker_env = endpoint.env();
+                env.extend(broker_env.iter().map(|(k, v)| format!("{k}={v}")));
                 env
             }
         } else if record.broker {
@@ -149,7 +151,7 @@ impl Boxes {
             forwarded
         };
         Ok(Launch {
-            argv: agent.argv(ask, spec.prompt.as_deref(), &spec.args),
+            argv: agent.argv_brokered(&broker_env, ask, spec.prompt.as_deref(), &spec.args),
             env,
             record,
             created,

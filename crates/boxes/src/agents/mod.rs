@@ -72,6 +72,11 @@ pub struct Agent {
     /// broker can stand in for the API (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`).
     #[serde(default)]
     pub brokered: bool,
+    /// Arguments given (after the command) when it reaches its API through the box's broker,
+    /// with `{VAR}` replaced by the broker's variables (`{OPENAI_BASE_URL}`): for an agent
+    /// that takes its base URL from its configuration rather than the environment.
+    #[serde(default)]
+    pub broker_args: Vec<String>,
     /// Whether each box keeps its own copy of its configuration (as `--isolate-config`),
     /// instead of the home's shared one.
     #[serde(default)]
@@ -122,6 +127,7 @@ pub fn builtin() -> Vec<Agent> {
             // runs in a sandbox (box root is root); no self-update inside a box.
             set_env: owned(&["IS_SANDBOX=1", "DISABLE_AUTOUPDATER=1"]),
             brokered: true,
+            broker_args: Vec::new(),
             isolate_config: false,
             builtin: true,
         },
@@ -158,6 +164,14 @@ pub fn builtin() -> Vec<Agent> {
             login_var: Some("OPENAI_API_KEY".into()),
             set_env: Vec::new(),
             brokered: true,
+            // Codex takes its base URL from its configuration only, and an API key from the
+            // environment only for a provider that names its variable.
+            broker_args: owned(&[
+                "-c",
+                "model_provider=\"agentbox\"",
+                "-c",
+                "model_providers.agentbox={name=\"OpenAI (agentbox broker)\", base_url=\"{OPENAI_BASE_URL}\", env_key=\"OPENAI_API_KEY\", wire_api=\"responses\"}",
+            ]),
             isolate_config: false,
             builtin: true,
         },
@@ -190,6 +204,7 @@ pub fn builtin() -> Vec<Agent> {
             login_var: None,
             set_env: Vec::new(),
             brokered: false,
+            broker_args: Vec::new(),
             isolate_config: false,
             builtin: true,
         },
@@ -263,7 +278,26 @@ impl Agent {
     /// The agent's command line: its command, the permission-skipping arguments (unless
     /// `ask`), the first prompt, then `args` exactly as given.
     pub fn argv(&self, ask: bool, prompt: Option<&str>, args: &[String]) -> Vec<String> {
+        self.argv_brokered(&[], ask, prompt, args)
+    }
+
+    /// [`Agent::argv`] for an agent reaching its API through a broker whose variables are
+    /// `broker` (`KEY`, `VALUE`): its [`Agent::broker_args`] come after the command.
+    pub fn argv_brokered(
+        &self,
+        broker: &[(String, String)],
+        ask: bool,
+        prompt: Option<&str>,
+        args: &[String],
+    ) -> Vec<String> {
         let mut argv = self.command.clone();
+        if !broker.is_empty() {
+            argv.extend(self.broker_args.iter().map(|a| {
+                broker
+                    .iter()
+                    .fold(a.clone(), |a, (k, v)| a.replace(&format!("{{{k}}}"), v))
+            }));
+        }
         if !ask {
             argv.extend(self.skip_permissions.iter().cloned());
         }

@@ -57,6 +57,53 @@ impl Setup {
     }
 }
 
+/// The loopback stub of the model APIs (`messages_stub.py`), and its port.
+fn start_stub(seen: &Path) -> (std::process::Child, String) {
+    let mut stub = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/it/messages_stub.py"
+        ))
+        .arg(seen)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the stub");
+    let port = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(stub.stdout.as_mut().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the stub's port");
+        line.trim().to_owned()
+    };
+    if port.parse::<u16>().is_err() {
+        let _ = stub.kill();
+        let _ = stub.wait();
+        panic!("the stub did not start (it printed {port:?})");
+    }
+    (stub, port)
+}
+
+/// A key no box may hold, and a search of box `name` for it (its processes' environments and
+/// files): the count of matches, then the files that hold it.
+fn search_box_for(s: &Setup, name: &str, key: &str) -> String {
+    // Searched for in two halves, so the search's own command line cannot match.
+    let (a, b) = key.split_at(key.len() / 2);
+    s.ok(
+        &[
+            "exec",
+            name,
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "k=\"{a}\"\"{b}\"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c \"$k\"; grep -rl \"$k\" /root /workspace /run /tmp /etc 2>/dev/null; true"
+            ),
+        ],
+        &[],
+    )
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).expect("read")
 }
@@ -302,28 +349,7 @@ fn claude_answers_through_the_broker_and_the_key_never_enters_the_box() {
         return;
     }
     let seen = s.env.path("seen.log");
-    let mut stub = std::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/it/messages_stub.py"
-        ))
-        .arg(&seen)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("start the stub");
-    let port = {
-        use std::io::BufRead;
-        let mut line = String::new();
-        std::io::BufReader::new(stub.stdout.as_mut().expect("stdout"))
-            .read_line(&mut line)
-            .expect("the stub's port");
-        line.trim().to_owned()
-    };
-    if port.parse::<u16>().is_err() {
-        let _ = stub.kill();
-        let _ = stub.wait();
-        panic!("the stub did not start (it printed {port:?})");
-    }
+    let (mut stub, port) = start_stub(&seen);
     let url = format!("http://127.0.0.1:{port}");
     s.env.ok(&[
         "config",
@@ -365,21 +391,7 @@ fn claude_answers_through_the_broker_and_the_key_never_enters_the_box() {
         .as_str()
         .expect("name")
         .to_owned();
-    // Searched for in two halves, so the search's own command line cannot match.
-    let (a, b) = key.split_at(key.len() / 2);
-    let found = s.ok(
-        &[
-            "exec",
-            &name,
-            "--",
-            "sh",
-            "-c",
-            &format!(
-                "k=\"{a}\"\"{b}\"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c \"$k\"; grep -rl \"$k\" /root /workspace /run /tmp /etc 2>/dev/null; true"
-            ),
-        ],
-        &[],
-    );
+    let found = search_box_for(&s, &name, &key);
     assert_eq!(found, "0\n", "the key is in the box: {found}");
     // Claude wrote its state through the box's links into the home's shared copy.
     let links = s.ok(
@@ -485,4 +497,98 @@ fn boxes_share_one_copy_of_an_agents_configuration_unless_isolated() {
         .env
         .path("home/agent-home/myagent/.myagent/history")
         .is_file());
+}
+
+#[test]
+fn codex_answers_through_the_broker_with_its_configuration_sanitised() {
+    let test = "codex_answers_through_the_broker_with_its_configuration_sanitised";
+    let Some(s) = Setup::new(test) else {
+        return;
+    };
+    if !require_tool(test, "codex") || !require_tool(test, "python3") {
+        return;
+    }
+    // The host's Codex configuration, with what never belongs in a box.
+    let user = s.user.to_string_lossy().into_owned();
+    write(
+        &s.user.join(".codex/config.toml"),
+        &format!(
+            "model = \"gpt-stub\"\nnotify = [\"{user}/bin/notify\"]\n\n[mcp_servers.hostonly]\ncommand = \"{user}/bin/mcp\"\n\n[mcp_servers.portable]\ncommand = \"npx\"\nargs = [\"some-mcp\"]\n"
+        ),
+    );
+    write(
+        &s.user.join(".codex/auth.json"),
+        r#"{"OPENAI_API_KEY":"sk-file-never"}"#,
+    );
+    write(
+        &s.user.join(".codex/sessions/2026/rollout.jsonl"),
+        "host transcript\n",
+    );
+    write(&s.user.join(".codex/state_5.sqlite"), "host threads\n");
+    write(&s.user.join(".codex/AGENTS.md"), "house rules\n");
+    write(&s.user.join(".agents/skills/review/SKILL.md"), "a skill\n");
+    let seen = s.env.path("seen.log");
+    let (mut stub, port) = start_stub(&seen);
+    s.env.ok(&[
+        "config",
+        "set",
+        "--global",
+        "broker.openaiUpstream",
+        &format!("http://127.0.0.1:{port}"),
+    ]);
+    let key = format!("sk-proj-real-{}", agentbox_core::id::new_id());
+    let out = s.run(
+        &["codex", "--", "exec", "--skip-git-repo-check", "say hi"],
+        &[("OPENAI_API_KEY", key.as_str())],
+    );
+    let seen_text = std::fs::read_to_string(&seen).unwrap_or_default();
+    let _ = stub.kill();
+    let _ = stub.wait();
+    assert!(
+        out.status.success(),
+        "{}\nstub saw: {seen_text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Hello from the stub"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        seen_text.contains(&format!("auth=Bearer {key}")),
+        "the stub saw: {seen_text}"
+    );
+    let name = s.env.json(&["list", "--all"])[0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    assert_eq!(search_box_for(&s, &name, &key), "0\n");
+    let inside = s.ok(
+        &[
+            "exec",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            // Codex's own sessions and databases of this run are the box's; the host's never
+            // come in.
+            "cd /root/.codex && ls -A | sort | tr '\\n' ' '; grep -rl -e 'host transcript' -e 'host threads' . | tr '\\n' ' '; echo; cat config.toml; cat /root/.agents/skills/review/SKILL.md",
+        ],
+        &[],
+    );
+    let (listing, rest) = inside.split_once('\n').expect("lines");
+    assert!(!listing.split(' ').any(|f| f == "auth.json"), "{listing}");
+    assert!(
+        !listing.contains("./"),
+        "the host's history is in the box: {listing}"
+    );
+    assert!(listing.contains("AGENTS.md"), "{listing}");
+    assert!(
+        !rest.contains("bin/notify") && !rest.contains("hostonly"),
+        "{rest}"
+    );
+    assert!(rest.contains("portable"), "{rest}");
+    assert!(rest.contains("/workspace"), "/workspace is trusted: {rest}");
+    assert!(rest.contains("a skill"), "{rest}");
+    assert!(!read(&s.user.join(".codex/config.toml")).contains("/workspace"));
 }
