@@ -592,3 +592,80 @@ fn codex_answers_through_the_broker_with_its_configuration_sanitised() {
     assert!(rest.contains("a skill"), "{rest}");
     assert!(!read(&s.user.join(".codex/config.toml")).contains("/workspace"));
 }
+
+#[test]
+fn opencode_answers_with_its_configuration_and_without_its_credentials() {
+    let test = "opencode_answers_with_its_configuration_and_without_its_credentials";
+    let Some(s) = Setup::new(test) else {
+        return;
+    };
+    if !require_tool(test, "opencode") || !require_tool(test, "python3") {
+        return;
+    }
+    let seen = s.env.path("seen.log");
+    let (mut stub, port) = start_stub(&seen);
+    // The host's OpenCode: a provider of its own configuration (the stub), its last model
+    // (state), and what never enters a box (its credentials, its sessions' storage).
+    write(
+        &s.user.join(".config/opencode/opencode.json"),
+        &format!(
+            r#"{{"provider":{{"stub":{{"npm":"@ai-sdk/openai-compatible","name":"Stub","options":{{"baseURL":"http://127.0.0.1:{port}/v1","apiKey":"{{env:OPENAI_API_KEY}}"}},"models":{{"m":{{"name":"m"}}}}}}}},"model":"stub/m"}}"#
+        ),
+    );
+    write(
+        &s.user.join(".local/share/opencode/auth.json"),
+        r#"{"anthropic":{"type":"api","key":"sk-file-never"}}"#,
+    );
+    write(
+        &s.user.join(".local/share/opencode/storage/session/s.json"),
+        "host session\n",
+    );
+    write(
+        &s.user.join(".local/state/opencode/model.json"),
+        r#"{"recent":[{"providerID":"stub","modelID":"m"}]}"#,
+    );
+    let key = format!("sk-oc-{}", agentbox_core::id::new_id());
+    let out = s.run(
+        &["opencode", "--", "run", "say hi"],
+        &[("OPENAI_API_KEY", key.as_str())],
+    );
+    let seen_text = std::fs::read_to_string(&seen).unwrap_or_default();
+    let _ = stub.kill();
+    let _ = stub.wait();
+    assert!(
+        out.status.success(),
+        "{}\nstub saw: {seen_text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Hello from the stub"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        seen_text.contains(&format!("auth=Bearer {key}")),
+        "{seen_text}"
+    );
+    let name = s.env.json(&["list", "--all"])[0]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    // The forwarded key reached the agent's process only: no other command of the box, and
+    // no file, holds it.
+    assert_eq!(search_box_for(&s, &name, &key), "0\n");
+    let inside = s.ok(
+        &[
+            "exec",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "test -e /root/.local/share/opencode/auth.json && echo credentials; grep -rl 'host session' /root/.local/share/opencode; cat /root/.local/state/opencode/model.json; echo",
+        ],
+        &[],
+    );
+    assert_eq!(
+        inside,
+        "{\"recent\":[{\"providerID\":\"stub\",\"modelID\":\"m\"}]}\n"
+    );
+}

@@ -1,6 +1,7 @@
 """A loopback stub of two model APIs for tests: the Anthropic Messages API (every
 `POST /v1/messages` gets a short streamed (server-sent events) or plain answer) and the
-OpenAI Responses API (every `POST /v1/responses` gets a short streamed answer). It appends
+OpenAI Responses and Chat Completions APIs (every `POST /v1/responses` or
+`/v1/chat/completions` gets a short streamed answer). It appends
 what credentials each request carried to the file named by argv[1]."""
 import http.server, json, sys, time
 seen = open(sys.argv[1], 'a')
@@ -25,6 +26,8 @@ class H(http.server.BaseHTTPRequestHandler):
         except Exception: req = {}
         if self.path.startswith('/v1/responses'):
             return self.openai_responses(req)
+        if self.path.startswith('/v1/chat/completions'):
+            return self.chat_completions(req)
         if not self.path.startswith('/v1/messages') or 'count_tokens' in self.path:
             out = json.dumps({"input_tokens": 1}).encode()
             self.send_response(200); self.send_header('content-type','application/json'); self.send_header('content-length', str(len(out))); self.end_headers(); self.wfile.write(out); return
@@ -61,6 +64,17 @@ class H(http.server.BaseHTTPRequestHandler):
             ev({"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":w}); time.sleep(0.05)
         ev({"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":text,"annotations":[]}]}})
         ev({"type":"response.completed","response":{"id":"resp_1","usage":{"input_tokens":1,"input_tokens_details":None,"output_tokens":4,"output_tokens_details":None,"total_tokens":5}}})
+        self.close_connection = True
+    def chat_completions(self, req):
+        self.send_response(200); self.send_header('content-type','text/event-stream'); self.send_header('cache-control','no-cache'); self.send_header('connection','close'); self.end_headers()
+        def chunk(delta, finish=None):
+            data = {"id":"chatcmpl-1","object":"chat.completion.chunk","created":0,"model":req.get('model','m'),"choices":[{"index":0,"delta":delta,"finish_reason":finish}]}
+            self.wfile.write(f"data: {json.dumps(data)}\n\n".encode()); self.wfile.flush()
+        chunk({"role":"assistant","content":""})
+        for w in ["Hello ", "from ", "the ", "stub"]:
+            chunk({"content":w}); time.sleep(0.05)
+        chunk({}, "stop")
+        self.wfile.write(b"data: [DONE]\n\n"); self.wfile.flush()
         self.close_connection = True
     def log_message(self, *a): pass
 server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)
