@@ -28,6 +28,6 @@ pub mod transfer;
 pub use backend::BackendKind;
 pub use derive::{Cleanup, CleanupPlan, Derived, DetachOpts};
 pub use error::{Error, Result};
-pub use node::Node;
 pub use inflight::StoreLock;
+pub use node::Node;
 pub use store::{CommitOpts, EnvState, Source, Store};

@@ -56,7 +56,10 @@ fn versioned_directory_workflow() {
     // The store-wide figures walk the whole store: only the store's own status has them.
     assert!(status.get("nodes").is_none(), "{status}");
     let store = t.json(&["status"]);
-    assert!(store["disk_bytes"].as_u64().expect("disk_bytes") > 0, "{store}");
+    assert!(
+        store["disk_bytes"].as_u64().expect("disk_bytes") > 0,
+        "{store}"
+    );
     assert_eq!(store["nodes"], 3, "{store}");
 
     let fsck = t.json(&["fsck"]);
