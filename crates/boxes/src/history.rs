@@ -62,12 +62,12 @@ impl Boxes {
         Ok(self.store()?.env_for_path(path)?)
     }
 
-    /// HEAD and its ancestors, HEAD first.
-    pub fn ancestors(&self, env: &str) -> Result<Nodes> {
+    /// HEAD and its ancestors, HEAD first; at most `limit` of them.
+    pub fn ancestors(&self, env: &str, limit: Option<usize>) -> Result<Nodes> {
         let store = self.store()?;
         let state = store.env(env)?;
         Ok(Nodes {
-            nodes: store.log(env)?,
+            nodes: store.log_limit(env, limit)?,
             head: state.head.into_string(),
             tags: state.tags,
         })

@@ -278,7 +278,7 @@ pub fn check_new_name(home: &Home, name: &str) -> Result<agentbox_core::name::Bo
     names::check_not_id_prefix("box", name, record::list(home)?.iter().map(|r| &r.id))?;
     // A home without a store has no nodes yet.
     if let Ok(store) = agentbox_store::Store::open_unreconciled(&home.store_dir()) {
-        names::check_not_id_prefix("box", name, store.nodes()?.keys())?;
+        store.check_not_id_prefix("box", name)?;
     }
     Ok(checked)
 }

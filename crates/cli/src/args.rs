@@ -746,6 +746,14 @@ pub struct LogArgs {
     /// Only the branch tips.
     #[arg(long, conflicts_with = "ancestors")]
     pub leaves: bool,
+    /// Only HEAD and its ancestors, newest first, at most N of them (implies --ancestors).
+    #[arg(
+        short = 'n',
+        long = "max-count",
+        value_name = "N",
+        conflicts_with = "leaves"
+    )]
+    pub max_count: Option<usize>,
 }
 
 #[derive(Debug, Args)]

@@ -443,19 +443,22 @@ impl Store {
             }),
         };
         let result = (|| {
+            // The id's index entry before the node file (see `index`).
+            let entry = self.index_id(&node.id)?;
             write_json_unsynced(&self.layout.node(&node.id), &node)?;
             let mut files = Vec::new();
             if let Some(l) = &layer {
                 files.push(self.layout.layer_record(&l.id));
             }
             files.push(self.layout.node(&node.id));
+            files.extend(entry);
             self.backend.make_durable(&files)?;
             failpoint::hit(&format!("{op}:after-node"));
             self.write_ref_locked(ref_path, &node.id)
         })();
         if let Err(e) = result {
             // Never named: take it all back (a crash instead leaves it to reconcile and GC).
-            let _ = std::fs::remove_file(self.layout.node(&node.id));
+            let _ = self.remove_node_file(&node.id);
             if let Some(l) = &layer {
                 let _ = std::fs::remove_file(self.layout.layer_record(&l.id));
                 let _ = self.backend.remove_layer(&l.id);

@@ -138,7 +138,7 @@ impl Store {
         let mut removed = Vec::new();
         for id in nodes.keys() {
             if !reachable.contains(id) {
-                fs_err::remove_file(self.layout().node(id))?;
+                self.remove_node_file(id)?;
                 removed.push(id.clone());
             }
         }
@@ -268,6 +268,15 @@ impl Store {
                     .and_then(|n| n.parent.clone())
                     .map(NodeId::into_string);
             }
+        }
+        // The index against the node files (see `index`): repairable, by rebuilding it.
+        let live_files: std::collections::BTreeMap<String, crate::Node> = files
+            .iter()
+            .filter(|(_, n)| n.deleted.is_none())
+            .map(|(k, n)| (k.clone(), n.clone()))
+            .collect();
+        for p in self.index_problems(&live_files, &envs, exclusive)? {
+            problem(p.path, p.message, true);
         }
         for env in &envs {
             let path = self.layout().env_state(&env.name);

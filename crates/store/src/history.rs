@@ -50,12 +50,25 @@ impl History {
 }
 
 /// Summary of a store (and optionally one environment) for `status`.
+///
+/// The store-wide figures (`environments` … `logical_bytes`) cost a walk of the whole store
+/// (every node, every layer's extents), so they are given only for the store's own status;
+/// the status of one environment costs what that environment is.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub store: PathBuf,
     pub backend: BackendKind,
     pub backend_chosen: String,
     pub max_depth: u32,
+    #[serde(flatten)]
+    pub totals: Option<Totals>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvStatus>,
+}
+
+/// The store-wide figures of [`Status`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Totals {
     pub environments: usize,
     pub nodes: usize,
     pub layers: usize,
@@ -63,8 +76,6 @@ pub struct Status {
     pub disk_bytes: u64,
     /// Sum of the apparent sizes of the files (what a naive `du --apparent-size` counts).
     pub logical_bytes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub env: Option<EnvStatus>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -84,20 +95,64 @@ pub struct EnvStatus {
 }
 
 impl Store {
-    /// Nodes of `env` and all their ancestors, oldest first.
+    /// Nodes of `env` and all their ancestors, oldest first: the ancestors of its branch
+    /// tips, HEAD and tags (see [`crate::index`]), read parent by parent — what it costs is
+    /// what it lists.
     pub fn history(&self, env: &str) -> Result<History> {
         let state = self.env(env)?;
+        if !self.index_ready() {
+            return self.history_unindexed(state);
+        }
+        let mut found: BTreeMap<String, Node> = BTreeMap::new();
+        let mut todo: Vec<String> = state.tips.iter().cloned().collect();
+        todo.push(state.head.as_str().to_owned());
+        // Tagged nodes are part of the environment's history even off HEAD's line (an
+        // imported history, or a fork's tags).
+        todo.extend(state.tags.values().cloned());
+        while let Some(id) = todo.pop() {
+            if found.contains_key(&id) {
+                continue;
+            }
+            let Some(node) = self.node_following(&id)? else {
+                continue;
+            };
+            if node.id.as_str() != id && found.contains_key(node.id.as_str()) {
+                continue;
+            }
+            if let Some(p) = &node.parent {
+                todo.push(p.as_str().to_owned());
+            }
+            found.insert(node.id.as_str().to_owned(), node);
+        }
+        // Parents as `nodes` has them: through pending deletions.
+        let mut list: Vec<Node> = found.into_values().collect();
+        for n in &mut list {
+            if let Some(p) = n.parent.clone() {
+                n.parent = self.node_following(p.as_str())?.map(|pn| pn.id);
+            }
+        }
+        list.sort_by(|a, b| a.created.cmp(&b.created).then(a.seq.cmp(&b.seq)));
+        Ok(History {
+            env: env.to_owned(),
+            head: state.head,
+            tags: state.tags,
+            nodes: list,
+        })
+    }
+
+    /// [`Store::history`] of a store whose index is not built yet (format 1, opened while
+    /// busy): from every node file.
+    fn history_unindexed(&self, state: crate::EnvState) -> Result<History> {
+        let env = state.name.clone();
         let nodes = self.nodes()?;
         // Nodes made by this environment. One of an earlier, destroyed environment of the
         // same name (not yet collected by GC) predates this one and stays out.
         let mut wanted: BTreeSet<String> = nodes
             .values()
-            .filter(|n| n.in_history_of(env) && n.created >= state.created)
+            .filter(|n| n.in_history_of(&env) && n.created >= state.created)
             .map(|n| n.id.as_str().to_owned())
             .collect();
         wanted.insert(state.head.as_str().to_owned());
-        // Tagged nodes are part of the environment's history even off HEAD's line (an
-        // imported history, or a fork's tags).
         wanted.extend(
             state
                 .tags
@@ -120,7 +175,7 @@ impl Store {
             .collect();
         list.sort_by(|a, b| a.created.cmp(&b.created).then(a.seq.cmp(&b.seq)));
         Ok(History {
-            env: env.to_owned(),
+            env,
             head: state.head,
             tags: state.tags,
             nodes: list,
@@ -129,19 +184,33 @@ impl Store {
 
     /// Ancestors of HEAD (HEAD first).
     pub fn log(&self, env: &str) -> Result<Vec<Node>> {
+        self.log_limit(env, None)
+    }
+
+    /// At most `limit` ancestors of HEAD (HEAD first), read parent by parent: the cost is
+    /// the number listed.
+    pub fn log_limit(&self, env: &str, limit: Option<usize>) -> Result<Vec<Node>> {
         let state = self.env(env)?;
-        let nodes = self.nodes()?;
-        let mut out = Vec::new();
+        let mut out: Vec<Node> = Vec::new();
+        let mut seen = BTreeSet::new();
         let mut next = Some(state.head);
         while let Some(id) = next {
-            let Some(n) = nodes.get(id.as_str()) else {
-                break;
-            };
-            next = n.parent.clone();
-            out.push(n.clone());
-            if out.len() > nodes.len() {
+            if limit.is_some_and(|l| out.len() >= l) {
                 break;
             }
+            let Some(mut n) = self.node_following(id.as_str())? else {
+                break;
+            };
+            // A loop in a corrupt store ends the listing (fsck reports it).
+            if !seen.insert(n.id.as_str().to_owned()) {
+                break;
+            }
+            n.parent = match n.parent.take() {
+                Some(p) => self.node_following(p.as_str())?.map(|pn| pn.id),
+                None => None,
+            };
+            next = n.parent.clone();
+            out.push(n);
         }
         Ok(out)
     }
@@ -227,10 +296,8 @@ impl Store {
             .collect())
     }
 
-    /// Store summary, with details of `env` when given.
-    pub fn status(&self, env: Option<&str>) -> Result<Status> {
-        let nodes = self.nodes()?;
-        let envs = self.envs()?;
+    /// The store-wide figures: a walk of every node and every layer.
+    pub fn totals(&self) -> Result<Totals> {
         let layers = fs_err::read_dir(self.layout().layers())?
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
@@ -239,6 +306,21 @@ impl Store {
             self.layout().layers().as_path(),
             self.layout().envs().as_path(),
         ])?;
+        Ok(Totals {
+            environments: self.envs()?.len(),
+            nodes: self.nodes()?.len(),
+            layers,
+            disk_bytes: usage.physical_bytes,
+            logical_bytes: usage.logical_bytes,
+        })
+    }
+
+    /// Store summary (with its store-wide figures), or the details of `env` when given.
+    pub fn status(&self, env: Option<&str>) -> Result<Status> {
+        let totals = match env {
+            None => Some(self.totals()?),
+            Some(_) => None,
+        };
         let env = match env {
             None => None,
             Some(name) => {
@@ -276,11 +358,7 @@ impl Store {
             backend: self.config().backend,
             backend_chosen: self.config().chosen.clone(),
             max_depth: self.config().max_depth,
-            environments: envs.len(),
-            nodes: nodes.len(),
-            layers,
-            disk_bytes: usage.physical_bytes,
-            logical_bytes: usage.logical_bytes,
+            totals,
             env,
         })
     }

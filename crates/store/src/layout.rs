@@ -15,7 +15,14 @@
 //!   refs/<ns>/[<dir>/…]<name>  store-wide named refs (checkpoints/<project>/<name>): a
 //!                         node id per file; a root for GC and retention
 //!   tmp/                  staging of imports; emptied by reconcile
+//!   index/ids/<ab>/<id>   id fan-out (see `index`): an empty file per node, `<ab>` its
+//!                         first two hex digits; what a lookup by id prefix reads
+//!   inflight/<pid>-<rand> intent marker of a holder of store.lock (see `inflight`): one
+//!                         left behind is what makes opening run the full reconcile
 //! ```
+//!
+//! Format 2 (`store.json`'s `format`) has the index and each `env.json` carries `tips`;
+//! format 1 has neither and is migrated when first opened (see `index`).
 
 use std::path::{Path, PathBuf};
 
@@ -74,5 +81,21 @@ impl Layout {
     }
     pub fn tmp(&self) -> PathBuf {
         self.root.join("tmp")
+    }
+    pub fn index(&self) -> PathBuf {
+        self.root.join("index")
+    }
+    pub fn index_ids(&self) -> PathBuf {
+        self.index().join("ids")
+    }
+    /// The fan-out shard of ids starting like `id_or_prefix` (at least two hex digits).
+    pub fn id_shard(&self, id_or_prefix: &str) -> PathBuf {
+        self.index_ids().join(id_or_prefix.get(..2).unwrap_or("00"))
+    }
+    pub fn id_entry(&self, id: &str) -> PathBuf {
+        self.id_shard(id).join(id)
+    }
+    pub fn inflight(&self) -> PathBuf {
+        self.root.join("inflight")
     }
 }

@@ -52,6 +52,10 @@ pub enum LeftoverKind {
     /// ref leaves for `gc`, and what a derive or flatten stopped before its ref (its commit
     /// point) leaves; the two look the same.
     UnreferencedNode,
+    /// `index/ids/<ab>/<id>` naming no node: a commit, import or create stopped between
+    /// writing the entry and the node file (see [`crate::index`]). Harmless (lookups check
+    /// the node file), so listed but not a problem.
+    StaleIndexEntry,
 }
 
 impl LeftoverKind {
@@ -66,6 +70,7 @@ impl LeftoverKind {
             LeftoverKind::HalfCreatedEnv => "half-created-env",
             LeftoverKind::UnreferencedLayer => "unreferenced-layer",
             LeftoverKind::UnreferencedNode => "unreferenced-node",
+            LeftoverKind::StaleIndexEntry => "stale-index-entry",
         }
     }
 
@@ -75,7 +80,9 @@ impl LeftoverKind {
     pub fn is_problem(self) -> bool {
         !matches!(
             self,
-            LeftoverKind::UnreferencedLayer | LeftoverKind::UnreferencedNode
+            LeftoverKind::UnreferencedLayer
+                | LeftoverKind::UnreferencedNode
+                | LeftoverKind::StaleIndexEntry
         )
     }
 }
@@ -128,7 +135,7 @@ impl Store {
     pub(crate) fn try_exclusive(
         &self,
         doing: &str,
-    ) -> Result<std::result::Result<FileLock, String>> {
+    ) -> Result<std::result::Result<crate::StoreLock, String>> {
         match self.lock_store(Mode::TryExclusive, doing) {
             Ok(lock) => Ok(Ok(lock)),
             Err(Error::Core(e @ agentbox_core::Error::Locked { .. })) => Ok(Err(e.to_string())),
@@ -235,6 +242,14 @@ impl Store {
                 );
             }
         }
+        for nid in self.stale_index_entries(&files)? {
+            push(
+                LeftoverKind::StaleIndexEntry,
+                layout.id_entry(&nid),
+                nid.clone(),
+                format!("id index entry {nid}: no node file (a write of the node stopped)"),
+            );
+        }
         for nid in self.unnamed_detached(&files, &envs)? {
             unacknowledged.insert(nid.clone());
             push(
@@ -332,9 +347,10 @@ impl Store {
                 crate::listing::remove(&layout.layers(), &l.id)?;
             }
             LeftoverKind::UnacknowledgedNode | LeftoverKind::UnreferencedNode => {
-                fs_err::remove_file(layout.node(&l.id))?;
+                self.remove_node_file(&l.id)?;
                 atomic::sync_dir(&layout.nodes())?;
             }
+            LeftoverKind::StaleIndexEntry => self.unindex_id(&l.id)?,
             LeftoverKind::InterruptedDeletion => self.finish_tombstone(&l.id)?,
             LeftoverKind::HalfCreatedEnv => {
                 let work = layout.env_dir(&l.id).join("work");

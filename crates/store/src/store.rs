@@ -24,13 +24,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{self, Backend, BackendKind, LayerRecord, WorkDirs};
+use crate::inflight::{self, StoreLock};
 use crate::layout::Layout;
 use crate::names;
 use crate::node::{Node, Tombstone};
 use crate::{Error, Result};
 
-/// Version of the on-disk format written into `store.json`.
-pub const FORMAT: u32 = 1;
+/// Version of the on-disk format written into `store.json`: 2 has the metadata index
+/// (see [`crate::index`]).
+pub const FORMAT: u32 = 2;
+
+/// The format before the index, still opened (and migrated when first idle).
+pub const FORMAT_UNINDEXED: u32 = 1;
 
 /// Default number of layers a `layers` chain may reach before a commit flattens it.
 pub const DEFAULT_MAX_DEPTH: u32 = 24;
@@ -82,6 +87,11 @@ pub struct EnvState {
     pub head: NodeId,
     /// Sequence number the next commit gets; strictly increasing.
     pub next_seq: u64,
+    /// Branch tips: the environment's own acknowledged nodes without a child among them
+    /// (see [`crate::index`]); its history is the ancestors of these, HEAD and its tags.
+    /// Written with HEAD, in the same atomic write.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub tips: BTreeSet<String>,
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
     /// Set while a checkout rebuilds the working tree: the node it is moving to. A crash
@@ -116,12 +126,14 @@ pub struct Store {
     pub(crate) layout: Layout,
     pub(crate) config: StoreConfig,
     pub(crate) backend: Box<dyn Backend>,
+    /// Whether the metadata index is built (format 2); set by a migration.
+    pub(crate) index_ready: std::sync::atomic::AtomicBool,
 }
 
 /// Locks held by a writer of one environment; released on drop.
 pub(crate) struct EnvGuard {
     _env: FileLock,
-    _store: FileLock,
+    _store: StoreLock,
 }
 
 impl Store {
@@ -157,8 +169,12 @@ impl Store {
             layout.envs(),
             layout.refs(),
             layout.tmp(),
+            layout.inflight(),
         ] {
             fs_err::create_dir_all(&dir)?;
+        }
+        for shard in 0..=255u8 {
+            fs_err::create_dir_all(layout.index_ids().join(format!("{shard:02x}")))?;
         }
         // Private: the store holds every box's files (a box's setuid file must not be
         // runnable, nor its data readable, by the host's other users); so does the home.
@@ -213,15 +229,16 @@ impl Store {
         let config: StoreConfig = read_json_opt(&layout.config())?.ok_or(Error::NoStore {
             path: root.to_owned(),
         })?;
-        if config.format != FORMAT {
+        if config.format != FORMAT && config.format != FORMAT_UNINDEXED {
             return Err(Error::Corrupt {
                 path: layout.config(),
                 message: format!(
-                    "store format {} is not supported (this agentbox reads format {FORMAT})",
+                    "store format {} is not supported (this agentbox reads formats {FORMAT_UNINDEXED} and {FORMAT})",
                     config.format
                 ),
             });
         }
+        let index_ready = std::sync::atomic::AtomicBool::new(config.format == FORMAT);
         let backend = backend::open(
             config.backend,
             root,
@@ -232,6 +249,7 @@ impl Store {
             layout,
             config,
             backend,
+            index_ready,
         })
     }
 
@@ -250,19 +268,16 @@ impl Store {
 
     // ---- locks -------------------------------------------------------------------------
 
-    pub(crate) fn lock_store(&self, mode: Mode, doing: &str) -> Result<FileLock> {
-        Ok(FileLock::acquire(
-            &self.layout.lock(),
-            mode,
-            "the store",
-            doing,
-        )?)
+    /// The store lock, with this holder's intent marker (see [`crate::inflight`]).
+    pub(crate) fn lock_store(&self, mode: Mode, doing: &str) -> Result<StoreLock> {
+        let lock = FileLock::acquire(&self.layout.lock(), mode, "the store", doing)?;
+        StoreLock::marked(&self.layout, lock)
     }
 
     /// Hold the store lock shared while staging data for a later `create_env`: a staged
     /// directory in `tmp/` is otherwise fair game for another process's reconcile (which
     /// clears `tmp/` whenever no operation holds the lock).
-    pub fn hold(&self, doing: &str) -> Result<FileLock> {
+    pub fn hold(&self, doing: &str) -> Result<StoreLock> {
         self.lock_store(Mode::Shared, doing)
     }
 
@@ -301,7 +316,7 @@ impl Store {
         &self,
         env: &str,
         doing: &str,
-    ) -> Result<(FileLock, FileLock)> {
+    ) -> Result<(StoreLock, FileLock)> {
         self.lock_env_with(Mode::Exclusive, env, doing)
     }
 
@@ -312,7 +327,7 @@ impl Store {
         store_mode: Mode,
         env: &str,
         doing: &str,
-    ) -> Result<(FileLock, FileLock)> {
+    ) -> Result<(StoreLock, FileLock)> {
         let store = self.lock_store(store_mode, doing)?;
         if !self.layout.env_state(env).exists() {
             return Err(Error::UnknownEnv { name: env.into() });
@@ -481,9 +496,7 @@ impl Store {
     /// all hex, not a prefix of an existing node's id.
     pub fn check_new_env_name(&self, name: &str) -> Result<()> {
         names::validate_env("environment", name)?;
-        if id::is_hex(name) {
-            names::check_not_id_prefix("environment", name, self.nodes()?.keys())?;
-        }
+        self.check_not_id_prefix("environment", name)?;
         Ok(())
     }
 
@@ -545,17 +558,21 @@ impl Store {
             deleted: None,
             detached: None,
         };
+        let entry = self.index_id(&node.id)?;
         write_json_unsynced(&self.layout.node(&node.id), &node)?;
-        self.backend.make_durable(&[
+        let mut durable = vec![
             self.layout.layer_record(&layer_id),
             self.layout.node(&node.id),
-        ])?;
+        ];
+        durable.extend(entry);
+        self.backend.make_durable(&durable)?;
         let state = EnvState {
             name: name.to_owned(),
             created: node.created,
             mountpoint,
             head: node.id.clone(),
             next_seq: 1,
+            tips: BTreeSet::from([node.id.as_str().to_owned()]),
             tags: BTreeMap::new(),
             checkout_pending: None,
         };
@@ -631,6 +648,8 @@ impl Store {
                 mountpoint: self.claim_mountpoint(mountpoint)?,
                 head: node.id.clone(),
                 next_seq: 1,
+                // The fork's history is the node's ancestors until it commits.
+                tips: BTreeSet::new(),
                 tags: BTreeMap::new(),
                 checkout_pending: None,
             };
@@ -731,14 +750,22 @@ impl Store {
             deleted: None,
             detached: None,
         };
+        // The id's index entry before the node file: a node is never without it.
+        let entry = self.index_id(&node.id)?;
+        failpoint::hit("commit:after-index");
         write_json_unsynced(&self.layout.node(&node.id), &node)?;
         timer.lap("metadata");
-        self.backend.make_durable(&[
+        let mut durable = vec![
             self.layout.layer_record(&node.layer),
             self.layout.node(&node.id),
-        ])?;
+        ];
+        durable.extend(entry);
+        self.backend.make_durable(&durable)?;
         timer.lap("durable");
         failpoint::hit("commit:after-node");
+        // HEAD, the tips and the next sequence number move together: the commit point.
+        state.tips.remove(head.id.as_str());
+        state.tips.insert(node.id.as_str().to_owned());
         state.head = node.id.clone();
         state.next_seq += 1;
         self.write_env(&state)?;
@@ -783,15 +810,19 @@ impl Store {
             } else {
                 rest.parse().map_err(|_| unknown())?
             };
-            let nodes = self.nodes()?;
+            // Parent by parent: costs N node reads, whatever the size of the store.
             let mut id = state.head.clone();
             for _ in 0..n {
-                id = nodes
-                    .get(id.as_str())
-                    .and_then(|node| node.parent.clone())
+                id = self
+                    .node_following(id.as_str())?
+                    .and_then(|node| node.parent)
                     .ok_or_else(unknown)?;
             }
-            return Ok(id);
+            // The last parent may itself be mid-deletion: name what it moves to.
+            return self
+                .node_following(id.as_str())?
+                .map(|n| n.id)
+                .ok_or_else(unknown);
         }
         if let Some(id) = state.tags.get(reference) {
             return Ok(NodeId::from_trusted(id.as_str()));
@@ -818,11 +849,7 @@ impl Store {
             };
         }
         if id::is_hex(reference) && reference.len() >= id::MIN_PREFIX {
-            let matches: Vec<String> = self
-                .nodes()?
-                .into_keys()
-                .filter(|id| id.starts_with(reference))
-                .collect();
+            let matches = self.ids_with_prefix(reference)?;
             return match matches.len() {
                 0 => Err(unknown()),
                 1 => Ok(NodeId::from_trusted(
@@ -1044,7 +1071,28 @@ impl Store {
             }
         }
         failpoint::hit("delete:after-reparent");
-        fs_err::remove_file(self.layout.node(id))?;
+        // A branch tip that goes hands its place to the ancestor its children move to,
+        // when that one is the environment's own: else that ancestor's history would no
+        // longer be found from any tip.
+        let heir = match &t.reparent_to {
+            Some(p) => self.node_following(p.as_str())?,
+            None => None,
+        };
+        for mut state in self.envs()? {
+            if state.tips.remove(id) {
+                if let Some(h) = &heir {
+                    if h.in_history_of(&state.name)
+                        && h.created >= state.created
+                        && h.seq < state.next_seq
+                    {
+                        state.tips.insert(h.id.as_str().to_owned());
+                    }
+                }
+                self.write_env(&state)?;
+            }
+        }
+        failpoint::hit("delete:after-tips");
+        self.remove_node_file(id)?;
         atomic::sync_dir(&self.layout.nodes())?;
         Ok(())
     }
@@ -1068,12 +1116,28 @@ impl Store {
 
     // ---- crash recovery ----------------------------------------------------------------
 
-    /// Run [`Store::reconcile`] when no other process is using the store.
+    /// Run [`Store::reconcile`] when it has something to do — an operation left its intent
+    /// marker (see [`crate::inflight`]) or the store is still of format 1 — and no other
+    /// process is using the store. The common case reads one small directory: opening
+    /// costs the same whatever the number of nodes and environments.
     fn reconcile_if_idle(&self) -> Result<()> {
-        match self.lock_store(Mode::TryExclusive, "reconcile") {
-            Ok(_lock) => self.reconcile().map(|_| ()),
-            Err(Error::Core(agentbox_core::Error::Locked { .. })) => Ok(()),
-            Err(e) => Err(e),
+        // Without the lock: a marker that appears after this look is a live operation's,
+        // none of our business; one a dead operation left stays until someone acts on it.
+        if self.index_ready() && inflight::left(&self.layout)?.is_empty() {
+            return Ok(());
+        }
+        match FileLock::acquire(
+            &self.layout.lock(),
+            Mode::TryExclusive,
+            "the store",
+            "reconcile",
+        ) {
+            Ok(lock) => {
+                let _lock = StoreLock::unmarked(lock);
+                self.reconcile().map(|_| ())
+            }
+            Err(agentbox_core::Error::Locked { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -1081,6 +1145,9 @@ impl Store {
     /// exclusively): complete tombstoned deletions, remove unacknowledged commits and
     /// temporary files. Returns a description of each repair.
     pub(crate) fn reconcile(&self) -> Result<Vec<String>> {
+        // Markers of operations that are over (the caller's lock is exclusive); cleared
+        // once the whole pass is done, so a pass that dies runs again.
+        let markers = inflight::left(&self.layout)?;
         let mut repairs = Vec::new();
         for dir in [self.layout.nodes(), self.layout.layers(), self.layout.tmp()] {
             fs_err::create_dir_all(&dir)?;
@@ -1151,7 +1218,7 @@ impl Store {
                 continue;
             };
             if node.seq >= env.next_seq && env.head != *id && !referenced.contains(id.as_str()) {
-                fs_err::remove_file(self.layout.node(id))?;
+                self.remove_node_file(id)?;
                 repairs.push(format!(
                     "removed node {id}: its commit to {:?} was interrupted",
                     node.env
@@ -1181,6 +1248,8 @@ impl Store {
                 }
             }
         }
+        repairs.extend(self.repair_index()?);
+        inflight::clear(&markers)?;
         Ok(repairs)
     }
 }

@@ -369,7 +369,7 @@ impl Written {
             .unwrap_or_default();
         for id in self.nodes.iter().rev() {
             if !named.contains(id) {
-                let _ = std::fs::remove_file(store.layout().node(id));
+                let _ = store.remove_node_file(id);
             }
         }
         for lid in self.layers.iter().rev() {
@@ -408,6 +408,7 @@ fn import_history_locked(
     let staged: BTreeMap<String, PathBuf> = layers.into_iter().collect();
     let mut created = 0;
     let mut reused = 0;
+    let mut index_entries: Vec<PathBuf> = Vec::new();
     let mut layer_of: BTreeMap<String, String> = BTreeMap::new();
     let max_seq = manifest.nodes.iter().map(|n| n.seq).max().unwrap_or(0);
     for mn in &manifest.nodes {
@@ -456,16 +457,21 @@ fn import_history_locked(
             detached: None,
         };
         written.nodes.push(node.id.as_str().to_owned());
+        // The id's index entry before the node file (see `index`).
+        if let Some(entry) = store.index_id(&node.id)? {
+            index_entries.push(entry);
+        }
         write_json_unsynced(&store.layout().node(&node.id), &node)?;
         layer_of.insert(mn.id.clone(), lid);
         created += 1;
     }
     // Every imported layer and node is durable before the environment names them.
-    let files: Vec<PathBuf> = manifest
+    let mut files: Vec<PathBuf> = manifest
         .nodes
         .iter()
         .map(|n| store.layout().node(&n.id))
         .collect();
+    files.extend(index_entries);
     store.backend().make_durable(&files)?;
     failpoint::hit("import:after-nodes");
     // The environment is the commit point of the import.
@@ -483,6 +489,22 @@ fn import_history_locked(
         mountpoint: Some(fs_err::canonicalize(dir)?),
         head: NodeId::from_trusted(manifest.head.as_str()),
         next_seq: max_seq + 1,
+        // The branch tips of what this import made (nodes already in the store keep the
+        // environment that made them).
+        tips: {
+            let made: std::collections::BTreeSet<&str> =
+                written.nodes.iter().map(String::as_str).collect();
+            let parents: std::collections::BTreeSet<&str> = manifest
+                .nodes
+                .iter()
+                .filter(|n| made.contains(n.id.as_str()))
+                .filter_map(|n| n.parent.as_deref())
+                .collect();
+            made.iter()
+                .filter(|id| !parents.contains(*id))
+                .map(|id| (*id).to_owned())
+                .collect()
+        },
         tags: manifest.tags.clone(),
         checkout_pending: None,
     };

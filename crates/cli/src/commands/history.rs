@@ -67,9 +67,9 @@ pub(super) fn checkout(ctx: &Ctx, args: &[String], keep_processes: bool) -> CliR
 
 pub(super) fn log(ctx: &Ctx, a: crate::args::LogArgs) -> CliResult {
     let (env, _) = ctx.env_and_args(&a.args, 0, 0)?;
-    if a.ancestors || a.leaves {
-        let listed = if a.ancestors {
-            ctx.boxes().ancestors(&env)?
+    if a.ancestors || a.leaves || a.max_count.is_some() {
+        let listed = if a.ancestors || a.max_count.is_some() {
+            ctx.boxes().ancestors(&env, a.max_count)?
         } else {
             ctx.boxes().leaves(&env)?
         };

@@ -46,6 +46,7 @@ pub(crate) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
                 args: Vec::new(),
                 ancestors,
                 leaves,
+                max_count: None,
             },
         ),
         R::Show { reference } => show(ctx, &args(vec![reference])),

@@ -68,16 +68,22 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
     };
     ctx.out(&out, || {
         let mut s = format!(
-            "store:        {}\nbackend:      {} ({})\nenvironments: {}\nnodes:        {}\nlayers:       {}\ndisk usage:   {} (shared data counted once; {} apparent)\n",
+            "store:        {}\nbackend:      {} ({})\n",
             st.store.display(),
             st.backend,
             if st.backend_chosen == "auto" { "chosen by the filesystem" } else { "chosen explicitly" },
-            st.environments,
-            st.nodes,
-            st.layers,
-            render::bytes(st.disk_bytes),
-            render::bytes(st.logical_bytes),
         );
+        // The store-wide figures walk the whole store: shown by the store's own status.
+        if let Some(t) = &st.totals {
+            s.push_str(&format!(
+                "environments: {}\nnodes:        {}\nlayers:       {}\ndisk usage:   {} (shared data counted once; {} apparent)\n",
+                t.environments,
+                t.nodes,
+                t.layers,
+                render::bytes(t.disk_bytes),
+                render::bytes(t.logical_bytes),
+            ));
+        }
         if let (Some(e), Some(b)) = (&st.env, &boxed) {
             let r = &b.record;
             s.push_str(&format!(

@@ -51,8 +51,16 @@ fn versioned_directory_workflow() {
 
     let status = t.json(&["status", "proj"]);
     assert_eq!(status["backend"], "layers");
-    assert!(status["disk_bytes"].as_u64().expect("disk_bytes") > 0);
+    assert!(status["env"]["disk_bytes"].as_u64().expect("disk_bytes") > 0);
     assert_eq!(status["env"]["mounted"], true);
+    // The store-wide figures walk the whole store: only the store's own status has them.
+    assert!(status.get("nodes").is_none(), "{status}");
+    let store = t.json(&["status"]);
+    assert!(
+        store["disk_bytes"].as_u64().expect("disk_bytes") > 0,
+        "{store}"
+    );
+    assert_eq!(store["nodes"], 3, "{store}");
 
     let fsck = t.json(&["fsck"]);
     assert_eq!(fsck["problems"].as_array().map(Vec::len), Some(0));

@@ -82,6 +82,7 @@ fn commit_survives_a_kill_at_every_step() {
         "commit:after-copy",
         "commit:after-layer",
         "commit:after-record",
+        "commit:after-index",
         "commit:after-node",
         "commit:after-head",
     ] {
@@ -133,13 +134,37 @@ fn delete_gc_and_create_survive_a_kill() {
     if !agentbox_testkit::tier::require_root("delete_gc_and_create_survive_a_kill") {
         return;
     }
-    for point in ["delete:after-tombstone", "delete:after-reparent"] {
+    for point in [
+        "delete:after-tombstone",
+        "delete:after-reparent",
+        "delete:after-tips",
+    ] {
         let t = Env::new();
         let dir = prepared(&t);
         crash(&t, point, &["delete", "crashy", "HEAD~1"]);
         // The tombstone is the commit point: the deletion completes on the next open.
         healthy(&t, &dir, point, 2);
         assert_eq!(std::fs::read_to_string(dir.join("a")).expect("a"), "two");
+    }
+    // A branch tip: its place among the environment's tips (what the history is read
+    // from) goes to its parent, whichever step the kill interrupts.
+    for point in [
+        "delete:after-tombstone",
+        "delete:after-reparent",
+        "delete:after-tips",
+    ] {
+        let t = Env::new();
+        let dir = prepared(&t);
+        let two = t.json(&["log", "crashy", "-n", "1"])[0]["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        t.ok(&["checkout", "crashy", "HEAD~1"]);
+        write(&dir.join("x"), "branch");
+        t.ok(&["commit", "crashy", "-m", "branch"]);
+        crash(&t, point, &["delete", "crashy", &two]);
+        // root, one and branch.
+        healthy(&t, &dir, point, 3);
     }
     {
         let point = "gc:after-record";

@@ -9,4 +9,5 @@ mod bundle;
 mod checkpoints;
 mod conformance;
 mod fsops;
+mod index;
 mod setup;
