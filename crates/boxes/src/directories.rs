@@ -330,9 +330,14 @@ impl Boxes {
         Ok(self.store_unreconciled()?.fsck(repair)?)
     }
 
-    /// The store's figures, and environment `env`'s when given.
-    pub fn store_status(&self, env: Option<&str>) -> Result<agentbox_store::history::Status> {
-        Ok(self.store()?.status(env)?)
+    /// The store's figures, and environment `env`'s when given (with `usage`, what its
+    /// history and data add up to: a walk of both).
+    pub fn store_status(
+        &self,
+        env: Option<&str>,
+        usage: bool,
+    ) -> Result<agentbox_store::history::Status> {
+        Ok(self.store()?.status(env, usage)?)
     }
 
     /// Make a btrfs filesystem of `size` bytes in image file `image`, mount it where the

@@ -65,9 +65,9 @@ pub enum Command {
     Stop(BoxArg),
     /// List boxes (this project's, or --all) and versioned directories.
     List(ListArgs),
-    /// A box's state, branches (ahead/behind, uncommitted files), processes and disk; the
-    /// store's backend, counts and true disk usage: [BOX].
-    Status(Positional),
+    /// A box's state, branches (ahead/behind, uncommitted files) and processes; the store's
+    /// backend, counts and true disk usage: [BOX].
+    Status(StatusArgs),
     /// Give a box a display name (shown by `list`; the box can be referred to by it); an
     /// empty name clears it: [BOX] NAME.
     Rename(Positional),
@@ -717,6 +717,15 @@ pub struct CommitArgs {
 #[derive(Debug, Args)]
 pub struct Positional {
     pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    pub args: Vec<String>,
+    /// Also count the box's (or environment's) nodes and branch tips and measure its disk:
+    /// a walk of its whole history and data.
+    #[arg(short, long)]
+    pub usage: bool,
 }
 
 #[derive(Debug, Args)]

@@ -84,11 +84,20 @@ pub struct EnvStatus {
     pub mountpoint: Option<PathBuf>,
     pub mounted: bool,
     pub head: NodeId,
-    pub nodes: usize,
-    pub leaves: usize,
     pub tags: usize,
     /// Depth of HEAD's layer chain (always 1 on btrfs).
     pub chain_depth: usize,
+    /// What the environment's history and data add up to: only when asked for (`usage`),
+    /// since it costs a walk of the whole history and of its layers' files.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<EnvUsage>,
+}
+
+/// The figures of [`EnvStatus::usage`].
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvUsage {
+    pub nodes: usize,
+    pub leaves: usize,
     /// Disk taken by the environment's working tree and the layers of the nodes it made
     /// (extents shared with other layers counted once).
     pub disk_bytes: u64,
@@ -316,7 +325,7 @@ impl Store {
     }
 
     /// Store summary (with its store-wide figures), or the details of `env` when given.
-    pub fn status(&self, env: Option<&str>) -> Result<Status> {
+    pub fn status(&self, env: Option<&str>, usage: bool) -> Result<Status> {
         let totals = match env {
             None => Some(self.totals()?),
             Some(_) => None,
@@ -324,21 +333,29 @@ impl Store {
         let env = match env {
             None => None,
             Some(name) => {
-                let h = self.history(name)?;
                 let state = self.env(name)?;
                 let head = self.node(&state.head)?;
-                let mut own: Vec<PathBuf> = vec![self.layout().env_dir(name)];
-                own.extend(
-                    h.nodes
-                        .iter()
-                        .filter(|n| n.in_history_of(name))
-                        .map(|n| self.backend().layer_dir(&n.layer)),
-                );
-                let own_usage = agentbox_sys::fiemap::disk_usage(
-                    &own.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
-                )?;
+                let usage = if usage {
+                    let h = self.history(name)?;
+                    let mut own: Vec<PathBuf> = vec![self.layout().env_dir(name)];
+                    own.extend(
+                        h.nodes
+                            .iter()
+                            .filter(|n| n.in_history_of(name))
+                            .map(|n| self.backend().layer_dir(&n.layer)),
+                    );
+                    let own_usage = agentbox_sys::fiemap::disk_usage(
+                        &own.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                    )?;
+                    Some(EnvUsage {
+                        nodes: h.nodes.len(),
+                        leaves: h.leaves().len(),
+                        disk_bytes: own_usage.physical_bytes,
+                    })
+                } else {
+                    None
+                };
                 Some(EnvStatus {
-                    disk_bytes: own_usage.physical_bytes,
                     mounted: state
                         .mountpoint
                         .as_deref()
@@ -346,10 +363,9 @@ impl Store {
                     name: name.to_owned(),
                     mountpoint: state.mountpoint.clone(),
                     head: state.head.clone(),
-                    nodes: h.nodes.len(),
-                    leaves: h.leaves().len(),
                     tags: state.tags.len(),
                     chain_depth: self.chain(&head)?.len(),
+                    usage,
                 })
             }
         };

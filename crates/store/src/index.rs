@@ -187,7 +187,15 @@ impl Store {
         for mut state in self.envs()? {
             let tips = own_tips(&files, &state);
             if tips != state.tips {
-                if self.index_ready() {
+                // A deleted tip's parent takes its place even when it has other children
+                // (finding them would read every node): such a redundant tip is normalised
+                // away here, not reported. A missing tip, or one naming no live node, is.
+                let damaged = tips.iter().any(|t| !state.tips.contains(t))
+                    || state
+                        .tips
+                        .iter()
+                        .any(|t| files.get(t.as_str()).is_none_or(|n| n.deleted.is_some()));
+                if damaged && self.index_ready() {
                     repairs.push(format!("recomputed the branch tips of {:?}", state.name));
                 }
                 state.tips = tips;

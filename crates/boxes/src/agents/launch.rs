@@ -13,6 +13,7 @@ impl Boxes {
     /// `last_agent` recorded. The caller runs [`Launch::argv`] in the box (attached, or as
     /// a session).
     pub fn launch_agent(&self, spec: &LaunchSpec, progress: &dyn Progress) -> Result<Launch> {
+        let mut timer = agentbox_core::timing::Timer::start("launch");
         let agent = super::get(self.home(), &spec.agent)?;
         let implicit = || -> Result<Option<crate::record::BoxRecord>> {
             match crate::registry::implicit(self.home(), &spec.cwd) {
@@ -46,6 +47,7 @@ impl Boxes {
                 (made.record, true)
             }
         };
+        timer.lap("box");
         let name = record.name.to_string();
         let config = crate::config::Config::load(self.home(), record.project.as_deref())
             .map_err(|e| BoxError::Config(Box::new(e)))?
@@ -56,6 +58,7 @@ impl Boxes {
             || config.isolate_config.contains(&agent.name)
             || record.isolated_config.contains(&agent.name);
         self.start(&name)?;
+        timer.lap("start");
         let dirs = crate::record::BoxDirs::new(self.home(), &name);
         let stage = sync::stage_dir(&dirs.inbox(), &agent.name);
         let mut staged = sync::Synced::default();
@@ -68,6 +71,7 @@ impl Boxes {
                 },
             )?;
         }
+        timer.lap("stage");
         let manifest = sync::manifest_file(&stage);
         if !manifest.exists() {
             // No host configuration at all: an empty mirror.
@@ -111,6 +115,7 @@ impl Boxes {
                 })
             }
         };
+        timer.lap("sync in the box");
         let own_copy = isolate || !done.own.is_empty();
         let record = if own_copy && !record.isolated_config.contains(&agent.name) {
             crate::registry::update(self.home(), &name, |r| {
@@ -150,6 +155,7 @@ impl Boxes {
         } else {
             forwarded
         };
+        timer.lap("broker");
         Ok(Launch {
             argv: agent.argv_brokered(&broker_env, ask, spec.prompt.as_deref(), &spec.args),
             env,

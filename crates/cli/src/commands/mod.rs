@@ -57,7 +57,7 @@ pub(crate) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
                 patch,
             },
         ),
-        R::Status => status(ctx, &[name]),
+        R::Status => status(ctx, &[name], false),
         R::Commit { message, command } => commit(
             ctx,
             crate::args::CommitArgs {
@@ -153,7 +153,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Delete(a) => delete(&ctx, &a.args),
         Command::Retain(a) => retain(&ctx, a),
         Command::Gc => gc(&ctx),
-        Command::Status(a) => status(&ctx, &a.args),
+        Command::Status(a) => status(&ctx, &a.args, a.usage),
         Command::Export(a) => export(&ctx, a),
         Command::Import(a) => import(&ctx, a),
         Command::Fsck(a) => fsck(&ctx, a),

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
+pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
     let env = if ctx.env.is_some() || !args.is_empty() {
         Some(ctx.env_and_args(args, 0, 0)?.0)
     } else {
@@ -13,7 +13,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             // Inside a project with one box: that box.
             .or_else(|| ctx.resolve_box(None).ok().map(|r| r.name.into_string()))
     };
-    let st = ctx.boxes().store_status(env.as_deref())?;
+    let st = ctx.boxes().store_status(env.as_deref(), usage)?;
     let boxed = match &env {
         Some(name) if boxcmds::is_box(ctx, name) => Some(ctx.boxes().status(name)?),
         _ => None,
@@ -128,7 +128,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 ));
             }
             s.push_str(&format!(
-                "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} since HEAD\nHEAD:         {}\nnodes:        {} ({}, {})\nchain depth:  {}\nbox disk:     {}\n",
+                "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} since HEAD\nHEAD:         {} ({})\nchain depth:  {}\n{}",
                 b.base,
                 b.network_shown,
                 match (&b.capture_state, b.record.capture) {
@@ -139,11 +139,9 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
                 b.limits,
                 render::count(b.changed, "path", "paths"),
                 render::short(&e.head),
-                e.nodes,
-                render::count(e.leaves, "branch tip", "branch tips"),
                 render::count(e.tags, "tag", "tags"),
                 e.chain_depth,
-                render::bytes(e.disk_bytes),
+                usage_lines(e, "box disk:     "),
             ));
             if !b.scratch.is_empty() {
                 let mounts: Vec<String> = b
@@ -199,17 +197,30 @@ pub(super) fn status(ctx: &Ctx, args: &[String]) -> CliResult {
             s.push_str("(`agentbox status BOX` shows one)\n");
         } else if let Some(e) = &st.env {
             s.push_str(&format!(
-                "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {}\nnodes:        {} ({}, {})\nchain depth:  {}\n",
+                "\nenvironment:  {}\ndirectory:    {} ({})\nHEAD:         {} ({})\nchain depth:  {}\n{}",
                 e.name,
                 render::place(&e.mountpoint),
                 if e.mounted { "mounted" } else { "NOT mounted: run `agentbox mount`" },
                 render::short(&e.head),
-                e.nodes,
-                render::count(e.leaves, "branch tip", "branch tips"),
                 render::count(e.tags, "tag", "tags"),
-                e.chain_depth
+                e.chain_depth,
+                usage_lines(e, "disk:         "),
             ));
         }
         s
     })
+}
+
+/// The lines of an environment's [`usage`](agentbox_store::history::EnvUsage), or how to
+/// get them (they cost a walk of its history and data).
+fn usage_lines(e: &agentbox_store::history::EnvStatus, disk_label: &str) -> String {
+    match &e.usage {
+        Some(u) => format!(
+            "nodes:        {} ({})\n{disk_label}{}\n",
+            u.nodes,
+            render::count(u.leaves, "branch tip", "branch tips"),
+            render::bytes(u.disk_bytes),
+        ),
+        None => "(nodes and disk: `agentbox status --usage`)\n".to_owned(),
+    }
 }

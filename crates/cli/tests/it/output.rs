@@ -583,6 +583,12 @@ fn box_outputs() {
     let st = s.snap_sizes("status-box", &proj, &["status", "web"]);
     assert!(st.stdout.contains("processes:    1\n"), "{}", st.stdout);
     s.snap_sizes("status-box-json", &proj, &["--json", "status", "web"]);
+    s.snap_sizes("status-box-usage", &proj, &["status", "web", "--usage"]);
+    s.snap_sizes(
+        "status-box-usage-json",
+        &proj,
+        &["--json", "status", "web", "--usage"],
+    );
 
     // The api box: a commit by hand, then uncommitted work.
     sh(&s, &proj, "api", "echo '# API' > API.md");

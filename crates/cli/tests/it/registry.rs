@@ -283,9 +283,10 @@ fn status_shows_branches_ahead_behind_and_dirty_files() {
         .collect();
     dirty.sort();
     assert_eq!(dirty, vec!["b.txt", "src/lib.rs"]);
+    let usage = h.json_in(&web, &["status", "--usage"]);
     assert!(
-        st["env"]["disk_bytes"].as_u64().is_some_and(|b| b > 0),
-        "{st}"
+        usage["env"]["disk_bytes"].as_u64().is_some_and(|b| b > 0),
+        "{usage}"
     );
     let human = h.ok_in(&web, &["status"]);
     assert!(
