@@ -30,6 +30,7 @@
 pub mod inbox;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use agentbox_core::glob::PathPattern;
@@ -117,19 +118,29 @@ fn entry_of(path: String, meta: &std::fs::Metadata) -> Entry {
     }
 }
 
-fn same(e: &Entry, meta: &std::fs::Metadata) -> bool {
-    let now = entry_of(String::new(), meta);
-    e.size == now.size && e.mtime == now.mtime && e.nsec == now.nsec && e.mode == now.mode
+fn entry_of_stat(path: String, st: &rustix::fs::Stat) -> Entry {
+    Entry {
+        path,
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        mtime: st.st_mtime,
+        nsec: u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+        mode: st.st_mode,
+    }
 }
 
-fn set_mtime(path: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+fn same_entry(a: &Entry, b: &Entry) -> bool {
+    a.size == b.size && a.mtime == b.mtime && a.nsec == b.nsec && a.mode == b.mode
+}
+
+fn set_mtime(path: &Path, e: &Entry) -> std::io::Result<()> {
     let f = std::fs::File::options().write(true).open(path)?;
-    f.set_modified(meta.modified()?)
+    let secs = u64::try_from(e.mtime).unwrap_or(0);
+    f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::new(secs, e.nsec))
 }
 
-/// Copy `src` to `dst` (replacing whatever `dst` is), keeping its mode and mtime. `dst` is
-/// in the host-owned mirror.
-fn copy_file(src: &Path, dst: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+/// Copy `src` to `dst` (replacing whatever `dst` is), keeping its mode and mtime (`e`, what
+/// the manifest records). `dst` is in the host-owned mirror.
+fn copy_file(src: &Path, dst: &Path, e: &Entry) -> std::io::Result<()> {
     if let Ok(m) = std::fs::symlink_metadata(dst) {
         if m.is_dir() {
             std::fs::remove_dir_all(dst)?;
@@ -141,7 +152,7 @@ fn copy_file(src: &Path, dst: &Path, meta: &std::fs::Metadata) -> std::io::Resul
         std::fs::create_dir_all(parent)?;
     }
     std::fs::copy(src, dst)?;
-    set_mtime(dst, meta)
+    set_mtime(dst, e)
 }
 
 /// The mirror's last manifest: what is in it, by path (empty when there is none, or it
@@ -289,7 +300,12 @@ struct Mirror<'a> {
 }
 
 impl Mirror<'_> {
+    /// Mirror one configuration path. The host's tree is walked through directory
+    /// descriptors (each file stat'ed relative to its directory, not by its whole path: a
+    /// relaunch costs one short `stat` per file).
     fn one(&mut self, c: &ConfigPath) -> Result<()> {
+        use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+        use std::sync::Arc;
         let rel_root = PathBuf::from(c.path.trim_start_matches("~/"));
         let src_root = self.host_home.join(&rel_root);
         let excludes: Vec<PathPattern> = c
@@ -303,62 +319,110 @@ impl Mirror<'_> {
                 .iter()
                 .any(|p| (1..=comps.len()).any(|n| p.matches(&comps[..n])))
         };
-        // (path below src_root, depth of symlinked directories followed)
-        let mut todo = vec![(PathBuf::new(), 0usize)];
-        while let Some((rel, depth)) = todo.pop() {
-            // `join("")` would add a trailing `/`, which a file's path cannot take.
-            let src = if rel.as_os_str().is_empty() {
-                src_root.clone()
-            } else {
-                src_root.join(&rel)
-            };
+        /// An entry to look at: below `src_root`, in directory `parent` (`None`: the root
+        /// itself), with how many symlinked directories were followed to reach it.
+        struct Pending {
+            rel: PathBuf,
+            parent: Option<Arc<std::os::fd::OwnedFd>>,
+            depth: usize,
+            linked: bool,
+        }
+        let root_linked =
+            std::fs::symlink_metadata(&src_root).is_ok_and(|m| m.file_type().is_symlink());
+        let mut todo = vec![Pending {
+            rel: PathBuf::new(),
+            parent: None,
+            depth: 0,
+            linked: root_linked,
+        }];
+        while let Some(p) = todo.pop() {
+            let name = p.rel.file_name().map(std::ffi::OsStr::to_owned);
             // Followed: a symlink (a skill linked from elsewhere) arrives as what it names.
-            let Ok(meta) = std::fs::metadata(&src) else {
-                continue;
+            let st = match (&p.parent, &name) {
+                (Some(dir), Some(n)) => rustix::fs::statat(dir, n, AtFlags::empty()),
+                _ => rustix::fs::stat(&src_root),
             };
-            if !rel.as_os_str().is_empty() && excluded(&rel) {
+            let Ok(st) = st else { continue };
+            if !p.rel.as_os_str().is_empty() && excluded(&p.rel) {
                 continue;
             }
-            if meta.is_dir() {
-                let linked =
-                    std::fs::symlink_metadata(&src).is_ok_and(|m| m.file_type().is_symlink());
-                let depth = depth + usize::from(linked);
-                if depth > MAX_DEPTH {
-                    continue;
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory => {
+                    let depth = p.depth + usize::from(p.linked);
+                    if depth > MAX_DEPTH {
+                        continue;
+                    }
+                    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                    let fd = match (&p.parent, &name) {
+                        (Some(dir), Some(n)) => rustix::fs::openat(dir, n, flags, Mode::empty()),
+                        _ => rustix::fs::open(&src_root, flags, Mode::empty()),
+                    };
+                    let Ok(fd) = fd else { continue };
+                    let Ok(entries) = rustix::fs::Dir::read_from(&fd) else {
+                        continue;
+                    };
+                    let fd = Arc::new(fd);
+                    for e in entries.flatten() {
+                        let n = e.file_name().to_bytes();
+                        if n == b"." || n == b".." {
+                            continue;
+                        }
+                        let n = std::ffi::OsStr::from_bytes(n);
+                        let linked = match e.file_type() {
+                            FileType::Symlink => true,
+                            FileType::Unknown => {
+                                rustix::fs::statat(&*fd, n, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(
+                                    |s| FileType::from_raw_mode(s.st_mode) == FileType::Symlink,
+                                )
+                            }
+                            _ => false,
+                        };
+                        todo.push(Pending {
+                            rel: p.rel.join(n),
+                            parent: Some(fd.clone()),
+                            depth,
+                            linked,
+                        });
+                    }
                 }
-                let Ok(rd) = fs_err::read_dir(&src) else {
-                    continue;
-                };
-                for e in rd.flatten() {
-                    todo.push((rel.join(e.file_name()), depth));
+                FileType::RegularFile => {
+                    let out_rel = if p.rel.as_os_str().is_empty() {
+                        rel_root.clone()
+                    } else {
+                        rel_root.join(&p.rel)
+                    };
+                    if self.sanitised.contains(&out_rel) {
+                        continue;
+                    }
+                    let Some(key) = out_rel.to_str().map(str::to_owned) else {
+                        self.stats.skipped += 1;
+                        continue;
+                    };
+                    let now = entry_of_stat(key.clone(), &st);
+                    // The mirror is the host's own (read-only in boxes): its manifest is
+                    // trusted.
+                    let dst = self.stage.join(&out_rel);
+                    let known = match self.prev {
+                        Some(prev) => prev.get(&key).is_some_and(|e| same_entry(e, &now)),
+                        None => std::fs::symlink_metadata(&dst).is_ok_and(|d| {
+                            d.is_file() && same_entry(&entry_of(String::new(), &d), &now)
+                        }),
+                    };
+                    if known {
+                        self.stats.unchanged += 1;
+                    } else {
+                        // `join("")` would add a trailing `/`, which a file's path cannot take.
+                        let src = if p.rel.as_os_str().is_empty() {
+                            src_root.clone()
+                        } else {
+                            src_root.join(&p.rel)
+                        };
+                        copy_file(&src, &dst, &now).map_err(|e| BoxError::io(&dst, e))?;
+                        self.stats.copied += 1;
+                    }
+                    self.files.insert(key, now);
                 }
-            } else if meta.is_file() {
-                let out_rel = if rel.as_os_str().is_empty() {
-                    rel_root.clone()
-                } else {
-                    rel_root.join(&rel)
-                };
-                if self.sanitised.contains(&out_rel) {
-                    continue;
-                }
-                let Some(key) = out_rel.to_str().map(str::to_owned) else {
-                    self.stats.skipped += 1;
-                    continue;
-                };
-                let dst = self.stage.join(&out_rel);
-                // The mirror is the host's own (read-only in boxes): its manifest is trusted.
-                let known = match self.prev {
-                    Some(p) => p.get(&key).is_some_and(|e| same(e, &meta)),
-                    None => std::fs::symlink_metadata(&dst)
-                        .is_ok_and(|d| d.is_file() && same(&entry_of(String::new(), &d), &meta)),
-                };
-                if known {
-                    self.stats.unchanged += 1;
-                } else {
-                    copy_file(&src, &dst, &meta).map_err(|e| BoxError::io(&dst, e))?;
-                    self.stats.copied += 1;
-                }
-                self.files.insert(key.clone(), entry_of(key, &meta));
+                _ => {}
             }
         }
         Ok(())
