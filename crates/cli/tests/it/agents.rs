@@ -669,3 +669,63 @@ fn opencode_answers_with_its_configuration_and_without_its_credentials() {
         "{\"recent\":[{\"providerID\":\"stub\",\"modelID\":\"m\"}]}\n"
     );
 }
+
+#[test]
+fn a_rootless_box_gets_the_shared_copy_too() {
+    if !require_root("a_rootless_box_gets_the_shared_copy_too") {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dir = PathBuf::from(format!("/srv/agentbox-agents-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (user, home, proj) = (dir.join("user"), dir.join("abhome"), dir.join("proj"));
+    write(&user.join(".myagent/conf"), "host conf\n");
+    write(&proj.join("README"), "readme\n");
+    write(
+        &home.join("agents.yaml"),
+        "myagent:\n  command: [cat, /root/.myagent/conf]\n  config:\n    - path: ~/.myagent\n",
+    );
+    std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), dir.join("agentbox")).expect("copy");
+    assert!(std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&dir)
+        .status()
+        .expect("chown")
+        .success());
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(dir.join("agentbox"))
+            .args(args)
+            .env("AGENTBOX_HOME", &home)
+            .env("HOME", &user)
+            .current_dir(&proj)
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&["create", "rl", "--from", &proj.to_string_lossy()]);
+    assert_eq!(run(&["agent", "myagent", "rl"]), "host conf\n");
+    assert_eq!(
+        run(&[
+            "exec",
+            "rl",
+            "--",
+            "sh",
+            "-c",
+            "readlink /root/.myagent; echo kept > /root/.myagent/history"
+        ]),
+        "/run/agentbox/agent-home/myagent/.myagent\n"
+    );
+    let written = std::fs::metadata(home.join("agent-home/myagent/.myagent/history"))
+        .expect("in the shared copy");
+    assert_eq!(written.uid(), 65534, "the user's own file");
+    let _ = run(&["stop", "rl"]);
+    kill_supervisors(&home);
+    let _ = std::fs::remove_dir_all(&dir);
+}
