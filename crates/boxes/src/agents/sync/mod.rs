@@ -45,6 +45,15 @@ pub const COMMAND: &str = "__sync-agent-config";
 /// Files merged key by key with the box's own copy rather than replaced (TOML).
 pub const MERGED: &[&str] = &[".codex/config.toml"];
 
+/// Files (per agent) whose text names paths below the host's home, which the box's copy
+/// gets below the box's home (`/root`) instead: Claude Code's plugin registries record where
+/// each marketplace and plugin is installed (`installLocation`, `installPath`), and without
+/// the rewrite it finds none of them in a box.
+const REHOMED: &[(&str, &str)] = &[("claude", ".claude/plugins/*.json")];
+
+/// The box's home, which the agents' configuration is copied below.
+const BOX_HOME: &str = "/root";
+
 /// How deep symlinked directories are followed (a loop ends there).
 const MAX_DEPTH: usize = 64;
 
@@ -187,6 +196,11 @@ pub fn stage(
         host_home,
         stage,
         sanitised: &sanitised,
+        rehomed: REHOMED
+            .iter()
+            .filter(|(a, _)| *a == agent.name)
+            .filter_map(|(_, p)| PathPattern::new(p))
+            .collect(),
         prev: prev.as_ref(),
         files: &mut files,
         stats: &mut stats,
@@ -196,20 +210,10 @@ pub fn stage(
     }
     // Sanitised files are written when their content changes.
     let mut rewrite = |rel: &str, f: &dyn Fn(&str) -> Option<String>| -> Result<()> {
-        let src = host_home.join(rel);
-        let dst = stage.join(rel);
-        if let Ok(text) = fs_err::read_to_string(&src) {
+        if let Ok(text) = fs_err::read_to_string(host_home.join(rel)) {
             // A file that does not parse is passed on as it is.
             let clean = f(&text).unwrap_or(text);
-            if fs_err::read_to_string(&dst).ok().as_deref() != Some(clean.as_str()) {
-                if let Some(parent) = dst.parent() {
-                    fs_err::create_dir_all(parent)?;
-                }
-                fs_err::write(&dst, clean)?;
-                stats.copied += 1;
-            }
-            let meta = fs_err::metadata(&dst)?;
-            files.insert(rel.to_owned(), entry_of(rel.to_owned(), &meta));
+            ctx.put_text(rel.to_owned(), &clean)?;
         }
         Ok(())
     };
@@ -289,11 +293,44 @@ fn components(p: &Path) -> Vec<&[u8]> {
         .collect()
 }
 
+impl Mirror<'_> {
+    /// Mirror `src` with the host's home in its text replaced by the box's.
+    fn rehome(&mut self, src: &Path, key: String) -> Result<()> {
+        let text = fs_err::read_to_string(src)?;
+        let home = self.host_home.to_string_lossy();
+        let home = home.trim_end_matches('/');
+        let text = text
+            .replace(&format!("{home}/"), &format!("{BOX_HOME}/"))
+            .replace(&format!("\"{home}\""), &format!("\"{BOX_HOME}\""));
+        self.put_text(key, &text)
+    }
+
+    /// Make mirror file `key` (relative to the home) hold `text`: written only when that
+    /// changes it.
+    fn put_text(&mut self, key: String, text: &str) -> Result<()> {
+        let dst = self.stage.join(&key);
+        if fs_err::read_to_string(&dst).ok().as_deref() == Some(text) {
+            self.stats.unchanged += 1;
+        } else {
+            if let Some(parent) = dst.parent() {
+                fs_err::create_dir_all(parent)?;
+            }
+            fs_err::write(&dst, text)?;
+            self.stats.copied += 1;
+        }
+        let meta = fs_err::metadata(&dst)?;
+        self.files.insert(key.clone(), entry_of(key, &meta));
+        Ok(())
+    }
+}
+
 /// One [`stage`] in progress.
 struct Mirror<'a> {
     host_home: &'a Path,
     stage: &'a Path,
     sanitised: &'a BTreeSet<PathBuf>,
+    /// Files whose text names paths below the host's home, given the box's home instead.
+    rehomed: Vec<PathPattern>,
     prev: Option<&'a BTreeMap<String, Entry>>,
     files: &'a mut BTreeMap<String, Entry>,
     stats: &'a mut Synced,
@@ -398,10 +435,15 @@ impl Mirror<'_> {
                         self.stats.skipped += 1;
                         continue;
                     };
+                    let dst = self.stage.join(&out_rel);
+                    let comps = components(&out_rel);
+                    if self.rehomed.iter().any(|p| p.matches(&comps)) {
+                        self.rehome(&src_root.join(&p.rel), key)?;
+                        continue;
+                    }
                     let now = entry_of_stat(key.clone(), &st);
                     // The mirror is the host's own (read-only in boxes): its manifest is
                     // trusted.
-                    let dst = self.stage.join(&out_rel);
                     let known = match self.prev {
                         Some(prev) => prev.get(&key).is_some_and(|e| same_entry(e, &now)),
                         None => std::fs::symlink_metadata(&dst).is_ok_and(|d| {
@@ -462,9 +504,20 @@ mod tests {
         )
         .expect("symlink");
         write(&host.join(".claude.json"), r#"{"installMethod":"native"}"#);
+        write(
+            &host.join(".claude/plugins/known_marketplaces.json"),
+            &r#"{"m":{"installLocation":"HOST/.claude/plugins/marketplaces/m"}}"#
+                .replace("HOST", &host.to_string_lossy()),
+        );
         let agent = super::super::builtin().remove(0);
         let stage_dir = t.path().join("stage");
         let first = stage(&agent, &host, &stage_dir, None).expect("stage");
+        assert_eq!(
+            std::fs::read_to_string(stage_dir.join(".claude/plugins/known_marketplaces.json"))
+                .expect("mirrored"),
+            r#"{"m":{"installLocation":"/root/.claude/plugins/marketplaces/m"}}"#,
+            "the plugin registry names the box's home"
+        );
         assert!(first.copied >= 4, "{first:?}");
         let read = |p: &str| std::fs::read_to_string(stage_dir.join(p)).ok();
         assert_eq!(
