@@ -350,6 +350,8 @@ fn generic_filters(sizes: bool) -> Vec<(&'static str, &'static str)> {
             "YYYY-MM-DD hh:mm:ss",
         ),
         (r"projects/[0-9a-f]{16}", "projects/[key]"),
+        // Branch tips are a set ordered by (random) id: their labels come in any order.
+        (r#"(?s)"tips": \[.*?\n\s*\]"#, r#""tips": "[tips]""#),
         (r#""pid": \d+"#, r#""pid": "[pid]""#),
         (r"\(pid \d+ in the box\)", "(pid [pid] in the box)"),
         (r"supervisor \d+ \(exited\)", "supervisor [pid] (exited)"),
