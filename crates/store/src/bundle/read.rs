@@ -9,8 +9,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use super::compress::{decompress, expect_tar};
+use super::compress::{decompress_in_thread, expect_tar};
 use super::format::{
     BundleKind, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3, PAX_SPARSE,
     PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX, ROOTFS_LAYER,
@@ -157,13 +159,14 @@ fn io_fail(src: &Path, path: &Path, what: &str, e: io::Error) -> Error {
 /// Counts the bytes read from the (compressed) input.
 struct Counted<R> {
     inner: R,
-    count: Rc<Cell<u64>>,
+    /// Shared with the unpacking thread, which reads it for [`Limit::OfCompressed`].
+    count: Arc<AtomicU64>,
 }
 
 impl<R: Read> Read for Counted<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.count.set(self.count.get().saturating_add(n as u64));
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -182,7 +185,7 @@ struct Limited<R> {
     inner: R,
     read: u64,
     limit: Limit,
-    compressed: Rc<Cell<u64>>,
+    compressed: Arc<AtomicU64>,
     tripped: Rc<Cell<Option<u64>>>,
 }
 
@@ -190,7 +193,7 @@ impl<R: Read> Read for Limited<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let limit = match self.limit {
             Limit::Fixed(n) => n,
-            Limit::OfCompressed => default_max_size(self.compressed.get()),
+            Limit::OfCompressed => default_max_size(self.compressed.load(Ordering::Relaxed)),
         };
         if self.read > limit {
             self.tripped.set(Some(limit));
@@ -235,8 +238,8 @@ fn import_inner(
     opts: &ImportOpts,
     tripped: &Rc<Cell<Option<u64>>>,
 ) -> Result<Imported> {
-    let (input, size): (Box<dyn Read>, Option<u64>) = if src == Path::new("-") {
-        (Box::new(io::stdin().lock()), None)
+    let (input, size): (Box<dyn Read + Send>, Option<u64>) = if src == Path::new("-") {
+        (Box::new(io::stdin()), None)
     } else {
         let f = File::open(src).map_err(|e| bad(src, format!("opening: {e}")))?;
         let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
@@ -247,7 +250,7 @@ fn import_inner(
         (None, Some(size)) => Limit::Fixed(default_max_size(size)),
         (None, None) => Limit::OfCompressed,
     };
-    let compressed = Rc::new(Cell::new(0));
+    let compressed = Arc::new(AtomicU64::new(0));
     let input = Box::new(io::BufReader::with_capacity(
         256 << 10,
         Counted {
@@ -255,7 +258,8 @@ fn import_inner(
             count: compressed.clone(),
         },
     ));
-    let (_, dec) = decompress(input).map_err(|e| bad(src, format!("decompressing: {e}")))?;
+    // Decompression runs beside the unpacking (one core each).
+    let dec = decompress_in_thread(input).map_err(|e| bad(src, format!("decompressing: {e}")))?;
     let dec: Box<dyn Read> = Box::new(Limited {
         inner: dec,
         read: 0,
@@ -731,6 +735,12 @@ impl State<'_> {
                 None => payload,
             };
             (&f).flush().map_err(|err| ioe("write", err))?;
+            if payload > 0 {
+                // Start the device writes now, so they overlap the rest of the unpacking
+                // instead of all waiting for the flush that makes the import durable. Only
+                // a hint: that flush reports any write error.
+                let _ = agentbox_sys::writeback::start(&f);
+            }
             match get(PAX_BLAKE3) {
                 Some(want) => {
                     let got = hasher.finalize().to_hex();
@@ -994,7 +1004,7 @@ mod tests {
             inner: io::repeat(7).take(10_000),
             read: 0,
             limit: Limit::Fixed(4096),
-            compressed: Rc::new(Cell::new(0)),
+            compressed: Arc::new(AtomicU64::new(0)),
             tripped: tripped.clone(),
         };
         let mut buf = Vec::new();
@@ -1007,7 +1017,7 @@ mod tests {
             inner: io::repeat(7).take(4096),
             read: 0,
             limit: Limit::Fixed(4096),
-            compressed: Rc::new(Cell::new(0)),
+            compressed: Arc::new(AtomicU64::new(0)),
             tripped: tripped.clone(),
         };
         let mut buf = Vec::new();
