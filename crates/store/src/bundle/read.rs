@@ -24,6 +24,11 @@ use crate::fsops::scan::is_overlay_xattr;
 use crate::fsops::Kind;
 use crate::{Error, Result};
 
+/// Files at least this big have their device writes started as soon as they are written
+/// (see [`State::extract`]); for smaller ones the extra system call costs more than the
+/// overlap gains.
+const WRITEBACK_EARLY: u64 = 256 << 10;
+
 /// Largest manifest or end record accepted.
 const MAX_JSON: u64 = 256 << 20;
 
@@ -353,6 +358,8 @@ struct NodeState {
     dirs: Vec<(PathBuf, u32, i64, i64)>,
     /// Parents must be earlier entries (history/snapshot); a rootfs gets missing parents.
     strict: bool,
+    /// The parent directory last found to be a real directory on disk.
+    checked_parent: Option<PathBuf>,
 }
 
 struct State<'a> {
@@ -457,6 +464,7 @@ impl State<'_> {
             root_seen: false,
             entries: 0,
             hasher: blake3::Hasher::new(),
+            checked_parent: None,
             dirs: Vec::new(),
             strict,
         })
@@ -644,10 +652,15 @@ impl State<'_> {
                     }
                 }
             }
-            let pmd = std::fs::symlink_metadata(ns.dir.join(&parent))
-                .map_err(|err| bad_entry(format!("lstat of its parent: {err}")))?;
-            if !pmd.is_dir() {
-                return Err(bad_entry("its parent is not a real directory".to_owned()));
+            // Entries come directory by directory: a parent checked for the previous entry
+            // needs no second look.
+            if ns.checked_parent.as_ref() != Some(&parent) {
+                let pmd = std::fs::symlink_metadata(ns.dir.join(&parent))
+                    .map_err(|err| bad_entry(format!("lstat of its parent: {err}")))?;
+                if !pmd.is_dir() {
+                    return Err(bad_entry("its parent is not a real directory".to_owned()));
+                }
+                ns.checked_parent = Some(parent);
             }
         }
         let target = fsutil::join(&ns.dir, &rel);
@@ -680,6 +693,9 @@ impl State<'_> {
         }
         let kind: Kind;
         let mut hardlink = false;
+        // A regular file stays open for its metadata, which is then set through the
+        // descriptor (no path lookup per call).
+        let mut file: Option<File> = None;
         if typ.is_file() || typ.is_contiguous() || typ.is_gnu_sparse() {
             kind = Kind::File;
             let f = OpenOptions::new()
@@ -735,10 +751,10 @@ impl State<'_> {
                 None => payload,
             };
             (&f).flush().map_err(|err| ioe("write", err))?;
-            if payload > 0 {
-                // Start the device writes now, so they overlap the rest of the unpacking
-                // instead of all waiting for the flush that makes the import durable. Only
-                // a hint: that flush reports any write error.
+            if payload >= WRITEBACK_EARLY {
+                // Start the device writes of a big file now, so they overlap the rest of the
+                // unpacking instead of all waiting for the flush that makes the import
+                // durable. Only a hint: that flush reports any write error.
                 let _ = agentbox_sys::writeback::start(&f);
             }
             match get(PAX_BLAKE3) {
@@ -757,6 +773,7 @@ impl State<'_> {
                 None => {}
             }
             record.size = size;
+            file = Some(f);
         } else if typ.is_hard_link() {
             kind = Kind::File;
             hardlink = true;
@@ -868,7 +885,11 @@ impl State<'_> {
         let uid32 = u32::try_from(uid).map_err(|_| bad_entry(format!("uid {uid} out of range")))?;
         let gid32 = u32::try_from(gid).map_err(|_| bad_entry(format!("gid {gid} out of range")))?;
         if opts.same_owner {
-            fsutil::set_owner(&target, uid32, gid32).map_err(|err| ioe("chown", err))?;
+            match &file {
+                Some(f) => fsutil::set_owner_fd(f, uid32, gid32),
+                None => fsutil::set_owner(&target, uid32, gid32),
+            }
+            .map_err(|err| ioe("chown", err))?;
         }
         // What the archive says stays in the record (the checksum covers the archive as
         // written); what reaches the disk is filtered. Overlayfs-private attributes are never
@@ -890,13 +911,22 @@ impl State<'_> {
                 stripped = true;
                 continue;
             }
-            xattr::set(&target, k, v).map_err(|err| ioe(&format!("setting xattr {k}"), err))?;
+            match &file {
+                Some(f) => xattr::FileExt::set_xattr(f, k, v),
+                None => xattr::set(&target, k, v),
+            }
+            .map_err(|err| ioe(&format!("setting xattr {k}"), err))?;
         }
         if stripped {
             self.stripped_setuid += 1;
         }
         if kind == Kind::Dir {
             ns.dirs.push((rel, perm, mtime_sec, mtime_nsec));
+            return Ok(());
+        }
+        if let Some(f) = &file {
+            fsutil::set_perm_fd(f, perm).map_err(|err| ioe("chmod", err))?;
+            fsutil::set_mtime_fd(f, mtime_sec, mtime_nsec).map_err(|err| ioe("set mtime", err))?;
             return Ok(());
         }
         if kind != Kind::Symlink {

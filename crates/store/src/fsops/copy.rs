@@ -131,6 +131,10 @@ pub fn copy_tree(tree: &Tree, dst_root: &Path, opts: &CopyOpts) -> Result<CopySt
     Ok(stats)
 }
 
+/// Files at least this big have their device writes started as soon as they are copied;
+/// for smaller ones the extra system call costs more than the overlap gains.
+const WRITEBACK_EARLY: u64 = 256 << 10;
+
 /// Below this many entries a copy stays on one thread: starting threads costs more than the
 /// few files gain (a commit copies about a hundred).
 const PARALLEL_MIN_FILES: usize = 64;
@@ -283,10 +287,10 @@ fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats
     let dense = std::os::unix::fs::MetadataExt::blocks(&md).saturating_mul(512) >= size;
     let copied = copy_segments(&input, src, &output, dst, size, dense)?;
     stats.bytes_copied += copied;
-    if copied > 0 {
-        // Start the device writes now, so they overlap the rest of the copy instead of all
-        // waiting for the flush that makes it durable. Only a hint: that flush (or the
-        // caller's wait) reports any write error.
+    if copied >= WRITEBACK_EARLY {
+        // Start the device writes of a big file now, so they overlap the rest of the copy
+        // instead of all waiting for the flush that makes it durable. Only a hint: that
+        // flush (or the caller's wait) reports any write error.
         let _ = agentbox_sys::writeback::start(&output);
     }
     // Only a trailing hole leaves the file shorter than it should be.
