@@ -79,6 +79,9 @@ fn commit_survives_a_kill_at_every_step() {
         return;
     }
     for point in [
+        "commit:after-unmount",
+        "commit:after-handoff-marker",
+        "commit:after-link",
         "commit:after-copy",
         "commit:after-layer",
         "commit:after-record",

@@ -173,10 +173,15 @@ impl LayersBackend {
     /// Mount the working overlay at the mount point (nothing to do for a box, whose overlay
     /// lives in its own mount namespace).
     fn mount_overlay(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        self.mount_lowers(dirs, &self.chain_dirs(chain))
+    }
+
+    /// [`Self::mount_overlay`] over the layer directories `lowers` (top first).
+    fn mount_lowers(&self, dirs: &WorkDirs, lowers: &[PathBuf]) -> Result<()> {
         let Some(mountpoint) = &dirs.mountpoint else {
             return Ok(());
         };
-        let lower = Self::lowerdir(&self.chain_dirs(chain))?;
+        let lower = Self::lowerdir(lowers)?;
         let data = format!(
             "lowerdir={lower},upperdir={},workdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
             Self::upper(dirs).display(),
@@ -644,6 +649,12 @@ impl Backend for LayersBackend {
                 }
             }
             now
+        } else if let Some((now, paths)) = self.try_handoff(dirs, chain, id)? {
+            listing = Some(Listing::new(
+                Some(head.id.clone()),
+                paths.iter().map(PathBuf::as_path),
+            ));
+            now
         } else {
             let (now, paths) = self.capture_changes(dirs, id)?;
             listing = Some(Listing::new(
@@ -675,8 +686,14 @@ impl Backend for LayersBackend {
         self.durability.make_durable(files)
     }
 
-    fn committed(&self, dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {
-        Self::adopt_marks(dirs)
+    fn committed(&self, dirs: &WorkDirs, layer: &LayerRecord) -> Result<()> {
+        Self::adopt_marks(dirs)?;
+        if let Some(h) = Self::load_handoff(dirs)? {
+            if h.layer == layer.id {
+                return self.finish_handoff(dirs, &h);
+            }
+        }
+        Ok(())
     }
 
     fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
@@ -686,6 +703,16 @@ impl Backend for LayersBackend {
             .is_some_and(crate::mounts::is_our_overlay)
         {
             return Ok(());
+        }
+        if let Some(h) = Self::load_handoff(dirs)? {
+            if chain.first().is_some_and(|top| top.id == h.layer) {
+                // The handoff's node is HEAD: its layer holds the upper directory's
+                // entries (the same inodes), so the upper directory goes.
+                return self.finish_handoff(dirs, &h);
+            }
+            // The commit never happened: the upper directory is still the working state
+            // (the half-made layer, which shares its inodes, is named by no node).
+            fs_err::remove_file(Self::handoff_path(dirs))?;
         }
         fs_err::create_dir_all(Self::upper(dirs))?;
         fs_err::create_dir_all(Self::ovl(dirs))?;
@@ -807,6 +834,193 @@ impl Backend for LayersBackend {
             depth: 1,
             cleaned: None,
         })
+    }
+}
+
+/// `work/handoff.json`: a commit is handing the upper directory's entries to layer `layer`
+/// (hard links: the layer and the upper directory share their inodes). While it exists the
+/// upper directory must not be mounted as it is: a write through the overlay would change
+/// the layer. [`LayersBackend::finish_handoff`] (after the commit point, or at the next
+/// mount when HEAD is that layer) discards the upper directory and mounts a fresh one over
+/// `lowers`; at a mount where HEAD is another layer, the commit never happened and the
+/// marker is simply removed.
+#[derive(Debug, Serialize, Deserialize)]
+struct Handoff {
+    layer: String,
+    /// The new chain's layer directories, top first.
+    lowers: Vec<PathBuf>,
+}
+
+impl LayersBackend {
+    fn handoff_path(dirs: &WorkDirs) -> PathBuf {
+        dirs.work.join("handoff.json")
+    }
+
+    fn load_handoff(dirs: &WorkDirs) -> Result<Option<Handoff>> {
+        Ok(read_json_opt(&Self::handoff_path(dirs))?)
+    }
+
+    /// Commit by handing the working files to the new layer instead of copying them, when
+    /// nothing uses the working tree: the overlay is unmounted (which the kernel refuses,
+    /// `EBUSY`, while any process has a file, a directory or a mapping open in it), every
+    /// entry of the upper directory is hard-linked into the layer (directories made anew),
+    /// and once the commit point has passed the upper directory is discarded and a fresh
+    /// overlay mounted over the new chain ([`Backend::committed`]). No byte of data is
+    /// copied, and the upper directory starts empty again, so the next commit scans only
+    /// what changed since this one and no file is kept twice on disk.
+    ///
+    /// When a process holds anything open in the working tree, `None`: the caller copies
+    /// the changes instead, as before, and the mount is left alone. Correctness rests on
+    /// that refusal: an open file written after the commit must not change the committed
+    /// layer, and with the overlay unmounted no such file exists. For the few
+    /// milliseconds between unmount and remount the mount point shows the directory under
+    /// it; a process that starts using the mount point then may see it empty.
+    ///
+    /// Crash safety: the marker `work/handoff.json` is durable before any link is made (see
+    /// [`Handoff`]); a crash before the commit point leaves the upper directory whole and
+    /// the next mount uses it; a crash after leaves HEAD's layer holding every working
+    /// entry, and the next mount discards the upper directory.
+    fn try_handoff(
+        &self,
+        dirs: &WorkDirs,
+        chain: &[LayerRecord],
+        id: &str,
+    ) -> Result<Option<(Captured, Vec<PathBuf>)>> {
+        let Some(mountpoint) = &dirs.mountpoint else {
+            return Ok(None);
+        };
+        let mut timer = agentbox_core::timing::Timer::start("handoff");
+        match rustix::mount::unmount(mountpoint, UnmountFlags::empty()) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::BUSY) => return Ok(None),
+            Err(e) => return Err(Error::Io(io_at(mountpoint, e.into()))),
+        }
+        if crate::mounts::is_our_overlay(mountpoint) {
+            // Stacked overlays (left by an interrupted earlier run): put the one taken off
+            // back and copy instead.
+            self.mount_overlay(dirs, chain)?;
+            return Ok(None);
+        }
+        timer.lap("unmount");
+        failpoint::hit("commit:after-unmount");
+        let linked = self.link_upper(dirs, chain, id);
+        timer.lap("link");
+        if linked.is_err() {
+            // Back to the state before the commit: the upper directory mounted as it was.
+            let _ = fs_err::remove_file(Self::handoff_path(dirs));
+            let _ = self.remove_tree(&self.tmp_layer(id));
+            self.mount_overlay(dirs, chain)?;
+        }
+        linked.map(Some)
+    }
+
+    /// The handoff's layer: `tmp_layer(id)` made of hard links to the upper directory's
+    /// entries (see [`Self::try_handoff`]).
+    fn link_upper(
+        &self,
+        dirs: &WorkDirs,
+        chain: &[LayerRecord],
+        id: &str,
+    ) -> Result<(Captured, Vec<PathBuf>)> {
+        let mut lowers = vec![self.layer_dir(id)];
+        lowers.extend(self.chain_dirs(chain));
+        let marker = Self::handoff_path(dirs);
+        write_json_unsynced(
+            &marker,
+            &Handoff {
+                layer: id.to_owned(),
+                lowers,
+            },
+        )?;
+        // Durable before any node can name the layer (on ext4/xfs by journal order).
+        super::fsync_with_dirs(std::slice::from_ref(&marker))?;
+        failpoint::hit("commit:after-handoff-marker");
+        let dst = self.tmp_layer(id);
+        self.remove_tree(&dst)?;
+        fs_err::create_dir_all(&dst)?;
+        let upper = Self::upper(dirs);
+        let tree = scan_tree(&upper)?;
+        // Directories are made anew with the upper's metadata; of the overlay's own
+        // attributes only the opaque marker means something in a layer.
+        let mut dir_tree = Tree::default();
+        for (rel, e) in &tree.entries {
+            if e.meta.is_dir() {
+                let mut e = e.clone();
+                let opaque = e.meta.xattrs.get(self.opaque).cloned();
+                strip_overlay_xattrs(&mut e.meta);
+                if let Some(v) = opaque.filter(|_| !rel.as_os_str().is_empty()) {
+                    e.meta.xattrs.insert(self.opaque.to_owned(), v);
+                }
+                dir_tree.entries.insert(rel.clone(), e);
+            }
+        }
+        // Every directory exists before any link goes in (copy_tree makes directories
+        // first and gives them their metadata last, deepest first)...
+        copy_tree(&dir_tree, &dst, &copy_opts())?;
+        // ...and links into a directory change its mtime: it is put back afterwards.
+        for (rel, e) in &tree.entries {
+            if !e.meta.is_dir() {
+                let to = dst.join(rel);
+                fs_err::hard_link(&e.src, &to)?;
+            }
+        }
+        for (rel, e) in dir_tree.entries.iter().rev() {
+            let times = rustix::fs::Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_OMIT,
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: e.meta.mtime_sec,
+                    tv_nsec: e.meta.mtime_nsec,
+                },
+            };
+            let path = dst.join(rel);
+            rustix::fs::utimensat(
+                rustix::fs::CWD,
+                &path,
+                &times,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| Error::Io(io_at(&path, e.into())))?;
+        }
+        failpoint::hit("commit:after-link");
+        // The upper directory starts empty after the commit: nothing is captured yet.
+        let paths = tree
+            .entries
+            .into_keys()
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        Ok((Captured::default(), paths))
+    }
+
+    /// After the handoff's commit point (or at the next mount): discard the upper
+    /// directory, whose entries the handoff's layer holds, and mount a fresh one over the
+    /// new chain.
+    fn finish_handoff(&self, dirs: &WorkDirs, h: &Handoff) -> Result<()> {
+        let mut timer = agentbox_core::timing::Timer::start("handoff");
+        let upper = Self::upper(dirs);
+        let trash = dirs.work.join("upper.old");
+        self.remove_tree(&trash)?;
+        if upper.exists() {
+            fs_err::rename(&upper, &trash)?;
+        }
+        self.remove_tree(&Self::ovl(dirs))?;
+        fs_err::create_dir_all(Self::ovl(dirs))?;
+        let top = h.lowers.first().ok_or_else(|| Error::Corrupt {
+            path: Self::handoff_path(dirs),
+            message: "a handoff without layers".into(),
+        })?;
+        Self::fresh_upper_from(dirs, top)?;
+        // Marks of the old upper directory mean nothing for the new one.
+        let _ = fs_err::remove_file(Self::captured_path(dirs));
+        fs_err::remove_file(Self::handoff_path(dirs))?;
+        timer.lap("fresh upper");
+        self.mount_lowers(dirs, &h.lowers)?;
+        timer.lap("mount");
+        self.remove_tree(&trash)?;
+        timer.lap("remove old upper");
+        Ok(())
     }
 }
 

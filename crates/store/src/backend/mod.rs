@@ -325,7 +325,10 @@ fn journal_of(path: &Path) -> Journal {
     const EXT4: i64 = 0xEF53;
     const XFS: i64 = 0x5846_5342;
     const BTRFS: i64 = 0x9123_683E;
-    match rustix::fs::statfs(path).map(|s| s.f_type as i64) {
+    // `f_type` is an i64 here but narrower on other targets.
+    #[allow(clippy::unnecessary_cast)]
+    let kind = rustix::fs::statfs(path).map(|s| s.f_type as i64);
+    match kind {
         Ok(EXT4 | XFS) => Journal::Ordered,
         Ok(BTRFS) => Journal::Btrfs,
         _ => Journal::Other,
