@@ -14,6 +14,12 @@
 //!   file changed while it was copied has a new ctime and is captured again next time.
 //!   Cost: one `lstat` per upper entry plus the changed bytes — O(changes since checkout),
 //!   never O(tree).
+//! * When nothing holds the working tree open (the kernel accepts the unmount), a commit of
+//!   an environment with a mount point hands the upper directory's entries to the new layer
+//!   instead (hard links, no data copied), then mounts a fresh, empty upper directory over
+//!   the new chain: each file is kept once on disk, and the next commit looks only at what
+//!   changed since this one. See `LayersBackend::try_handoff` for what happens when a
+//!   process does hold something open (the copy above), and for crash safety.
 //! * When a commit would make a chain deeper than `max_depth`, the new layer is instead a
 //!   complete copy of the merged tree (flattening), so overlays never stack unboundedly.
 //! * Checkout unmounts, discards the upper directory and mounts a fresh overlay.
@@ -48,6 +54,10 @@ use crate::store::io_at;
 use crate::{Error, Result};
 
 const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
+
+/// Name prefix, inside the work area, of the upper directories handed to layers and not
+/// yet removed (see `LayersBackend::finish_handoff`).
+const TRASH_PREFIX: &str = "upper.old-";
 
 /// Identity of an upper entry at capture time; any change of content or metadata changes
 /// the ctime, a replacement changes the inode.
@@ -890,7 +900,18 @@ impl LayersBackend {
             return Ok(None);
         };
         let mut timer = agentbox_core::timing::Timer::start("handoff");
-        match rustix::mount::unmount(mountpoint, UnmountFlags::empty()) {
+        // The upper directories of earlier handoffs go meanwhile, on another thread: the
+        // unmount mostly waits for the device (it flushes the filesystem).
+        let trash = Self::trash_dirs(dirs)?;
+        let unmounted = std::thread::scope(|s| {
+            let removal = s.spawn(|| trash.iter().try_for_each(|t| self.remove_tree(t)));
+            let unmounted = rustix::mount::unmount(mountpoint, UnmountFlags::empty());
+            let removed = removal
+                .join()
+                .expect("removing a directory only returns errors, never panics");
+            removed.map(|()| unmounted)
+        })?;
+        match unmounted {
             Ok(()) => {}
             Err(rustix::io::Errno::BUSY) => return Ok(None),
             Err(e) => return Err(Error::Io(io_at(mountpoint, e.into()))),
@@ -939,13 +960,20 @@ impl LayersBackend {
         self.remove_tree(&dst)?;
         fs_err::create_dir_all(&dst)?;
         let upper = Self::upper(dirs);
-        let tree = scan_tree(&upper)?;
-        // Directories are made anew with the upper's metadata; of the overlay's own
-        // attributes only the opaque marker means something in a layer.
+        // One `lstat` per entry; full metadata (xattrs) only for the directories, which
+        // are made anew: everything else is linked as it is.
+        let marks = scan_marks(&upper)?;
         let mut dir_tree = Tree::default();
-        for (rel, e) in &tree.entries {
-            if e.meta.is_dir() {
-                let mut e = e.clone();
+        for (rel, mark) in &marks {
+            if mark.dir {
+                let src = upper.join(rel);
+                let mut e = Entry {
+                    rel: rel.clone(),
+                    meta: read_meta(&src)?,
+                    src,
+                };
+                // Of the overlay's own attributes only the opaque marker means something
+                // in a layer.
                 let opaque = e.meta.xattrs.get(self.opaque).cloned();
                 strip_overlay_xattrs(&mut e.meta);
                 if let Some(v) = opaque.filter(|_| !rel.as_os_str().is_empty()) {
@@ -958,10 +986,9 @@ impl LayersBackend {
         // first and gives them their metadata last, deepest first)...
         copy_tree(&dir_tree, &dst, &copy_opts())?;
         // ...and links into a directory change its mtime: it is put back afterwards.
-        for (rel, e) in &tree.entries {
-            if !e.meta.is_dir() {
-                let to = dst.join(rel);
-                fs_err::hard_link(&e.src, &to)?;
+        for (rel, mark) in &marks {
+            if !mark.dir {
+                fs_err::hard_link(upper.join(rel), dst.join(rel))?;
             }
         }
         for (rel, e) in dir_tree.entries.iter().rev() {
@@ -986,8 +1013,7 @@ impl LayersBackend {
         }
         failpoint::hit("commit:after-link");
         // The upper directory starts empty after the commit: nothing is captured yet.
-        let paths = tree
-            .entries
+        let paths = marks
             .into_keys()
             .filter(|p| !p.as_os_str().is_empty())
             .collect();
@@ -1000,9 +1026,12 @@ impl LayersBackend {
     fn finish_handoff(&self, dirs: &WorkDirs, h: &Handoff) -> Result<()> {
         let mut timer = agentbox_core::timing::Timer::start("handoff");
         let upper = Self::upper(dirs);
-        let trash = dirs.work.join("upper.old");
-        self.remove_tree(&trash)?;
         if upper.exists() {
+            // Removed by the next handoff (or with the work area): only names of inodes
+            // the layer keeps, and a commit need not wait for them.
+            let trash = dirs
+                .work
+                .join(format!("{TRASH_PREFIX}{}", agentbox_core::id::new_id()));
             fs_err::rename(&upper, &trash)?;
         }
         self.remove_tree(&Self::ovl(dirs))?;
@@ -1018,9 +1047,23 @@ impl LayersBackend {
         timer.lap("fresh upper");
         self.mount_lowers(dirs, &h.lowers)?;
         timer.lap("mount");
-        self.remove_tree(&trash)?;
-        timer.lap("remove old upper");
         Ok(())
+    }
+
+    /// Old upper directories left by [`Self::finish_handoff`].
+    fn trash_dirs(dirs: &WorkDirs) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        for entry in fs_err::read_dir(&dirs.work)? {
+            let entry = entry?;
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(TRASH_PREFIX)
+            {
+                out.push(entry.path());
+            }
+        }
+        Ok(out)
     }
 }
 
