@@ -722,6 +722,7 @@ impl Backend for LayersBackend {
             }
             // The commit never happened: the upper directory is still the working state
             // (the half-made layer, which shares its inodes, is named by no node).
+            self.adopt_strays(dirs, &h)?;
             fs_err::remove_file(Self::handoff_path(dirs))?;
         }
         fs_err::create_dir_all(Self::upper(dirs))?;
@@ -859,6 +860,11 @@ struct Handoff {
     layer: String,
     /// The new chain's layer directories, top first.
     lowers: Vec<PathBuf>,
+    /// Names in the directory under the mount point right after the unmount. Anything
+    /// else found there at the remount was written through the mount point while it was
+    /// unmounted: it is moved into the new working tree rather than left hidden under it.
+    #[serde(default)]
+    under: Vec<PathBuf>,
 }
 
 impl LayersBackend {
@@ -884,7 +890,8 @@ impl LayersBackend {
     /// that refusal: an open file written after the commit must not change the committed
     /// layer, and with the overlay unmounted no such file exists. For the few
     /// milliseconds between unmount and remount the mount point shows the directory under
-    /// it; a process that starts using the mount point then may see it empty.
+    /// it: a process that starts using the mount point then sees it empty, and what it
+    /// writes there is moved into the new working tree at the remount.
     ///
     /// Crash safety: the marker `work/handoff.json` is durable before any link is made (see
     /// [`Handoff`]); a crash before the commit point leaves the upper directory whole and
@@ -951,6 +958,10 @@ impl LayersBackend {
             &Handoff {
                 layer: id.to_owned(),
                 lowers,
+                under: match &dirs.mountpoint {
+                    Some(mp) => names_in(mp)?,
+                    None => Vec::new(),
+                },
             },
         )?;
         // Durable before any node can name the layer (on ext4/xfs by journal order).
@@ -1041,12 +1052,38 @@ impl LayersBackend {
             message: "a handoff without layers".into(),
         })?;
         Self::fresh_upper_from(dirs, top)?;
+        self.adopt_strays(dirs, h)?;
         // Marks of the old upper directory mean nothing for the new one.
         let _ = fs_err::remove_file(Self::captured_path(dirs));
         fs_err::remove_file(Self::handoff_path(dirs))?;
         timer.lap("fresh upper");
         self.mount_lowers(dirs, &h.lowers)?;
         timer.lap("mount");
+        Ok(())
+    }
+
+    /// Move into the upper directory what was written under the unmounted mount point
+    /// during a handoff (see [`Handoff::under`]), so that the mount does not hide it.
+    fn adopt_strays(&self, dirs: &WorkDirs, h: &Handoff) -> Result<()> {
+        let Some(mp) = &dirs.mountpoint else {
+            return Ok(());
+        };
+        let upper = Self::upper(dirs);
+        for name in names_in(mp)? {
+            if h.under.contains(&name) {
+                continue;
+            }
+            let stray = mp.join(&name);
+            let mut tree = scan_tree(&stray)?;
+            // A plain directory: overlay attributes there mean nothing.
+            for e in tree.entries.values_mut() {
+                strip_overlay_xattrs(&mut e.meta);
+            }
+            let dst = upper.join(&name);
+            self.remove_tree(&dst)?;
+            copy_tree(&tree, &dst, &copy_opts())?;
+            self.remove_tree(&stray)?;
+        }
         Ok(())
     }
 
@@ -1242,6 +1279,15 @@ impl LayersBackend {
         })?;
         Ok(WorkingView::mounted(view))
     }
+}
+
+/// The names in directory `dir`.
+fn names_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in fs_err::read_dir(dir)? {
+        out.push(PathBuf::from(entry?.file_name()));
+    }
+    Ok(out)
 }
 
 /// The mark of every entry below `root` (the root itself as the empty path), from one
