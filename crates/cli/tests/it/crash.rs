@@ -79,6 +79,9 @@ fn commit_survives_a_kill_at_every_step() {
         return;
     }
     for point in [
+        "commit:after-unmount",
+        "commit:after-handoff-marker",
+        "commit:after-link",
         "commit:after-copy",
         "commit:after-layer",
         "commit:after-record",
@@ -98,6 +101,34 @@ fn commit_survives_a_kill_at_every_step() {
             std::fs::read_to_string(dir.join("c")).expect(point),
             "uncommitted",
             "{point}"
+        );
+    }
+}
+
+/// A commit that hands the working files to its layer unmounts the working tree for a
+/// moment; a crash then leaves it unmounted. Whatever was written at the mount point
+/// meanwhile is part of the working tree once it is mounted again, not hidden under it.
+#[test]
+fn writes_while_a_commit_had_the_tree_unmounted_are_kept() {
+    if !agentbox_testkit::tier::require_root(
+        "writes_while_a_commit_had_the_tree_unmounted_are_kept",
+    ) {
+        return;
+    }
+    for point in ["commit:after-link", "commit:after-head"] {
+        let t = Env::new();
+        let dir = prepared(&t);
+        crash(&t, point, &["commit", "crashy", "-m", "interrupted"]);
+        write(&dir.join("meanwhile"), "written while unmounted");
+        t.ok(&["mount", "crashy"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("meanwhile")).expect(point),
+            "written while unmounted",
+            "{point}"
+        );
+        assert!(
+            std::fs::read_dir(&dir).expect("list").count() > 1,
+            "{point}: the rest of the tree is there too"
         );
     }
 }

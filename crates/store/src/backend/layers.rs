@@ -14,6 +14,12 @@
 //!   file changed while it was copied has a new ctime and is captured again next time.
 //!   Cost: one `lstat` per upper entry plus the changed bytes — O(changes since checkout),
 //!   never O(tree).
+//! * When nothing holds the working tree open (the kernel accepts the unmount), a commit of
+//!   an environment with a mount point hands the upper directory's entries to the new layer
+//!   instead (hard links, no data copied), then mounts a fresh, empty upper directory over
+//!   the new chain: each file is kept once on disk, and the next commit looks only at what
+//!   changed since this one. See `LayersBackend::try_handoff` for what happens when a
+//!   process does hold something open (the copy above), and for crash safety.
 //! * When a commit would make a chain deeper than `max_depth`, the new layer is instead a
 //!   complete copy of the merged tree (flattening), so overlays never stack unboundedly.
 //! * Checkout unmounts, discards the upper directory and mounts a fresh overlay.
@@ -48,6 +54,10 @@ use crate::store::io_at;
 use crate::{Error, Result};
 
 const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
+
+/// Name prefix, inside the work area, of the upper directories handed to layers and not
+/// yet removed (see `LayersBackend::finish_handoff`).
+const TRASH_PREFIX: &str = "upper.old-";
 
 /// Identity of an upper entry at capture time; any change of content or metadata changes
 /// the ctime, a replacement changes the inode.
@@ -173,10 +183,15 @@ impl LayersBackend {
     /// Mount the working overlay at the mount point (nothing to do for a box, whose overlay
     /// lives in its own mount namespace).
     fn mount_overlay(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        self.mount_lowers(dirs, &self.chain_dirs(chain))
+    }
+
+    /// [`Self::mount_overlay`] over the layer directories `lowers` (top first).
+    fn mount_lowers(&self, dirs: &WorkDirs, lowers: &[PathBuf]) -> Result<()> {
         let Some(mountpoint) = &dirs.mountpoint else {
             return Ok(());
         };
-        let lower = Self::lowerdir(&self.chain_dirs(chain))?;
+        let lower = Self::lowerdir(lowers)?;
         let data = format!(
             "lowerdir={lower},upperdir={},workdir={},redirect_dir=off,index=off,metacopy=off,xino=off",
             Self::upper(dirs).display(),
@@ -644,6 +659,12 @@ impl Backend for LayersBackend {
                 }
             }
             now
+        } else if let Some((now, paths)) = self.try_handoff(dirs, chain, id)? {
+            listing = Some(Listing::new(
+                Some(head.id.clone()),
+                paths.iter().map(PathBuf::as_path),
+            ));
+            now
         } else {
             let (now, paths) = self.capture_changes(dirs, id)?;
             listing = Some(Listing::new(
@@ -675,8 +696,14 @@ impl Backend for LayersBackend {
         self.durability.make_durable(files)
     }
 
-    fn committed(&self, dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {
-        Self::adopt_marks(dirs)
+    fn committed(&self, dirs: &WorkDirs, layer: &LayerRecord) -> Result<()> {
+        Self::adopt_marks(dirs)?;
+        if let Some(h) = Self::load_handoff(dirs)? {
+            if h.layer == layer.id {
+                return self.finish_handoff(dirs, &h);
+            }
+        }
+        Ok(())
     }
 
     fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
@@ -686,6 +713,17 @@ impl Backend for LayersBackend {
             .is_some_and(crate::mounts::is_our_overlay)
         {
             return Ok(());
+        }
+        if let Some(h) = Self::load_handoff(dirs)? {
+            if chain.first().is_some_and(|top| top.id == h.layer) {
+                // The handoff's node is HEAD: its layer holds the upper directory's
+                // entries (the same inodes), so the upper directory goes.
+                return self.finish_handoff(dirs, &h);
+            }
+            // The commit never happened: the upper directory is still the working state
+            // (the half-made layer, which shares its inodes, is named by no node).
+            self.adopt_strays(dirs, &h)?;
+            fs_err::remove_file(Self::handoff_path(dirs))?;
         }
         fs_err::create_dir_all(Self::upper(dirs))?;
         fs_err::create_dir_all(Self::ovl(dirs))?;
@@ -807,6 +845,262 @@ impl Backend for LayersBackend {
             depth: 1,
             cleaned: None,
         })
+    }
+}
+
+/// `work/handoff.json`: a commit is handing the upper directory's entries to layer `layer`
+/// (hard links: the layer and the upper directory share their inodes). While it exists the
+/// upper directory must not be mounted as it is: a write through the overlay would change
+/// the layer. [`LayersBackend::finish_handoff`] (after the commit point, or at the next
+/// mount when HEAD is that layer) discards the upper directory and mounts a fresh one over
+/// `lowers`; at a mount where HEAD is another layer, the commit never happened and the
+/// marker is simply removed.
+#[derive(Debug, Serialize, Deserialize)]
+struct Handoff {
+    layer: String,
+    /// The new chain's layer directories, top first.
+    lowers: Vec<PathBuf>,
+    /// Names in the directory under the mount point right after the unmount. Anything
+    /// else found there at the remount was written through the mount point while it was
+    /// unmounted: it is moved into the new working tree rather than left hidden under it.
+    #[serde(default)]
+    under: Vec<PathBuf>,
+}
+
+impl LayersBackend {
+    fn handoff_path(dirs: &WorkDirs) -> PathBuf {
+        dirs.work.join("handoff.json")
+    }
+
+    fn load_handoff(dirs: &WorkDirs) -> Result<Option<Handoff>> {
+        Ok(read_json_opt(&Self::handoff_path(dirs))?)
+    }
+
+    /// Commit by handing the working files to the new layer instead of copying them, when
+    /// nothing uses the working tree: the overlay is unmounted (which the kernel refuses,
+    /// `EBUSY`, while any process has a file, a directory or a mapping open in it), every
+    /// entry of the upper directory is hard-linked into the layer (directories made anew),
+    /// and once the commit point has passed the upper directory is discarded and a fresh
+    /// overlay mounted over the new chain ([`Backend::committed`]). No byte of data is
+    /// copied, and the upper directory starts empty again, so the next commit scans only
+    /// what changed since this one and no file is kept twice on disk.
+    ///
+    /// When a process holds anything open in the working tree, `None`: the caller copies
+    /// the changes instead, as before, and the mount is left alone. Correctness rests on
+    /// that refusal: an open file written after the commit must not change the committed
+    /// layer, and with the overlay unmounted no such file exists. For the few
+    /// milliseconds between unmount and remount the mount point shows the directory under
+    /// it: a process that starts using the mount point then sees it empty, and what it
+    /// writes there is moved into the new working tree at the remount.
+    ///
+    /// Crash safety: the marker `work/handoff.json` is durable before any link is made (see
+    /// [`Handoff`]); a crash before the commit point leaves the upper directory whole and
+    /// the next mount uses it; a crash after leaves HEAD's layer holding every working
+    /// entry, and the next mount discards the upper directory.
+    fn try_handoff(
+        &self,
+        dirs: &WorkDirs,
+        chain: &[LayerRecord],
+        id: &str,
+    ) -> Result<Option<(Captured, Vec<PathBuf>)>> {
+        let Some(mountpoint) = &dirs.mountpoint else {
+            return Ok(None);
+        };
+        let mut timer = agentbox_core::timing::Timer::start("handoff");
+        // The upper directories of earlier handoffs go meanwhile, on another thread: the
+        // unmount mostly waits for the device (it flushes the filesystem).
+        let trash = Self::trash_dirs(dirs)?;
+        let unmounted = std::thread::scope(|s| {
+            let removal = s.spawn(|| trash.iter().try_for_each(|t| self.remove_tree(t)));
+            let unmounted = rustix::mount::unmount(mountpoint, UnmountFlags::empty());
+            let removed = removal
+                .join()
+                .expect("removing a directory only returns errors, never panics");
+            removed.map(|()| unmounted)
+        })?;
+        match unmounted {
+            Ok(()) => {}
+            Err(rustix::io::Errno::BUSY) => return Ok(None),
+            Err(e) => return Err(Error::Io(io_at(mountpoint, e.into()))),
+        }
+        if crate::mounts::is_our_overlay(mountpoint) {
+            // Stacked overlays (left by an interrupted earlier run): put the one taken off
+            // back and copy instead.
+            self.mount_overlay(dirs, chain)?;
+            return Ok(None);
+        }
+        timer.lap("unmount");
+        failpoint::hit("commit:after-unmount");
+        let linked = self.link_upper(dirs, chain, id);
+        timer.lap("link");
+        if linked.is_err() {
+            // Back to the state before the commit: the upper directory mounted as it was.
+            let _ = fs_err::remove_file(Self::handoff_path(dirs));
+            let _ = self.remove_tree(&self.tmp_layer(id));
+            self.mount_overlay(dirs, chain)?;
+        }
+        linked.map(Some)
+    }
+
+    /// The handoff's layer: `tmp_layer(id)` made of hard links to the upper directory's
+    /// entries (see [`Self::try_handoff`]).
+    fn link_upper(
+        &self,
+        dirs: &WorkDirs,
+        chain: &[LayerRecord],
+        id: &str,
+    ) -> Result<(Captured, Vec<PathBuf>)> {
+        let mut lowers = vec![self.layer_dir(id)];
+        lowers.extend(self.chain_dirs(chain));
+        let marker = Self::handoff_path(dirs);
+        write_json_unsynced(
+            &marker,
+            &Handoff {
+                layer: id.to_owned(),
+                lowers,
+                under: match &dirs.mountpoint {
+                    Some(mp) => names_in(mp)?,
+                    None => Vec::new(),
+                },
+            },
+        )?;
+        // Durable before any node can name the layer (on ext4/xfs by journal order).
+        super::fsync_with_dirs(std::slice::from_ref(&marker))?;
+        failpoint::hit("commit:after-handoff-marker");
+        let dst = self.tmp_layer(id);
+        self.remove_tree(&dst)?;
+        fs_err::create_dir_all(&dst)?;
+        let upper = Self::upper(dirs);
+        // One `lstat` per entry; full metadata (xattrs) only for the directories, which
+        // are made anew: everything else is linked as it is.
+        let marks = scan_marks(&upper)?;
+        let mut dir_tree = Tree::default();
+        for (rel, mark) in &marks {
+            if mark.dir {
+                let src = upper.join(rel);
+                let mut e = Entry {
+                    rel: rel.clone(),
+                    meta: read_meta(&src)?,
+                    src,
+                };
+                // Of the overlay's own attributes only the opaque marker means something
+                // in a layer.
+                let opaque = e.meta.xattrs.get(self.opaque).cloned();
+                strip_overlay_xattrs(&mut e.meta);
+                if let Some(v) = opaque.filter(|_| !rel.as_os_str().is_empty()) {
+                    e.meta.xattrs.insert(self.opaque.to_owned(), v);
+                }
+                dir_tree.entries.insert(rel.clone(), e);
+            }
+        }
+        // Every directory exists before any link goes in (copy_tree makes directories
+        // first and gives them their metadata last, deepest first)...
+        copy_tree(&dir_tree, &dst, &copy_opts())?;
+        // ...and links into a directory change its mtime: it is put back afterwards.
+        for (rel, mark) in &marks {
+            if !mark.dir {
+                fs_err::hard_link(upper.join(rel), dst.join(rel))?;
+            }
+        }
+        for (rel, e) in dir_tree.entries.iter().rev() {
+            let times = rustix::fs::Timestamps {
+                last_access: rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_OMIT,
+                },
+                last_modification: rustix::fs::Timespec {
+                    tv_sec: e.meta.mtime_sec,
+                    tv_nsec: e.meta.mtime_nsec,
+                },
+            };
+            let path = dst.join(rel);
+            rustix::fs::utimensat(
+                rustix::fs::CWD,
+                &path,
+                &times,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| Error::Io(io_at(&path, e.into())))?;
+        }
+        failpoint::hit("commit:after-link");
+        // The upper directory starts empty after the commit: nothing is captured yet.
+        let paths = marks
+            .into_keys()
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        Ok((Captured::default(), paths))
+    }
+
+    /// After the handoff's commit point (or at the next mount): discard the upper
+    /// directory, whose entries the handoff's layer holds, and mount a fresh one over the
+    /// new chain.
+    fn finish_handoff(&self, dirs: &WorkDirs, h: &Handoff) -> Result<()> {
+        let mut timer = agentbox_core::timing::Timer::start("handoff");
+        let upper = Self::upper(dirs);
+        if upper.exists() {
+            // Removed by the next handoff (or with the work area): only names of inodes
+            // the layer keeps, and a commit need not wait for them.
+            let trash = dirs
+                .work
+                .join(format!("{TRASH_PREFIX}{}", agentbox_core::id::new_id()));
+            fs_err::rename(&upper, &trash)?;
+        }
+        self.remove_tree(&Self::ovl(dirs))?;
+        fs_err::create_dir_all(Self::ovl(dirs))?;
+        let top = h.lowers.first().ok_or_else(|| Error::Corrupt {
+            path: Self::handoff_path(dirs),
+            message: "a handoff without layers".into(),
+        })?;
+        Self::fresh_upper_from(dirs, top)?;
+        self.adopt_strays(dirs, h)?;
+        // Marks of the old upper directory mean nothing for the new one.
+        let _ = fs_err::remove_file(Self::captured_path(dirs));
+        fs_err::remove_file(Self::handoff_path(dirs))?;
+        timer.lap("fresh upper");
+        self.mount_lowers(dirs, &h.lowers)?;
+        timer.lap("mount");
+        Ok(())
+    }
+
+    /// Move into the upper directory what was written under the unmounted mount point
+    /// during a handoff (see [`Handoff::under`]), so that the mount does not hide it.
+    fn adopt_strays(&self, dirs: &WorkDirs, h: &Handoff) -> Result<()> {
+        let Some(mp) = &dirs.mountpoint else {
+            return Ok(());
+        };
+        let upper = Self::upper(dirs);
+        for name in names_in(mp)? {
+            if h.under.contains(&name) {
+                continue;
+            }
+            let stray = mp.join(&name);
+            let mut tree = scan_tree(&stray)?;
+            // A plain directory: overlay attributes there mean nothing.
+            for e in tree.entries.values_mut() {
+                strip_overlay_xattrs(&mut e.meta);
+            }
+            let dst = upper.join(&name);
+            self.remove_tree(&dst)?;
+            copy_tree(&tree, &dst, &copy_opts())?;
+            self.remove_tree(&stray)?;
+        }
+        Ok(())
+    }
+
+    /// Old upper directories left by [`Self::finish_handoff`].
+    fn trash_dirs(dirs: &WorkDirs) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        for entry in fs_err::read_dir(&dirs.work)? {
+            let entry = entry?;
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(TRASH_PREFIX)
+            {
+                out.push(entry.path());
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -985,6 +1279,15 @@ impl LayersBackend {
         })?;
         Ok(WorkingView::mounted(view))
     }
+}
+
+/// The names in directory `dir`.
+fn names_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in fs_err::read_dir(dir)? {
+        out.push(PathBuf::from(entry?.file_name()));
+    }
+    Ok(out)
 }
 
 /// The mark of every entry below `root` (the root itself as the empty path), from one

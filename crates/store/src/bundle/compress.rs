@@ -133,3 +133,102 @@ pub(crate) fn expect_tar<'a>(mut r: Box<dyn Read + 'a>) -> io::Result<Box<dyn Re
     }
     Ok(Box::new(io::Cursor::new(head).chain(r)))
 }
+
+/// Size of the pieces the decompressing thread hands over, and how many may wait: the
+/// reader stays at most this far behind (bounded memory, even for a decompression bomb,
+/// whose size limit the consumer enforces).
+const PIECE: usize = 1 << 20;
+const PIECES_IN_FLIGHT: usize = 8;
+
+/// [`decompress`] on a thread of its own: the returned reader yields the decompressed
+/// stream while the caller works on what it already has (unpacking, hashing, writing), the
+/// way `zstd -dc | tar -x` overlaps its two processes. A failure to set up or to read the
+/// input arrives as a read error of the returned reader, its message starting with
+/// "decompressing". The thread ends at the end of the input, at its first error, or as soon
+/// as the reader is dropped.
+pub(crate) fn decompress_in_thread(input: Box<dyn Read + Send>) -> io::Result<PipeReader> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<io::Result<Vec<u8>>>(PIECES_IN_FLIGHT);
+    std::thread::Builder::new()
+        .name("decompress".into())
+        .spawn(move || {
+            let mut dec = match decompress(input) {
+                Ok((_, dec)) => dec,
+                Err(e) => {
+                    let _ = tx.send(Err(io::Error::new(e.kind(), format!("decompressing: {e}"))));
+                    return;
+                }
+            };
+            loop {
+                let mut piece = vec![0u8; PIECE];
+                let mut got = 0;
+                let failed = loop {
+                    match dec.read(&mut piece[got..]) {
+                        Ok(0) => break None,
+                        Ok(n) => {
+                            got += n;
+                            if got == piece.len() {
+                                break None;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Some(e),
+                    }
+                };
+                let end = got < piece.len();
+                piece.truncate(got);
+                if !piece.is_empty() && tx.send(Ok(piece)).is_err() {
+                    return;
+                }
+                if let Some(e) = failed {
+                    let _ = tx.send(Err(io::Error::new(e.kind(), format!("decompressing: {e}"))));
+                    return;
+                }
+                if end {
+                    return;
+                }
+            }
+        })?;
+    Ok(PipeReader {
+        rx,
+        piece: Vec::new(),
+        pos: 0,
+        done: false,
+    })
+}
+
+/// The reading end of [`decompress_in_thread`].
+pub(crate) struct PipeReader {
+    rx: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    piece: Vec<u8>,
+    pos: usize,
+    done: bool,
+}
+
+impl Read for PipeReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.piece.len() {
+            if self.done {
+                return Ok(0);
+            }
+            match self.rx.recv() {
+                Ok(Ok(piece)) => {
+                    self.piece = piece;
+                    self.pos = 0;
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                // The thread finished: end of the stream.
+                Err(_) => {
+                    self.done = true;
+                    return Ok(0);
+                }
+            }
+        }
+        let n = buf.len().min(self.piece.len() - self.pos);
+        buf[..n].copy_from_slice(&self.piece[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}

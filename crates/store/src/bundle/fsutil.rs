@@ -97,6 +97,37 @@ pub(crate) fn set_perm(path: &Path, perm: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// [`set_owner`], [`set_perm`] and [`set_mtime`] of a regular file, through its open
+/// descriptor: no path lookup per call.
+pub(crate) fn set_owner_fd(file: &std::fs::File, uid: u32, gid: u32) -> io::Result<()> {
+    rustix::fs::fchown(
+        file,
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+    )?;
+    Ok(())
+}
+
+/// See [`set_owner_fd`].
+pub(crate) fn set_perm_fd(file: &std::fs::File, perm: u32) -> io::Result<()> {
+    rustix::fs::fchmod(file, Mode::from_raw_mode(perm & 0o7777))?;
+    Ok(())
+}
+
+/// See [`set_owner_fd`].
+pub(crate) fn set_mtime_fd(file: &std::fs::File, sec: i64, nsec: i64) -> io::Result<()> {
+    let t = Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec,
+    };
+    let ts = Timestamps {
+        last_access: t,
+        last_modification: t,
+    };
+    rustix::fs::futimens(file, &ts)?;
+    Ok(())
+}
+
 /// Set atime and mtime to the given mtime, not following symlinks.
 pub(crate) fn set_mtime(path: &Path, sec: i64, nsec: i64) -> io::Result<()> {
     let t = Timespec {

@@ -9,8 +9,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use super::compress::{decompress, expect_tar};
+use super::compress::{decompress_in_thread, expect_tar};
 use super::format::{
     BundleKind, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3, PAX_SPARSE,
     PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX, ROOTFS_LAYER,
@@ -21,6 +23,11 @@ use crate::error::io_is_no_space;
 use crate::fsops::scan::is_overlay_xattr;
 use crate::fsops::Kind;
 use crate::{Error, Result};
+
+/// Files at least this big have their device writes started as soon as they are written
+/// (see [`State::extract`]); for smaller ones the extra system call costs more than the
+/// overlap gains.
+const WRITEBACK_EARLY: u64 = 256 << 10;
 
 /// Largest manifest or end record accepted.
 const MAX_JSON: u64 = 256 << 20;
@@ -157,13 +164,14 @@ fn io_fail(src: &Path, path: &Path, what: &str, e: io::Error) -> Error {
 /// Counts the bytes read from the (compressed) input.
 struct Counted<R> {
     inner: R,
-    count: Rc<Cell<u64>>,
+    /// Shared with the unpacking thread, which reads it for [`Limit::OfCompressed`].
+    count: Arc<AtomicU64>,
 }
 
 impl<R: Read> Read for Counted<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.count.set(self.count.get().saturating_add(n as u64));
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -182,7 +190,7 @@ struct Limited<R> {
     inner: R,
     read: u64,
     limit: Limit,
-    compressed: Rc<Cell<u64>>,
+    compressed: Arc<AtomicU64>,
     tripped: Rc<Cell<Option<u64>>>,
 }
 
@@ -190,7 +198,7 @@ impl<R: Read> Read for Limited<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let limit = match self.limit {
             Limit::Fixed(n) => n,
-            Limit::OfCompressed => default_max_size(self.compressed.get()),
+            Limit::OfCompressed => default_max_size(self.compressed.load(Ordering::Relaxed)),
         };
         if self.read > limit {
             self.tripped.set(Some(limit));
@@ -235,8 +243,8 @@ fn import_inner(
     opts: &ImportOpts,
     tripped: &Rc<Cell<Option<u64>>>,
 ) -> Result<Imported> {
-    let (input, size): (Box<dyn Read>, Option<u64>) = if src == Path::new("-") {
-        (Box::new(io::stdin().lock()), None)
+    let (input, size): (Box<dyn Read + Send>, Option<u64>) = if src == Path::new("-") {
+        (Box::new(io::stdin()), None)
     } else {
         let f = File::open(src).map_err(|e| bad(src, format!("opening: {e}")))?;
         let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
@@ -247,7 +255,7 @@ fn import_inner(
         (None, Some(size)) => Limit::Fixed(default_max_size(size)),
         (None, None) => Limit::OfCompressed,
     };
-    let compressed = Rc::new(Cell::new(0));
+    let compressed = Arc::new(AtomicU64::new(0));
     let input = Box::new(io::BufReader::with_capacity(
         256 << 10,
         Counted {
@@ -255,7 +263,8 @@ fn import_inner(
             count: compressed.clone(),
         },
     ));
-    let (_, dec) = decompress(input).map_err(|e| bad(src, format!("decompressing: {e}")))?;
+    // Decompression runs beside the unpacking (one core each).
+    let dec = decompress_in_thread(input).map_err(|e| bad(src, format!("decompressing: {e}")))?;
     let dec: Box<dyn Read> = Box::new(Limited {
         inner: dec,
         read: 0,
@@ -349,6 +358,8 @@ struct NodeState {
     dirs: Vec<(PathBuf, u32, i64, i64)>,
     /// Parents must be earlier entries (history/snapshot); a rootfs gets missing parents.
     strict: bool,
+    /// The parent directory last found to be a real directory on disk.
+    checked_parent: Option<PathBuf>,
 }
 
 struct State<'a> {
@@ -453,6 +464,7 @@ impl State<'_> {
             root_seen: false,
             entries: 0,
             hasher: blake3::Hasher::new(),
+            checked_parent: None,
             dirs: Vec::new(),
             strict,
         })
@@ -640,10 +652,15 @@ impl State<'_> {
                     }
                 }
             }
-            let pmd = std::fs::symlink_metadata(ns.dir.join(&parent))
-                .map_err(|err| bad_entry(format!("lstat of its parent: {err}")))?;
-            if !pmd.is_dir() {
-                return Err(bad_entry("its parent is not a real directory".to_owned()));
+            // Entries come directory by directory: a parent checked for the previous entry
+            // needs no second look.
+            if ns.checked_parent.as_ref() != Some(&parent) {
+                let pmd = std::fs::symlink_metadata(ns.dir.join(&parent))
+                    .map_err(|err| bad_entry(format!("lstat of its parent: {err}")))?;
+                if !pmd.is_dir() {
+                    return Err(bad_entry("its parent is not a real directory".to_owned()));
+                }
+                ns.checked_parent = Some(parent);
             }
         }
         let target = fsutil::join(&ns.dir, &rel);
@@ -676,6 +693,9 @@ impl State<'_> {
         }
         let kind: Kind;
         let mut hardlink = false;
+        // A regular file stays open for its metadata, which is then set through the
+        // descriptor (no path lookup per call).
+        let mut file: Option<File> = None;
         if typ.is_file() || typ.is_contiguous() || typ.is_gnu_sparse() {
             kind = Kind::File;
             let f = OpenOptions::new()
@@ -731,6 +751,12 @@ impl State<'_> {
                 None => payload,
             };
             (&f).flush().map_err(|err| ioe("write", err))?;
+            if payload >= WRITEBACK_EARLY {
+                // Start the device writes of a big file now, so they overlap the rest of the
+                // unpacking instead of all waiting for the flush that makes the import
+                // durable. Only a hint: that flush reports any write error.
+                let _ = agentbox_sys::writeback::start(&f);
+            }
             match get(PAX_BLAKE3) {
                 Some(want) => {
                     let got = hasher.finalize().to_hex();
@@ -747,6 +773,7 @@ impl State<'_> {
                 None => {}
             }
             record.size = size;
+            file = Some(f);
         } else if typ.is_hard_link() {
             kind = Kind::File;
             hardlink = true;
@@ -858,7 +885,11 @@ impl State<'_> {
         let uid32 = u32::try_from(uid).map_err(|_| bad_entry(format!("uid {uid} out of range")))?;
         let gid32 = u32::try_from(gid).map_err(|_| bad_entry(format!("gid {gid} out of range")))?;
         if opts.same_owner {
-            fsutil::set_owner(&target, uid32, gid32).map_err(|err| ioe("chown", err))?;
+            match &file {
+                Some(f) => fsutil::set_owner_fd(f, uid32, gid32),
+                None => fsutil::set_owner(&target, uid32, gid32),
+            }
+            .map_err(|err| ioe("chown", err))?;
         }
         // What the archive says stays in the record (the checksum covers the archive as
         // written); what reaches the disk is filtered. Overlayfs-private attributes are never
@@ -880,13 +911,22 @@ impl State<'_> {
                 stripped = true;
                 continue;
             }
-            xattr::set(&target, k, v).map_err(|err| ioe(&format!("setting xattr {k}"), err))?;
+            match &file {
+                Some(f) => xattr::FileExt::set_xattr(f, k, v),
+                None => xattr::set(&target, k, v),
+            }
+            .map_err(|err| ioe(&format!("setting xattr {k}"), err))?;
         }
         if stripped {
             self.stripped_setuid += 1;
         }
         if kind == Kind::Dir {
             ns.dirs.push((rel, perm, mtime_sec, mtime_nsec));
+            return Ok(());
+        }
+        if let Some(f) = &file {
+            fsutil::set_perm_fd(f, perm).map_err(|err| ioe("chmod", err))?;
+            fsutil::set_mtime_fd(f, mtime_sec, mtime_nsec).map_err(|err| ioe("set mtime", err))?;
             return Ok(());
         }
         if kind != Kind::Symlink {
@@ -994,7 +1034,7 @@ mod tests {
             inner: io::repeat(7).take(10_000),
             read: 0,
             limit: Limit::Fixed(4096),
-            compressed: Rc::new(Cell::new(0)),
+            compressed: Arc::new(AtomicU64::new(0)),
             tripped: tripped.clone(),
         };
         let mut buf = Vec::new();
@@ -1007,7 +1047,7 @@ mod tests {
             inner: io::repeat(7).take(4096),
             read: 0,
             limit: Limit::Fixed(4096),
-            compressed: Rc::new(Cell::new(0)),
+            compressed: Arc::new(AtomicU64::new(0)),
             tripped: tripped.clone(),
         };
         let mut buf = Vec::new();

@@ -87,9 +87,13 @@ pub fn copy_tree(tree: &Tree, dst_root: &Path, opts: &CopyOpts) -> Result<CopySt
     }
     stats.dirs += 1;
 
-    // First copy of each multiply-linked inode: (dev, ino) → destination path.
-    let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    // Directories first, in order (parents before children), so the files can then be
+    // written in any order, by several threads.
     let mut dirs: Vec<(&Entry, PathBuf)> = vec![(root, dst_root.to_path_buf())];
+    let mut files: Vec<(&Entry, PathBuf)> = Vec::new();
+    // Entries of multiply-linked inodes: copied after the others, in tree order, so the
+    // first name of an inode is copied and every later one is linked to it.
+    let mut linked: Vec<(&Entry, PathBuf)> = Vec::new();
     for (rel, entry) in &tree.entries {
         if rel.as_os_str().is_empty() {
             continue;
@@ -99,19 +103,25 @@ pub fn copy_tree(tree: &Tree, dst_root: &Path, opts: &CopyOpts) -> Result<CopySt
             make_dir(&dst)?;
             stats.dirs += 1;
             dirs.push((entry, dst));
+        } else if entry.meta.nlink > 1 {
+            linked.push((entry, dst));
+        } else {
+            files.push((entry, dst));
+        }
+    }
+    copy_files(&files, opts, &mut stats)?;
+    // First copy of each multiply-linked inode: (dev, ino) → destination path.
+    let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    for (entry, dst) in &linked {
+        let key = (entry.meta.dev, entry.meta.ino);
+        if let Some(first) = links.get(&key) {
+            std::fs::hard_link(first, dst)
+                .map_err(|e| io_at(&format!("hardlink {} to", first.display()), dst, e))?;
+            stats.hardlinks += 1;
             continue;
         }
-        if entry.meta.nlink > 1 {
-            let key = (entry.meta.dev, entry.meta.ino);
-            if let Some(first) = links.get(&key) {
-                std::fs::hard_link(first, &dst)
-                    .map_err(|e| io_at(&format!("hardlink {} to", first.display()), &dst, e))?;
-                stats.hardlinks += 1;
-                continue;
-            }
-            links.insert(key, dst.clone());
-        }
-        copy_one(entry, &dst, opts, &mut stats)?;
+        links.insert(key, dst.clone());
+        copy_one(entry, dst, opts, &mut stats)?;
     }
     // BTreeMap order puts every directory before its descendants: reversed, each directory
     // comes after all of its subdirectories.
@@ -119,6 +129,63 @@ pub fn copy_tree(tree: &Tree, dst_root: &Path, opts: &CopyOpts) -> Result<CopySt
         apply_meta(&entry.meta, dst, opts)?;
     }
     Ok(stats)
+}
+
+/// Files at least this big have their device writes started as soon as they are copied;
+/// for smaller ones the extra system call costs more than the overlap gains.
+const WRITEBACK_EARLY: u64 = 256 << 10;
+
+/// Below this many entries a copy stays on one thread: starting threads costs more than the
+/// few files gain (a commit copies about a hundred).
+const PARALLEL_MIN_FILES: usize = 64;
+
+/// Copy the non-directory entries `files` (each to its destination, whose parent exists),
+/// on one thread per core for large sets: creating, writing and labelling small files is
+/// mostly system-call latency, which overlaps well across cores.
+fn copy_files(files: &[(&Entry, PathBuf)], opts: &CopyOpts, stats: &mut CopyStats) -> Result<()> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if workers == 1 || files.len() < PARALLEL_MIN_FILES {
+        for (entry, dst) in files {
+            copy_one(entry, dst, opts, stats)?;
+        }
+        return Ok(());
+    }
+    // Interleaved shares (not contiguous chunks) spread the big files, which cluster in a
+    // few directories, over the workers.
+    let unsupported = stats.reflink_unsupported;
+    let results: Vec<Result<CopyStats>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                s.spawn(move || {
+                    let mut st = CopyStats {
+                        reflink_unsupported: unsupported,
+                        ..CopyStats::default()
+                    };
+                    for (entry, dst) in files.iter().skip(w).step_by(workers) {
+                        copy_one(entry, dst, opts, &mut st)?;
+                    }
+                    Ok(st)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .expect("a copy worker only returns errors, never panics")
+            })
+            .collect()
+    });
+    for r in results {
+        let st = r?;
+        stats.files += st.files;
+        stats.symlinks += st.symlinks;
+        stats.specials += st.specials;
+        stats.reflinked += st.reflinked;
+        stats.bytes_copied += st.bytes_copied;
+        stats.reflink_unsupported |= st.reflink_unsupported;
+    }
+    Ok(())
 }
 
 /// `scan_tree(src)` then `copy_tree` to `dst`.
@@ -147,8 +214,10 @@ fn copy_one(entry: &Entry, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -
             stats.dirs += 1;
         }
         Kind::File => {
-            copy_file_data(&entry.src, dst, opts, stats)?;
+            let out = copy_file_data(&entry.src, dst, opts, stats)?;
             stats.files += 1;
+            // Through the open descriptor: no path lookup per call.
+            return apply_meta_fd(meta, &out, dst, opts);
         }
         Kind::Symlink => {
             let target = match &meta.target {
@@ -188,7 +257,7 @@ fn make_dir(path: &Path) -> Result<()> {
 
 /// Create `dst` with the content of regular file `src`: a reflink when allowed and
 /// possible, otherwise the data segments (holes stay holes).
-fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -> Result<()> {
+fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -> Result<File> {
     let input = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
@@ -204,7 +273,7 @@ fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats
         match rustix::fs::ioctl_ficlone(&output, &input) {
             Ok(()) => {
                 stats.reflinked += 1;
-                return Ok(());
+                return Ok(output);
             }
             Err(Errno::XDEV | Errno::OPNOTSUPP | Errno::INVAL | Errno::NOTTY) => {
                 stats.reflink_unsupported = true;
@@ -218,13 +287,19 @@ fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats
     let dense = std::os::unix::fs::MetadataExt::blocks(&md).saturating_mul(512) >= size;
     let copied = copy_segments(&input, src, &output, dst, size, dense)?;
     stats.bytes_copied += copied;
+    if copied >= WRITEBACK_EARLY {
+        // Start the device writes of a big file now, so they overlap the rest of the copy
+        // instead of all waiting for the flush that makes it durable. Only a hint: that
+        // flush (or the caller's wait) reports any write error.
+        let _ = agentbox_sys::writeback::start(&output);
+    }
     // Only a trailing hole leaves the file shorter than it should be.
     if copied < size {
         output
             .set_len(size)
             .map_err(|e| io_at("truncate", dst, e))?;
     }
-    Ok(())
+    Ok(output)
 }
 
 /// Copy the data segments of `input` (found with SEEK_DATA/SEEK_HOLE) into `output` at the
@@ -294,6 +369,46 @@ fn copy_range(
         off += n as u64;
     }
     Ok(off - start)
+}
+
+/// [`apply_meta`] for a regular file, through its open descriptor `file` (created at
+/// `dst`, named in errors): the same order, one system call each without a path lookup.
+fn apply_meta_fd(meta: &Meta, file: &File, dst: &Path, opts: &CopyOpts) -> Result<()> {
+    use xattr::FileExt as _;
+    if let Err(e) = rustix::fs::fchown(
+        file,
+        Some(rustix::fs::Uid::from_raw(meta.uid)),
+        Some(rustix::fs::Gid::from_raw(meta.gid)),
+    ) {
+        if !(e == Errno::PERM && opts.ignore_owner_errors) {
+            return Err(errno_at(
+                &format!("chown {}:{}", meta.uid, meta.gid),
+                dst,
+                e,
+            ));
+        }
+    }
+    for (name, value) in &meta.xattrs {
+        if opts.xattr_filter.is_some_and(|keep| !keep(name)) {
+            continue;
+        }
+        file.set_xattr(name, value)
+            .map_err(|e| io_at(&format!("setxattr {name} on"), dst, e))?;
+    }
+    rustix::fs::fchmod(file, Mode::from_raw_mode(meta.perm))
+        .map_err(|e| errno_at(&format!("chmod {:o}", meta.perm), dst, e))?;
+    let times = Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+        last_modification: Timespec {
+            tv_sec: meta.mtime_sec,
+            tv_nsec: meta.mtime_nsec,
+        },
+    };
+    rustix::fs::futimens(file, &times).map_err(|e| errno_at("set mtime of", dst, e))?;
+    Ok(())
 }
 
 /// Owner, xattrs, mode and mtime of `meta`, applied to `dst` (not following a symlink).

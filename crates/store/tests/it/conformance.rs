@@ -509,3 +509,55 @@ fn gc_is_safe_during_commits() {
         assert_eq!(read(&d1.join("f24")), "24");
     }
 }
+
+/// A commit never lets a later write change what it committed: not through a file a
+/// process kept open across the commit (on `layers` the working files cannot then be
+/// handed to the layer, and are copied), nor through a file opened after it (on `layers`
+/// the handed-over files are no longer the working ones).
+#[test]
+fn writes_after_a_commit_leave_it_alone() {
+    use std::io::Write as _;
+    for fx in fixtures("writes_after_a_commit_leave_it_alone") {
+        let store = fx.store();
+        let src = fx.base.join("src");
+        write(&src.join("kept.txt"), "base");
+        let dir = fx.dir("w");
+        store
+            .create_env("w", Some(&dir), Source::Dir(src.clone()), "initial")
+            .expect("create");
+
+        // Held open across the commit.
+        let mut held = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("kept.txt"))
+            .expect("open");
+        held.write_all(b" one").expect("write");
+        let n1 = commit(&store, "w", "held open");
+        held.write_all(b" two").expect("write after the commit");
+        drop(held);
+
+        // Nothing open during the commit, written again afterwards.
+        write(&dir.join("sub/later.txt"), "first");
+        let n2 = commit(&store, "w", "nothing open");
+        write(&dir.join("sub/later.txt"), "second");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("kept.txt"))
+            .expect("open")
+            .write_all(b" three")
+            .expect("write");
+        assert_eq!(read(&dir.join("kept.txt")), "base one two three");
+        let n3 = commit(&store, "w", "after");
+
+        store.checkout("w", n1.as_str()).expect("checkout n1");
+        assert_eq!(read(&dir.join("kept.txt")), "base one", "{:?}", fx.kind);
+        assert!(!dir.join("sub").exists(), "{:?}", fx.kind);
+        store.checkout("w", n2.as_str()).expect("checkout n2");
+        assert_eq!(read(&dir.join("kept.txt")), "base one two", "{:?}", fx.kind);
+        assert_eq!(read(&dir.join("sub/later.txt")), "first", "{:?}", fx.kind);
+        store.checkout("w", n3.as_str()).expect("checkout n3");
+        assert_eq!(read(&dir.join("kept.txt")), "base one two three");
+        assert_eq!(read(&dir.join("sub/later.txt")), "second", "{:?}", fx.kind);
+        store.remove_env("w").expect("destroy");
+    }
+}
