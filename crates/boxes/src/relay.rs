@@ -37,7 +37,11 @@ pub enum RelayRequest {
         to: Option<String>,
         patch: bool,
     },
-    Status,
+    Status {
+        /// Count the nodes and measure the disk too (`status --usage`).
+        #[serde(default)]
+        usage: bool,
+    },
     Commit {
         message: String,
         command: Option<String>,
@@ -119,7 +123,7 @@ impl RelayCall {
             }
             R::Checkpoint { name, .. } => name.iter().map(String::as_str).collect(),
             R::RemoteRefs { repo } => vec![repo],
-            R::Log { .. } | R::Status | R::Undo | R::Tags | R::Ps => Vec::new(),
+            R::Log { .. } | R::Status { .. } | R::Undo | R::Tags | R::Ps => Vec::new(),
         };
         match texts.iter().find(|t| t.len() > MAX_TEXT) {
             Some(_) => Err(format!("a field of the request is over {MAX_TEXT} bytes")),

@@ -104,7 +104,7 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
         }
         Command::Status(a) => {
             at_most(strip(&a.args), 0, "status")?;
-            R::Status
+            R::Status { usage: a.usage }
         }
         Command::Commit(a) => {
             at_most(strip(&a.args), 0, "commit")?;

@@ -57,7 +57,7 @@ pub(crate) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
                 patch,
             },
         ),
-        R::Status => status(ctx, &[name], false),
+        R::Status { usage } => status(ctx, &[name], usage),
         R::Commit { message, command } => commit(
             ctx,
             crate::args::CommitArgs {

@@ -486,6 +486,14 @@ fn agentbox_inside_a_box_reaches_only_its_own_box() {
         "echo x > /workspace/x && agentbox commit -m 'from inside' && agentbox log --json",
     );
     assert!(out.contains("from inside"), "{out}");
+    // Its status, and with --usage its history counted.
+    let st = b.sh_ok("self", "agentbox status --usage");
+    assert!(st.contains("box:          self"), "{st}");
+    assert!(st.contains("branch tip"), "{st}");
+    assert!(
+        !b.sh_ok("self", "agentbox status").contains("branch tip"),
+        "counted only when asked"
+    );
     for refused in [
         "agentbox list",
         "agentbox -b other log",
