@@ -205,18 +205,25 @@ impl Tree {
     fn link(&mut self, rel: &str, target: &Path) -> Result<Linked, String> {
         let (parent, name) = split(Path::new(rel)).map_err(|e| format!("{rel}: {e}"))?;
         let pfd = self.dir(parent).map_err(|e| format!("{rel}: {e}"))?;
-        match rustix::fs::readlinkat(pfd, name, Vec::new()) {
-            Ok(t) if Path::new(std::ffi::OsStr::from_bytes(t.as_bytes())) == target => {
-                return Ok(Linked::Yes)
-            }
-            // A symlink elsewhere is the box's own choice.
-            Ok(_) => return Ok(Linked::Own),
-            Err(rustix::io::Errno::NOENT) => {}
-            Err(_) => return Ok(Linked::Own),
+        // `Some(true)`: our link; `Some(false)`: the box's own entry (a symlink elsewhere is
+        // the box's own choice too); `None`: nothing there.
+        let ours = |pfd: &OwnedFd| match rustix::fs::readlinkat(pfd, name, Vec::new()) {
+            Ok(t) => Some(Path::new(std::ffi::OsStr::from_bytes(t.as_bytes())) == target),
+            Err(rustix::io::Errno::NOENT) => None,
+            Err(_) => Some(false),
+        };
+        match ours(pfd) {
+            Some(true) => return Ok(Linked::Yes),
+            Some(false) => return Ok(Linked::Own),
+            None => {}
         }
-        rustix::fs::symlinkat(target, pfd, name)
-            .map_err(|e| format!("{}: {e}", self.root.join(rel).display()))?;
-        Ok(Linked::Yes)
+        match rustix::fs::symlinkat(target, pfd, name) {
+            Ok(()) => Ok(Linked::Yes),
+            // Another launch in this box made it meanwhile: as if it had been there.
+            Err(rustix::io::Errno::EXIST) if ours(pfd) == Some(true) => Ok(Linked::Yes),
+            Err(rustix::io::Errno::EXIST) => Ok(Linked::Own),
+            Err(e) => Err(format!("{}: {e}", self.root.join(rel).display())),
+        }
     }
 
     /// Make `rel` hold mirror file `from` (whose manifest entry is `entry`) unless it already
@@ -347,8 +354,12 @@ fn write_at(
 ) -> io::Result<()> {
     let mut tmp = std::ffi::OsString::from(".");
     tmp.push(name);
-    tmp.push(format!(".agentbox-sync.{}", std::process::id()));
-    let _ = rustix::fs::unlinkat(parent, &tmp, AtFlags::empty());
+    // Unique per writer: launches in several boxes sync one shared copy at once.
+    tmp.push(format!(
+        ".agentbox-sync.{}-{}",
+        std::process::id(),
+        &agentbox_core::id::new_id()[..8]
+    ));
     let fd = rustix::fs::openat(
         parent,
         &tmp,

@@ -643,5 +643,16 @@ mod tests {
             .is_file());
         // Nothing was ever written on the host's side.
         assert!(!host.join(".claude/projects").exists());
+        // Launches at once in one box (two terminals): each makes or finds the links.
+        let box_c = t.path().join("c");
+        std::thread::scope(|s| {
+            let runs: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| inbox::run(&plan(&box_c))))
+                .collect();
+            for r in runs {
+                let done = r.join().expect("no panic").expect("run");
+                assert!(done.own.is_empty(), "{done:?}");
+            }
+        });
     }
 }
