@@ -329,10 +329,56 @@ fn journal_of(path: &Path) -> Journal {
     #[allow(clippy::unnecessary_cast)]
     let kind = rustix::fs::statfs(path).map(|s| s.f_type as i64);
     match kind {
-        Ok(EXT4 | XFS) => Journal::Ordered,
+        Ok(XFS) => Journal::Ordered,
+        Ok(EXT4) if ext4_commits_in_order(path) => Journal::Ordered,
         Ok(BTRFS) => Journal::Btrfs,
         _ => Journal::Other,
     }
+}
+
+/// Whether the ext4 filesystem holding `path` commits every `fsync` through its one ordered
+/// journal: not when it has the `fast_commit` feature (a fast commit makes the synced
+/// inode durable without the rest of the running transaction). Read from the superblock of
+/// the device in `/proc/self/mountinfo`; `false` whenever that cannot be read (no access
+/// to the device, as for a rootless user): every file is then synced. Cached per device.
+fn ext4_commits_in_order(path: &Path) -> bool {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<HashMap<u64, bool>>> = OnceLock::new();
+    let Ok(st) = rustix::fs::stat(path) else {
+        return false;
+    };
+    let seen = SEEN.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    *seen.entry(st.st_dev).or_insert_with(|| {
+        let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+        ext4_source(major, minor).is_some_and(|dev| !has_fast_commit(&dev).unwrap_or(true))
+    })
+}
+
+/// The device mounted as `major:minor` (an ext4 filesystem), from `/proc/self/mountinfo`.
+fn ext4_source(major: u32, minor: u32) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = format!("{major}:{minor}");
+    text.lines().find_map(|l| {
+        let mut f = l.split(' ');
+        let dev = f.nth(2)?;
+        // After the optional fields: `-`, the type, the source.
+        let mut rest = f.skip_while(|x| *x != "-").skip(1);
+        let (fstype, source) = (rest.next()?, rest.next()?);
+        (dev == want && fstype == "ext4")
+            .then(|| PathBuf::from(agentbox_core::mountinfo::unescape(source)))
+    })
+}
+
+/// Whether the ext4 superblock on `dev` has `COMPAT_FAST_COMMIT` (`s_feature_compat` at
+/// byte 0x5c of the superblock, which starts at byte 1024).
+fn has_fast_commit(dev: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    const COMPAT_FAST_COMMIT: u32 = 0x400;
+    let mut b = [0u8; 4];
+    std::fs::File::open(dev)?.read_exact_at(&mut b, 1024 + 0x5c)?;
+    Ok(u32::from_le_bytes(b) & COMPAT_FAST_COMMIT != 0)
 }
 
 /// Make the new files `files` durable, their directory entries included, before anything
@@ -391,5 +437,31 @@ pub fn open(
         BackendKind::Layers => {
             Box::new(layers::LayersBackend::new(store_dir, max_depth).with_xattrs(xattrs))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ext4_with_fast_commit_syncs_every_file() {
+        let Some(plain) = agentbox_testkit::loopfs::LoopFs::ext4(256 << 20) else {
+            return;
+        };
+        assert_eq!(journal_of(plain.path()), Journal::Ordered);
+        let Some(fast) = agentbox_testkit::loopfs::LoopFs::ext4(256 << 20) else {
+            return;
+        };
+        let tuned = std::process::Command::new("tune2fs")
+            .args(["-O", "fast_commit", fast.device()])
+            .output()
+            .expect("run tune2fs");
+        assert!(tuned.status.success(), "{tuned:?}");
+        assert_eq!(
+            journal_of(fast.path()),
+            Journal::Other,
+            "a fast commit need not carry the rest of the journal"
+        );
     }
 }
