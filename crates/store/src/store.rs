@@ -484,7 +484,9 @@ impl Store {
     }
 
     pub(crate) fn write_env(&self, state: &EnvState) -> Result<()> {
-        Ok(write_json(&self.layout.env_state(&state.name), state)?)
+        // The commit point of every commit and checkout: one journal commit where the
+        // filesystem allows (see `backend::write_json_durable`).
+        backend::write_json_durable(&self.layout.env_state(&state.name), state)
     }
 
     pub(crate) fn work_dirs(&self, state: &EnvState) -> WorkDirs {
