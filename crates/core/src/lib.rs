@@ -2,6 +2,7 @@
 //! file locks. Every other crate builds on these so that durability and locking rules live in
 //! exactly one place.
 
+pub mod at;
 pub mod atomic;
 pub mod error;
 pub mod exit;

@@ -8,7 +8,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use agentbox_store::fsops::{Kind, Meta};
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Timespec, Timestamps};
@@ -43,16 +43,6 @@ impl BoxRoot {
             rustix::fs::Uid::from_raw(uid),
             rustix::fs::Gid::from_raw(gid),
         )
-    }
-}
-
-fn split(rel: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
-    match (rel.parent(), rel.file_name()) {
-        (Some(p), Some(n)) => Ok((p, n)),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} has no parent inside the box", rel.display()),
-        )),
     }
 }
 
@@ -98,20 +88,20 @@ impl BoxRoot {
 
     /// Remove whatever is at `rel` (a directory with its content); missing is fine.
     pub fn remove(&self, rel: &Path) -> io::Result<()> {
-        let (parent, name) = split(rel)?;
+        let (parent, name) = agentbox_core::at::split(rel)?;
         let pfd = match self.dir(parent) {
             Ok(fd) => fd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         };
-        remove_at(&pfd, name)
+        agentbox_core::at::remove(&pfd, name)
     }
 
     /// Make `rel` hold the entry `meta` whose content (files) is read from `src` on the host.
     /// A directory already there is kept (only its attributes change); anything else is
     /// replaced.
     pub fn put(&self, rel: &Path, src: &Path, meta: &Meta) -> io::Result<()> {
-        let (parent, name) = split(rel)?;
+        let (parent, name) = agentbox_core::at::split(rel)?;
         let pfd = self.dir(parent)?;
         let existing = rustix::fs::statat(&pfd, name, AtFlags::SYMLINK_NOFOLLOW).ok();
         let is_dir = |st: &rustix::fs::Stat| {
@@ -121,7 +111,7 @@ impl BoxRoot {
             .as_ref()
             .is_some_and(|st| meta.kind != Kind::Dir || !is_dir(st))
         {
-            remove_at(&pfd, name)?;
+            agentbox_core::at::remove(&pfd, name)?;
         }
         let mode = Mode::from_raw_mode(meta.perm);
         match meta.kind {
@@ -129,12 +119,7 @@ impl BoxRoot {
                 if !existing.as_ref().is_some_and(is_dir) {
                     rustix::fs::mkdirat(&pfd, name, Mode::from_raw_mode(0o700))?;
                 }
-                let fd = rustix::fs::openat(
-                    &pfd,
-                    name,
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
+                let fd = agentbox_core::at::open_dir(&pfd, name)?;
                 apply_meta(&fd, meta, self.owner(meta))
             }
             Kind::File => {
@@ -206,39 +191,5 @@ fn apply_meta(fd: impl AsFd, meta: &Meta, owner: Owner) -> io::Result<()> {
     }
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(meta.perm))?;
     rustix::fs::futimens(&fd, &times(meta))?;
-    Ok(())
-}
-
-/// Remove `name` in directory `pfd`, recursively, never following a symlink.
-fn remove_at(pfd: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()> {
-    let st = match rustix::fs::statat(pfd, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
-        let dfd = rustix::fs::openat(
-            pfd,
-            name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let mut names: Vec<PathBuf> = Vec::new();
-        for entry in rustix::fs::Dir::read_from(&dfd)? {
-            let entry = entry?;
-            let n = entry.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(PathBuf::from(
-                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(n),
-                ));
-            }
-        }
-        for n in names {
-            remove_at(&dfd, n.as_os_str())?;
-        }
-        rustix::fs::unlinkat(pfd, name, AtFlags::REMOVEDIR)?;
-    } else {
-        rustix::fs::unlinkat(pfd, name, AtFlags::empty())?;
-    }
     Ok(())
 }

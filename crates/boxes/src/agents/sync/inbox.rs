@@ -203,7 +203,8 @@ impl Tree {
 
     /// Make the home's `rel` a symlink to `target` unless the home has its own entry there.
     fn link(&mut self, rel: &str, target: &Path) -> Result<Linked, String> {
-        let (parent, name) = split(Path::new(rel)).map_err(|e| format!("{rel}: {e}"))?;
+        let (parent, name) =
+            agentbox_core::at::split(Path::new(rel)).map_err(|e| format!("{rel}: {e}"))?;
         let pfd = self.dir(parent).map_err(|e| format!("{rel}: {e}"))?;
         // `Some(true)`: our link; `Some(false)`: the box's own entry (a symlink elsewhere is
         // the box's own choice too); `None`: nothing there.
@@ -229,7 +230,7 @@ impl Tree {
     /// Make `rel` hold mirror file `from` (whose manifest entry is `entry`) unless it already
     /// does (same size and mtime); returns whether it wrote.
     fn put(&mut self, rel: &Path, from: &Path, entry: &Entry) -> io::Result<bool> {
-        let (parent, name) = split(rel)?;
+        let (parent, name) = agentbox_core::at::split(rel)?;
         let merged = MERGED.iter().any(|m| Path::new(m) == rel);
         let pfd = self.dir(parent)?;
         let existing = rustix::fs::statat(pfd, name, AtFlags::SYMLINK_NOFOLLOW).ok();
@@ -257,7 +258,7 @@ impl Tree {
             }
         }
         if existing.is_some() && !is_file {
-            remove_at(pfd, name)?;
+            agentbox_core::at::remove(pfd, name)?;
         }
         let mut input = fs_err::File::open(from)?;
         write_at(
@@ -273,65 +274,22 @@ impl Tree {
 
 use std::os::unix::ffi::OsStrExt;
 
-fn split(rel: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
-    match (rel.parent(), rel.file_name()) {
-        (Some(p), Some(n)) => Ok((p, n)),
-        _ => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} names no file", rel.display()),
-        )),
-    }
-}
-
-fn open_dir_at(parent: &OwnedFd, name: &std::ffi::OsStr) -> rustix::io::Result<OwnedFd> {
-    rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-}
-
 fn open_or_make_dir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
-    match open_dir_at(parent, name) {
+    match agentbox_core::at::open_dir(parent, name) {
         Ok(fd) => return Ok(fd),
         Err(rustix::io::Errno::NOENT) => {}
         // A symlink or a file where a directory belongs: replaced (never followed).
-        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => remove_at(parent, name)?,
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+            agentbox_core::at::remove(parent, name)?
+        }
         Err(e) => return Err(errno(e)),
     }
     match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o755)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(errno(e)),
     }
-    open_dir_at(parent, name).map_err(errno)
+    agentbox_core::at::open_dir(parent, name).map_err(errno)
 }
-
-/// Remove whatever `name` is in `parent` (a directory with its content), never following a
-/// symlink.
-fn remove_at(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<()> {
-    match rustix::fs::unlinkat(parent, name, AtFlags::empty()) {
-        Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
-        Err(rustix::io::Errno::ISDIR | rustix::io::Errno::PERM) => {}
-        Err(e) => return Err(errno(e)),
-    }
-    let dir = open_dir_at(parent, name).map_err(errno)?;
-    let entries: Vec<std::ffi::OsString> = rustix::fs::Dir::read_from(&dir)
-        .map_err(errno)?
-        .filter_map(|e| e.ok())
-        .map(|e| std::ffi::OsString::from_vec(e.file_name().to_bytes().to_vec()))
-        .filter(|n| n != "." && n != "..")
-        .collect();
-    for e in entries {
-        remove_at(&dir, &e)?;
-    }
-    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
-        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
-        Err(e) => Err(errno(e)),
-    }
-}
-
-use std::os::unix::ffi::OsStringExt;
 
 fn read_at(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<String> {
     let fd = rustix::fs::openat(
