@@ -18,13 +18,13 @@ pub const TMP_MARKER: &str = ".tmp-";
 
 /// Atomically replace `path` with `bytes`, durably (the file and its directory are synced).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    write_atomic_with(path, bytes, true)
+    write_atomic_with(path, bytes, Durability::Synced)
 }
 
 /// Atomically replace `path` with `bytes` without syncing: readers see old or new, never a
 /// mix, but durability is left to a later [`syncfs`] that covers many writes at once.
 pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
-    write_atomic_with(path, bytes, false)
+    write_atomic_with(path, bytes, Durability::None)
 }
 
 /// Flush every dirty page and metadata change of the filesystem holding `path`: one call
@@ -39,7 +39,20 @@ pub fn syncfs(path: &Path) -> Result<()> {
     })
 }
 
-fn write_atomic_with(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
+/// How [`write_atomic_with`] makes the new file's data durable before it is renamed into
+/// place (and whether the rename is made durable after).
+enum Durability<'a> {
+    /// Not at all.
+    None,
+    /// `fsync` of the file, and of its directory after the rename.
+    Synced,
+    /// `settle` the file (e.g. write its data out and wait, with no cache flush), and `fsync`
+    /// the directory after the rename: where the filesystem's journal commits in order, that
+    /// one journal commit makes both durable.
+    Settled(&'a dyn Fn(&std::fs::File) -> std::io::Result<()>),
+}
+
+fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability<'_>) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -53,11 +66,18 @@ fn write_atomic_with(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
     let result = (|| -> Result<()> {
         let mut f = fs_err::File::create(&tmp)?;
         f.write_all(bytes)?;
-        if durable {
-            f.sync_all()?;
+        match &durability {
+            Durability::None => {}
+            Durability::Synced => f.sync_all()?,
+            Durability::Settled(settle) => settle(f.file()).map_err(|e| {
+                crate::Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("writing out {}: {e}", tmp.display()),
+                ))
+            })?,
         }
         fs_err::rename(&tmp, path)?;
-        if durable {
+        if !matches!(durability, Durability::None) {
             sync_dir(dir)?;
         }
         Ok(())
@@ -68,24 +88,35 @@ fn write_atomic_with(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
     result
 }
 
-/// Atomically write `value` as pretty JSON.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+fn json_bytes<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
         path: path.to_owned(),
         source,
     })?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes)
+    Ok(bytes)
+}
+
+/// [`write_json`] with the temporary file's data made durable by `settle` rather than an
+/// `fsync` of its own; the directory's `fsync` after the rename is the one flush. Correct
+/// only where the caller knows the journal commits `settle`d data before the rename (see
+/// `agentbox_store`'s use for ext4 and xfs).
+pub fn write_json_settled<T: Serialize>(
+    path: &Path,
+    value: &T,
+    settle: &dyn Fn(&std::fs::File) -> std::io::Result<()>,
+) -> Result<()> {
+    write_atomic_with(path, &json_bytes(path, value)?, Durability::Settled(settle))
+}
+
+/// Atomically write `value` as pretty JSON.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    write_atomic(path, &json_bytes(path, value)?)
 }
 
 /// Like [`write_json`] but without syncing (see [`write_atomic_unsynced`]).
 pub fn write_json_unsynced<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
-        path: path.to_owned(),
-        source,
-    })?;
-    bytes.push(b'\n');
-    write_atomic_unsynced(path, &bytes)
+    write_atomic_unsynced(path, &json_bytes(path, value)?)
 }
 
 /// Read a JSON file written by [`write_json`].

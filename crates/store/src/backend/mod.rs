@@ -388,43 +388,17 @@ fn has_fast_commit(dev: &Path) -> std::io::Result<bool> {
 /// commits the rename and the new inode together, its journal commit flushing the device
 /// after the data. Elsewhere: `write_json` (the file synced, then its directory).
 pub(crate) fn write_json_durable<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
-    use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     if journal_of(dir) != Journal::Ordered {
         return Ok(agentbox_core::atomic::write_json(path, value)?);
     }
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| {
-        crate::Error::Core(agentbox_core::Error::Json {
-            path: path.to_owned(),
-            source,
-        })
-    })?;
-    bytes.push(b'\n');
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // Named as `atomic` names its temporary files, so reconcile removes a leftover.
-    let tmp = dir.join(format!(
-        ".{name}{}{}-{}",
-        agentbox_core::atomic::TMP_MARKER,
-        std::process::id(),
-        &agentbox_core::id::new_id()[..8]
-    ));
-    let written = (|| -> Result<()> {
-        let mut f = fs_err::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        // On the device before the rename exists: whichever journal commit makes the
-        // rename durable comes after the data.
-        agentbox_sys::writeback::wait(&f)
-            .map_err(|e| crate::Error::Io(crate::store::io_at(&tmp, e)))?;
-        fs_err::rename(&tmp, path)?;
-        Ok(agentbox_core::atomic::sync_dir(dir)?)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    // On the device before the rename exists: whichever journal commit makes the rename
+    // durable comes after the data.
+    Ok(agentbox_core::atomic::write_json_settled(
+        path,
+        value,
+        &|f| agentbox_sys::writeback::wait(f),
+    )?)
 }
 
 /// Make the new files `files` durable, their directory entries included, before anything
