@@ -46,6 +46,41 @@ impl Setup {
         c.output().expect("run agentbox")
     }
 
+    /// Run the agent command `args` against the model-API stub `stub` (which logs to
+    /// `seen`), which is stopped after: the agent must succeed and print the stub's streamed
+    /// answer. Returns what the stub saw.
+    fn answer_from_stub(
+        &self,
+        mut stub: std::process::Child,
+        seen: &Path,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> String {
+        let out = self.run(args, vars);
+        let seen_text = std::fs::read_to_string(seen).unwrap_or_default();
+        let _ = stub.kill();
+        let _ = stub.wait();
+        assert!(
+            out.status.success(),
+            "{}\nstub saw: {seen_text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Hello from the stub"),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        seen_text
+    }
+
+    /// The test's only box.
+    fn only_box(&self) -> String {
+        self.env.json(&["list", "--all"])[0]["name"]
+            .as_str()
+            .expect("name")
+            .to_owned()
+    }
+
     fn ok(&self, args: &[&str], vars: &[(&str, &str)]) -> String {
         let out = self.run(args, vars);
         assert!(
@@ -222,10 +257,7 @@ fn claudes_configuration_is_sanitised_and_its_credentials_stay_home() {
     );
     let version = s.ok(&["claude", "--", "--version"], &[]);
     assert!(version.contains("Claude Code"), "{version}");
-    let name = s.env.json(&["list", "--all"])[0]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned();
+    let name = s.only_box();
     let sh = |script: &str| s.ok(&["exec", &name, "--", "sh", "-c", script], &[]);
     let json: serde_json::Value =
         serde_json::from_str(&sh("cat /root/.claude.json")).expect("json");
@@ -302,10 +334,7 @@ fn login_saves_a_token_the_agent_gets_and_no_box_sees() {
         s.ok(&["agent", "tok"], &[("TOK_VAR", "from-shell")]),
         "token=from-shell\n"
     );
-    let name = s.env.json(&["list", "--all"])[0]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned();
+    let name = s.only_box();
     let seen = s.ok(
         &["exec", &name, "--", "sh", "-c", "echo ${TOK_VAR:-unset}; grep -rl tok-saved-5150 /root /workspace /run /tmp /etc 2>/dev/null; true"],
         &[],
@@ -325,10 +354,7 @@ fn a_detached_agent_runs_in_a_session_of_its_box() {
     let out = s.ok(&["--json", "agent", "sleeper", "-d"], &[]);
     let started: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(started["name"], "sleep");
-    let name = s.env.json(&["list", "--all"])[0]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned();
+    let name = s.only_box();
     let sessions = s.env.json(&["sessions", &name]);
     let listed = sessions.as_array().expect("sessions");
     assert_eq!(listed.len(), 1, "{sessions}");
@@ -349,7 +375,7 @@ fn claude_answers_through_the_broker_and_the_key_never_enters_the_box() {
         return;
     }
     let seen = s.env.path("seen.log");
-    let (mut stub, port) = start_stub(&seen);
+    let (stub, port) = start_stub(&seen);
     let url = format!("http://127.0.0.1:{port}");
     s.env.ok(&[
         "config",
@@ -363,34 +389,20 @@ fn claude_answers_through_the_broker_and_the_key_never_enters_the_box() {
         agentbox_core::id::new_id(),
         agentbox_core::id::new_id()
     );
-    let out = s.run(
+    let seen_text = s.answer_from_stub(
+        stub,
+        &seen,
         &["claude", "--", "-p", "say hi"],
         &[
             ("ANTHROPIC_API_KEY", key.as_str()),
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
         ],
     );
-    let seen_text = std::fs::read_to_string(&seen).unwrap_or_default();
-    let _ = stub.kill();
-    let _ = stub.wait();
-    assert!(
-        out.status.success(),
-        "{}\nstub saw: {seen_text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("Hello from the stub"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
     assert!(
         seen_text.contains(&format!("key={key}")),
         "the stub saw: {seen_text}"
     );
-    let name = s.env.json(&["list", "--all"])[0]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned();
+    let name = s.only_box();
     let found = search_box_for(&s, &name, &key);
     assert_eq!(found, "0\n", "the key is in the box: {found}");
     // Claude wrote its state through the box's links into the home's shared copy.
@@ -528,7 +540,7 @@ fn codex_answers_through_the_broker_with_its_configuration_sanitised() {
     write(&s.user.join(".codex/AGENTS.md"), "house rules\n");
     write(&s.user.join(".agents/skills/review/SKILL.md"), "a skill\n");
     let seen = s.env.path("seen.log");
-    let (mut stub, port) = start_stub(&seen);
+    let (stub, port) = start_stub(&seen);
     s.env.ok(&[
         "config",
         "set",
@@ -537,31 +549,17 @@ fn codex_answers_through_the_broker_with_its_configuration_sanitised() {
         &format!("http://127.0.0.1:{port}"),
     ]);
     let key = format!("sk-proj-real-{}", agentbox_core::id::new_id());
-    let out = s.run(
+    let seen_text = s.answer_from_stub(
+        stub,
+        &seen,
         &["codex", "--", "exec", "--skip-git-repo-check", "say hi"],
         &[("OPENAI_API_KEY", key.as_str())],
-    );
-    let seen_text = std::fs::read_to_string(&seen).unwrap_or_default();
-    let _ = stub.kill();
-    let _ = stub.wait();
-    assert!(
-        out.status.success(),
-        "{}\nstub saw: {seen_text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("Hello from the stub"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
     );
     assert!(
         seen_text.contains(&format!("auth=Bearer {key}")),
         "the stub saw: {seen_text}"
     );
-    let name = s.env.json(&["list", "--all"])[0]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned();
+    let name = s.only_box();
     assert_eq!(search_box_for(&s, &name, &key), "0\n");
     let inside = s.ok(
         &[
@@ -603,7 +601,7 @@ fn opencode_answers_with_its_configuration_and_without_its_credentials() {
         return;
     }
     let seen = s.env.path("seen.log");
-    let (mut stub, port) = start_stub(&seen);
+    let (stub, port) = start_stub(&seen);
     // The host's OpenCode: a provider of its own configuration (the stub), its last model
     // (state), and what never enters a box (its credentials, its sessions' storage).
     write(
@@ -625,31 +623,17 @@ fn opencode_answers_with_its_configuration_and_without_its_credentials() {
         r#"{"recent":[{"providerID":"stub","modelID":"m"}]}"#,
     );
     let key = format!("sk-oc-{}", agentbox_core::id::new_id());
-    let out = s.run(
+    let seen_text = s.answer_from_stub(
+        stub,
+        &seen,
         &["opencode", "--", "run", "say hi"],
         &[("OPENAI_API_KEY", key.as_str())],
-    );
-    let seen_text = std::fs::read_to_string(&seen).unwrap_or_default();
-    let _ = stub.kill();
-    let _ = stub.wait();
-    assert!(
-        out.status.success(),
-        "{}\nstub saw: {seen_text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("Hello from the stub"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
     );
     assert!(
         seen_text.contains(&format!("auth=Bearer {key}")),
         "{seen_text}"
     );
-    let name = s.env.json(&["list", "--all"])[0]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned();
+    let name = s.only_box();
     // The forwarded key reached the agent's process only: no other command of the box, and
     // no file, holds it.
     assert_eq!(search_box_for(&s, &name, &key), "0\n");
