@@ -1003,16 +1003,7 @@ impl LayersBackend {
             }
         }
         for (rel, e) in dir_tree.entries.iter().rev() {
-            let times = rustix::fs::Timestamps {
-                last_access: rustix::fs::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: rustix::fs::UTIME_OMIT,
-                },
-                last_modification: rustix::fs::Timespec {
-                    tv_sec: e.meta.mtime_sec,
-                    tv_nsec: e.meta.mtime_nsec,
-                },
-            };
+            let times = e.meta.mtime_only();
             let path = dst.join(rel);
             rustix::fs::utimensat(
                 rustix::fs::CWD,

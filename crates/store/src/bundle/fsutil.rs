@@ -116,29 +116,25 @@ pub(crate) fn set_perm_fd(file: &std::fs::File, perm: u32) -> io::Result<()> {
 
 /// See [`set_owner_fd`].
 pub(crate) fn set_mtime_fd(file: &std::fs::File, sec: i64, nsec: i64) -> io::Result<()> {
+    rustix::fs::futimens(file, &both_times(sec, nsec))?;
+    Ok(())
+}
+
+/// Timestamps with atime and mtime both the given time.
+fn both_times(sec: i64, nsec: i64) -> Timestamps {
     let t = Timespec {
         tv_sec: sec,
         tv_nsec: nsec,
     };
-    let ts = Timestamps {
+    Timestamps {
         last_access: t,
         last_modification: t,
-    };
-    rustix::fs::futimens(file, &ts)?;
-    Ok(())
+    }
 }
 
 /// Set atime and mtime to the given mtime, not following symlinks.
 pub(crate) fn set_mtime(path: &Path, sec: i64, nsec: i64) -> io::Result<()> {
-    let t = Timespec {
-        tv_sec: sec,
-        tv_nsec: nsec,
-    };
-    let ts = Timestamps {
-        last_access: t,
-        last_modification: t,
-    };
-    rustix::fs::utimensat(CWD, path, &ts, AtFlags::SYMLINK_NOFOLLOW)?;
+    rustix::fs::utimensat(CWD, path, &both_times(sec, nsec), AtFlags::SYMLINK_NOFOLLOW)?;
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, SeekFrom, Timespec, Timestamps, CWD, UTIME_OMIT};
+use rustix::fs::{AtFlags, FileType, Mode, SeekFrom, CWD};
 use rustix::io::Errno;
 
 use super::{errno_at, io_at, scan::scan_tree, Entry, Kind, Meta, Tree};
@@ -397,16 +397,7 @@ fn apply_meta_fd(meta: &Meta, file: &File, dst: &Path, opts: &CopyOpts) -> Resul
     }
     rustix::fs::fchmod(file, Mode::from_raw_mode(meta.perm))
         .map_err(|e| errno_at(&format!("chmod {:o}", meta.perm), dst, e))?;
-    let times = Timestamps {
-        last_access: Timespec {
-            tv_sec: 0,
-            tv_nsec: UTIME_OMIT,
-        },
-        last_modification: Timespec {
-            tv_sec: meta.mtime_sec,
-            tv_nsec: meta.mtime_nsec,
-        },
-    };
+    let times = meta.mtime_only();
     rustix::fs::futimens(file, &times).map_err(|e| errno_at("set mtime of", dst, e))?;
     Ok(())
 }
@@ -443,16 +434,7 @@ fn apply_meta(meta: &Meta, dst: &Path, opts: &CopyOpts) -> Result<()> {
         rustix::fs::chmodat(CWD, dst, Mode::from_raw_mode(meta.perm), AtFlags::empty())
             .map_err(|e| errno_at(&format!("chmod {:o}", meta.perm), dst, e))?;
     }
-    let times = Timestamps {
-        last_access: Timespec {
-            tv_sec: 0,
-            tv_nsec: UTIME_OMIT,
-        },
-        last_modification: Timespec {
-            tv_sec: meta.mtime_sec,
-            tv_nsec: meta.mtime_nsec,
-        },
-    };
+    let times = meta.mtime_only();
     rustix::fs::utimensat(CWD, dst, &times, AtFlags::SYMLINK_NOFOLLOW)
         .map_err(|e| errno_at("set mtime of", dst, e))?;
     Ok(())

@@ -56,6 +56,22 @@ pub struct Meta {
     pub xattrs: BTreeMap<String, Vec<u8>>,
 }
 
+impl Meta {
+    /// Timestamps that give an entry this mtime and leave its atime as it is.
+    pub fn mtime_only(&self) -> rustix::fs::Timestamps {
+        rustix::fs::Timestamps {
+            last_access: rustix::fs::Timespec {
+                tv_sec: 0,
+                tv_nsec: rustix::fs::UTIME_OMIT,
+            },
+            last_modification: rustix::fs::Timespec {
+                tv_sec: self.mtime_sec,
+                tv_nsec: self.mtime_nsec,
+            },
+        }
+    }
+}
+
 /// One entry of a scanned tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
