@@ -160,16 +160,19 @@ fn checkout_survives_a_kill_at_every_step() {
     }
 }
 
+/// Every step of a delete a kill can interrupt.
+const DELETE_POINTS: [&str; 3] = [
+    "delete:after-tombstone",
+    "delete:after-reparent",
+    "delete:after-tips",
+];
+
 #[test]
 fn delete_gc_and_create_survive_a_kill() {
     if !agentbox_testkit::tier::require_root("delete_gc_and_create_survive_a_kill") {
         return;
     }
-    for point in [
-        "delete:after-tombstone",
-        "delete:after-reparent",
-        "delete:after-tips",
-    ] {
+    for point in DELETE_POINTS {
         let t = Env::new();
         let dir = prepared(&t);
         crash(&t, point, &["delete", "crashy", "HEAD~1"]);
@@ -179,11 +182,7 @@ fn delete_gc_and_create_survive_a_kill() {
     }
     // A branch tip: its place among the environment's tips (what the history is read
     // from) goes to its parent, whichever step the kill interrupts.
-    for point in [
-        "delete:after-tombstone",
-        "delete:after-reparent",
-        "delete:after-tips",
-    ] {
+    for point in DELETE_POINTS {
         let t = Env::new();
         let dir = prepared(&t);
         let two = t.json(&["log", "crashy", "-n", "1"])[0]["id"]
