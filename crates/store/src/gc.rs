@@ -312,8 +312,12 @@ impl Store {
         // there only: listing it again as unreferenced would count one layer twice.
         let mut reported: BTreeSet<&str> = leftovers
             .iter()
-            .filter(|l| l.kind == crate::leftovers::LeftoverKind::UnrecordedLayer)
-            .map(|l| l.id.as_str())
+            .filter_map(|l| match l.kind {
+                crate::leftovers::LeftoverKind::UnrecordedLayer => Some(l.id.as_str()),
+                // `environment/layer`: the layer holds the environment's working files.
+                crate::leftovers::LeftoverKind::InterruptedCommit => l.id.rsplit('/').next(),
+                _ => None,
+            })
             .collect();
         if !exclusive {
             // Without the leftovers check, at least flag what no live operation produces
@@ -343,11 +347,15 @@ impl Store {
             {
                 problems.push(Problem {
                     path: l.path.clone(),
-                    message: format!(
-                        "{} ({}); `agentbox prune` removes it",
-                        l.what,
-                        human_bytes(l.bytes)
-                    ),
+                    message: if l.kind == crate::leftovers::LeftoverKind::InterruptedCommit {
+                        format!("{}: `agentbox prune` does it", l.what)
+                    } else {
+                        format!(
+                            "{} ({}); `agentbox prune` removes it",
+                            l.what,
+                            human_bytes(l.bytes)
+                        )
+                    },
                     repairable: true,
                     bytes: Some(l.bytes),
                 });

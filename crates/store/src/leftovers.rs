@@ -31,6 +31,10 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LeftoverKind {
+    /// An environment's working files under the name of the layer its interrupted commit
+    /// was making (a `layers` commit renames the upper directory to be the layer): given
+    /// back to the environment, never removed.
+    InterruptedCommit,
     /// `layers/.tmp-<id>`: a layer a commit or import was still writing.
     TempLayer,
     /// `layers/<id>/` without `layers/<id>.json`: published, but its record never written.
@@ -61,6 +65,7 @@ pub enum LeftoverKind {
 impl LeftoverKind {
     pub fn as_str(self) -> &'static str {
         match self {
+            LeftoverKind::InterruptedCommit => "interrupted-commit",
             LeftoverKind::TempLayer => "temp-layer",
             LeftoverKind::UnrecordedLayer => "unrecorded-layer",
             LeftoverKind::Staging => "staging",
@@ -108,7 +113,7 @@ pub struct Leftover {
 pub struct Pruned {
     #[serde(flatten)]
     pub leftover: Leftover,
-    /// `removed`, `would remove`, or `kept: <error>`.
+    /// `removed`, `would remove`, `given back`, `would give back`, or `kept: <error>`.
     pub outcome: String,
 }
 
@@ -149,6 +154,22 @@ impl Store {
     pub(crate) fn leftovers_locked(&self) -> Result<Vec<Leftover>> {
         let layout = self.layout();
         let mut out = Vec::new();
+        // Working files held by an interrupted commit: what looks like its half-made
+        // layer is the environment's work, to give back (no space is freed by that).
+        let interrupted = self.interrupted_commits()?;
+        let held = |name: &str| {
+            let lid = name.strip_prefix(".tmp-").unwrap_or(name);
+            interrupted.iter().any(|(_, l)| l == lid)
+        };
+        for (env, lid) in &interrupted {
+            out.push(Leftover {
+                kind: LeftoverKind::InterruptedCommit,
+                path: layout.env_dir(env),
+                bytes: 0,
+                what: format!("environment {env:?}: its commit stopped half-way, holding its working files; they go back to the environment"),
+                id: format!("{env}/{lid}"),
+            });
+        }
         let mut push = |kind: LeftoverKind, path: PathBuf, id: String, what: String| {
             let bytes = usage(&path);
             out.push(Leftover {
@@ -179,6 +200,9 @@ impl Store {
                 continue;
             }
             let name = entry.file_name().to_string_lossy().into_owned();
+            if held(&name) {
+                continue;
+            }
             if name.starts_with(".tmp-") {
                 push(
                     LeftoverKind::TempLayer,
@@ -310,7 +334,7 @@ impl Store {
                 recorded.insert(lid.to_owned());
             }
         }
-        for lid in recorded.difference(&live) {
+        for lid in recorded.difference(&live).filter(|l| !held(l)) {
             let dir = self.backend().layer_dir(lid);
             let path = if dir.exists() {
                 dir
@@ -331,6 +355,12 @@ impl Store {
     pub(crate) fn remove_leftover_locked(&self, l: &Leftover) -> Result<()> {
         let layout = self.layout();
         match l.kind {
+            LeftoverKind::InterruptedCommit => {
+                let (env, lid) =
+                    l.id.split_once('/')
+                        .expect("an interrupted commit's id is environment/layer");
+                self.give_back_interrupted(env, lid)?;
+            }
             LeftoverKind::TempFile => match std::fs::remove_file(&l.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(Error::Io(crate::store::io_at(&l.path, e)))
@@ -390,14 +420,21 @@ impl Store {
         let mut items = Vec::new();
         let mut bytes = 0;
         for l in self.leftovers_locked()? {
+            // Given back, not removed: frees nothing.
+            let given = l.kind == LeftoverKind::InterruptedCommit;
+            let (done, would) = if given {
+                ("given back", "would give back")
+            } else {
+                ("removed", "would remove")
+            };
             let outcome = if dry_run {
-                bytes += l.bytes;
-                "would remove".to_owned()
+                bytes += if given { 0 } else { l.bytes };
+                would.to_owned()
             } else {
                 match self.remove_leftover_locked(&l) {
                     Ok(()) => {
-                        bytes += l.bytes;
-                        "removed".to_owned()
+                        bytes += if given { 0 } else { l.bytes };
+                        done.to_owned()
                     }
                     Err(e) => format!("kept: {e}"),
                 }

@@ -732,19 +732,51 @@ impl Store {
         let chain = self.chain(&head)?;
         let id = NodeId::new();
         timer.lap("prepare");
-        let record = self.backend.commit(&self.work_dirs(&state), &chain, &id)?;
+        let dirs = self.work_dirs(&state);
+        let record = self.backend.commit(&dirs, &chain, &id)?;
         timer.lap("backend");
+        let node = match self.commit_point(&mut state, &head, &id, &record, opts, &mut timer) {
+            Ok(node) => node,
+            Err(e) => {
+                // Unless HEAD moved after all (an error after the rename of env.json), the
+                // working tree gets back what the backend took for the layer, which no HEAD
+                // names (garbage for GC). The commit's own error is what to report.
+                let passed = self.env(env).is_ok_and(|s| s.head == id);
+                if !passed && self.backend.abandon(&dirs, &id).is_ok() && dirs.mountpoint.is_some()
+                {
+                    let _ = self.backend.mount(&dirs, &chain);
+                }
+                return Err(e);
+            }
+        };
+        failpoint::hit("commit:after-head");
+        self.backend.committed(&dirs, &record)?;
+        timer.lap("head");
+        Ok(node)
+    }
+
+    /// The store's half of a commit, after the backend made layer `record`: its record,
+    /// the node and its index entry made durable, then HEAD moved (the commit point).
+    fn commit_point(
+        &self,
+        state: &mut EnvState,
+        head: &Node,
+        id: &NodeId,
+        record: &LayerRecord,
+        opts: CommitOpts,
+        timer: &mut agentbox_core::timing::Timer,
+    ) -> Result<Node> {
         failpoint::hit("commit:after-layer");
         // Layer data, record and node are made durable together below, before the
         // environment's HEAD (the commit point) may name them.
-        write_json_unsynced(&self.layout.layer_record(&id), &record)?;
+        write_json_unsynced(&self.layout.layer_record(id), record)?;
         failpoint::hit("commit:after-record");
         let node = Node {
             id: id.clone(),
             parent: Some(head.id.clone()),
-            env: env.to_owned(),
+            env: state.name.clone(),
             seq: state.next_seq,
-            layer: id.into_string(),
+            layer: id.as_str().to_owned(),
             message: opts.message,
             command: opts.command,
             created: Utc::now(),
@@ -770,10 +802,7 @@ impl Store {
         state.tips.insert(node.id.as_str().to_owned());
         state.head = node.id.clone();
         state.next_seq += 1;
-        self.write_env(&state)?;
-        failpoint::hit("commit:after-head");
-        self.backend.committed(&self.work_dirs(&state), &record)?;
-        timer.lap("head");
+        self.write_env(state)?;
         Ok(node)
     }
 
@@ -1143,6 +1172,39 @@ impl Store {
         }
     }
 
+    /// Environments whose commit stopped before its commit point while the backend held
+    /// part of the working tree under the new layer's name (see
+    /// [`Backend::unfinished_commit`]): `(environment, layer)`. Caller holds the store lock
+    /// exclusively.
+    pub(crate) fn interrupted_commits(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for state in self.envs()? {
+            let Some(layer) = self.backend.unfinished_commit(&self.work_dirs(&state))? else {
+                continue;
+            };
+            let acknowledged = state.head.as_str() == layer
+                || self
+                    .read_node_file(&layer)?
+                    .is_some_and(|n| n.env == state.name && n.seq < state.next_seq);
+            if !acknowledged {
+                out.push((state.name.clone(), layer));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Give `env` back the working files its interrupted commit of `layer` held (see
+    /// [`Store::interrupted_commits`]); the layer's record and listing go with its data.
+    pub(crate) fn give_back_interrupted(&self, env: &str, layer: &str) -> Result<()> {
+        let state = self.env(env)?;
+        self.backend.abandon(&self.work_dirs(&state), layer)?;
+        let record = self.layout.layer_record(layer);
+        if record.exists() {
+            fs_err::remove_file(&record)?;
+        }
+        crate::listing::remove(&self.layout.layers(), layer)
+    }
+
     /// Finish or undo what an interrupted operation left (caller holds the store lock
     /// exclusively): complete tombstoned deletions, remove unacknowledged commits and
     /// temporary files. Returns a description of each repair.
@@ -1164,6 +1226,14 @@ impl Store {
                     repairs.push(format!("removed temporary file {}", entry.path().display()));
                 }
             }
+        }
+        // Working files an interrupted commit moved under its layer's name (a `layers`
+        // handoff): given back before that layer, named by no HEAD, counts as unfinished.
+        for (env, layer) in self.interrupted_commits()? {
+            self.give_back_interrupted(&env, &layer)?;
+            repairs.push(format!(
+                "gave the working files of {env:?} back from its interrupted commit"
+            ));
         }
         // Layer data without a record: a commit or import that never reached its record, or
         // a GC interrupted between removing the record and the data. Nobody else is writing

@@ -2,7 +2,8 @@
 //!
 //! * [`btrfs`]: subvolumes and snapshots;
 //! * [`fiemap`]: file extent maps and the true (sharing-aware) disk usage of trees;
-//! * [`writeback`]: writing file data out without a device flush per file.
+//! * [`writeback`]: writing file data out without a device flush per file;
+//! * [`release`]: closing a descriptor whose last close is slow in the background.
 //!
 //! Every `unsafe` block is one system call (mostly an ioctl over a `#[repr(C)]` struct whose
 //! size is checked at compile time against the kernel's), with a `SAFETY:` comment.
@@ -10,4 +11,5 @@
 pub mod btrfs;
 pub mod fiemap;
 mod raw;
+pub mod release;
 pub mod writeback;

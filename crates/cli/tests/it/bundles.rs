@@ -529,10 +529,19 @@ fn fsck_reports_and_prune_removes_a_half_made_layer() {
         let t = Env::new();
         let dir = prepared(&t);
         write(&dir.join("big"), &"x".repeat(200_000));
+        // A process working in the tree: the commit copies the changes into a layer of its
+        // own (an idle tree's commit hands its files over instead, see below).
+        let mut holder = std::process::Command::new("sleep")
+            .arg("60")
+            .current_dir(&dir)
+            .spawn()
+            .expect("spawn sleep");
         let out = t.run_with(
             &["commit", "work", "-m", "interrupted"],
             &[("AGENTBOX_FAILPOINT", point)],
         );
+        let _ = holder.kill();
+        let _ = holder.wait();
         assert!(out.status.code().is_none(), "{point}: {}", stderr(&out));
 
         // fsck reports the half-made layer, with its path and size, as a problem.
@@ -585,6 +594,57 @@ fn fsck_reports_and_prune_removes_a_half_made_layer() {
             "{point}"
         );
         t.ok(&["mount", "work"]);
+        t.ok(&["commit", "work", "-m", "after"]);
+        let _ = std::process::Command::new("umount").arg(&dir).status();
+    }
+}
+
+/// A commit of an idle tree renames its working files to be the new layer; killed before
+/// its commit point, that "half-made layer" is the user's work: fsck says so and prune
+/// gives it back instead of removing it.
+#[test]
+fn prune_gives_back_the_files_of_an_interrupted_commit() {
+    if !require_root("prune_gives_back_the_files_of_an_interrupted_commit") {
+        return;
+    }
+    for point in ["commit:after-handover", "commit:after-record"] {
+        let t = Env::new();
+        let dir = prepared(&t);
+        write(&dir.join("big"), &"x".repeat(200_000));
+        let out = t.run_with(
+            &["commit", "work", "-m", "interrupted"],
+            &[("AGENTBOX_FAILPOINT", point)],
+        );
+        assert!(out.status.code().is_none(), "{point}: {}", stderr(&out));
+        let out = t.run(&["--json", "fsck"]);
+        assert_eq!(code(&out), Some(7), "{point}: {}", stderr(&out));
+        let report = first_json(&out.stdout);
+        let problems = report["problems"].as_array().expect("problems");
+        assert_eq!(problems.len(), 1, "{point}: {report}");
+        assert!(
+            problems[0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("holding its working files")),
+            "{point}: {report}"
+        );
+        assert_eq!(report["unreferenced_layers"], 0, "{point}: {report}");
+        let dry = t.json(&["prune", "--dry-run"]);
+        let rows = rows_of(&dry, "interrupted-commit");
+        assert_eq!(rows.len(), 1, "{point}: {dry}");
+        assert_eq!(rows[0]["outcome"], "would give back", "{point}");
+        let pruned = t.json(&["prune"]);
+        assert_eq!(
+            rows_of(&pruned, "interrupted-commit")[0]["outcome"],
+            "given back",
+            "{point}: {pruned}"
+        );
+        t.ok(&["fsck"]);
+        t.ok(&["mount", "work"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("big")).expect(point).len(),
+            200_000,
+            "{point}: the working file is back"
+        );
         t.ok(&["commit", "work", "-m", "after"]);
         let _ = std::process::Command::new("umount").arg(&dir).status();
     }

@@ -81,7 +81,7 @@ fn commit_survives_a_kill_at_every_step() {
     for point in [
         "commit:after-unmount",
         "commit:after-handoff-marker",
-        "commit:after-link",
+        "commit:after-handover",
         "commit:after-copy",
         "commit:after-layer",
         "commit:after-record",
@@ -115,7 +115,7 @@ fn writes_while_a_commit_had_the_tree_unmounted_are_kept() {
     ) {
         return;
     }
-    for point in ["commit:after-link", "commit:after-head"] {
+    for point in ["commit:after-handover", "commit:after-head"] {
         let t = Env::new();
         let dir = prepared(&t);
         crash(&t, point, &["commit", "crashy", "-m", "interrupted"]);

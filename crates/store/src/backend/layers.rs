@@ -15,10 +15,10 @@
 //!   Cost: one `lstat` per upper entry plus the changed bytes — O(changes since checkout),
 //!   never O(tree).
 //! * When nothing holds the working tree open (the kernel accepts the unmount), a commit of
-//!   an environment with a mount point hands the upper directory's entries to the new layer
-//!   instead (hard links, no data copied), then mounts a fresh, empty upper directory over
-//!   the new chain: each file is kept once on disk, and the next commit looks only at what
-//!   changed since this one. See `LayersBackend::try_handoff` for what happens when a
+//!   an environment with a mount point hands the upper directory to the new layer instead
+//!   (renamed to be it: no data copied, no directory made), then mounts a fresh, empty upper
+//!   directory over the new chain: each file is kept once on disk, and the next commit
+//!   looks only at what changed since this one. See `LayersBackend::try_handoff` for what happens when a
 //!   process does hold something open (the copy above), and for crash safety.
 //! * When a commit would make a chain deeper than `max_depth`, the new layer is instead a
 //!   complete copy of the merged tree (flattening), so overlays never stack unboundedly.
@@ -460,9 +460,8 @@ impl LayersBackend {
     }
 }
 
-/// Make the data of the regular files of `tree` (copied to `dst`) reach the device. Writeback of every file is started before waiting for any,
-/// so the writes overlap; no device flush happens per file (the commit's metadata `fsync`
-/// flushes once). Cost grows with the number of changed files only.
+/// Make the data of the regular files of `tree` (copied to `dst`) reach the device (see
+/// [`write_out_files`]).
 fn write_out(tree: &Tree, dst: &Path) -> Result<()> {
     let files: Vec<PathBuf> = tree
         .entries
@@ -470,6 +469,13 @@ fn write_out(tree: &Tree, dst: &Path) -> Result<()> {
         .filter(|e| e.meta.kind == Kind::File)
         .map(|e| dst.join(&e.rel))
         .collect();
+    write_out_files(&files)
+}
+
+/// Make the data of the regular files `files` reach the device. Writeback of every file is
+/// started before waiting for any, so the writes overlap; no device flush happens per file
+/// (the commit's metadata `fsync` flushes once). Cost grows with the number of files only.
+fn write_out_files(files: &[PathBuf]) -> Result<()> {
     // Bounded batches keep the number of open descriptors small.
     for batch in files.chunks(256) {
         let mut open = Vec::with_capacity(batch.len());
@@ -485,6 +491,18 @@ fn write_out(tree: &Tree, dst: &Path) -> Result<()> {
     // The layer's inodes and directory entries are metadata: the journal commit forced by
     // the `fsync` of the node that names the layer makes them durable with it (ext4 and xfs
     // journal all metadata in one ordered log, so one commit covers every earlier change).
+    Ok(())
+}
+
+/// Remove the overlay's bookkeeping attributes (`*.overlay.*`) of the directory `path`,
+/// all but `keep`.
+fn strip_overlay_xattrs_at(path: &Path, keep: Option<&str>) -> Result<()> {
+    let names = crate::fsops::scan::xattr_names(path)?;
+    for name in names {
+        if crate::fsops::scan::is_overlay_xattr(&name) && Some(name.as_str()) != keep {
+            xattr::remove(path, &name).map_err(|e| Error::Io(io_at(path, e)))?;
+        }
+    }
     Ok(())
 }
 
@@ -696,6 +714,24 @@ impl Backend for LayersBackend {
         self.durability.make_durable(files)
     }
 
+    fn unfinished_commit(&self, dirs: &WorkDirs) -> Result<Option<String>> {
+        // Only while the working files are away from the upper directory; only ever a
+        // layer id (the marker names a directory of the store to move).
+        if Self::upper(dirs).exists() {
+            return Ok(None);
+        }
+        Ok(Self::load_handoff(dirs)?
+            .map(|h| h.layer)
+            .filter(|l| agentbox_core::id::is_full_id(l)))
+    }
+
+    fn abandon(&self, dirs: &WorkDirs, id: &str) -> Result<()> {
+        match Self::load_handoff(dirs)? {
+            Some(h) if h.layer == id => self.give_back(dirs, id),
+            _ => Ok(()),
+        }
+    }
+
     fn committed(&self, dirs: &WorkDirs, layer: &LayerRecord) -> Result<()> {
         Self::adopt_marks(dirs)?;
         if let Some(h) = Self::load_handoff(dirs)? {
@@ -720,10 +756,18 @@ impl Backend for LayersBackend {
                 // entries (the same inodes), so the upper directory goes.
                 return self.finish_handoff(dirs, &h);
             }
-            // The commit never happened: the upper directory is still the working state
-            // (the half-made layer, which shares its inodes, is named by no node).
+            // The commit never happened (the store's recovery gives an interrupted one's
+            // files back before anything mounts; HEAD moving elsewhere discards the work
+            // area, marker included): the working files are the upper directory, or still
+            // under the unpublished layer's name.
+            if !self.layer_dir(&h.layer).exists() {
+                self.give_back(dirs, &h.layer)?;
+            }
             self.adopt_strays(dirs, &h)?;
-            fs_err::remove_file(Self::handoff_path(dirs))?;
+            let marker = Self::handoff_path(dirs);
+            if marker.exists() {
+                fs_err::remove_file(&marker)?;
+            }
         }
         fs_err::create_dir_all(Self::upper(dirs))?;
         fs_err::create_dir_all(Self::ovl(dirs))?;
@@ -848,13 +892,13 @@ impl Backend for LayersBackend {
     }
 }
 
-/// `work/handoff.json`: a commit is handing the upper directory's entries to layer `layer`
-/// (hard links: the layer and the upper directory share their inodes). While it exists the
-/// upper directory must not be mounted as it is: a write through the overlay would change
-/// the layer. [`LayersBackend::finish_handoff`] (after the commit point, or at the next
-/// mount when HEAD is that layer) discards the upper directory and mounts a fresh one over
-/// `lowers`; at a mount where HEAD is another layer, the commit never happened and the
-/// marker is simply removed.
+/// `work/handoff.json`: a commit is handing the upper directory to layer `layer` (renamed
+/// to be it; earlier versions hard-linked its entries, so the two shared their inodes).
+/// While it exists the working files may live under the layer's name, and the upper
+/// directory must not be mounted as it is. [`LayersBackend::finish_handoff`] (after the
+/// commit point, or at the next mount when HEAD is that layer) mounts a fresh upper
+/// directory over `lowers`; [`LayersBackend::give_back`] (a commit that fails or was
+/// interrupted before its commit point) moves the working files back.
 #[derive(Debug, Serialize, Deserialize)]
 struct Handoff {
     layer: String,
@@ -878,25 +922,34 @@ impl LayersBackend {
 
     /// Commit by handing the working files to the new layer instead of copying them, when
     /// nothing uses the working tree: the overlay is unmounted (which the kernel refuses,
-    /// `EBUSY`, while any process has a file, a directory or a mapping open in it), every
-    /// entry of the upper directory is hard-linked into the layer (directories made anew),
-    /// and once the commit point has passed the upper directory is discarded and a fresh
-    /// overlay mounted over the new chain ([`Backend::committed`]). No byte of data is
-    /// copied, and the upper directory starts empty again, so the next commit scans only
-    /// what changed since this one and no file is kept twice on disk.
+    /// `EBUSY`, while any process has a file, a directory or a mapping open in it), the
+    /// upper directory is renamed to be the new layer, and once the commit point has passed
+    /// a fresh, empty upper directory is mounted over the new chain
+    /// ([`Backend::committed`]). No byte of data is copied and no directory made, so each
+    /// file is kept once on disk and the next commit looks only at what changed since this
+    /// one.
+    ///
+    /// The unmount neither syncs the filesystem nor frees the overlay's cached inodes (10 ms
+    /// and more once a large tree was walked): a detached clone of the mount taken just
+    /// before keeps its superblock alive, and a background process lets go of it
+    /// ([`agentbox_sys::release::close_in_background`]). The changed files' data is written
+    /// out here instead, without a device flush of its own (see [`write_out_files`]).
     ///
     /// When a process holds anything open in the working tree, `None`: the caller copies
     /// the changes instead, as before, and the mount is left alone. Correctness rests on
     /// that refusal: an open file written after the commit must not change the committed
-    /// layer, and with the overlay unmounted no such file exists. For the few
-    /// milliseconds between unmount and remount the mount point shows the directory under
-    /// it: a process that starts using the mount point then sees it empty, and what it
-    /// writes there is moved into the new working tree at the remount.
+    /// layer, and with the overlay unmounted no such file exists (the clone is ours alone
+    /// and is never used). For the few milliseconds between unmount and remount the mount
+    /// point shows the directory under it: a process that starts using the mount point
+    /// then sees it empty, and what it writes there is moved into the new working tree at
+    /// the remount.
     ///
-    /// Crash safety: the marker `work/handoff.json` is durable before any link is made (see
-    /// [`Handoff`]); a crash before the commit point leaves the upper directory whole and
-    /// the next mount uses it; a crash after leaves HEAD's layer holding every working
-    /// entry, and the next mount discards the upper directory.
+    /// Crash safety: the marker `work/handoff.json` is durable before the rename (see
+    /// [`Handoff`]). Until the commit point the working files live under the layer's name:
+    /// a commit that fails gives them back ([`Backend::abandon`]), and after a crash the
+    /// store's recovery does ([`crate::Store::reconcile`], before it removes unfinished
+    /// layers); after the commit point HEAD's layer holds them and the next mount just
+    /// makes a fresh upper directory.
     fn try_handoff(
         &self,
         dirs: &WorkDirs,
@@ -907,8 +960,15 @@ impl LayersBackend {
             return Ok(None);
         };
         let mut timer = agentbox_core::timing::Timer::start("handoff");
-        // The upper directories of earlier handoffs go meanwhile, on another thread: the
-        // unmount mostly waits for the device (it flushes the filesystem).
+        // Not having the clone (no permission, an old kernel) only makes the unmount slow.
+        let held = rustix::mount::open_tree(
+            rustix::fs::CWD,
+            mountpoint,
+            rustix::mount::OpenTreeFlags::OPEN_TREE_CLONE
+                | rustix::mount::OpenTreeFlags::OPEN_TREE_CLOEXEC,
+        )
+        .ok();
+        // The upper directories of earlier handoffs go meanwhile, on another thread.
         let trash = Self::trash_dirs(dirs)?;
         let unmounted = std::thread::scope(|s| {
             let removal = s.spawn(|| trash.iter().try_for_each(|t| self.remove_tree(t)));
@@ -920,8 +980,13 @@ impl LayersBackend {
         })?;
         match unmounted {
             Ok(()) => {}
+            // The clone goes with the mount still in place: its close is cheap.
             Err(rustix::io::Errno::BUSY) => return Ok(None),
             Err(e) => return Err(Error::Io(io_at(mountpoint, e.into()))),
+        }
+        if let Some(fd) = held {
+            // A failed fork has closed it already, only slowly.
+            let _ = agentbox_sys::release::close_in_background(fd);
         }
         if crate::mounts::is_our_overlay(mountpoint) {
             // Stacked overlays (left by an interrupted earlier run): put the one taken off
@@ -931,20 +996,24 @@ impl LayersBackend {
         }
         timer.lap("unmount");
         failpoint::hit("commit:after-unmount");
-        let linked = self.link_upper(dirs, chain, id);
-        timer.lap("link");
-        if linked.is_err() {
+        let handed = self.hand_over_upper(dirs, chain, id);
+        timer.lap("hand over");
+        if handed.is_err() {
             // Back to the state before the commit: the upper directory mounted as it was.
-            let _ = fs_err::remove_file(Self::handoff_path(dirs));
-            let _ = self.remove_tree(&self.tmp_layer(id));
+            self.give_back(dirs, id)?;
+            let marker = Self::handoff_path(dirs);
+            if marker.exists() {
+                fs_err::remove_file(&marker)?;
+            }
             self.mount_overlay(dirs, chain)?;
         }
-        linked.map(Some)
+        handed.map(Some)
     }
 
-    /// The handoff's layer: `tmp_layer(id)` made of hard links to the upper directory's
-    /// entries (see [`Self::try_handoff`]).
-    fn link_upper(
+    /// The handoff's layer: the upper directory renamed to `tmp_layer(id)`, its
+    /// directories cleared of the overlay's bookkeeping attributes and its files' data
+    /// written out (see [`Self::try_handoff`]).
+    fn hand_over_upper(
         &self,
         dirs: &WorkDirs,
         chain: &[LayerRecord],
@@ -964,62 +1033,63 @@ impl LayersBackend {
                 },
             },
         )?;
-        // Durable before any node can name the layer (on ext4/xfs by journal order).
+        // Durable before the rename (on ext4/xfs by journal order).
         super::fsync_with_dirs(std::slice::from_ref(&marker))?;
         failpoint::hit("commit:after-handoff-marker");
         let dst = self.tmp_layer(id);
         self.remove_tree(&dst)?;
-        fs_err::create_dir_all(&dst)?;
-        let upper = Self::upper(dirs);
-        // One `lstat` per entry; full metadata (xattrs) only for the directories, which
-        // are made anew: everything else is linked as it is.
-        let marks = scan_marks(&upper)?;
-        let mut dir_tree = Tree::default();
-        for (rel, mark) in &marks {
-            if mark.dir {
-                let src = upper.join(rel);
-                let mut e = Entry {
-                    rel: rel.clone(),
-                    meta: read_meta(&src)?,
-                    src,
-                };
+        fs_err::rename(Self::upper(dirs), &dst)?;
+        failpoint::hit("commit:after-handover");
+        let mut paths = Vec::new();
+        let mut files = Vec::new();
+        for entry in walkdir::WalkDir::new(&dst).follow_links(false) {
+            let entry = entry.map_err(|e| {
+                let path = e.path().unwrap_or(&dst).to_owned();
+                Error::Io(io_at(&path, e.into()))
+            })?;
+            let rel = entry
+                .path()
+                .strip_prefix(&dst)
+                .expect("walkdir yields paths below its root")
+                .to_owned();
+            let ft = entry.file_type();
+            if ft.is_dir() {
                 // Of the overlay's own attributes only the opaque marker means something
-                // in a layer.
-                let opaque = e.meta.xattrs.get(self.opaque).cloned();
-                strip_overlay_xattrs(&mut e.meta);
-                if let Some(v) = opaque.filter(|_| !rel.as_os_str().is_empty()) {
-                    e.meta.xattrs.insert(self.opaque.to_owned(), v);
-                }
-                dir_tree.entries.insert(rel.clone(), e);
+                // in a layer, and not on its root.
+                let keep = (!rel.as_os_str().is_empty()).then_some(self.opaque);
+                strip_overlay_xattrs_at(entry.path(), keep)?;
+            } else if ft.is_file() {
+                files.push(entry.path().to_owned());
+            }
+            if !rel.as_os_str().is_empty() {
+                paths.push(rel);
             }
         }
-        // Every directory exists before any link goes in (copy_tree makes directories
-        // first and gives them their metadata last, deepest first)...
-        copy_tree(&dir_tree, &dst, &copy_opts())?;
-        // ...and links into a directory change its mtime: it is put back afterwards.
-        for (rel, mark) in &marks {
-            if !mark.dir {
-                fs_err::hard_link(upper.join(rel), dst.join(rel))?;
-            }
+        if super::journal_of(&dst) == super::Journal::Ordered {
+            write_out_files(&files)?;
+        } else {
+            self.durability.mark_unsynced();
         }
-        for (rel, e) in dir_tree.entries.iter().rev() {
-            let times = e.meta.mtime_only();
-            let path = dst.join(rel);
-            rustix::fs::utimensat(
-                rustix::fs::CWD,
-                &path,
-                &times,
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(|e| Error::Io(io_at(&path, e.into())))?;
-        }
-        failpoint::hit("commit:after-link");
         // The upper directory starts empty after the commit: nothing is captured yet.
-        let paths = marks
-            .into_keys()
-            .filter(|p| !p.as_os_str().is_empty())
-            .collect();
         Ok((Captured::default(), paths))
+    }
+
+    /// Undo a handoff whose commit point was not reached: the working files go back from
+    /// the layer's name (temporary or published) to the upper directory. Nothing to do
+    /// when the upper directory is still there (the rename never happened, or the handoff
+    /// was made by linking, as earlier versions did). The marker stays for the next mount,
+    /// which moves in what was written at the mount point meanwhile and removes it.
+    fn give_back(&self, dirs: &WorkDirs, id: &str) -> Result<()> {
+        let upper = Self::upper(dirs);
+        if !upper.exists() {
+            for held in [self.tmp_layer(id), self.layer_dir(id)] {
+                if held.exists() {
+                    fs_err::rename(&held, &upper)?;
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// After the handoff's commit point (or at the next mount): discard the upper

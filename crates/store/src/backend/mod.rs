@@ -259,6 +259,21 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// A commit of layer `id` into `dirs` will not reach its commit point (it failed after
+    /// [`Backend::commit`] returned, or was interrupted by a crash): give the working tree
+    /// back what the commit took from it. Mounting again is the caller's business.
+    fn abandon(&self, _dirs: &WorkDirs, _id: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// The layer a commit of `dirs` had in flight and left unfinished (a crash between
+    /// [`Backend::commit`] and [`Backend::committed`]) when it still holds part of the
+    /// working tree: the store's recovery calls [`Backend::abandon`] for it unless the
+    /// commit point was reached.
+    fn unfinished_commit(&self, _dirs: &WorkDirs) -> Result<Option<String>> {
+        Ok(None)
+    }
+
     /// Called once the node of a committed layer is durable (the commit point passed), so a
     /// backend that tracks "changed since the last commit" can advance its mark.
     fn committed(&self, _dirs: &WorkDirs, _layer: &LayerRecord) -> Result<()> {

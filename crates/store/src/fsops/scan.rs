@@ -78,13 +78,7 @@ fn xattrs_unsupported(err: &std::io::Error) -> bool {
 /// Every xattr of `path` (not following a symlink).
 pub(crate) fn read_xattrs(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
     let mut out = BTreeMap::new();
-    let names = match xattr::list(path) {
-        Ok(names) => names,
-        Err(e) if xattrs_unsupported(&e) => return Ok(out),
-        Err(e) => return Err(io_at("listxattr", path, e)),
-    };
-    for name in names {
-        let key = xattr_name(path, name)?;
+    for key in xattr_names(path)? {
         match xattr::get(path, &key) {
             // Removed between list and get: not part of the snapshot.
             Ok(None) => {}
@@ -96,6 +90,16 @@ pub(crate) fn read_xattrs(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
         }
     }
     Ok(out)
+}
+
+/// The names of the xattrs of `path` (not following a symlink); none on a filesystem
+/// without xattrs.
+pub(crate) fn xattr_names(path: &Path) -> Result<Vec<String>> {
+    match xattr::list(path) {
+        Ok(names) => names.map(|n| xattr_name(path, n)).collect(),
+        Err(e) if xattrs_unsupported(&e) => Ok(Vec::new()),
+        Err(e) => Err(io_at("listxattr", path, e)),
+    }
 }
 
 fn xattr_name(path: &Path, name: OsString) -> Result<String> {
