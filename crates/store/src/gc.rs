@@ -348,7 +348,7 @@ impl Store {
                 problems.push(Problem {
                     path: l.path.clone(),
                     message: if l.kind == crate::leftovers::LeftoverKind::InterruptedCommit {
-                        format!("{}: `agentbox prune` does it", l.what)
+                        format!("{}: `agentbox prune` gives them back", l.what)
                     } else {
                         format!(
                             "{} ({}); `agentbox prune` removes it",

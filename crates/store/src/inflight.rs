@@ -43,8 +43,12 @@ impl StoreLock {
             agentbox_core::id::new_id()
         ));
         fs_err::File::create(&marker)?;
-        // The marker must be on disk before anything it stands for.
-        atomic::sync_dir(&dir)?;
+        // The marker must be on disk before anything it stands for. Where the journal
+        // commits metadata in order (ext4, xfs), whatever the operation later makes durable
+        // carries the marker's creation with it, so it costs no flush of its own.
+        if !crate::backend::journal_orders_metadata(&dir) {
+            atomic::sync_dir(&dir)?;
+        }
         Ok(StoreLock {
             _lock: lock,
             marker: Some(marker),

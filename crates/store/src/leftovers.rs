@@ -166,7 +166,7 @@ impl Store {
                 kind: LeftoverKind::InterruptedCommit,
                 path: layout.env_dir(env),
                 bytes: 0,
-                what: format!("environment {env:?}: its commit stopped half-way, holding its working files; they go back to the environment"),
+                what: format!("environment {env:?}: a commit stopped half-way while holding its working files"),
                 id: format!("{env}/{lid}"),
             });
         }

@@ -297,8 +297,10 @@ pub fn import(
     }
     let dir_existed = dir.exists();
     let stage = staging(store, "import")?;
+    let mut timer = agentbox_core::timing::Timer::start("import");
     let result = (|| -> Result<ImportReport> {
         let file = fetch(src, &stage.join("dl"))?;
+        timer.lap("fetch");
         let opts = ImportOpts {
             allow_devices: options.allow_devices,
             allow_setuid: options.allow_setuid,
@@ -309,6 +311,7 @@ pub fn import(
             max_size: options.max_size,
         };
         let imported = bundle::import(&file, &stage.join("x"), &opts)?;
+        timer.lap("extract");
         failpoint::hit("import:after-stage");
         let (stripped_setuid, dropped_overlay_xattrs) =
             (imported.stripped_setuid, imported.dropped_overlay_xattrs);
@@ -337,6 +340,7 @@ pub fn import(
         };
         report.stripped_setuid = stripped_setuid;
         report.dropped_overlay_xattrs = dropped_overlay_xattrs;
+        timer.lap("store");
         Ok(report)
     })();
     let _ = store.backend().remove_tree(&stage);

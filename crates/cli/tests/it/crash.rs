@@ -105,6 +105,39 @@ fn commit_survives_a_kill_at_every_step() {
     }
 }
 
+/// On btrfs a commit writes its node before the snapshot that makes both durable (one
+/// transaction commit): killed at any step, the store recovers the same way.
+#[test]
+fn a_btrfs_commit_survives_a_kill_at_every_step() {
+    if !agentbox_testkit::tier::require_root("a_btrfs_commit_survives_a_kill_at_every_step") {
+        return;
+    }
+    for point in [
+        "commit:after-record",
+        "commit:after-index",
+        "commit:after-layer",
+        "commit:after-head",
+    ] {
+        let Some(fs) = agentbox_testkit::loopfs::LoopFs::btrfs(512 << 20) else {
+            return;
+        };
+        let t = Env::new();
+        std::os::unix::fs::symlink(fs.path(), t.path("home")).expect("symlink home");
+        let dir = prepared(&t);
+        assert_eq!(t.json(&["status", "crashy"])["backend"], "btrfs", "{point}");
+        write(&dir.join("c"), "uncommitted");
+        crash(&t, point, &["commit", "crashy", "-m", "interrupted"]);
+        let expect = if point == "commit:after-head" { 4 } else { 3 };
+        healthy(&t, &dir, point, expect);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("c")).expect(point),
+            "uncommitted",
+            "{point}"
+        );
+        let _ = std::process::Command::new("umount").arg(&dir).status();
+    }
+}
+
 /// A commit that hands the working files to its layer unmounts the working tree for a
 /// moment; a crash then leaves it unmounted. Whatever was written at the mount point
 /// meanwhile is part of the working tree once it is mounted again, not hidden under it.

@@ -255,6 +255,16 @@ impl BtrfsBackend {
         Ok(record)
     }
 
+    /// The record of an environment's layer: a complete snapshot, parent of nothing.
+    fn env_layer(id: &str) -> LayerRecord {
+        LayerRecord {
+            id: id.to_owned(),
+            parent: None,
+            depth: 1,
+            cleaned: None,
+        }
+    }
+
     fn tree(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join(TREE)
     }
@@ -346,6 +356,18 @@ impl Backend for BtrfsBackend {
         Self::bind(dirs)
     }
 
+    /// An environment's commit is one snapshot, and creating a snapshot commits the
+    /// filesystem's transaction: whatever the store wrote (and wrote out) before is durable
+    /// with it.
+    fn record_ahead(
+        &self,
+        dirs: &WorkDirs,
+        _chain: &[LayerRecord],
+        id: &str,
+    ) -> Option<LayerRecord> {
+        dirs.mountpoint.as_ref().map(|_| Self::env_layer(id))
+    }
+
     fn commit(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {
         if dirs.mountpoint.is_none() {
             return self.commit_box(dirs, chain, id);
@@ -364,12 +386,7 @@ impl Backend for BtrfsBackend {
         // frees). Creating it commits the btrfs transaction, so it is already durable; a
         // temporary name plus rename would force a second transaction commit.
         btrfs::snapshot(&tree, &layers, OsStr::new(id), true).map_err(sys)?;
-        Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: None,
-            depth: 1,
-            cleaned: None,
-        })
+        Ok(Self::env_layer(id))
     }
 
     fn mount(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {

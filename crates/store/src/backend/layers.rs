@@ -998,16 +998,24 @@ impl LayersBackend {
         failpoint::hit("commit:after-unmount");
         let handed = self.hand_over_upper(dirs, chain, id);
         timer.lap("hand over");
-        if handed.is_err() {
-            // Back to the state before the commit: the upper directory mounted as it was.
-            self.give_back(dirs, id)?;
-            let marker = Self::handoff_path(dirs);
-            if marker.exists() {
-                fs_err::remove_file(&marker)?;
-            }
-            self.mount_overlay(dirs, chain)?;
+        let Err(e) = handed else {
+            return handed.map(Some);
+        };
+        // Back to the state before the commit: the upper directory mounted as it was.
+        let renamed = !Self::upper(dirs).exists();
+        self.give_back(dirs, id)?;
+        let marker = Self::handoff_path(dirs);
+        if marker.exists() {
+            fs_err::remove_file(&marker)?;
         }
-        handed.map(Some)
+        self.mount_overlay(dirs, chain)?;
+        if renamed {
+            Err(e)
+        } else {
+            // The upper directory could not become the layer (another filesystem, say):
+            // the changes are copied instead.
+            Ok(None)
+        }
     }
 
     /// The handoff's layer: the upper directory renamed to `tmp_layer(id)`, its

@@ -259,6 +259,19 @@ pub trait Backend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The record [`Backend::commit`] of `dirs` will return, when that commit makes its
+    /// layer durable by a step that also makes every file written before it on the same
+    /// filesystem durable (once its data was written out): the store then writes its own
+    /// files for the commit first and spares their flush (see `Store::commit_ahead`).
+    fn record_ahead(
+        &self,
+        _dirs: &WorkDirs,
+        _chain: &[LayerRecord],
+        _id: &str,
+    ) -> Option<LayerRecord> {
+        None
+    }
+
     /// A commit of layer `id` into `dirs` will not reach its commit point (it failed after
     /// [`Backend::commit`] returned, or was interrupted by a crash): give the working tree
     /// back what the commit took from it. Mounting again is the caller's business.
@@ -334,6 +347,13 @@ enum Journal {
     Btrfs,
     /// Anything else: each file and each directory is synced.
     Other,
+}
+
+/// Whether metadata changes under `path` become durable in the order they were made (see
+/// [`Journal::Ordered`]): then a new empty file needs no flush of its own to be on disk
+/// before anything changed after it.
+pub(crate) fn journal_orders_metadata(path: &Path) -> bool {
+    journal_of(path) == Journal::Ordered
 }
 
 fn journal_of(path: &Path) -> Journal {
@@ -416,6 +436,17 @@ pub(crate) fn write_json_durable<T: serde::Serialize>(path: &Path, value: &T) ->
     )?)
 }
 
+/// Write the data of the small new files `files` out to the device and wait for it,
+/// without a cache flush: durable once a later journal or transaction commit flushes it.
+pub(crate) fn write_out(files: &[PathBuf]) -> Result<()> {
+    for f in files {
+        let file = fs_err::File::open(f)?;
+        agentbox_sys::writeback::wait(&file)
+            .map_err(|e| crate::Error::Io(crate::store::io_at(f, e)))?;
+    }
+    Ok(())
+}
+
 /// Make the new files `files` durable, their directory entries included, before anything
 /// that names them can become durable, with as few device cache flushes as the
 /// filesystem allows:
@@ -436,12 +467,7 @@ pub(crate) fn fsync_with_dirs(files: &[PathBuf]) -> Result<()> {
         .and_then(|f| f.parent())
         .map_or(Journal::Other, journal_of);
     if journal == Journal::Ordered {
-        for f in files {
-            let file = fs_err::File::open(f)?;
-            agentbox_sys::writeback::wait(&file)
-                .map_err(|e| crate::Error::Io(crate::store::io_at(f, e)))?;
-        }
-        return Ok(());
+        return write_out(files);
     }
     let mut dirs: Vec<&Path> = Vec::new();
     for f in files {
