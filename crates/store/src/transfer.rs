@@ -143,18 +143,41 @@ pub fn export(
                 };
                 let mut order: Vec<&Node> = h.nodes.iter().collect();
                 order.sort_by_key(|n| (depth(n), n.created));
-                // Each node as the difference from its parent (complete for a root).
+                // Each node as the difference from its parent (complete for a root). Each
+                // tree is read once: kept (parents come first) until its last child used it.
+                let mut children_left: BTreeMap<&str, usize> = BTreeMap::new();
+                for n in &order {
+                    if let Some(p) = n.parent.as_deref().filter(|p| by_id.contains_key(p)) {
+                        *children_left.entry(p).or_default() += 1;
+                    }
+                }
+                let mut trees: BTreeMap<&str, crate::fsops::Tree> = BTreeMap::new();
                 let mut layers = Vec::with_capacity(order.len());
                 let mut nodes = Vec::with_capacity(order.len());
                 for n in &order {
                     let parent = n.parent.as_deref().and_then(|p| by_id.get(p));
+                    let tree = store.node_tree(n)?;
                     let layer = match parent {
-                        Some(p) => bundle::layer_from_trees(
-                            Some(&store.node_tree(p)?),
-                            &store.node_tree(n)?,
-                        )?,
-                        None => bundle::layer_from_trees(None, &store.node_tree(n)?)?,
+                        Some(p) => {
+                            let pid = p.id.as_str();
+                            let base = match trees.get(pid) {
+                                Some(t) => bundle::layer_from_trees(Some(t), &tree)?,
+                                None => {
+                                    bundle::layer_from_trees(Some(&store.node_tree(p)?), &tree)?
+                                }
+                            };
+                            let left = children_left.entry(pid).or_default();
+                            *left = left.saturating_sub(1);
+                            if *left == 0 {
+                                trees.remove(pid);
+                            }
+                            base
+                        }
+                        None => bundle::layer_from_trees(None, &tree)?,
                     };
+                    if children_left.get(n.id.as_str()).is_some_and(|c| *c > 0) {
+                        trees.insert(n.id.as_str(), tree);
+                    }
                     nodes.push(manifest_node(
                         n,
                         parent.map(|p| p.id.as_str().to_owned()),

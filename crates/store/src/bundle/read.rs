@@ -290,6 +290,7 @@ fn import_inner(
         last: String::from("<start>"),
         stripped_setuid: 0,
         dropped_overlay_xattrs: 0,
+        buf: vec![0u8; 1 << 20],
     };
     {
         let entries = archive
@@ -375,6 +376,9 @@ struct State<'a> {
     last: String,
     stripped_setuid: u64,
     dropped_overlay_xattrs: u64,
+    /// The copy buffer of file contents, one for the whole import (most files are a few
+    /// KiB: a fresh zeroed MiB per file would cost more than their data).
+    buf: Vec<u8>,
 }
 
 fn components(raw: &[u8]) -> std::result::Result<Vec<OsString>, String> {
@@ -724,7 +728,7 @@ impl State<'_> {
                 None => vec![(0, payload)],
             };
             let mut hasher = blake3::Hasher::new();
-            let mut buf = vec![0u8; 1 << 20];
+            let buf = &mut self.buf;
             for (off, len) in segs {
                 let mut done = 0u64;
                 while done < len {

@@ -232,6 +232,12 @@ fn export_import_history_round_trip() {
         let n1 = commit(&store, "x", "one");
         snapshot_copy(&dir, &refs.join("1"));
         store.set_tag("x", "v1", "HEAD").expect("tag");
+        // A second branch from the root: the root's tree serves two children.
+        store.checkout("x", "HEAD~1").expect("back to the root");
+        write(&dir.join("branch"), "b");
+        let n2 = commit(&store, "x", "two");
+        snapshot_copy(&dir, &refs.join("2"));
+        store.set_tag("x", "v2", "HEAD").expect("tag");
         let bundle = fx.base.join("x.bundle");
         agentbox_store::transfer::export(
             &store,
@@ -253,9 +259,14 @@ fn export_import_history_round_trip() {
             agentbox_store::transfer::ImportOptions::default(),
         )
         .expect("import");
-        assert_eq!(rep.nodes, 2);
+        assert_eq!(rep.nodes, 3);
         assert_eq!(other.resolve("y", "v1").expect("tag"), n1);
-        assert_same(&refs.join("1"), &d2, "imported head");
+        assert_eq!(other.resolve("y", "v2").expect("tag"), n2);
+        assert_same(&refs.join("2"), &d2, "imported head");
+        other
+            .checkout("y", "v1")
+            .expect("checkout the other branch");
+        assert_same(&refs.join("1"), &d2, "imported first branch");
         other.checkout("y", "HEAD~1").expect("checkout root");
         assert_same(&refs.join("0"), &d2, "imported root");
         other.remove_env("y").expect("destroy");
