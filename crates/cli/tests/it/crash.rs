@@ -91,18 +91,23 @@ fn commit_survives_a_kill_at_every_step() {
     ] {
         let t = Env::new();
         let dir = prepared(&t);
-        write(&dir.join("c"), "uncommitted");
-        crash(&t, point, &["commit", "crashy", "-m", "interrupted"]);
-        // Before the HEAD moved the commit never happened; after, it did.
-        let expect = if point == "commit:after-head" { 4 } else { 3 };
-        healthy(&t, &dir, point, expect);
-        // The uncommitted file was never lost: it is in the commit after the crash.
-        assert_eq!(
-            std::fs::read_to_string(dir.join("c")).expect(point),
-            "uncommitted",
-            "{point}"
-        );
+        kill_a_commit(&t, &dir, point);
     }
+}
+
+/// Kill a commit of `dir` (which has an uncommitted file) at `point`, then check the store
+/// recovered: before HEAD moved the commit never happened, after it did, and the
+/// uncommitted file is never lost.
+fn kill_a_commit(t: &Env, dir: &Path, point: &str) {
+    write(&dir.join("c"), "uncommitted");
+    crash(t, point, &["commit", "crashy", "-m", "interrupted"]);
+    let expect = if point == "commit:after-head" { 4 } else { 3 };
+    healthy(t, dir, point, expect);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("c")).expect(point),
+        "uncommitted",
+        "{point}"
+    );
 }
 
 /// On btrfs a commit writes its node before the snapshot that makes both durable (one
@@ -125,15 +130,7 @@ fn a_btrfs_commit_survives_a_kill_at_every_step() {
         std::os::unix::fs::symlink(fs.path(), t.path("home")).expect("symlink home");
         let dir = prepared(&t);
         assert_eq!(t.json(&["status", "crashy"])["backend"], "btrfs", "{point}");
-        write(&dir.join("c"), "uncommitted");
-        crash(&t, point, &["commit", "crashy", "-m", "interrupted"]);
-        let expect = if point == "commit:after-head" { 4 } else { 3 };
-        healthy(&t, &dir, point, expect);
-        assert_eq!(
-            std::fs::read_to_string(dir.join("c")).expect(point),
-            "uncommitted",
-            "{point}"
-        );
+        kill_a_commit(&t, &dir, point);
         let _ = std::process::Command::new("umount").arg(&dir).status();
     }
 }

@@ -1073,6 +1073,8 @@ impl LayersBackend {
                 paths.push(rel);
             }
         }
+        // Parents before children, siblings together (what a listing's readers like best).
+        paths.sort();
         if super::journal_of(&dst) == super::Journal::Ordered {
             write_out_files(&files)?;
         } else {
