@@ -229,6 +229,19 @@ fn export_import_history_round_trip() {
         snapshot_copy(&dir, &refs.join("0"));
         write(&dir.join("added"), "a");
         std::fs::remove_dir_all(dir.join("dir")).expect("rm");
+        // New bytes, same size, the old modification time put back: only the change time
+        // (or the inode) tells the export that the content moved.
+        let keep = dir.join("keep");
+        let before = std::fs::metadata(&keep)
+            .expect("stat")
+            .modified()
+            .expect("mtime");
+        write(&keep, "K");
+        std::fs::File::options()
+            .write(true)
+            .open(&keep)
+            .and_then(|f| f.set_modified(before))
+            .expect("restore mtime");
         let n1 = commit(&store, "x", "one");
         snapshot_copy(&dir, &refs.join("1"));
         store.set_tag("x", "v1", "HEAD").expect("tag");
