@@ -585,3 +585,48 @@ fn writes_after_a_commit_leave_it_alone() {
         store.remove_env("w").expect("destroy");
     }
 }
+
+/// Nor through another mount of the same tree (what a container's volume of the
+/// directory is): the unmount of a commit's handoff does not see such a mount, so on
+/// `layers` the overlay is made read-only for all of them first — refused while a file is
+/// open for writing through one (the changes are then copied), and afterwards nothing
+/// written through them reaches the committed files.
+#[test]
+fn writes_through_another_mount_of_the_tree_leave_a_commit_alone() {
+    use std::io::Write as _;
+    for fx in fixtures("writes_through_another_mount_of_the_tree_leave_a_commit_alone") {
+        let store = fx.store();
+        let src = fx.base.join("src");
+        write(&src.join("a.txt"), "base");
+        let dir = fx.dir("w");
+        store
+            .create_env("w", Some(&dir), Source::Dir(src.clone()), "initial")
+            .expect("create");
+        let other = fx.base.join("volume");
+        std::fs::create_dir_all(&other).expect("mkdir");
+        rustix::mount::mount_bind(&dir, &other).expect("bind the tree elsewhere");
+
+        // A file open for writing through the other mount during the commit.
+        write(&dir.join("a.txt"), "one");
+        let mut held = std::fs::OpenOptions::new()
+            .append(true)
+            .open(other.join("a.txt"))
+            .expect("open through the other mount");
+        let n1 = commit(&store, "w", "written elsewhere");
+        held.write_all(b" two").expect("write after the commit");
+        drop(held);
+
+        // Nothing open anywhere during the commit, written through the other mount after
+        // it (read-only there on `layers`, where that mount keeps the tree as it was).
+        write(&dir.join("a.txt"), "three");
+        let n2 = commit(&store, "w", "idle elsewhere");
+        let _ = std::fs::write(other.join("a.txt"), "four");
+
+        store.checkout("w", n1.as_str()).expect("checkout n1");
+        assert_eq!(read(&dir.join("a.txt")), "one", "{:?}", fx.kind);
+        store.checkout("w", n2.as_str()).expect("checkout n2");
+        assert_eq!(read(&dir.join("a.txt")), "three", "{:?}", fx.kind);
+        let _ = rustix::mount::unmount(&other, rustix::mount::UnmountFlags::DETACH);
+        store.remove_env("w").expect("destroy");
+    }
+}
