@@ -68,6 +68,46 @@ pub fn is_our_overlay(path: &Path) -> bool {
 
 pub use agentbox_core::mountinfo::unescape;
 
+/// How many mounts show the filesystem whose device number is `dev` (`st_dev`, e.g. an
+/// overlay's): those of this process's mount namespace plus those of every other mount
+/// namespace a process of this machine is in (read through `/proc/<pid>/mountinfo`, one
+/// process per namespace). A mount no namespace holds any more (lazily unmounted while a
+/// file stays open) is not seen. Processes that vanish meanwhile are skipped.
+pub fn mounts_of_device(dev: u64) -> usize {
+    let want = format!("{}:{}", rustix::fs::major(dev), rustix::fs::minor(dev));
+    let count_in = |mountinfo: &Path| -> usize {
+        std::fs::read_to_string(mountinfo)
+            .map(|text| {
+                text.lines()
+                    .filter(|l| l.split(' ').nth(2) == Some(want.as_str()))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let mut seen = std::collections::HashSet::new();
+    if let Ok(own) = std::fs::read_link("/proc/self/ns/mnt") {
+        seen.insert(own);
+    }
+    let mut total = count_in(Path::new("/proc/self/mountinfo"));
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return total;
+    };
+    for entry in procs.flatten() {
+        let name = entry.file_name();
+        if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let dir = entry.path();
+        let Ok(ns) = std::fs::read_link(dir.join("ns/mnt")) else {
+            continue;
+        };
+        if seen.insert(ns) {
+            total += count_in(&dir.join("mountinfo"));
+        }
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -960,19 +960,16 @@ impl LayersBackend {
             return Ok(None);
         };
         let mut timer = agentbox_core::timing::Timer::start("handoff");
-        // The overlay's superblock read-only first, for every mount of it: the unmount
-        // below is refused only while *this* mount is in use, but the same overlay may be
-        // mounted elsewhere too (a container's volume, a bind mount in another namespace),
-        // and a write through such a mount after the handoff would change the committed
-        // layer. The kernel refuses this while any file is open for writing through any
-        // of them (`EBUSY`): then the changes are copied as usual. Once it holds, no write
-        // reaches the upper directory's files through this overlay again; a mount left
-        // elsewhere shows the tree as it was, read-only. It also writes the changed data
-        // out (the overlay syncs its upper filesystem).
-        if Self::remount(mountpoint, true).is_err() {
+        // The unmount below is refused only while *this* mount is in use, but the same
+        // overlay may be mounted elsewhere too (a container's volume of the directory, a
+        // bind mount in another namespace): a write through such a mount after the
+        // handoff would change the committed layer. Then the changes are copied instead,
+        // and that mount keeps working on the live tree.
+        let dev = std::os::unix::fs::MetadataExt::dev(&fs_err::metadata(mountpoint)?);
+        if crate::mounts::mounts_of_device(dev) != 1 {
             return Ok(None);
         }
-        timer.lap("freeze");
+        timer.lap("other mounts");
         // Not having the clone (no permission, an old kernel) only makes the unmount slow.
         let held = rustix::mount::open_tree(
             rustix::fs::CWD,
@@ -994,14 +991,8 @@ impl LayersBackend {
         match unmounted {
             Ok(()) => {}
             // The clone goes with the mount still in place: its close is cheap.
-            Err(rustix::io::Errno::BUSY) => {
-                Self::remount(mountpoint, false)?;
-                return Ok(None);
-            }
-            Err(e) => {
-                let _ = Self::remount(mountpoint, false);
-                return Err(Error::Io(io_at(mountpoint, e.into())));
-            }
+            Err(rustix::io::Errno::BUSY) => return Ok(None),
+            Err(e) => return Err(Error::Io(io_at(mountpoint, e.into()))),
         }
         if let Some(fd) = held {
             // A failed fork has closed it already, only slowly.
@@ -1035,18 +1026,6 @@ impl LayersBackend {
             // the changes are copied instead.
             Ok(None)
         }
-    }
-
-    /// Make the overlay mounted at `mountpoint` read-only (`ro`) or writable again, as a
-    /// whole: the superblock, so every mount of it (`MS_REMOUNT` without `MS_BIND`); this
-    /// mount keeps the host flags.
-    fn remount(mountpoint: &Path, ro: bool) -> Result<()> {
-        let mut flags = crate::mounts::HOST_MOUNT_FLAGS;
-        if ro {
-            flags |= MountFlags::RDONLY;
-        }
-        rustix::mount::mount_remount(mountpoint, flags, "")
-            .map_err(|e| Error::Io(io_at(mountpoint, e.into())))
     }
 
     /// The handoff's layer: the upper directory renamed to `tmp_layer(id)`, its
