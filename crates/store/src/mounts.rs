@@ -68,29 +68,66 @@ pub fn is_our_overlay(path: &Path) -> bool {
 
 pub use agentbox_core::mountinfo::unescape;
 
-/// How many mounts show the filesystem whose device number is `dev` (`st_dev`, e.g. an
-/// overlay's): those of this process's mount namespace plus those of every other mount
-/// namespace a process of this machine is in (read through `/proc/<pid>/mountinfo`, one
-/// process per namespace). A mount no namespace holds any more (lazily unmounted while a
-/// file stays open) is not seen. Processes that vanish meanwhile are skipped.
-pub fn mounts_of_device(dev: u64) -> usize {
+/// Whether the filesystem mounted at `mountpoint` (device number `dev`, e.g. an overlay's
+/// `st_dev`) is mounted anywhere else: another mount of it in this mount namespace, or one in
+/// any other mount namespace a process of this machine is in (read through
+/// `/proc/<pid>/mountinfo`, one process per namespace). Not counted: the copies that mount
+/// propagation made of this very mount in other namespaces (same mount point, a peer or a
+/// slave of its peer group), which an unmount here takes away with it. A mount no namespace
+/// holds any more (lazily unmounted while a file stays open) is not seen; processes that
+/// vanish meanwhile are skipped.
+pub fn mounted_elsewhere(mountpoint: &Path, dev: u64) -> bool {
     let want = format!("{}:{}", rustix::fs::major(dev), rustix::fs::minor(dev));
-    let count_in = |mountinfo: &Path| -> usize {
-        std::fs::read_to_string(mountinfo)
-            .map(|text| {
-                text.lines()
-                    .filter(|l| l.split(' ').nth(2) == Some(want.as_str()))
-                    .count()
+    let here = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_owned());
+    // (mount point, propagation tags) of every mount of `dev` in one mountinfo.
+    let of_dev = |mountinfo: &Path| -> Vec<(PathBuf, Vec<String>)> {
+        let Ok(text) = std::fs::read_to_string(mountinfo) else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f.get(2) == Some(&want.as_str())).then(|| {
+                    let tags = f
+                        .iter()
+                        .skip(6)
+                        .take_while(|t| **t != "-")
+                        .map(|t| (*t).to_owned())
+                        .collect();
+                    let at = f.get(4).map(|m| agentbox_core::mountinfo::unescape(m));
+                    (PathBuf::from(at.unwrap_or_default()), tags)
+                })
             })
-            .unwrap_or(0)
+            .collect()
+    };
+    let own = of_dev(Path::new("/proc/self/mountinfo"));
+    if own.len() != 1 {
+        // More than this mount here; or none seen, and then nothing can be told.
+        return true;
+    }
+    // The peer group of this mount: copies propagated from it carry it as `shared:G`
+    // (peers) or `master:G` (slaves).
+    let group = own[0]
+        .1
+        .iter()
+        .find_map(|t| t.strip_prefix("shared:"))
+        .map(str::to_owned);
+    let propagated = |(at, tags): &(PathBuf, Vec<String>)| {
+        *at == here
+            && group.as_deref().is_some_and(|g| {
+                tags.iter().any(|t| {
+                    t.strip_prefix("shared:")
+                        .or_else(|| t.strip_prefix("master:"))
+                        == Some(g)
+                })
+            })
     };
     let mut seen = std::collections::HashSet::new();
-    if let Ok(own) = std::fs::read_link("/proc/self/ns/mnt") {
-        seen.insert(own);
+    if let Ok(ns) = std::fs::read_link("/proc/self/ns/mnt") {
+        seen.insert(ns);
     }
-    let mut total = count_in(Path::new("/proc/self/mountinfo"));
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return total;
+        return false;
     };
     for entry in procs.flatten() {
         let name = entry.file_name();
@@ -101,11 +138,15 @@ pub fn mounts_of_device(dev: u64) -> usize {
         let Ok(ns) = std::fs::read_link(dir.join("ns/mnt")) else {
             continue;
         };
-        if seen.insert(ns) {
-            total += count_in(&dir.join("mountinfo"));
+        if seen.insert(ns)
+            && of_dev(&dir.join("mountinfo"))
+                .iter()
+                .any(|m| !propagated(m))
+        {
+            return true;
         }
     }
-    total
+    false
 }
 
 #[cfg(test)]

@@ -966,7 +966,7 @@ impl LayersBackend {
         // handoff would change the committed layer. Then the changes are copied instead,
         // and that mount keeps working on the live tree.
         let dev = std::os::unix::fs::MetadataExt::dev(&fs_err::metadata(mountpoint)?);
-        if crate::mounts::mounts_of_device(dev) != 1 {
+        if crate::mounts::mounted_elsewhere(mountpoint, dev) {
             return Ok(None);
         }
         timer.lap("other mounts");

@@ -630,3 +630,70 @@ fn writes_through_another_mount_of_the_tree_leave_a_commit_alone() {
         store.remove_env("w").expect("destroy");
     }
 }
+
+/// What mount propagation copied of the tree into another namespace (a service's private
+/// namespace on a systemd host, a slave of the host's mounts) goes away with the unmount,
+/// so it does not keep a `layers` commit from handing the files over; a bind mount of the
+/// tree elsewhere does.
+#[test]
+fn propagated_copies_of_the_tree_do_not_stop_a_handoff() {
+    for fx in fixtures("propagated_copies_of_the_tree_do_not_stop_a_handoff") {
+        if fx.kind != agentbox_store::BackendKind::Layers {
+            continue;
+        }
+        let store = fx.store();
+        let shared = fx.base.join("shared");
+        std::fs::create_dir_all(&shared).expect("mkdir");
+        rustix::mount::mount_bind(&shared, &shared).expect("bind");
+        rustix::mount::mount_change(&shared, rustix::mount::MountPropagationFlags::SHARED)
+            .expect("make shared");
+        // A namespace whose mounts are slaves of ours, made before the tree is mounted.
+        let mut slave = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "slave", "sleep", "60"])
+            .spawn()
+            .expect("unshare (util-linux)");
+        let src = fx.base.join("src");
+        write(&src.join("a.txt"), "base");
+        let dir = shared.join("w");
+        // Until the namespace exists: its copy of the tree is what this test is about.
+        let ns = format!("/proc/{}/ns/mnt", slave.id());
+        while std::fs::read_link(&ns).ok() == std::fs::read_link("/proc/self/ns/mnt").ok() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        store
+            .create_env("w", Some(&dir), Source::Dir(src.clone()), "initial")
+            .expect("create");
+        let copy =
+            std::fs::read_to_string(format!("/proc/{}/mountinfo", slave.id())).expect("mountinfo");
+        assert!(
+            copy.lines()
+                .any(|l| l.contains(&format!(" {} ", dir.display()))),
+            "the tree was propagated into the other namespace: {copy}"
+        );
+        let upper = store.root().join("envs/w/work/upper");
+        write(&dir.join("a.txt"), "one");
+        let n1 = commit(&store, "w", "handed over");
+        assert_eq!(
+            std::fs::read_dir(&upper).expect("upper").count(),
+            0,
+            "the changes went to the layer, the upper directory starts empty"
+        );
+        // An independent mount of the tree: copied instead.
+        let other = fx.base.join("volume");
+        std::fs::create_dir_all(&other).expect("mkdir");
+        rustix::mount::mount_bind(&dir, &other).expect("bind the tree elsewhere");
+        write(&dir.join("a.txt"), "two");
+        commit(&store, "w", "copied");
+        assert!(
+            std::fs::read_dir(&upper).expect("upper").count() > 0,
+            "a tree mounted elsewhere keeps its upper directory"
+        );
+        let _ = rustix::mount::unmount(&other, rustix::mount::UnmountFlags::DETACH);
+        store.checkout("w", n1.as_str()).expect("checkout");
+        assert_eq!(read(&dir.join("a.txt")), "one");
+        let _ = slave.kill();
+        let _ = slave.wait();
+        store.remove_env("w").expect("destroy");
+        let _ = rustix::mount::unmount(&shared, rustix::mount::UnmountFlags::DETACH);
+    }
+}
