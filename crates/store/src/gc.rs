@@ -315,7 +315,9 @@ impl Store {
             .filter_map(|l| match l.kind {
                 crate::leftovers::LeftoverKind::UnrecordedLayer => Some(l.id.as_str()),
                 // `environment/layer`: the layer holds the environment's working files.
-                crate::leftovers::LeftoverKind::InterruptedCommit => l.id.rsplit('/').next(),
+                crate::leftovers::LeftoverKind::InterruptedCommit => {
+                    l.interrupted().map(|(_, lid)| lid)
+                }
                 _ => None,
             })
             .collect();
@@ -347,7 +349,7 @@ impl Store {
             {
                 problems.push(Problem {
                     path: l.path.clone(),
-                    message: if l.kind == crate::leftovers::LeftoverKind::InterruptedCommit {
+                    message: if l.kind.is_given_back() {
                         format!("{}: `agentbox prune` gives them back", l.what)
                     } else {
                         format!(

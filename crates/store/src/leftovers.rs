@@ -79,6 +79,11 @@ impl LeftoverKind {
         }
     }
 
+    /// What `prune` does with it is giving it back, not removing it (so it frees nothing).
+    pub fn is_given_back(self) -> bool {
+        self == LeftoverKind::InterruptedCommit
+    }
+
     /// Half-made: left only by an operation that stopped half-way, so `fsck` reports it as
     /// a problem. Unreferenced layers and detached nodes are also the normal result of
     /// deleting nodes and refs (`gc` frees them), so they are listed but are not a problem.
@@ -106,6 +111,16 @@ pub struct Leftover {
     /// Node or layer id, or environment name, the removal acts on.
     #[serde(skip)]
     pub(crate) id: String,
+}
+
+impl Leftover {
+    /// For an [`LeftoverKind::InterruptedCommit`]: its environment and the layer that holds
+    /// the environment's working files.
+    pub(crate) fn interrupted(&self) -> Option<(&str, &str)> {
+        (self.kind == LeftoverKind::InterruptedCommit)
+            .then(|| self.id.split_once('/'))
+            .flatten()
+    }
 }
 
 /// One row of [`PruneReport`].
@@ -356,10 +371,9 @@ impl Store {
         let layout = self.layout();
         match l.kind {
             LeftoverKind::InterruptedCommit => {
-                let (env, lid) =
-                    l.id.split_once('/')
-                        .expect("an interrupted commit's id is environment/layer");
-                self.give_back_interrupted(env, lid)?;
+                if let Some((env, lid)) = l.interrupted() {
+                    self.give_back_interrupted(env, lid)?;
+                }
             }
             LeftoverKind::TempFile => match std::fs::remove_file(&l.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -421,7 +435,7 @@ impl Store {
         let mut bytes = 0;
         for l in self.leftovers_locked()? {
             // Given back, not removed: frees nothing.
-            let given = l.kind == LeftoverKind::InterruptedCommit;
+            let given = l.kind.is_given_back();
             let (done, would) = if given {
                 ("given back", "would give back")
             } else {

@@ -2,17 +2,26 @@
 
 use std::path::{Path, PathBuf};
 
-/// One line of `/proc/self/mountinfo`.
+/// One line of a `mountinfo` file (`/proc/<pid>/mountinfo`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountInfo {
     pub mount_point: PathBuf,
     pub fstype: String,
     pub source: String,
+    /// The mounted filesystem's device, `major:minor`.
+    pub dev: String,
+    /// The optional fields: propagation (`shared:N`, `master:N`, …).
+    pub tags: Vec<String>,
 }
 
 /// Every mount of this process's namespace, in mount order, escapes decoded.
 pub fn mounts() -> Vec<MountInfo> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+    mounts_in(Path::new("/proc/self/mountinfo"))
+}
+
+/// Every mount listed in the `mountinfo` file `path` (none when it cannot be read).
+pub fn mounts_in(path: &Path) -> Vec<MountInfo> {
+    let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
     text.lines()
@@ -25,6 +34,8 @@ pub fn mounts() -> Vec<MountInfo> {
                 mount_point: PathBuf::from(unescape(mount_point)),
                 fstype: fields.get(dash + 1)?.to_string(),
                 source: unescape(fields.get(dash + 2)?),
+                dev: fields.get(2)?.to_string(),
+                tags: fields.get(6..dash)?.iter().map(|t| t.to_string()).collect(),
             })
         })
         .collect()
@@ -79,43 +90,24 @@ pub use agentbox_core::mountinfo::unescape;
 pub fn mounted_elsewhere(mountpoint: &Path, dev: u64) -> bool {
     let want = format!("{}:{}", rustix::fs::major(dev), rustix::fs::minor(dev));
     let here = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_owned());
-    // (mount point, propagation tags) of every mount of `dev` in one mountinfo.
-    let of_dev = |mountinfo: &Path| -> Vec<(PathBuf, Vec<String>)> {
-        let Ok(text) = std::fs::read_to_string(mountinfo) else {
-            return Vec::new();
-        };
-        text.lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split(' ').collect();
-                (f.get(2) == Some(&want.as_str())).then(|| {
-                    let tags = f
-                        .iter()
-                        .skip(6)
-                        .take_while(|t| **t != "-")
-                        .map(|t| (*t).to_owned())
-                        .collect();
-                    let at = f.get(4).map(|m| agentbox_core::mountinfo::unescape(m));
-                    (PathBuf::from(at.unwrap_or_default()), tags)
-                })
-            })
+    let of_dev = |mountinfo: &Path| -> Vec<MountInfo> {
+        mounts_in(mountinfo)
+            .into_iter()
+            .filter(|m| m.dev == want)
             .collect()
     };
     let own = of_dev(Path::new("/proc/self/mountinfo"));
-    if own.len() != 1 {
+    let [this] = own.as_slice() else {
         // More than this mount here; or none seen, and then nothing can be told.
         return true;
-    }
+    };
     // The peer group of this mount: copies propagated from it carry it as `shared:G`
     // (peers) or `master:G` (slaves).
-    let group = own[0]
-        .1
-        .iter()
-        .find_map(|t| t.strip_prefix("shared:"))
-        .map(str::to_owned);
-    let propagated = |(at, tags): &(PathBuf, Vec<String>)| {
-        *at == here
-            && group.as_deref().is_some_and(|g| {
-                tags.iter().any(|t| {
+    let group = this.tags.iter().find_map(|t| t.strip_prefix("shared:"));
+    let propagated = |m: &MountInfo| {
+        m.mount_point == here
+            && group.is_some_and(|g| {
+                m.tags.iter().any(|t| {
                     t.strip_prefix("shared:")
                         .or_else(|| t.strip_prefix("master:"))
                         == Some(g)

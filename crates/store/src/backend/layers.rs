@@ -460,8 +460,10 @@ impl LayersBackend {
     }
 }
 
-/// Make the data of the regular files of `tree` (copied to `dst`) reach the device (see
-/// [`write_out_files`]).
+/// Make the data of the regular files of `tree` (copied to `dst`) reach the device, with no
+/// device flush per file: the journal commit forced by the `fsync` of the node that names
+/// the layer makes them durable with its inodes and directory entries (ext4 and xfs
+/// journal all metadata in one ordered log, so one commit covers every earlier change).
 fn write_out(tree: &Tree, dst: &Path) -> Result<()> {
     let files: Vec<PathBuf> = tree
         .entries
@@ -469,29 +471,7 @@ fn write_out(tree: &Tree, dst: &Path) -> Result<()> {
         .filter(|e| e.meta.kind == Kind::File)
         .map(|e| dst.join(&e.rel))
         .collect();
-    write_out_files(&files)
-}
-
-/// Make the data of the regular files `files` reach the device. Writeback of every file is
-/// started before waiting for any, so the writes overlap; no device flush happens per file
-/// (the commit's metadata `fsync` flushes once). Cost grows with the number of files only.
-fn write_out_files(files: &[PathBuf]) -> Result<()> {
-    // Bounded batches keep the number of open descriptors small.
-    for batch in files.chunks(256) {
-        let mut open = Vec::with_capacity(batch.len());
-        for path in batch {
-            let f = fs_err::File::open(path)?;
-            agentbox_sys::writeback::start(&f).map_err(|e| Error::Io(io_at(path, e)))?;
-            open.push((path, f));
-        }
-        for (path, f) in &open {
-            agentbox_sys::writeback::wait(f).map_err(|e| Error::Io(io_at(path, e)))?;
-        }
-    }
-    // The layer's inodes and directory entries are metadata: the journal commit forced by
-    // the `fsync` of the node that names the layer makes them durable with it (ext4 and xfs
-    // journal all metadata in one ordered log, so one commit covers every earlier change).
-    Ok(())
+    super::write_out(&files)
 }
 
 /// Remove the overlay's bookkeeping attributes (`*.overlay.*`) of the directory `path`,
@@ -933,7 +913,7 @@ impl LayersBackend {
     /// and more once a large tree was walked): a detached clone of the mount taken just
     /// before keeps its superblock alive, and a background process lets go of it
     /// ([`agentbox_sys::release::close_in_background`]). The changed files' data is written
-    /// out here instead, without a device flush of its own (see [`write_out_files`]).
+    /// out here instead, without a device flush of its own (see [`super::write_out`]).
     ///
     /// When a process holds anything open in the working tree, `None`: the caller copies
     /// the changes instead, as before, and the mount is left alone. Correctness rests on
@@ -1086,7 +1066,7 @@ impl LayersBackend {
         // Parents before children, siblings together (what a listing's readers like best).
         paths.sort();
         if super::journal_of(&dst) == super::Journal::Ordered {
-            write_out_files(&files)?;
+            super::write_out(&files)?;
         } else {
             self.durability.mark_unsynced();
         }

@@ -393,17 +393,11 @@ fn ext4_commits_in_order(path: &Path) -> bool {
 
 /// The device mounted as `major:minor` (an ext4 filesystem), from `/proc/self/mountinfo`.
 fn ext4_source(major: u32, minor: u32) -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let want = format!("{major}:{minor}");
-    text.lines().find_map(|l| {
-        let mut f = l.split(' ');
-        let dev = f.nth(2)?;
-        // After the optional fields: `-`, the type, the source.
-        let mut rest = f.skip_while(|x| *x != "-").skip(1);
-        let (fstype, source) = (rest.next()?, rest.next()?);
-        (dev == want && fstype == "ext4")
-            .then(|| PathBuf::from(agentbox_core::mountinfo::unescape(source)))
-    })
+    crate::mounts::mounts()
+        .into_iter()
+        .find(|m| m.dev == want && m.fstype == "ext4")
+        .map(|m| PathBuf::from(m.source))
 }
 
 /// Whether the ext4 superblock on `dev` has `COMPAT_FAST_COMMIT` (`s_feature_compat` at
@@ -436,13 +430,22 @@ pub(crate) fn write_json_durable<T: serde::Serialize>(path: &Path, value: &T) ->
     )?)
 }
 
-/// Write the data of the small new files `files` out to the device and wait for it,
-/// without a cache flush: durable once a later journal or transaction commit flushes it.
+/// Write the data of the files `files` out to the device and wait for it, without a cache
+/// flush: durable once a later journal or transaction commit flushes it. Writeback of every
+/// file (in batches, to bound the open descriptors) is started before waiting for any, so
+/// the writes overlap.
 pub(crate) fn write_out(files: &[PathBuf]) -> Result<()> {
-    for f in files {
-        let file = fs_err::File::open(f)?;
-        agentbox_sys::writeback::wait(&file)
-            .map_err(|e| crate::Error::Io(crate::store::io_at(f, e)))?;
+    let io = |path: &Path, e| crate::Error::Io(crate::store::io_at(path, e));
+    for batch in files.chunks(256) {
+        let mut open = Vec::with_capacity(batch.len());
+        for path in batch {
+            let f = fs_err::File::open(path)?;
+            agentbox_sys::writeback::start(&f).map_err(|e| io(path, e))?;
+            open.push((path, f));
+        }
+        for (path, f) in &open {
+            agentbox_sys::writeback::wait(f).map_err(|e| io(path, e))?;
+        }
     }
     Ok(())
 }
