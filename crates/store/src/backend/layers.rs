@@ -47,6 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
 use crate::fsops::copy::{copy_tree, CopyOpts};
+use crate::fsops::flusher::Flusher;
 use crate::fsops::scan::{read_meta, scan_tree, strip_overlay_xattrs};
 use crate::fsops::{Entry, Kind, Meta, Tree};
 use crate::listing::Listing;
@@ -537,7 +538,9 @@ impl Backend for LayersBackend {
         self.remove_tree(&tmp)?;
         fs_err::create_dir_all(&tmp)?;
         let tree = scan_tree(src)?;
+        let flusher = Flusher::start(&tmp);
         copy_tree(&tree, &tmp, &copy_opts())?;
+        drop(flusher);
         self.publish(id)?;
         Listing::new(None, tree.entries.keys().map(PathBuf::as_path)).write(&self.layers, id)?;
         Ok(LayerRecord {

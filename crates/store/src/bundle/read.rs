@@ -124,6 +124,9 @@ pub fn import(src: &Path, staging: &Path, opts: &ImportOpts) -> Result<Imported>
         Err(e) => return Err(bad(staging, e.to_string())),
     }
     let tripped = Rc::new(Cell::new(None));
+    // The device writes the unpacked files while the rest is unpacked (see `Flusher`); the
+    // caller's final flush makes them durable.
+    let flusher = crate::fsops::flusher::Flusher::start(staging);
     let result = import_inner(src, staging, opts, &tripped).map_err(|e| match tripped.get() {
         // Whatever error the cut-off stream caused downstream, the cause is the limit.
         Some(limit) => Error::TooLarge {
@@ -142,6 +145,7 @@ pub fn import(src: &Path, staging: &Path, opts: &ImportOpts) -> Result<Imported>
         },
         None => e,
     });
+    drop(flusher);
     if result.is_err() {
         let _ = fsutil::remove_tree(staging);
     }

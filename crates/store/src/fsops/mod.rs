@@ -9,6 +9,7 @@
 
 pub mod copy;
 pub mod diff;
+pub mod flusher;
 pub mod scan;
 
 pub use copy::{copy_dir, copy_entry, copy_tree, CopyOpts, CopyStats};
