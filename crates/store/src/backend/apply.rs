@@ -19,13 +19,21 @@ use crate::{Error, Result};
 /// one inode in `target` (hard links stay links). Symlinks in `target` are never followed:
 /// entries are replaced, not written through.
 /// `opaque` is the store's opaque-directory attribute (`trusted.` or `user.overlay.opaque`).
-pub(crate) fn apply_overlay_layer(diff: &Path, target: &Path, opaque: &str) -> Result<()> {
+/// `link_from`: see [`CopyOpts::link_from`] (the store's layer directory when `diff` is a
+/// published layer).
+pub(crate) fn apply_overlay_layer(
+    diff: &Path,
+    target: &Path,
+    opaque: &str,
+    link_from: Option<&Path>,
+) -> Result<()> {
     let tree = scan_tree(diff)?;
     let root = fsutil::is_root();
     let opts = CopyOpts {
         reflink: true,
         ignore_owner_errors: !root,
         xattr_filter: None,
+        link_from: link_from.map(Path::to_path_buf),
     };
     let mut dirs: Vec<(PathBuf, &crate::fsops::Meta)> = Vec::new();
     // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.
@@ -72,8 +80,8 @@ pub(crate) fn apply_overlay_layer(diff: &Path, target: &Path, opaque: &str) -> R
 /// Apply a cleanup plan to the complete tree `root` (a private copy or writable snapshot
 /// of the tree the plan was computed from), in place: remove each `delete` entry (with
 /// `remove`, which knows the backend's subvolumes) and, when `whiteouts`, leave an overlay
-/// whiteout in its place; empty each `truncate` file keeping its metadata (truncating
-/// drops file capabilities and updates the mtime, so both are restored); then give the
+/// whiteout in its place; empty each `truncate` file keeping its metadata (a new empty file
+/// given the old one's owner, xattrs, mode and mtime); then give the
 /// directories whose entries changed their mtime back.
 pub(crate) fn edit_in_place(
     root: &Path,
@@ -83,13 +91,19 @@ pub(crate) fn edit_in_place(
 ) -> Result<()> {
     let owner = fsutil::is_root();
     let mut parents: std::collections::BTreeMap<PathBuf, crate::fsops::Meta> = Default::default();
-    for e in &plan.delete {
+    // Replacing an emptied file changes its directory's mtime too.
+    for e in plan.delete.iter().chain(&plan.truncate) {
         let parent = e.rel.parent().unwrap_or(Path::new(""));
         if !parents.contains_key(parent) {
             let meta = read_meta(&fsutil::join(root, parent))?;
             parents.insert(parent.to_owned(), meta);
         }
     }
+    // Each emptied file is replaced by a new empty one, never truncated where it is: a file
+    // of a tree folded from layers is a link to the layer's own file (see
+    // `CopyOpts::link_from`), which must never change. Names of one inode in the tree stay
+    // names of one (new) inode.
+    let mut replaced: std::collections::HashMap<(u64, u64), PathBuf> = Default::default();
     for e in &plan.truncate {
         let path = root.join(&e.rel);
         let before = read_meta(&path)?;
@@ -99,19 +113,26 @@ pub(crate) fn edit_in_place(
                 message: "scanned as a regular file, found otherwise in its copy".into(),
             });
         }
+        let key = (before.dev, before.ino);
+        if let Some(first) = replaced.get(&key) {
+            std::fs::remove_file(&path).map_err(|err| Error::Io(io_at(&path, err)))?;
+            std::fs::hard_link(first, &path).map_err(|err| Error::Io(io_at(&path, err)))?;
+            continue;
+        }
         if before.size == 0 {
             continue;
         }
-        // No symlink is followed: the entry is a regular file of this private tree.
-        let file = std::fs::OpenOptions::new()
+        std::fs::remove_file(&path).map_err(|err| Error::Io(io_at(&path, err)))?;
+        // No symlink is followed: the name was just freed in this private tree.
+        std::fs::OpenOptions::new()
             .write(true)
+            .create_new(true)
+            .mode(0o600)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(&path)
             .map_err(|err| Error::Io(io_at(&path, err)))?;
-        file.set_len(0)
-            .map_err(|err| Error::Io(io_at(&path, err)))?;
-        drop(file);
         fsutil::apply_meta(&path, &before, owner, true)?;
+        replaced.insert(key, path);
     }
     for e in &plan.delete {
         let path = root.join(&e.rel);

@@ -244,7 +244,7 @@ impl BtrfsBackend {
         fs_err::create_dir_all(&diff)?;
         const OPAQUE: &str = "trusted.overlay.opaque";
         let result = LayersBackend::capture_into(dirs, &diff, OPAQUE).and_then(|captured| {
-            crate::backend::apply::apply_overlay_layer(&diff, &tmp, OPAQUE).map(|()| captured)
+            crate::backend::apply::apply_overlay_layer(&diff, &tmp, OPAQUE, None).map(|()| captured)
         });
         remove_any(&diff)?;
         let (now, paths) = result?;

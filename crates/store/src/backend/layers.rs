@@ -494,6 +494,50 @@ fn copy_opts() -> CopyOpts {
     }
 }
 
+impl LayersBackend {
+    /// Point the regular files of `tree` (a scan of the mounted working overlay) that no
+    /// write has touched at the layer file that provides them, so that a linking copy
+    /// ([`Self::linking_opts`]) shares them instead of copying their data.
+    ///
+    /// A file is taken from a layer only when the upper directory (`upper`, scanned
+    /// before the view) has nothing at its path, so overlayfs shows the lower file itself
+    /// and reports that file's own inode number, and the chain's layers resolve the path
+    /// to a file of that inode number, size and mtime: the very inode the view shows.
+    /// Anything else (a copied-up file, which overlayfs reports under its origin's inode
+    /// number, or a path whose resolution differs) is copied from the view as it shows it.
+    fn point_at_layers(&self, tree: &mut Tree, chain: &[LayerRecord], upper: &Tree) -> Result<()> {
+        let dirs = self.chain_dirs(chain);
+        let lowers =
+            crate::fsops::scan::scan_chain(&dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+        for (rel, e) in tree.entries.iter_mut() {
+            if e.meta.kind != Kind::File || upper.entries.contains_key(rel) {
+                continue;
+            }
+            if let Some(l) = lowers.get(rel) {
+                let same = l.meta.kind == Kind::File
+                    && l.meta.ino == e.meta.ino
+                    && l.meta.size == e.meta.size
+                    && (l.meta.mtime_sec, l.meta.mtime_nsec)
+                        == (e.meta.mtime_sec, e.meta.mtime_nsec);
+                if same {
+                    e.src = l.src.clone();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`copy_opts`] for a copy out of published layers (a flatten): their files are
+    /// linked, not copied, so a complete layer costs its directories and names, not a
+    /// second copy of the tree's data (see [`CopyOpts::link_from`]).
+    fn linking_opts(&self) -> CopyOpts {
+        CopyOpts {
+            link_from: Some(self.layers.clone()),
+            ..copy_opts()
+        }
+    }
+}
+
 fn ensure_whiteout_template(path: &Path) -> Result<()> {
     if path.exists() {
         return Ok(());
@@ -642,17 +686,20 @@ impl Backend for LayersBackend {
             let tmp = self.tmp_layer(id);
             self.remove_tree(&tmp)?;
             fs_err::create_dir_all(&tmp)?;
+            // The upper directory before the view: a file written in between shows new
+            // metadata in the view and is copied from it.
+            let upper = Self::scan_upper(dirs)?;
             let view = self.working_view(dirs, chain)?;
             let mut tree = scan_tree(&view.path)?;
             for e in tree.entries.values_mut() {
                 strip_overlay_xattrs(&mut e.meta);
             }
-            copy_tree(&tree, &tmp, &copy_opts())?;
+            self.point_at_layers(&mut tree, chain, &upper)?;
+            copy_tree(&tree, &tmp, &self.linking_opts())?;
             listing = Some(Listing::new(
                 None,
                 tree.entries.keys().map(PathBuf::as_path),
             ));
-            let upper = Self::scan_upper(dirs)?;
             let mut now = Captured::default();
             for (rel, e) in &upper.entries {
                 if let Some(k) = rel.to_str().filter(|k| !k.is_empty()) {
@@ -1267,7 +1314,7 @@ impl LayersBackend {
             let tree = crate::fsops::scan::scan_chain(
                 &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
             )?;
-            copy_tree(&tree, dst, &copy_opts())?;
+            copy_tree(&tree, dst, &self.linking_opts())?;
             return Ok(Some(tree.entries.into_keys().collect()));
         }
         let mut layers = chain.iter().rev();
@@ -1275,9 +1322,14 @@ impl LayersBackend {
             path: dst.to_owned(),
             message: "flatten of an empty chain".into(),
         })?;
-        crate::fsops::copy::copy_dir(&self.layer_dir(&bottom.id), dst, &copy_opts())?;
+        crate::fsops::copy::copy_dir(&self.layer_dir(&bottom.id), dst, &self.linking_opts())?;
         for l in layers {
-            crate::backend::apply::apply_overlay_layer(&self.layer_dir(&l.id), dst, self.opaque)?;
+            crate::backend::apply::apply_overlay_layer(
+                &self.layer_dir(&l.id),
+                dst,
+                self.opaque,
+                Some(&self.layers),
+            )?;
         }
         Ok(None)
     }
@@ -1293,7 +1345,7 @@ impl LayersBackend {
         self.remove_tree(&diff)?;
         fs_err::create_dir_all(&diff)?;
         let now = Self::capture_into(dirs, &diff, self.opaque).and_then(|(now, _)| {
-            crate::backend::apply::apply_overlay_layer(&diff, &tmp, self.opaque).map(|()| now)
+            crate::backend::apply::apply_overlay_layer(&diff, &tmp, self.opaque, None).map(|()| now)
         });
         self.remove_tree(&diff)?;
         now

@@ -506,7 +506,7 @@ fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathB
     let copy_opts = CopyOpts {
         reflink: true,
         ignore_owner_errors: !root,
-        xattr_filter: None,
+        ..CopyOpts::default()
     };
     if names
         .iter()

@@ -18,7 +18,7 @@ use super::{errno_at, io_at, scan::scan_tree, Entry, Kind, Meta, Tree};
 use crate::{Error, Result};
 
 /// Options of [`copy_tree`] / [`copy_entry`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct CopyOpts {
     /// Try a reflink (`FICLONE`) for regular files first; fall back to copying the data
     /// segments when the filesystem cannot share extents.
@@ -28,6 +28,13 @@ pub struct CopyOpts {
     pub ignore_owner_errors: bool,
     /// Xattrs for which this returns `false` are not copied. `None` copies every xattr.
     pub xattr_filter: Option<fn(&str) -> bool>,
+    /// Regular files whose source lies under this directory become hard links to their
+    /// source instead of copies (all their metadata is then the source's, by definition).
+    /// Only for the store's layer directory: a published layer's files never change (writes
+    /// through an overlay go to its upper directory, and every edit of a tree made from
+    /// layers replaces entries, never writes into one), so sharing their inodes shares
+    /// nothing mutable. A link the filesystem refuses (its link limit) is a copy instead.
+    pub link_from: Option<PathBuf>,
 }
 
 impl Default for CopyOpts {
@@ -37,6 +44,7 @@ impl Default for CopyOpts {
             reflink: true,
             ignore_owner_errors: false,
             xattr_filter: None,
+            link_from: None,
         }
     }
 }
@@ -52,6 +60,8 @@ pub struct CopyStats {
     pub specials: u64,
     /// Entries created as a hardlink to an earlier copy of the same inode.
     pub hardlinks: u64,
+    /// Regular files linked to their source ([`CopyOpts::link_from`]), not copied.
+    pub shared: u64,
     /// Regular files cloned with a reflink.
     pub reflinked: u64,
     /// Bytes of data written (data segments only; holes and reflinks not counted).
@@ -182,6 +192,7 @@ fn copy_files(files: &[(&Entry, PathBuf)], opts: &CopyOpts, stats: &mut CopyStat
         stats.symlinks += st.symlinks;
         stats.specials += st.specials;
         stats.reflinked += st.reflinked;
+        stats.shared += st.shared;
         stats.bytes_copied += st.bytes_copied;
         stats.reflink_unsupported |= st.reflink_unsupported;
     }
@@ -214,6 +225,15 @@ fn copy_one(entry: &Entry, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -
             stats.dirs += 1;
         }
         Kind::File => {
+            if let Some(layers) = &opts.link_from {
+                if entry.src.starts_with(layers)
+                    && !has_overlay_xattrs(&entry.src)
+                    && std::fs::hard_link(&entry.src, dst).is_ok()
+                {
+                    stats.shared += 1;
+                    return Ok(());
+                }
+            }
             let out = copy_file_data(&entry.src, dst, opts, stats)?;
             stats.files += 1;
             // Through the open descriptor: no path lookup per call.
@@ -246,6 +266,17 @@ fn copy_one(entry: &Entry, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -
         apply_meta(meta, dst, opts)?;
     }
     Ok(())
+}
+
+/// Whether the file at `path` carries overlayfs bookkeeping (a file copied up by an overlay
+/// and handed to a layer keeps its `overlay.origin`): a link would keep it, so such a file
+/// is copied with its metadata as scanned, the bookkeeping left out. Unreadable counts as
+/// carrying some.
+fn has_overlay_xattrs(path: &Path) -> bool {
+    match xattr::list(path) {
+        Ok(mut names) => names.any(|n| n.to_str().is_none_or(super::scan::is_overlay_xattr)),
+        Err(_) => true,
+    }
 }
 
 fn make_dir(path: &Path) -> Result<()> {

@@ -684,6 +684,13 @@ fn derive_at_the_maximum_depth_makes_a_complete_layer() {
         .node;
     let chain = store.chain(&derived).expect("chain");
     assert_eq!((chain.len(), chain[0].parent.as_ref()), (1, None));
+    // The complete layer links the chain's files; emptying some of them in it must not
+    // reach the chain: the environment still shows its HEAD whole.
+    assert_same(
+        &head_copy,
+        &dir,
+        "the environment after a derive at the maximum depth",
+    );
     let expected = home.path().join("deep-expected");
     snapshot_copy(&head_copy, &expected);
     for rel in REMOVED {
@@ -725,6 +732,120 @@ fn derive_at_the_maximum_depth_makes_a_complete_layer() {
     }
     store.gc().expect("gc");
     assert_clean(&store, "maximum depth");
+}
+
+fn ino(path: &Path) -> u64 {
+    std::fs::symlink_metadata(path).expect("lstat").ino()
+}
+
+/// On `layers`, a commit past the maximum depth makes one complete layer that links the
+/// files no write touched to the layers' own (no second copy of their data) and copies
+/// the changed ones, a same-size rewrite with its mtime put back included; every node
+/// still checks out as it was, and a later flatten of the flattened chain links again.
+#[test]
+fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
+    if !agentbox_testkit::tier::require_root(
+        "a_flattening_commit_links_untouched_files_and_copies_changed_ones",
+    ) {
+        return;
+    }
+    let home = agentbox_testkit::TempHome::new();
+    let root = home.path().join("store");
+    Store::init(&root, Some(BackendKind::Layers)).expect("init");
+    let config = root.join("store.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).expect("read")).expect("json");
+    json["max_depth"] = 2.into();
+    std::fs::write(&config, serde_json::to_vec(&json).expect("json")).expect("write");
+    let store = Store::open(&root).expect("open");
+
+    let dir = home.path().join("fl");
+    let first = two_commits(&store, home.path(), "fl", Some(&dir));
+    let bottom = store.backend().layer_dir(
+        &store
+            .chain(&store.node(first.as_str()).expect("node"))
+            .expect("chain")[1]
+            .id,
+    );
+    let at_second = home.path().join("at-second");
+    snapshot_copy(&dir, &at_second);
+
+    // Same size, mtime put back: only the upper directory tells it apart.
+    let same = dir.join("keep/file");
+    let mtime = mtime_of(&same);
+    std::fs::write(&same, "KEPT").expect("rewrite");
+    set_mtime_ns(&same, mtime);
+    write(&dir.join("new/file"), "new");
+    std::fs::remove_file(dir.join("tmp/c")).expect("rm");
+    let flat = commit(&store, "fl", "flattens");
+    let at_flat = home.path().join("at-flat");
+    snapshot_copy(&dir, &at_flat);
+    let chain = store
+        .chain(&store.node(flat.as_str()).expect("node"))
+        .expect("chain");
+    assert_eq!(
+        (chain.len(), chain[0].parent.as_ref()),
+        (1, None),
+        "flattened"
+    );
+    let layer = store.backend().layer_dir(&chain[0].id);
+
+    for rel in ["var/lib/apt/extended_states", "home/u/.npm/_cacache/index"] {
+        assert_eq!(
+            ino(&layer.join(rel)),
+            ino(&bottom.join(rel)),
+            "{rel}: untouched, so linked to the first layer's file"
+        );
+    }
+    assert_eq!(
+        ino(&layer.join("home/u/.bash_history")),
+        ino(&layer.join("home/u/hist-link")),
+        "names of one inode stay one inode"
+    );
+    assert_ne!(
+        ino(&layer.join("keep/file")),
+        ino(&bottom.join("keep/file"))
+    );
+    assert_eq!(
+        std::fs::read(layer.join("keep/file")).expect("read"),
+        b"KEPT"
+    );
+    assert!(!layer.join("tmp/c").exists());
+
+    // Every node as it was.
+    store.checkout("fl", first.as_str()).expect("checkout");
+    assert_same(&at_second, &dir, "the node before the flatten");
+    store.checkout("fl", flat.as_str()).expect("checkout");
+    assert_same(&at_flat, &dir, "the flattened node");
+
+    // Two more commits flatten the flattened chain: its files are linked once more.
+    write(&dir.join("new/file"), "newer");
+    commit(&store, "fl", "depth 2");
+    write(&dir.join("new/other"), "other");
+    let again = commit(&store, "fl", "flattens again");
+    let chain = store
+        .chain(&store.node(again.as_str()).expect("node"))
+        .expect("chain");
+    assert_eq!(chain.len(), 1);
+    let layer2 = store.backend().layer_dir(&chain[0].id);
+    assert_eq!(
+        ino(&layer2.join("var/lib/apt/extended_states")),
+        ino(&bottom.join("var/lib/apt/extended_states"))
+    );
+    assert_eq!(
+        std::fs::read(layer2.join("new/file")).expect("read"),
+        b"newer"
+    );
+    store.checkout("fl", flat.as_str()).expect("checkout");
+    assert_same(
+        &at_flat,
+        &dir,
+        "the first flattened node, after another flatten",
+    );
+
+    store.remove_env("fl").expect("remove");
+    store.gc().expect("gc");
+    assert_clean(&store, "flattening commits");
 }
 
 /// Environment variables of [`kill_target`].
