@@ -37,7 +37,7 @@
 //!
 //! Mounting an overlay and creating whiteouts need root (CAP_SYS_ADMIN, CAP_MKNOD).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use agentbox_core::atomic::{read_json_opt, write_json_unsynced};
@@ -500,28 +500,37 @@ impl LayersBackend {
     /// ([`Self::linking_opts`]) shares them instead of copying their data.
     ///
     /// A file is taken from a layer only when the upper directory (`upper`, scanned
-    /// before the view) has nothing at its path, so overlayfs shows the lower file itself
-    /// and reports that file's own inode number, and the chain's layers resolve the path
-    /// to a file of that inode number, size and mtime: the very inode the view shows.
-    /// Anything else (a copied-up file, which overlayfs reports under its origin's inode
-    /// number, or a path whose resolution differs) is copied from the view as it shows it.
+    /// before the view) has nothing at its path: overlayfs then shows the lower file itself
+    /// and reports that file's own inode number, so the name in the chain's layers with
+    /// that inode number (the layers are one filesystem) is the very inode the view shows.
+    /// A copied-up file, which overlayfs reports under its origin's inode number, is in
+    /// the upper directory and is copied from the view as it shows it. Only directory
+    /// entries are read (`d_ino`), not the layers' inodes.
     fn point_at_layers(&self, tree: &mut Tree, chain: &[LayerRecord], upper: &Tree) -> Result<()> {
-        let dirs = self.chain_dirs(chain);
-        let lowers =
-            crate::fsops::scan::scan_chain(&dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+        use walkdir::DirEntryExt as _;
+        let mut by_ino: HashMap<u64, PathBuf> = HashMap::new();
+        for dir in self.chain_dirs(chain) {
+            for entry in walkdir::WalkDir::new(&dir)
+                .follow_links(false)
+                .same_file_system(true)
+            {
+                let entry = entry.map_err(|e| Error::Backend {
+                    path: e.path().unwrap_or(&dir).to_owned(),
+                    message: format!("reading a layer: {e}"),
+                })?;
+                if entry.file_type().is_file() {
+                    by_ino
+                        .entry(entry.ino())
+                        .or_insert_with(|| entry.into_path());
+                }
+            }
+        }
         for (rel, e) in tree.entries.iter_mut() {
             if e.meta.kind != Kind::File || upper.entries.contains_key(rel) {
                 continue;
             }
-            if let Some(l) = lowers.get(rel) {
-                let same = l.meta.kind == Kind::File
-                    && l.meta.ino == e.meta.ino
-                    && l.meta.size == e.meta.size
-                    && (l.meta.mtime_sec, l.meta.mtime_nsec)
-                        == (e.meta.mtime_sec, e.meta.mtime_nsec);
-                if same {
-                    e.src = l.src.clone();
-                }
+            if let Some(src) = by_ino.get(&e.meta.ino) {
+                e.src = src.clone();
             }
         }
         Ok(())

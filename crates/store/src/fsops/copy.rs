@@ -101,9 +101,10 @@ pub fn copy_tree(tree: &Tree, dst_root: &Path, opts: &CopyOpts) -> Result<CopySt
     // written in any order, by several threads.
     let mut dirs: Vec<(&Entry, PathBuf)> = vec![(root, dst_root.to_path_buf())];
     let mut files: Vec<(&Entry, PathBuf)> = Vec::new();
-    // Entries of multiply-linked inodes: copied after the others, in tree order, so the
-    // first name of an inode is copied and every later one is linked to it.
-    let mut linked: Vec<(&Entry, PathBuf)> = Vec::new();
+    // Names of multiply-linked inodes: the first of each (in tree order) is copied with
+    // the others, every later one is linked to it once all are copied.
+    let mut firsts: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    let mut later: Vec<(PathBuf, PathBuf)> = Vec::new();
     for (rel, entry) in &tree.entries {
         if rel.as_os_str().is_empty() {
             continue;
@@ -113,25 +114,23 @@ pub fn copy_tree(tree: &Tree, dst_root: &Path, opts: &CopyOpts) -> Result<CopySt
             make_dir(&dst)?;
             stats.dirs += 1;
             dirs.push((entry, dst));
-        } else if entry.meta.nlink > 1 {
-            linked.push((entry, dst));
-        } else {
-            files.push((entry, dst));
-        }
-    }
-    copy_files(&files, opts, &mut stats)?;
-    // First copy of each multiply-linked inode: (dev, ino) → destination path.
-    let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
-    for (entry, dst) in &linked {
-        let key = (entry.meta.dev, entry.meta.ino);
-        if let Some(first) = links.get(&key) {
-            std::fs::hard_link(first, dst)
-                .map_err(|e| io_at(&format!("hardlink {} to", first.display()), dst, e))?;
-            stats.hardlinks += 1;
             continue;
         }
-        links.insert(key, dst.clone());
-        copy_one(entry, dst, opts, &mut stats)?;
+        if entry.meta.nlink > 1 {
+            let key = (entry.meta.dev, entry.meta.ino);
+            if let Some(first) = firsts.get(&key) {
+                later.push((first.clone(), dst));
+                continue;
+            }
+            firsts.insert(key, dst.clone());
+        }
+        files.push((entry, dst));
+    }
+    copy_files(&files, opts, &mut stats)?;
+    for (first, dst) in &later {
+        std::fs::hard_link(first, dst)
+            .map_err(|e| io_at(&format!("hardlink {} to", first.display()), dst, e))?;
+        stats.hardlinks += 1;
     }
     // BTreeMap order puts every directory before its descendants: reversed, each directory
     // comes after all of its subdirectories.
