@@ -12,6 +12,9 @@
 //! took 3.45–3.93 s with one, 3.33–3.45 s without), and its final flush was short anyway
 //! (0.3–0.45 s of those).
 //!
+//! Other programs' dirty data on that filesystem is written out with it, as by any
+//! `syncfs`: only sooner than the kernel would have.
+//!
 //! Only a way to start writes early: the caller's own final flush is still what makes the
 //! data durable and reports any write error, so the background calls' errors are ignored.
 
