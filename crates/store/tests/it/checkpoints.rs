@@ -647,6 +647,21 @@ fn a_box_derive_records_removals_as_whiteouts_and_flatten_keeps_them() {
     }
 }
 
+/// A `layers` store in a temporary home whose chains flatten at the smallest depth the
+/// backend allows (2: a create and one commit reach it).
+fn shallow_layers_store() -> (agentbox_testkit::TempHome, Store) {
+    let home = agentbox_testkit::TempHome::new();
+    let root = home.path().join("store");
+    Store::init(&root, Some(BackendKind::Layers)).expect("init");
+    let config = root.join("store.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).expect("read")).expect("json");
+    json["max_depth"] = 2.into();
+    std::fs::write(&config, serde_json::to_vec(&json).expect("json")).expect("write");
+    let store = Store::open(&root).expect("open");
+    (home, store)
+}
+
 /// On `layers`, a derive from a chain at the store's maximum depth makes one complete layer
 /// (folded, then edited in place) instead of a deeper chain; a box's keeps its whiteouts.
 #[test]
@@ -654,16 +669,7 @@ fn derive_at_the_maximum_depth_makes_a_complete_layer() {
     if !agentbox_testkit::tier::require_root("derive_at_the_maximum_depth_makes_a_complete_layer") {
         return;
     }
-    let home = agentbox_testkit::TempHome::new();
-    let root = home.path().join("store");
-    Store::init(&root, Some(BackendKind::Layers)).expect("init");
-    // The smallest depth the backend allows: a create and one commit reach it.
-    let config = root.join("store.json");
-    let mut json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config).expect("read")).expect("json");
-    json["max_depth"] = 2.into();
-    std::fs::write(&config, serde_json::to_vec(&json).expect("json")).expect("write");
-    let store = Store::open(&root).expect("open");
+    let (home, store) = shallow_layers_store();
 
     let dir = home.path().join("deep");
     two_commits(&store, home.path(), "deep", Some(&dir));
@@ -749,15 +755,7 @@ fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
     ) {
         return;
     }
-    let home = agentbox_testkit::TempHome::new();
-    let root = home.path().join("store");
-    Store::init(&root, Some(BackendKind::Layers)).expect("init");
-    let config = root.join("store.json");
-    let mut json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config).expect("read")).expect("json");
-    json["max_depth"] = 2.into();
-    std::fs::write(&config, serde_json::to_vec(&json).expect("json")).expect("write");
-    let store = Store::open(&root).expect("open");
+    let (home, store) = shallow_layers_store();
 
     let dir = home.path().join("fl");
     let first = two_commits(&store, home.path(), "fl", Some(&dir));
