@@ -38,7 +38,6 @@ use rustix::fs::{Gid, Mode, Timespec, Timestamps, Uid};
 
 use super::layers::LayersBackend;
 use super::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
-use crate::fsops::flusher::Flusher;
 use crate::listing::Listing;
 use crate::{Error, Result};
 
@@ -325,9 +324,7 @@ impl Backend for BtrfsBackend {
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = btrfs::create_subvolume(&layers, OsStr::new(&tmp_name)).map_err(sys)?;
         self.durability.mark_unsynced();
-        let flusher = Flusher::start(&tmp);
         crate::fsops::copy::copy_dir(src, &tmp, &Default::default())?;
-        drop(flusher);
         copy_root_meta(src, &tmp)?;
         self.publish_layer(&layers, &tmp_name, id)
     }

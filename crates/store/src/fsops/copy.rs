@@ -272,10 +272,9 @@ fn copy_one(entry: &Entry, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -
 /// is copied with its metadata as scanned, the bookkeeping left out. Unreadable counts as
 /// carrying some.
 fn has_overlay_xattrs(path: &Path) -> bool {
-    match xattr::list(path) {
-        Ok(mut names) => names.any(|n| n.to_str().is_none_or(super::scan::is_overlay_xattr)),
-        Err(_) => true,
-    }
+    super::scan::xattr_names(path).map_or(true, |names| {
+        names.iter().any(|n| super::scan::is_overlay_xattr(n))
+    })
 }
 
 fn make_dir(path: &Path) -> Result<()> {

@@ -740,6 +740,15 @@ fn derive_at_the_maximum_depth_makes_a_complete_layer() {
     assert_clean(&store, "maximum depth");
 }
 
+/// The overlayfs attributes (`*.overlay.*`) of `path`.
+fn overlay_xattrs(path: &Path) -> Vec<String> {
+    xattr::list(path)
+        .expect("xattrs")
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| n.contains(".overlay."))
+        .collect()
+}
+
 fn ino(path: &Path) -> u64 {
     std::fs::symlink_metadata(path).expect("lstat").ino()
 }
@@ -809,6 +818,21 @@ fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
         b"KEPT"
     );
     assert!(!layer.join("tmp/c").exists());
+    // Written through the overlay: its copy-up's bookkeeping (which the second layer holds)
+    // is not carried into the complete layer by a link.
+    let second = store.backend().layer_dir(
+        &store
+            .chain(&store.node(first.as_str()).expect("node"))
+            .expect("chain")[0]
+            .id,
+    );
+    let held = overlay_xattrs(&second.join("var/log/app.log"));
+    assert!(
+        held.iter().any(|n| n.starts_with("trusted.overlay.")),
+        "{held:?}"
+    );
+    let carried = overlay_xattrs(&layer.join("var/log/app.log"));
+    assert!(carried.is_empty(), "{carried:?}");
 
     // Every node as it was.
     store.checkout("fl", first.as_str()).expect("checkout");
@@ -818,6 +842,9 @@ fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
 
     // Two more commits flatten the flattened chain: its files are linked once more.
     write(&dir.join("new/file"), "newer");
+    // Attributes overlayfs would obey (a box can set `user.*` ones on its files) never reach
+    // a complete layer either.
+    xattr::set(dir.join("keep/file"), "user.overlay.whiteout", b"y").expect("xattr");
     commit(&store, "fl", "depth 2");
     write(&dir.join("new/other"), "other");
     let again = commit(&store, "fl", "flattens again");
@@ -834,6 +861,8 @@ fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
         std::fs::read(layer2.join("new/file")).expect("read"),
         b"newer"
     );
+    let carried = overlay_xattrs(&layer2.join("keep/file"));
+    assert!(carried.is_empty(), "{carried:?}");
     store.checkout("fl", flat.as_str()).expect("checkout");
     assert_same(
         &at_flat,
