@@ -30,9 +30,7 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::LayerRecord;
-use crate::fsops::scan::{
-    is_opaque, read_meta, scan_chain, scan_chain_below, strip_overlay_xattrs,
-};
+use crate::fsops::scan::{read_meta, scan_chain, scan_chain_below, strip_overlay_xattrs};
 use crate::fsops::{Entry, Kind, Tree};
 use crate::listing::Listing;
 use crate::node::{Detached, DetachedHow, Node};
@@ -560,13 +558,10 @@ impl<'a> Resolver<'a> {
                     message: "a layer root must be a directory".into(),
                 });
             }
+            // Every root merges: overlayfs reads no `opaque` attribute on a layer's root.
             merged.push(layer.clone());
-            let opaque = is_opaque(&meta);
             if root_meta.is_none() {
                 root_meta = Some(meta);
-            }
-            if opaque {
-                break;
             }
         }
         let mut meta = root_meta.ok_or_else(|| Error::Backend {

@@ -628,7 +628,11 @@ impl Backend for LayersBackend {
             message: "a layer diff needs a base layer".into(),
         })?;
         self.durability.mark_unsynced();
-        if top.depth + 1 > self.max_depth {
+        // A layer that marks its root opaque hides the whole base, which overlayfs cannot
+        // express (it reads no `opaque` attribute on a layer's root): it is applied like one
+        // too deep to stack.
+        let root_opaque = staged.join(crate::bundle::OPAQUE_MARKER).exists();
+        if top.depth + 1 > self.max_depth || root_opaque {
             // Too deep to stack: store the applied result as a complete layer.
             let work = staged.with_extension("full");
             self.remove_tree(&work)?;

@@ -572,7 +572,7 @@ fn apply_dir(staged: &Path, target: &Path, links: &mut HashMap<(u64, u64), PathB
 
 /// Convert the markers of a staged layer in place into overlayfs form: `.wh.x` becomes a
 /// 0/0 character device `x`, `.wh..wh..opq` becomes `trusted.overlay.opaque=y` on its
-/// directory. Needs root. Directory mtimes are kept.
+/// directory. Needs root. Directory mtimes are kept. A root opaque marker is refused.
 pub fn to_overlay_layer(staged: &Path) -> Result<()> {
     let mut markers = Vec::new();
     for e in walkdir::WalkDir::new(staged).follow_links(false) {
@@ -597,6 +597,21 @@ pub fn to_overlay_layer(staged: &Path) -> Result<()> {
     };
     for m in markers {
         let Some(dir) = m.parent() else { continue };
+        if dir == staged
+            && m.file_name()
+                .is_some_and(|n| n.as_bytes() == OPAQUE_MARKER.as_bytes())
+        {
+            // Overlayfs reads no `opaque` attribute on a layer's root: the marker would be
+            // ignored there, and the layer would show the base it means to hide.
+            return Err(apply_err(
+                &m,
+                "converting",
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "an opaque root cannot be an overlayfs layer; apply it to its base instead",
+                ),
+            ));
+        }
         let dmd = read_meta(dir).map_err(|e| apply_err(dir, "lstat", e))?;
         let name = m
             .file_name()

@@ -226,69 +226,89 @@ pub fn strip_overlay_xattrs(meta: &mut Meta) {
 ///
 /// Whiteouts hide the path (and everything under it) in lower layers and are not entries of
 /// the result; an opaque directory hides the lower layers' contents of that directory; a
-/// non-directory hides whatever lies below it; directories over directories merge. Each
+/// non-directory hides whatever lies below it; directories over directories merge; the
+/// roots of all layers merge, whatever attributes they carry (as in overlayfs). Each
 /// entry's `src` is its path in the layer that provides it, and overlay-private xattrs are
 /// removed from every `Meta`.
 pub fn scan_chain(layers: &[&Path]) -> Result<Tree> {
-    let mut tree = Tree::default();
-    let Some(top) = layers.first() else {
-        return Ok(tree);
-    };
-    if let [only] = layers {
-        // One layer merges with nothing: its tree minus whiteouts (which hide nothing and are
-        // not entries) and overlay bookkeeping. The parallel walk makes this the fast path
-        // for btrfs nodes and complete layers.
-        let mut tree = scan_tree(only)?;
-        if !tree.root().is_some_and(|r| r.meta.is_dir()) {
-            return Err(Error::Backend {
-                path: only.to_path_buf(),
-                message: "a layer root must be a directory".into(),
-            });
-        }
-        tree.entries
-            .retain(|rel, e| rel.as_os_str().is_empty() || !is_whiteout(&e.meta));
-        for e in tree.entries.values_mut() {
-            strip_overlay_xattrs(&mut e.meta);
-        }
-        return Ok(tree);
+    if layers.is_empty() {
+        return Ok(Tree::default());
     }
-    let mut root_meta = read_meta(top)?;
-    if !root_meta.is_dir() {
-        return Err(Error::Backend {
-            path: top.to_path_buf(),
-            message: "a layer root must be a directory".into(),
-        });
-    }
-    // The root merges every layer down to (and including) the first opaque one.
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    for (i, layer) in layers.iter().enumerate() {
-        let meta = if i == 0 {
-            root_meta.clone()
-        } else {
-            read_meta(layer)?
-        };
-        if !meta.is_dir() {
+    // Every layer's root merges, opaque or not: overlayfs never looks a root up, so it
+    // never reads an `opaque` attribute there.
+    for layer in layers {
+        if !read_meta(layer)?.is_dir() {
             return Err(Error::Backend {
                 path: layer.to_path_buf(),
                 message: "a layer root must be a directory".into(),
             });
         }
-        dirs.push(layer.to_path_buf());
-        if is_opaque(&meta) {
-            break;
-        }
     }
-    strip_overlay_xattrs(&mut root_meta);
-    tree.entries.insert(
-        PathBuf::new(),
-        Entry {
-            rel: PathBuf::new(),
-            src: top.to_path_buf(),
-            meta: root_meta,
-        },
-    );
-    merge_dir(&dirs, Path::new(""), &mut tree)?;
+    // Each layer is scanned whole (in parallel, by `scan_tree`) and the layers are laid
+    // over each other in memory, bottom first. That reads every entry of every layer once,
+    // where resolving name by name through the stack (`merge_dir`) stats each name in every
+    // layer: on a chain of a complete layer and a few small ones, most of the cost.
+    let mut scans = Vec::with_capacity(layers.len());
+    for layer in layers.iter().rev() {
+        scans.push(scan_tree(layer)?);
+    }
+    let mut scans = scans.into_iter();
+    let mut tree = scans
+        .next()
+        .expect("the chain is not empty, so it has a bottom layer");
+    // The bottom layer's whiteouts hide nothing.
+    tree.entries
+        .retain(|rel, e| rel.as_os_str().is_empty() || !is_whiteout(&e.meta));
+    for upper in scans {
+        lay_over(&mut tree, upper);
+    }
+    for e in tree.entries.values_mut() {
+        strip_overlay_xattrs(&mut e.meta);
+    }
     Ok(tree)
+}
+
+/// Lay the raw scan of one layer over the merged tree of the layers below it, as overlayfs
+/// resolves a name: a whiteout hides the path and everything under it; a non-directory
+/// replaces whatever was there (a directory with all its contents); a directory merges with
+/// a directory below it unless it is opaque, and otherwise replaces what was there. The
+/// layer's root merges with the root below and provides its metadata.
+fn lay_over(tree: &mut Tree, upper: Tree) {
+    // `entries` iterates parents before children, so a directory is settled before its
+    // contents from the same layer arrive.
+    for (rel, entry) in upper.entries {
+        if rel.as_os_str().is_empty() {
+            tree.entries.insert(rel, entry);
+            continue;
+        }
+        if is_whiteout(&entry.meta) {
+            remove_subtree(tree, &rel);
+            continue;
+        }
+        let merges = entry.meta.is_dir()
+            && !is_opaque(&entry.meta)
+            && tree.entries.get(&rel).is_some_and(|e| e.meta.is_dir());
+        if !merges {
+            remove_subtree(tree, &rel);
+        }
+        tree.entries.insert(rel, entry);
+    }
+}
+
+/// Remove `rel` and every entry below it. Paths order by components, so the entries below
+/// `rel` are exactly the run of keys right after it that start with it.
+fn remove_subtree(tree: &mut Tree, rel: &Path) {
+    use std::ops::Bound;
+    tree.entries.remove(rel);
+    let below: Vec<PathBuf> = tree
+        .entries
+        .range::<Path, _>((Bound::Excluded(rel), Bound::Unbounded))
+        .take_while(|(k, _)| k.starts_with(rel))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in below {
+        tree.entries.remove(&k);
+    }
 }
 
 /// The entries strictly below directory `rel` of a merged view, where `dirs` are the

@@ -174,7 +174,13 @@ fn fidelity_tree(root: &Path, with_sparse: bool) {
     fix_dir_mtimes(root);
 }
 
-fn node(id: &str, parent: Option<&str>, base: Option<&str>, layer: &LayerSource) -> ManifestNode {
+/// The manifest record of node `id` with layer `layer`.
+pub(crate) fn node(
+    id: &str,
+    parent: Option<&str>,
+    base: Option<&str>,
+    layer: &LayerSource,
+) -> ManifestNode {
     let s = layer_summary(layer).expect("summary");
     ManifestNode {
         id: id.to_owned(),

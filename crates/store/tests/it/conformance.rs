@@ -286,6 +286,77 @@ fn export_import_history_round_trip() {
     }
 }
 
+/// A history bundle whose second layer marks its root opaque (a crafted bundle: the
+/// format allows it, `export` never writes it) means "nothing of the base": the imported
+/// node shows that layer alone on every backend, and its base still checks out whole.
+#[test]
+fn an_opaque_layer_root_hides_the_whole_base() {
+    use agentbox_store::bundle::{
+        layer_from_trees, BundleKind, BundleWriter, Compression, Manifest,
+    };
+    use agentbox_store::fsops::scan_tree;
+    for fx in fixtures("an_opaque_layer_root_hides_the_whole_base") {
+        let (t0, t1) = (fx.base.join("t0"), fx.base.join("t1"));
+        write(&t0.join("a"), "from the base");
+        write(&t0.join("d/x"), "from the base too");
+        write(&t1.join("b"), "the only file");
+        let (s0, s1) = (scan_tree(&t0).expect("scan"), scan_tree(&t1).expect("scan"));
+        let l0 = layer_from_trees(None, &s0).expect("layer 0");
+        let mut l1 = layer_from_trees(Some(&s0), &s1).expect("layer 1");
+        l1.whiteouts.clear();
+        l1.opaque_dirs.push(std::path::PathBuf::new());
+        let mut m = Manifest::new(BundleKind::History, "demo", "n1");
+        m.nodes.push(crate::bundle::node("n0", None, None, &l0));
+        m.nodes
+            .push(crate::bundle::node("n1", Some("n0"), Some("n0"), &l1));
+        m.tags.insert("top".to_owned(), "n1".to_owned());
+        let bundle = fx.base.join("opaque-root.bundle");
+        let mut w = BundleWriter::new(
+            std::fs::File::create(&bundle).expect("create"),
+            BundleKind::History,
+            Compression::Zstd,
+        )
+        .expect("writer");
+        w.write_manifest(&m).expect("manifest");
+        w.write_layer("n0", &l0).expect("layer 0");
+        w.write_layer("n1", &l1).expect("layer 1");
+        w.finish().expect("finish");
+
+        let store = fx.store();
+        let dir = fx.dir("opaque");
+        agentbox_store::transfer::import(
+            &store,
+            bundle.to_str().expect("utf8"),
+            "o",
+            &dir,
+            agentbox_store::transfer::ImportOptions::default(),
+        )
+        .expect("import");
+        assert_same(&t1, &dir, "the node with an opaque root");
+        let (node, changes) = store.show("o", "HEAD").expect("show");
+        assert_eq!(node.id.as_str(), "n1");
+        let changed: Vec<String> = changes
+            .iter()
+            .map(|c| format!("{:?} {}", c.kind, c.path.display()))
+            .collect();
+        assert_eq!(
+            changed,
+            ["Removed a", "Added b", "Removed d", "Removed d/x"]
+        );
+        store.checkout("o", "HEAD~1").expect("checkout the base");
+        assert_same(&t0, &dir, "the base");
+        store
+            .checkout("o", "top")
+            .expect("checkout the tagged node");
+        assert_same(
+            &t1,
+            &dir,
+            &format!("{:?}: the node with an opaque root, again", fx.kind),
+        );
+        store.remove_env("o").expect("destroy");
+    }
+}
+
 /// One step of a random editing session on a working tree.
 #[derive(Debug, Clone)]
 enum Op {

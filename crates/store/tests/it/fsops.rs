@@ -481,6 +481,173 @@ fn chain_of_one_layer_is_scan_tree() {
     assert_eq!(scan_chain(&[&src]).expect("chain"), raw);
 }
 
+/// A deterministic stream of small random numbers (xorshift).
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Fill directory `dir` of layer `layer` with entries named from a small alphabet, so that
+/// the layers of a stack collide on names: files, symlinks and directories over one
+/// another, whiteouts (0/0 devices), and directories marked opaque the way a privileged
+/// overlayfs reads it. Directory mtimes are set after their children.
+fn fill_layer_dir(dir: &Path, rel: &str, layer: usize, depth: usize, dice: &mut Dice) {
+    for name in ["a", "b", "c", "d"] {
+        let path = dir.join(name);
+        let child_rel = format!("{rel}/{name}");
+        let choice = dice.below(if depth < 3 { 9 } else { 6 });
+        match choice {
+            0 | 1 => continue,
+            2 | 3 => write_and_set_times(
+                &path,
+                format!("{child_rel} in layer {layer}\n").as_bytes(),
+                [0o644, 0o600, 0o755][dice.below(3) as usize],
+                (1_600_000_000 + dice.below(1000) as i64, 0),
+            ),
+            4 => fs_err::os::unix::fs::symlink(format!("target-{layer}"), &path).expect("symlink"),
+            5 => mknod(&path, FileType::CharacterDevice, 0),
+            _ => {
+                fs_err::create_dir(&path).expect("mkdir");
+                fill_layer_dir(&path, &child_rel, layer, depth + 1, dice);
+                if choice == 8 {
+                    xattr::set(&path, "trusted.overlay.opaque", b"y").expect("setxattr");
+                }
+                set_mode(&path, [0o755, 0o750, 0o700][dice.below(3) as usize]);
+                set_mtime(&path, 1_500_000_000 + dice.below(1000) as i64, 0);
+            }
+        }
+        if choice != 5 && dice.below(4) == 0 {
+            xattr::set(&path, "trusted.layer", layer.to_string().as_bytes()).expect("setxattr");
+        }
+    }
+}
+
+/// The fields of an entry that the merged view shows, for comparing our merge with the
+/// kernel's: everything but the identity of the inode (and the times the kernel sets).
+fn shown(e: &agentbox_store::fsops::Entry) -> String {
+    let m = &e.meta;
+    let xattrs: Vec<_> = m
+        .xattrs
+        .iter()
+        .filter(|(k, _)| !k.starts_with("trusted.overlay."))
+        .collect();
+    format!(
+        "{} {:?} {:o} {}:{} size {} mtime {} {:?} {:?}",
+        e.rel.display(),
+        m.kind,
+        m.perm,
+        m.uid,
+        m.gid,
+        m.size,
+        m.mtime_sec,
+        m.target,
+        xattrs
+    )
+}
+
+/// What a program sees below `dir` of a mounted overlayfs, as [`shown`] lines in path order.
+/// A directory that comes from one layer alone is read straight from it, so its listing
+/// still names the whiteouts in it; looking such a name up finds nothing, as for any path a
+/// whiteout hides. Such names are not part of the view.
+fn walk_view(dir: &Path, rel: &Path, out: &mut Vec<String>) {
+    let mut names: Vec<_> = fs_err::read_dir(dir)
+        .expect("read a directory of the view")
+        .map(|e| e.expect("read a directory entry of the view").file_name())
+        .collect();
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        let meta = match read_meta(&path) {
+            Ok(m) => m,
+            Err(agentbox_store::Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                continue
+            }
+            Err(e) => panic!("lstat {}: {e}", path.display()),
+        };
+        let entry = agentbox_store::fsops::Entry {
+            rel: rel.join(&name),
+            src: path.clone(),
+            meta,
+        };
+        out.push(shown(&entry));
+        if entry.meta.is_dir() {
+            walk_view(&path, &entry.rel, out);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// `scan_chain` merges a stack of layers exactly as overlayfs does: the kernel's view of
+    /// the same stack, mounted read-only, is the oracle.
+    #[test]
+    fn chain_merges_like_the_kernel(seed in any::<u64>(), count in 2usize..6) {
+        if !require_root("chain_merges_like_the_kernel") {
+            return Ok(());
+        }
+        let home = TempHome::new();
+        let mut dice = Dice(seed | 1);
+        let layers: Vec<PathBuf> = (0..count)
+            .map(|i| {
+                let dir = home.path().join(format!("layer{i}"));
+                fs_err::create_dir(&dir).expect("mkdir layer");
+                fill_layer_dir(&dir, "", i, 0, &mut dice);
+                // Now and then a layer below the top hides everything under it.
+                if i > 0 && dice.below(8) == 0 {
+                    xattr::set(&dir, "trusted.overlay.opaque", b"y").expect("setxattr");
+                }
+                dir
+            })
+            .collect();
+        let refs: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+        let ours = scan_chain(&refs).expect("scan_chain");
+
+        let view = home.path().join("view");
+        fs_err::create_dir(&view).expect("mkdir view");
+        let lowerdir = layers
+            .iter()
+            .map(|l| l.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        rustix::mount::mount(
+            "overlay",
+            &view,
+            "overlay",
+            rustix::mount::MountFlags::RDONLY,
+            std::ffi::CString::new(format!("lowerdir={lowerdir}"))
+                .expect("no NUL in a path")
+                .as_c_str(),
+        )
+        .expect("mount overlay");
+        let mut kernel_shown = Vec::new();
+        walk_view(&view, Path::new(""), &mut kernel_shown);
+        let contents: Vec<(PathBuf, Vec<u8>)> = ours
+            .entries
+            .values()
+            .filter(|e| e.meta.kind == Kind::File)
+            .map(|e| (e.rel.clone(), fs_err::read(view.join(&e.rel)).unwrap_or_default()))
+            .collect();
+        rustix::mount::unmount(&view, rustix::mount::UnmountFlags::DETACH).expect("unmount");
+        let ours_shown: Vec<String> = ours.entries.values().skip(1).map(shown).collect();
+        prop_assert_eq!(ours_shown, kernel_shown);
+        for (rel, seen) in contents {
+            let src = &ours.get(&rel).expect("listed above").src;
+            prop_assert_eq!(&fs_err::read(src).expect("read provider"), &seen, "{}", rel.display());
+        }
+        // Every entry names the layer that provides it.
+        for e in ours.entries.values() {
+            prop_assert!(layers.iter().any(|l| e.src == l.join(&e.rel)), "{}", e.src.display());
+        }
+    }
+}
+
 #[test]
 fn diff_reports_every_kind() {
     let home = TempHome::new();
