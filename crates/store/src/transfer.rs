@@ -367,6 +367,7 @@ pub fn import(
         Ok(report)
     })();
     let _ = store.backend().remove_tree(&stage);
+    timer.lap("cleanup");
     if result.is_err() && !dir_existed {
         // Only an empty directory goes: `remove_dir` refuses anything else.
         let _ = std::fs::remove_dir(dir);
