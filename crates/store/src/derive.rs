@@ -303,7 +303,10 @@ impl Store {
         let plan = match self.plan_from_listings(&chain, &dirs, &delete, &truncate)? {
             Some(plan) => plan,
             None => {
-                let tree = scan_chain(&dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+                let tree = scan_chain(
+                    &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                    self.backend.opaque_xattr(),
+                )?;
                 plan(&delete, &truncate, &tree)
             }
         };
@@ -532,13 +535,16 @@ struct Resolved {
 /// Lookups are cached, so the ancestors shared by many paths are read once.
 struct Resolver<'a> {
     layers: &'a [PathBuf],
+    /// The layers' opaque-directory attribute.
+    opaque: &'a str,
     cache: HashMap<PathBuf, Option<Resolved>>,
 }
 
 impl<'a> Resolver<'a> {
-    fn new(layers: &'a [PathBuf]) -> Resolver<'a> {
+    fn new(layers: &'a [PathBuf], opaque: &'a str) -> Resolver<'a> {
         Resolver {
             layers,
+            opaque,
             cache: HashMap::new(),
         }
     }
@@ -586,7 +592,7 @@ impl<'a> Resolver<'a> {
         }
         let found = match (rel.parent(), rel.file_name()) {
             (Some(parent), Some(name)) => match self.get(parent)? {
-                Some(p) if p.entry.meta.is_dir() => Self::child(&p, rel, name)?,
+                Some(p) if p.entry.meta.is_dir() => self.child(&p, rel, name)?,
                 _ => None,
             },
             _ => Some(self.root()?),
@@ -596,20 +602,27 @@ impl<'a> Resolver<'a> {
     }
 
     /// Child `name` (at `rel`) of the merged directory `parent`.
-    fn child(parent: &Resolved, rel: &Path, name: &std::ffi::OsStr) -> Result<Option<Resolved>> {
-        Ok(crate::fsops::scan::merged_child(&parent.merged, name)?.map(
-            |(src, mut meta, merged)| {
-                strip_overlay_xattrs(&mut meta);
-                Resolved {
-                    entry: Entry {
-                        rel: rel.to_owned(),
-                        src,
-                        meta,
-                    },
-                    merged,
-                }
-            },
-        ))
+    fn child(
+        &self,
+        parent: &Resolved,
+        rel: &Path,
+        name: &std::ffi::OsStr,
+    ) -> Result<Option<Resolved>> {
+        Ok(
+            crate::fsops::scan::merged_child(&parent.merged, name, self.opaque)?.map(
+                |(src, mut meta, merged)| {
+                    strip_overlay_xattrs(&mut meta);
+                    Resolved {
+                        entry: Entry {
+                            rel: rel.to_owned(),
+                            src,
+                            meta,
+                        },
+                        merged,
+                    }
+                },
+            ),
+        )
     }
 }
 
@@ -628,7 +641,10 @@ impl Store {
         if let Some(plan) = self.plan_from_listings(&chain, &dirs, &delete, &truncate)? {
             return Ok(plan);
         }
-        let tree = scan_chain(&dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+        let tree = scan_chain(
+            &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+            self.backend.opaque_xattr(),
+        )?;
         Ok(plan(&delete, &truncate, &tree))
     }
 
@@ -695,7 +711,7 @@ impl Store {
             }
         }
         timer.lap("listings");
-        let mut resolver = Resolver::new(dirs);
+        let mut resolver = Resolver::new(dirs, self.backend.opaque_xattr());
         let mut deleted: Vec<Resolved> = Vec::new();
         let mut deleted_set: HashSet<PathBuf> = HashSet::new();
         let mut emptied: Vec<Entry> = Vec::new();
@@ -732,7 +748,10 @@ impl Store {
         for d in &deleted {
             count(&d.entry);
             if d.entry.meta.is_dir() {
-                for e in scan_chain_below(&d.merged, &d.entry.rel)?.entries.values() {
+                for e in scan_chain_below(&d.merged, &d.entry.rel, self.backend.opaque_xattr())?
+                    .entries
+                    .values()
+                {
                     count(e);
                 }
             }

@@ -228,7 +228,7 @@ impl Store {
     pub fn node_tree(&self, node: &Node) -> Result<Tree> {
         let dirs = self.chain_dirs(node)?;
         let refs: Vec<&std::path::Path> = dirs.iter().map(|d| d.as_path()).collect();
-        scan_chain(&refs)
+        scan_chain(&refs, self.backend().opaque_xattr())
     }
 
     /// What `reference` changed relative to its parent.

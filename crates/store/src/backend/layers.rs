@@ -582,6 +582,10 @@ impl Backend for LayersBackend {
         BackendKind::Layers
     }
 
+    fn opaque_xattr(&self) -> &'static str {
+        self.opaque
+    }
+
     fn layer_dir(&self, id: &str) -> PathBuf {
         self.layers.join(id)
     }
@@ -639,7 +643,11 @@ impl Backend for LayersBackend {
             fs_err::create_dir_all(&work)?;
             let dirs: Vec<PathBuf> = base.iter().map(|l| self.layer_dir(&l.id)).collect();
             let refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
-            copy_tree(&crate::fsops::scan::scan_chain(&refs)?, &work, &copy_opts())?;
+            copy_tree(
+                &crate::fsops::scan::scan_chain(&refs, self.opaque)?,
+                &work,
+                &copy_opts(),
+            )?;
             crate::bundle::apply_layer(staged, &work)?;
             self.remove_tree(staged)?;
             return self.layer_from_staged(&work, id);
@@ -1339,6 +1347,7 @@ impl LayersBackend {
             let dirs = self.chain_dirs(chain);
             let tree = crate::fsops::scan::scan_chain(
                 &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                self.opaque,
             )?;
             copy_tree(&tree, dst, &self.linking_opts())?;
             return Ok(Some(tree.entries.into_keys().collect()));

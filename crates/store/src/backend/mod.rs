@@ -147,6 +147,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Directory of layer `id`.
     fn layer_dir(&self, id: &str) -> PathBuf;
 
+    /// The attribute that marks an opaque directory in this backend's layers (see
+    /// `fsops::scan::is_opaque`). A chain of one layer (every btrfs node) merges nothing,
+    /// so only the layers backend's choice matters.
+    fn opaque_xattr(&self) -> &'static str {
+        "trusted.overlay.opaque"
+    }
+
     /// Create layer `id` as an exact copy of the tree at `src` (complete layer).
     fn layer_from_dir(&self, src: &Path, id: &str) -> Result<LayerRecord>;
 
@@ -233,7 +240,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         fs_err::create_dir_all(&work)?;
         let dirs: Vec<PathBuf> = base.iter().map(|l| self.layer_dir(&l.id)).collect();
         let refs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
-        let tree = crate::fsops::scan::scan_chain(&refs)?;
+        let tree = crate::fsops::scan::scan_chain(&refs, self.opaque_xattr())?;
         crate::fsops::copy::copy_tree(&tree, &work, &crate::fsops::copy::CopyOpts::default())?;
         crate::bundle::apply_layer(staged, &work)?;
         self.remove_tree(staged)?;

@@ -200,20 +200,23 @@ fn scan_dirs(dirs: &[(PathBuf, PathBuf)]) -> Result<Scanned> {
     Ok((entries, subdirs))
 }
 
-/// An overlayfs whiteout: a 0/0 character device, or (overlayfs ≥ 6.7) a regular file
-/// carrying the `overlay.whiteout` xattr.
+/// A whiteout of a store's layer: a 0/0 character device, the only form overlayfs makes.
+///
+/// A regular file with an `overlay.whiteout` attribute is *not* one. Overlayfs reads that
+/// form only in a directory marked for it (an image builder's form, which no store layer
+/// has), and a box can set `user.*` attributes on its files: taking the attribute alone as
+/// a whiteout would let a box hide a file from `show`, `diff` and `export` while it stays
+/// in the tree.
 pub(crate) fn is_whiteout(meta: &Meta) -> bool {
     meta.is_whiteout()
-        || (meta.kind == Kind::File
-            && (meta.xattrs.contains_key("trusted.overlay.whiteout")
-                || meta.xattrs.contains_key("user.overlay.whiteout")))
 }
 
-/// A directory whose lower layers are hidden (`overlay.opaque` = "y").
-pub(crate) fn is_opaque(meta: &Meta) -> bool {
-    ["trusted.overlay.opaque", "user.overlay.opaque"]
-        .iter()
-        .any(|k| meta.xattrs.get(*k).map(|v| v.as_slice()) == Some(b"y"))
+/// A directory whose lower layers are hidden: its attribute `opaque` (the store's,
+/// `trusted.overlay.opaque` or `user.overlay.opaque`, see `StoreConfig::overlay_xattrs`) is
+/// "y". Only the store's namespace counts, as only it counts for the overlay that mounts
+/// the layers: the other one is a plain attribute, which a box may set.
+pub(crate) fn is_opaque(meta: &Meta, opaque: &str) -> bool {
+    meta.xattrs.get(opaque).map(|v| v.as_slice()) == Some(b"y")
 }
 
 /// Remove overlayfs bookkeeping xattrs (`trusted.overlay.*`, `user.overlay.*`): they
@@ -227,10 +230,11 @@ pub fn strip_overlay_xattrs(meta: &mut Meta) {
 /// Whiteouts hide the path (and everything under it) in lower layers and are not entries of
 /// the result; an opaque directory hides the lower layers' contents of that directory; a
 /// non-directory hides whatever lies below it; directories over directories merge; the
-/// roots of all layers merge, whatever attributes they carry (as in overlayfs). Each
+/// roots of all layers merge, whatever attributes they carry (as in overlayfs). `opaque`
+/// names the attribute that marks an opaque directory in these layers (see [`is_opaque`]). Each
 /// entry's `src` is its path in the layer that provides it, and overlay-private xattrs are
 /// removed from every `Meta`.
-pub fn scan_chain(layers: &[&Path]) -> Result<Tree> {
+pub fn scan_chain(layers: &[&Path], opaque: &str) -> Result<Tree> {
     if layers.is_empty() {
         return Ok(Tree::default());
     }
@@ -260,7 +264,7 @@ pub fn scan_chain(layers: &[&Path]) -> Result<Tree> {
     tree.entries
         .retain(|rel, e| rel.as_os_str().is_empty() || !is_whiteout(&e.meta));
     for upper in scans {
-        lay_over(&mut tree, upper);
+        lay_over(&mut tree, upper, opaque);
     }
     for e in tree.entries.values_mut() {
         strip_overlay_xattrs(&mut e.meta);
@@ -273,7 +277,7 @@ pub fn scan_chain(layers: &[&Path]) -> Result<Tree> {
 /// replaces whatever was there (a directory with all its contents); a directory merges with
 /// a directory below it unless it is opaque, and otherwise replaces what was there. The
 /// layer's root merges with the root below and provides its metadata.
-fn lay_over(tree: &mut Tree, upper: Tree) {
+fn lay_over(tree: &mut Tree, upper: Tree, opaque: &str) {
     // `entries` iterates parents before children, so a directory is settled before its
     // contents from the same layer arrive.
     for (rel, entry) in upper.entries {
@@ -286,7 +290,7 @@ fn lay_over(tree: &mut Tree, upper: Tree) {
             continue;
         }
         let merges = entry.meta.is_dir()
-            && !is_opaque(&entry.meta)
+            && !is_opaque(&entry.meta, opaque)
             && tree.entries.get(&rel).is_some_and(|e| e.meta.is_dir());
         if !merges {
             remove_subtree(tree, &rel);
@@ -314,9 +318,9 @@ fn remove_subtree(tree: &mut Tree, rel: &Path) {
 /// The entries strictly below directory `rel` of a merged view, where `dirs` are the
 /// directories (topmost first, cut at the first opaque one) that make up `rel` in it, as
 /// [`scan_chain`] would report them.
-pub(crate) fn scan_chain_below(dirs: &[PathBuf], rel: &Path) -> Result<Tree> {
+pub(crate) fn scan_chain_below(dirs: &[PathBuf], rel: &Path, opaque: &str) -> Result<Tree> {
     let mut tree = Tree::default();
-    merge_dir(dirs, rel, &mut tree)?;
+    merge_dir(dirs, rel, opaque, &mut tree)?;
     Ok(tree)
 }
 
@@ -329,6 +333,7 @@ pub(crate) fn scan_chain_below(dirs: &[PathBuf], rel: &Path) -> Result<Tree> {
 pub(crate) fn merged_child(
     dirs: &[PathBuf],
     name: &std::ffi::OsStr,
+    opaque: &str,
 ) -> Result<Option<(PathBuf, Meta, Vec<PathBuf>)>> {
     let mut provider: Option<(PathBuf, Meta)> = None;
     let mut merged: Vec<PathBuf> = Vec::new();
@@ -348,12 +353,12 @@ pub(crate) fn merged_child(
             }
             break;
         }
-        let opaque = is_opaque(&meta);
+        let hides = is_opaque(&meta, opaque);
         merged.push(abs.clone());
         if provider.is_none() {
             provider = Some((abs, meta));
         }
-        if opaque {
+        if hides {
             break;
         }
     }
@@ -362,14 +367,14 @@ pub(crate) fn merged_child(
 
 /// Merge the children of directory `rel`, present as a directory at each of `dirs` (topmost
 /// first, already cut at the first opaque one).
-fn merge_dir(dirs: &[PathBuf], rel: &Path, tree: &mut Tree) -> Result<()> {
+fn merge_dir(dirs: &[PathBuf], rel: &Path, opaque: &str, tree: &mut Tree) -> Result<()> {
     let mut names = BTreeSet::new();
     for dir in dirs {
         names.extend(list_dir(dir)?);
     }
     for name in names {
         let child_rel = rel.join(&name);
-        let Some((src, mut meta, child_dirs)) = merged_child(dirs, &name)? else {
+        let Some((src, mut meta, child_dirs)) = merged_child(dirs, &name, opaque)? else {
             continue;
         };
         let is_dir = meta.is_dir();
@@ -383,7 +388,7 @@ fn merge_dir(dirs: &[PathBuf], rel: &Path, tree: &mut Tree) -> Result<()> {
             },
         );
         if is_dir {
-            merge_dir(&child_dirs, &child_rel, tree)?;
+            merge_dir(&child_dirs, &child_rel, opaque, tree)?;
         }
     }
     Ok(())

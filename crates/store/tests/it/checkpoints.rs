@@ -9,12 +9,16 @@ use std::path::{Path, PathBuf};
 
 use agentbox_core::id::NodeId;
 use agentbox_store::fsops::scan::{scan_chain, scan_tree};
+
 use agentbox_store::fsops::Kind;
 use agentbox_store::leftovers::LeftoverKind;
 use agentbox_store::node::DetachedHow;
 use agentbox_store::{BackendKind, Cleanup, DetachOpts, Node, Source, Store};
 
 use crate::common::{assert_same, commit, fixtures, snapshot_copy, write};
+
+/// The opaque-directory attribute of the stores these tests make (as root).
+const OPAQUE: &str = "trusted.overlay.opaque";
 
 /// A checkpoint's ref: the project key is a hash, all hex.
 const CKPT: &str = "checkpoints/0123456789abcdef/warm-1";
@@ -168,7 +172,7 @@ fn two_commits(store: &Store, base: &Path, name: &str, dir: Option<&Path>) -> No
 /// on the filesystem, not the tree).
 fn tree_lines<P: AsRef<Path>>(dirs: &[P]) -> Vec<String> {
     let refs: Vec<&Path> = dirs.iter().map(AsRef::as_ref).collect();
-    let tree = scan_chain(&refs).expect("scan");
+    let tree = scan_chain(&refs, OPAQUE).expect("scan");
     // Names of one inode visible in the tree (a link whose other names are hidden by an
     // upper layer is no link of this tree).
     let mut names: HashMap<(u64, u64), Vec<&PathBuf>> = HashMap::new();
@@ -604,8 +608,11 @@ fn a_box_derive_records_removals_as_whiteouts_and_flatten_keeps_them() {
         assert_eq!(store.env("bx").expect("env").head, head);
 
         let dirs = store.chain_dirs(&derived).expect("chain");
-        let view =
-            scan_chain(&dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>()).expect("scan");
+        let view = scan_chain(
+            &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+            OPAQUE,
+        )
+        .expect("scan");
         for gone in ["tmp/a", "tmp/box-file", "keep/gone", "var/tmp/x"] {
             assert!(view.get(Path::new(gone)).is_none(), "{kind:?} {gone}");
         }
@@ -1158,7 +1165,7 @@ fn lines_after<P: AsRef<Path>>(dirs: &[P], plan: &agentbox_store::CleanupPlan) -
     let emptied: BTreeSet<&Path> = plan.truncate.iter().map(|e| e.rel.as_path()).collect();
     let empty_hash = blake3::hash(b"").to_hex().to_string();
     let refs: Vec<&Path> = dirs.iter().map(AsRef::as_ref).collect();
-    let tree = scan_chain(&refs).expect("scan");
+    let tree = scan_chain(&refs, OPAQUE).expect("scan");
     let mut out = Vec::new();
     for ((rel, e), line) in tree.entries.iter().zip(tree_lines(dirs)) {
         if removed.iter().any(|r| rel.starts_with(r)) {
@@ -1187,7 +1194,7 @@ fn assert_plans_agree(store: &Store, node: &Node, cleanup: &Cleanup, what: &str)
     let dirs = store.chain_dirs(node).expect("chain");
     let refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
     let full = cleanup
-        .plan(&scan_chain(&refs).expect("scan"))
+        .plan(&scan_chain(&refs, OPAQUE).expect("scan"))
         .expect("plan");
     assert_eq!(fast, full, "{what}");
 }
@@ -1212,7 +1219,7 @@ fn secrets_left(store: &Store, node: &Node) -> Vec<String> {
                 n => in_workspace && (n == ".env" || n.starts_with(".env.") || n.ends_with(".env")),
             }
     };
-    scan_chain(&refs)
+    scan_chain(&refs, OPAQUE)
         .expect("scan")
         .entries
         .values()
@@ -1327,7 +1334,7 @@ fn derive_from_listings_matches_a_full_scan() {
                 let reference = {
                     let refs: Vec<&Path> = head_dirs.iter().map(PathBuf::as_path).collect();
                     cleanup
-                        .plan(&scan_chain(&refs).expect("scan"))
+                        .plan(&scan_chain(&refs, OPAQUE).expect("scan"))
                         .expect("plan")
                 };
                 let derived = store

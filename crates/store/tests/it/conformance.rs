@@ -286,6 +286,80 @@ fn export_import_history_round_trip() {
     }
 }
 
+/// Attributes that look like overlayfs markers of the namespace the store does not use
+/// (`user.overlay.*` in a store made by root) are plain attributes a box may set: a file
+/// carrying `user.overlay.whiteout` and a directory carrying `user.overlay.opaque` are
+/// shown, diffed, exported and checked out as what they are, never as a deletion.
+#[test]
+fn foreign_overlay_markers_hide_nothing() {
+    for fx in fixtures("foreign_overlay_markers_hide_nothing") {
+        let store = fx.store();
+        let src = fx.base.join("msrc");
+        write(&src.join("keep"), "k");
+        write(&src.join("d/low"), "below");
+        let dir = fx.dir("markers");
+        store
+            .create_env("m", Some(&dir), Source::Dir(src), "initial")
+            .expect("create");
+        write(&dir.join("payload.sh"), "echo unreviewed");
+        xattr::set(dir.join("payload.sh"), "user.overlay.whiteout", b"").expect("setxattr");
+        write(&dir.join("d/new"), "n");
+        xattr::set(dir.join("d"), "user.overlay.opaque", b"y").expect("setxattr");
+        let refs = fx.base.join("mrefs");
+        snapshot_copy(&dir, &refs.join("1"));
+        commit(&store, "m", "markers");
+        store.set_tag("m", "marked", "HEAD").expect("tag");
+
+        let (_, changes) = store.show("m", "HEAD").expect("show");
+        let changed: Vec<String> = changes
+            .iter()
+            .map(|c| format!("{:?} {}", c.kind, c.path.display()))
+            .collect();
+        assert!(
+            changed.contains(&"Added payload.sh".to_owned()),
+            "{:?}: {changed:?}",
+            fx.kind
+        );
+        assert!(
+            !changed.iter().any(|c| c.contains("d/low")),
+            "{:?}: {changed:?}",
+            fx.kind
+        );
+
+        let bundle = fx.base.join("markers.bundle");
+        agentbox_store::transfer::export(
+            &store,
+            "m",
+            "HEAD",
+            "snapshot".parse().expect("kind"),
+            "zstd".parse().expect("compression"),
+            &bundle,
+        )
+        .expect("export");
+        let other = Store::open_or_init(&fx.base.join("mstore2"), Some(fx.kind)).expect("store2");
+        let imported = fx.dir("markers-imported");
+        agentbox_store::transfer::import(
+            &other,
+            bundle.to_str().expect("utf8"),
+            "m2",
+            &imported,
+            agentbox_store::transfer::ImportOptions::default(),
+        )
+        .expect("import");
+        assert_eq!(read(&imported.join("payload.sh")), "echo unreviewed");
+        assert_eq!(read(&imported.join("d/low")), "below");
+        other.remove_env("m2").expect("destroy");
+
+        store.checkout("m", "HEAD~1").expect("checkout the parent");
+        assert!(!dir.join("payload.sh").exists());
+        store
+            .checkout("m", "marked")
+            .expect("checkout the marked node");
+        assert_same(&refs.join("1"), &dir, "the marked node checked out");
+        store.remove_env("m").expect("destroy");
+    }
+}
+
 /// A history bundle whose second layer marks its root opaque (a crafted bundle: the
 /// format allows it, `export` never writes it) means "nothing of the base": the imported
 /// node shows that layer alone on every backend, and its base still checks out whole.

@@ -355,7 +355,7 @@ fn rels(tree: &agentbox_store::fsops::Tree) -> Vec<String> {
 fn chain_merges_and_hides() {
     let home = TempHome::new();
     let (lower, upper) = layers(&home);
-    let tree = scan_chain(&[&upper, &lower]).expect("scan_chain");
+    let tree = scan_chain(&[&upper, &lower], "user.overlay.opaque").expect("scan_chain");
     assert_eq!(
         rels(&tree),
         [
@@ -430,7 +430,7 @@ fn chain_whiteouts_and_trusted_opaque() {
     xattr::set(mid.join("topq"), "trusted.overlay.opaque", b"y").expect("setxattr");
     xattr::set(mid.join("topq"), "trusted.keep", b"k").expect("setxattr");
 
-    let tree = scan_chain(&[&upper, &mid, &lower]).expect("scan_chain");
+    let tree = scan_chain(&[&upper, &mid, &lower], "trusted.overlay.opaque").expect("scan_chain");
     let names = rels(&tree);
     for gone in [
         "merged/low",
@@ -478,7 +478,10 @@ fn chain_of_one_layer_is_scan_tree() {
     for e in raw.entries.values_mut() {
         e.meta.xattrs.retain(|k, _| !k.starts_with("user.overlay."));
     }
-    assert_eq!(scan_chain(&[&src]).expect("chain"), raw);
+    assert_eq!(
+        scan_chain(&[&src], "trusted.overlay.opaque").expect("chain"),
+        raw
+    );
 }
 
 /// A deterministic stream of small random numbers (xorshift).
@@ -496,7 +499,9 @@ impl Dice {
 /// Fill directory `dir` of layer `layer` with entries named from a small alphabet, so that
 /// the layers of a stack collide on names: files, symlinks and directories over one
 /// another, whiteouts (0/0 devices), and directories marked opaque the way a privileged
-/// overlayfs reads it. Directory mtimes are set after their children.
+/// overlayfs reads it. Some files and directories carry the markers of the other namespace
+/// (`user.overlay.whiteout`, `user.overlay.opaque`), which a box can set and which mark
+/// nothing for a privileged overlay. Directory mtimes are set after their children.
 fn fill_layer_dir(dir: &Path, rel: &str, layer: usize, depth: usize, dice: &mut Dice) {
     for name in ["a", "b", "c", "d"] {
         let path = dir.join(name);
@@ -517,10 +522,15 @@ fn fill_layer_dir(dir: &Path, rel: &str, layer: usize, depth: usize, dice: &mut 
                 fill_layer_dir(&path, &child_rel, layer, depth + 1, dice);
                 if choice == 8 {
                     xattr::set(&path, "trusted.overlay.opaque", b"y").expect("setxattr");
+                } else if dice.below(6) == 0 {
+                    xattr::set(&path, "user.overlay.opaque", b"y").expect("setxattr");
                 }
                 set_mode(&path, [0o755, 0o750, 0o700][dice.below(3) as usize]);
                 set_mtime(&path, 1_500_000_000 + dice.below(1000) as i64, 0);
             }
+        }
+        if choice < 4 && dice.below(6) == 0 {
+            xattr::set(&path, "user.overlay.whiteout", b"").expect("setxattr");
         }
         if choice != 5 && dice.below(4) == 0 {
             xattr::set(&path, "trusted.layer", layer.to_string().as_bytes()).expect("setxattr");
@@ -535,7 +545,7 @@ fn shown(e: &agentbox_store::fsops::Entry) -> String {
     let xattrs: Vec<_> = m
         .xattrs
         .iter()
-        .filter(|(k, _)| !k.starts_with("trusted.overlay."))
+        .filter(|(k, _)| !k.starts_with("trusted.overlay.") && !k.starts_with("user.overlay."))
         .collect();
     format!(
         "{} {:?} {:o} {}:{} size {} mtime {} {:?} {:?}",
@@ -607,7 +617,7 @@ proptest! {
             })
             .collect();
         let refs: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
-        let ours = scan_chain(&refs).expect("scan_chain");
+        let ours = scan_chain(&refs, "trusted.overlay.opaque").expect("scan_chain");
 
         let view = home.path().join("view");
         fs_err::create_dir(&view).expect("mkdir view");
