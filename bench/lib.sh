@@ -42,7 +42,10 @@ loopfs_create() {
     dev=$(losetup --find --show "$img")
     case $kind in
         btrfs) mkfs.btrfs -q -f -K "$dev" >/dev/null ;;
-        ext4) mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 "$dev" >/dev/null ;;
+        # Inode tables and journal written now, as on a disk formatted long ago: left lazy,
+        # a kernel thread zeroes them in the background while the measurements run (an
+        # import then took 3 s instead of 1.8 s, whichever tool ran at that moment).
+        ext4) mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$dev" >/dev/null ;;
         *) echo "loopfs_create: unknown kind $kind" >&2; return 1 ;;
     esac
     mount "$dev" "$mnt"
