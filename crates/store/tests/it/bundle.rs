@@ -174,6 +174,23 @@ fn fidelity_tree(root: &Path, with_sparse: bool) {
     fix_dir_mtimes(root);
 }
 
+/// Write a bundle of `manifest` (its kind) at `path`: the manifest, then each layer named by
+/// its node id, in the order given.
+pub(crate) fn write_bundle(
+    path: &Path,
+    compression: Compression,
+    manifest: &Manifest,
+    layers: &[(&str, &LayerSource)],
+) {
+    let f = std::io::BufWriter::new(fs::File::create(path).expect("create bundle"));
+    let mut w = BundleWriter::new(f, manifest.kind, compression).expect("writer");
+    w.write_manifest(manifest).expect("manifest");
+    for (id, layer) in layers {
+        w.write_layer(id, layer).expect("layer");
+    }
+    w.finish().expect("finish").flush().expect("flush");
+}
+
 /// The manifest record of node `id` with layer `layer`.
 pub(crate) fn node(
     id: &str,
@@ -200,16 +217,7 @@ fn snapshot_bundle(tree_root: &Path, out: &Path, compression: Compression) {
     let layer = layer_from_trees(None, &scan(tree_root)).expect("layer");
     let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
     m.nodes.push(node("n0", None, None, &layer));
-    let f = fs::File::create(out).expect("create bundle");
-    let mut w = BundleWriter::new(
-        std::io::BufWriter::new(f),
-        BundleKind::Snapshot,
-        compression,
-    )
-    .expect("writer");
-    w.write_manifest(&m).expect("manifest");
-    w.write_layer("n0", &layer).expect("layer");
-    w.finish().expect("finish").flush().expect("flush");
+    write_bundle(out, compression, &m, &[("n0", &layer)]);
 }
 
 fn opts() -> ImportOpts {
@@ -323,17 +331,12 @@ fn history_layers_reapply_to_the_original_trees() {
     m.nodes.push(node("n2", Some("n1"), Some("n1"), &l2));
     m.tags.insert("v1".to_owned(), "n1".to_owned());
     let bundle = tmp.path().join("h.tar.gz");
-    let mut w = BundleWriter::new(
-        fs::File::create(&bundle).expect("create"),
-        BundleKind::History,
+    write_bundle(
+        &bundle,
         Compression::Gzip,
-    )
-    .expect("writer");
-    w.write_manifest(&m).expect("manifest");
-    w.write_layer("n0", &l0).expect("l0");
-    w.write_layer("n1", &l1).expect("l1");
-    w.write_layer("n2", &l2).expect("l2");
-    w.finish().expect("finish");
+        &m,
+        &[("n0", &l0), ("n1", &l1), ("n2", &l2)],
+    );
 
     let staging = tmp.path().join("staging");
     let imp = import(&bundle, &staging, &opts()).expect("import");
@@ -701,16 +704,7 @@ fn sockets_travel_as_marked_fifos_in_layers() {
     m.nodes.push(node("n0", None, None, &l0));
     m.nodes.push(node("n1", Some("n0"), Some("n0"), &l1));
     let bundle = t.join("h.tar");
-    let mut w = BundleWriter::new(
-        fs::File::create(&bundle).expect("create"),
-        BundleKind::History,
-        Compression::None,
-    )
-    .expect("writer");
-    w.write_manifest(&m).expect("manifest");
-    w.write_layer("n0", &l0).expect("l0");
-    w.write_layer("n1", &l1).expect("l1");
-    w.finish().expect("finish");
+    write_bundle(&bundle, Compression::None, &m, &[("n0", &l0), ("n1", &l1)]);
     let bytes = fs::read(&bundle).expect("read");
     find(&bytes, b"AGENTBOX.type=socket\n");
 
@@ -973,16 +967,7 @@ fn a_manifest_with_an_invalid_tag_is_refused_before_anything_is_written() {
     m.tags.clear();
     m.tags.insert("v1".to_owned(), "n0".to_owned());
     let good = tmp.path().join("good.tar");
-    let f = fs::File::create(&good).expect("create");
-    let mut w = BundleWriter::new(
-        std::io::BufWriter::new(f),
-        BundleKind::Snapshot,
-        Compression::None,
-    )
-    .expect("writer");
-    w.write_manifest(&m).expect("manifest");
-    w.write_layer("n0", &layer).expect("layer");
-    w.finish().expect("finish").flush().expect("flush");
+    write_bundle(&good, Compression::None, &m, &[("n0", &layer)]);
     let bytes = fs::read(&good).expect("read");
     // Same length, so the tar framing stays valid: only the tag name changes.
     let at = find(&bytes, b"\"v1\"");

@@ -79,6 +79,37 @@ pub fn snapshot_copy(src: &Path, dst: &Path) {
     copy_dir(src, dst, &CopyOpts::default()).expect("copy");
 }
 
+/// Export node `reference` of `env` as a zstd bundle of `kind` ("snapshot", "history") at
+/// `to`.
+pub fn export_zstd(store: &Store, env: &str, reference: &str, kind: &str, to: &Path) {
+    agentbox_store::transfer::export(
+        store,
+        env,
+        reference,
+        kind.parse().expect("bundle kind"),
+        "zstd".parse().expect("compression"),
+        to,
+    )
+    .expect("export");
+}
+
+/// Import the bundle at `from` into `store` as environment `name` at `dir` (default options).
+pub fn import_bundle(
+    store: &Store,
+    from: &Path,
+    name: &str,
+    dir: &Path,
+) -> agentbox_store::transfer::ImportReport {
+    agentbox_store::transfer::import(
+        store,
+        from.to_str().expect("a UTF-8 path"),
+        name,
+        dir,
+        agentbox_store::transfer::ImportOptions::default(),
+    )
+    .expect("import")
+}
+
 pub fn assert_same(a: &Path, b: &Path, what: &str) {
     let diffs = compare_exact(a, b).expect("compare");
     assert!(

@@ -8,7 +8,9 @@ use std::path::Path;
 use agentbox_core::id::NodeId;
 use agentbox_store::{CommitOpts, Error, Source, Store};
 
-use crate::common::{assert_same, commit, fixtures, read, snapshot_copy, write};
+use crate::common::{
+    assert_same, commit, export_zstd, fixtures, import_bundle, read, snapshot_copy, write,
+};
 
 #[test]
 fn commit_checkout_round_trip() {
@@ -252,26 +254,11 @@ fn export_import_history_round_trip() {
         snapshot_copy(&dir, &refs.join("2"));
         store.set_tag("x", "v2", "HEAD").expect("tag");
         let bundle = fx.base.join("x.bundle");
-        agentbox_store::transfer::export(
-            &store,
-            "x",
-            "HEAD",
-            "history".parse().expect("kind"),
-            "zstd".parse().expect("compression"),
-            &bundle,
-        )
-        .expect("export");
+        export_zstd(&store, "x", "HEAD", "history", &bundle);
         // Into a fresh store.
         let other = Store::open_or_init(&fx.base.join("store2"), Some(fx.kind)).expect("store2");
         let d2 = fx.dir("imported");
-        let rep = agentbox_store::transfer::import(
-            &other,
-            bundle.to_str().expect("utf8"),
-            "y",
-            &d2,
-            agentbox_store::transfer::ImportOptions::default(),
-        )
-        .expect("import");
+        let rep = import_bundle(&other, &bundle, "y", &d2);
         assert_eq!(rep.nodes, 3);
         assert_eq!(other.resolve("y", "v1").expect("tag"), n1);
         assert_eq!(other.resolve("y", "v2").expect("tag"), n2);
@@ -327,25 +314,10 @@ fn foreign_overlay_markers_hide_nothing() {
         );
 
         let bundle = fx.base.join("markers.bundle");
-        agentbox_store::transfer::export(
-            &store,
-            "m",
-            "HEAD",
-            "snapshot".parse().expect("kind"),
-            "zstd".parse().expect("compression"),
-            &bundle,
-        )
-        .expect("export");
+        export_zstd(&store, "m", "HEAD", "snapshot", &bundle);
         let other = Store::open_or_init(&fx.base.join("mstore2"), Some(fx.kind)).expect("store2");
         let imported = fx.dir("markers-imported");
-        agentbox_store::transfer::import(
-            &other,
-            bundle.to_str().expect("utf8"),
-            "m2",
-            &imported,
-            agentbox_store::transfer::ImportOptions::default(),
-        )
-        .expect("import");
+        import_bundle(&other, &bundle, "m2", &imported);
         assert_eq!(read(&imported.join("payload.sh")), "echo unreviewed");
         assert_eq!(read(&imported.join("d/low")), "below");
         other.remove_env("m2").expect("destroy");
@@ -365,9 +337,7 @@ fn foreign_overlay_markers_hide_nothing() {
 /// node shows that layer alone on every backend, and its base still checks out whole.
 #[test]
 fn an_opaque_layer_root_hides_the_whole_base() {
-    use agentbox_store::bundle::{
-        layer_from_trees, BundleKind, BundleWriter, Compression, Manifest,
-    };
+    use agentbox_store::bundle::{layer_from_trees, BundleKind, Compression, Manifest};
     use agentbox_store::fsops::scan_tree;
     for fx in fixtures("an_opaque_layer_root_hides_the_whole_base") {
         let (t0, t1) = (fx.base.join("t0"), fx.base.join("t1"));
@@ -385,27 +355,11 @@ fn an_opaque_layer_root_hides_the_whole_base() {
             .push(crate::bundle::node("n1", Some("n0"), Some("n0"), &l1));
         m.tags.insert("top".to_owned(), "n1".to_owned());
         let bundle = fx.base.join("opaque-root.bundle");
-        let mut w = BundleWriter::new(
-            std::fs::File::create(&bundle).expect("create"),
-            BundleKind::History,
-            Compression::Zstd,
-        )
-        .expect("writer");
-        w.write_manifest(&m).expect("manifest");
-        w.write_layer("n0", &l0).expect("layer 0");
-        w.write_layer("n1", &l1).expect("layer 1");
-        w.finish().expect("finish");
+        crate::bundle::write_bundle(&bundle, Compression::Zstd, &m, &[("n0", &l0), ("n1", &l1)]);
 
         let store = fx.store();
         let dir = fx.dir("opaque");
-        agentbox_store::transfer::import(
-            &store,
-            bundle.to_str().expect("utf8"),
-            "o",
-            &dir,
-            agentbox_store::transfer::ImportOptions::default(),
-        )
-        .expect("import");
+        import_bundle(&store, &bundle, "o", &dir);
         assert_same(&t1, &dir, "the node with an opaque root");
         let (node, changes) = store.show("o", "HEAD").expect("show");
         assert_eq!(node.id.as_str(), "n1");
