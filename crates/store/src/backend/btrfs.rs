@@ -241,9 +241,9 @@ impl BtrfsBackend {
         let diff = dirs.work.join(format!("capture-{id}"));
         remove_any(&diff)?;
         fs_err::create_dir_all(&diff)?;
-        const OPAQUE: &str = "trusted.overlay.opaque";
-        let result = LayersBackend::capture_into(dirs, &diff, OPAQUE).and_then(|captured| {
-            crate::backend::apply::apply_overlay_layer(&diff, &tmp, OPAQUE, None).map(|()| captured)
+        let opaque = self.opaque_xattr();
+        let result = LayersBackend::capture_into(dirs, &diff, opaque).and_then(|captured| {
+            crate::backend::apply::apply_overlay_layer(&diff, &tmp, opaque, None).map(|()| captured)
         });
         remove_any(&diff)?;
         let (now, paths) = result?;

@@ -151,7 +151,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `fsops::scan::is_opaque`). A chain of one layer (every btrfs node) merges nothing,
     /// so only the layers backend's choice matters.
     fn opaque_xattr(&self) -> &'static str {
-        "trusted.overlay.opaque"
+        crate::store::OverlayXattrs::Trusted.opaque()
     }
 
     /// Create layer `id` as an exact copy of the tree at `src` (complete layer).

@@ -107,7 +107,13 @@ impl Kind {
 }
 
 impl Meta {
-    /// An overlayfs whiteout: a character device with device number 0/0.
+    /// An overlayfs whiteout: a character device with device number 0/0, the only form
+    /// overlayfs makes and the only one a store's layers hold.
+    ///
+    /// A regular file with an `overlay.whiteout` attribute is *not* one. Overlayfs reads that
+    /// form only in a directory marked for it (an image builder's form), and a box can set
+    /// `user.*` attributes on its files: taking the attribute alone as a whiteout would let a
+    /// box hide a file from `show`, `diff` and `export` while it stays in the tree.
     pub fn is_whiteout(&self) -> bool {
         self.kind == Kind::CharDev && self.rdev == 0
     }

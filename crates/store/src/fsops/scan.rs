@@ -200,17 +200,6 @@ fn scan_dirs(dirs: &[(PathBuf, PathBuf)]) -> Result<Scanned> {
     Ok((entries, subdirs))
 }
 
-/// A whiteout of a store's layer: a 0/0 character device, the only form overlayfs makes.
-///
-/// A regular file with an `overlay.whiteout` attribute is *not* one. Overlayfs reads that
-/// form only in a directory marked for it (an image builder's form, which no store layer
-/// has), and a box can set `user.*` attributes on its files: taking the attribute alone as
-/// a whiteout would let a box hide a file from `show`, `diff` and `export` while it stays
-/// in the tree.
-pub(crate) fn is_whiteout(meta: &Meta) -> bool {
-    meta.is_whiteout()
-}
-
 /// A directory whose lower layers are hidden: its attribute `opaque` (the store's,
 /// `trusted.overlay.opaque` or `user.overlay.opaque`, see `StoreConfig::overlay_xattrs`) is
 /// "y". Only the store's namespace counts, as only it counts for the overlay that mounts
@@ -238,23 +227,22 @@ pub fn scan_chain(layers: &[&Path], opaque: &str) -> Result<Tree> {
     if layers.is_empty() {
         return Ok(Tree::default());
     }
+    // Each layer is scanned whole (in parallel, by `scan_tree`) and the layers are laid
+    // over each other in memory, bottom first. That reads every entry of every layer once,
+    // where resolving name by name through the stack (`merge_dir`) stats each name in every
+    // layer: on a chain of a complete layer and a few small ones, most of the cost.
     // Every layer's root merges, opaque or not: overlayfs never looks a root up, so it
     // never reads an `opaque` attribute there.
-    for layer in layers {
-        if !read_meta(layer)?.is_dir() {
+    let mut scans = Vec::with_capacity(layers.len());
+    for layer in layers.iter().rev() {
+        let scan = scan_tree(layer)?;
+        if !scan.root().is_some_and(|r| r.meta.is_dir()) {
             return Err(Error::Backend {
                 path: layer.to_path_buf(),
                 message: "a layer root must be a directory".into(),
             });
         }
-    }
-    // Each layer is scanned whole (in parallel, by `scan_tree`) and the layers are laid
-    // over each other in memory, bottom first. That reads every entry of every layer once,
-    // where resolving name by name through the stack (`merge_dir`) stats each name in every
-    // layer: on a chain of a complete layer and a few small ones, most of the cost.
-    let mut scans = Vec::with_capacity(layers.len());
-    for layer in layers.iter().rev() {
-        scans.push(scan_tree(layer)?);
+        scans.push(scan);
     }
     let mut scans = scans.into_iter();
     let mut tree = scans
@@ -262,7 +250,7 @@ pub fn scan_chain(layers: &[&Path], opaque: &str) -> Result<Tree> {
         .expect("the chain is not empty, so it has a bottom layer");
     // The bottom layer's whiteouts hide nothing.
     tree.entries
-        .retain(|rel, e| rel.as_os_str().is_empty() || !is_whiteout(&e.meta));
+        .retain(|rel, e| rel.as_os_str().is_empty() || !e.meta.is_whiteout());
     for upper in scans {
         lay_over(&mut tree, upper, opaque);
     }
@@ -285,7 +273,7 @@ fn lay_over(tree: &mut Tree, upper: Tree, opaque: &str) {
             tree.entries.insert(rel, entry);
             continue;
         }
-        if is_whiteout(&entry.meta) {
+        if entry.meta.is_whiteout() {
             remove_subtree(tree, &rel);
             continue;
         }
@@ -344,7 +332,7 @@ pub(crate) fn merged_child(
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
-        if is_whiteout(&meta) {
+        if meta.is_whiteout() {
             break;
         }
         if !meta.is_dir() {
