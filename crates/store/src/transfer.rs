@@ -333,7 +333,10 @@ pub fn import(
             make_layer_dir: store.backend().staging_dir_maker(),
             max_size: options.max_size,
         };
-        let imported = bundle::import(&file, &stage.join("x"), &opts)?;
+        // A node the store holds already is kept as it is (see `import_history_locked`):
+        // its layer is checked, not written.
+        let imported =
+            bundle::import_into(&file, &stage.join("x"), &opts, &|id| store.node(id).is_ok())?;
         timer.lap("extract");
         failpoint::hit("import:after-stage");
         let (stripped_setuid, dropped_overlay_xattrs) =
@@ -357,9 +360,15 @@ pub fn import(
                     dropped_overlay_xattrs: 0,
                 }
             }
-            Some(manifest) => {
-                import_history(store, &manifest, imported.layers, imported.kind, name, dir)?
-            }
+            Some(manifest) => import_history(
+                store,
+                &manifest,
+                imported.layers,
+                &imported.held,
+                imported.kind,
+                name,
+                dir,
+            )?,
         };
         report.stripped_setuid = stripped_setuid;
         report.dropped_overlay_xattrs = dropped_overlay_xattrs;
@@ -411,23 +420,29 @@ fn import_history(
     store: &Store,
     manifest: &Manifest,
     layers: Vec<(String, PathBuf)>,
+    held: &[String],
     kind: BundleKind,
     name: &str,
     dir: &Path,
 ) -> Result<ImportReport> {
     let _lock = store.lock_store(Mode::Shared, "import")?;
     let mut written = Written::default();
-    let result = import_history_locked(store, manifest, layers, kind, name, dir, &mut written);
+    let result =
+        import_history_locked(store, manifest, layers, held, kind, name, dir, &mut written);
     if result.is_err() {
         written.undo(store);
     }
     result
 }
 
+/// `held`: nodes the store held when the bundle was unpacked, whose layers were checked and
+/// not written.
+#[allow(clippy::too_many_arguments)]
 fn import_history_locked(
     store: &Store,
     manifest: &Manifest,
     layers: Vec<(String, PathBuf)>,
+    held: &[String],
     kind: BundleKind,
     name: &str,
     dir: &Path,
@@ -445,10 +460,26 @@ fn import_history_locked(
             reused += 1;
             continue;
         }
-        let layer_dir = staged.get(&mn.id).ok_or_else(|| Error::Bundle {
-            path: PathBuf::from(&mn.id),
-            message: "node listed in the manifest has no data".into(),
-        })?;
+        let layer_dir = match staged.get(&mn.id) {
+            Some(d) => d,
+            // Held when the unpacking began, gone now (a `gc` or `prune` in between): its
+            // data was not written, so the import cannot go on.
+            None if held.contains(&mn.id) => {
+                return Err(Error::Refused {
+                    action: "import",
+                    id: mn.id.clone(),
+                    reason: "it was in the store when this import began and was removed while \
+                             it ran; run the import again"
+                        .into(),
+                })
+            }
+            None => {
+                return Err(Error::Bundle {
+                    path: PathBuf::from(&mn.id),
+                    message: "node listed in the manifest has no data".into(),
+                })
+            }
+        };
         let lid = new_id();
         // Recorded before the backend starts: a failure half-way leaves `.tmp-` data the
         // backend removes, or a published layer this import takes back.

@@ -215,8 +215,13 @@ pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
     };
     let report = ctx.boxes().import(&a.source, &name, &a.dir, options)?;
     ctx.out(&report, || {
+        let held = match report.reused_nodes {
+            0 => String::new(),
+            n if n == report.nodes => ", all already in the store".to_owned(),
+            n => format!(", {n} of them already in the store"),
+        };
         let mut s = format!(
-            "imported {} ({}) as environment {name:?} at {}\n",
+            "imported {} ({}{held}) as environment {name:?} at {}\n",
             report.kind,
             render::count(report.nodes, "node", "nodes"),
             a.dir.display()

@@ -56,5 +56,7 @@ pub use layer::{
     apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, to_overlay_layer,
     LayerSource, LayerSummary,
 };
-pub use read::{default_max_size, import, ImportOpts, Imported, MAX_EXPANSION, MIN_MAX_SIZE};
+pub use read::{
+    default_max_size, import, import_into, ImportOpts, Imported, MAX_EXPANSION, MIN_MAX_SIZE,
+};
 pub use write::BundleWriter;

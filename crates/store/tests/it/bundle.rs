@@ -8,7 +8,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use agentbox_store::bundle::{
-    apply_layer, import, layer_from_trees, layer_source_from_overlay, layer_summary,
+    apply_layer, import, import_into, layer_from_trees, layer_source_from_overlay, layer_summary,
     to_overlay_layer, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource, Manifest,
     ManifestNode,
 };
@@ -618,6 +618,65 @@ fn malicious_and_damaged_archives_are_refused() {
     snapshot_bundle(&src, &gz, Compression::Gzip);
     let g = fs::read(&gz).expect("read");
     expect_rejected(t, "gzip-truncated", &g[..g.len() - 12], "");
+}
+
+/// A node the importer holds already is read and checked like any other, and nothing of it
+/// reaches the disk.
+#[test]
+fn a_held_node_is_checked_but_not_written() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let t = tmp.path();
+    let good = plain_bundle(t);
+    let held = |id: &str| id == "n0";
+
+    let staging = t.join("held");
+    let imported = import_into(
+        &write_tmp(t, "good", &good),
+        &staging,
+        &ImportOpts::default(),
+        &held,
+    )
+    .expect("an intact bundle imports");
+    assert_eq!(imported.held, vec!["n0".to_owned()]);
+    assert!(imported.layers.is_empty(), "{:?}", imported.layers);
+    let written: Vec<_> = fs::read_dir(&staging)
+        .expect("staging")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(
+        written.is_empty(),
+        "nothing of a held node is written: {written:?}"
+    );
+
+    // The same damage is refused as for a node that is written: in a file's content, and
+    // in its metadata (a digit of its PAX mtime, which only the layer checksum covers).
+    let content_at = find(&good, b"hello world, this");
+    let mtime_at = good[..content_at]
+        .windows(6)
+        .rposition(|w| w == b"mtime=")
+        .expect("d/hello has a PAX mtime")
+        + 7;
+    for (name, at, needle) in [
+        (
+            "held-content",
+            content_at,
+            "entry nodes/n0/d/hello: checksum mismatch",
+        ),
+        ("held-mtime", mtime_at, "node n0: the layer holds"),
+    ] {
+        let mut bad = good.clone();
+        bad[at] = if bad[at] == b'1' { b'2' } else { b'1' };
+        let b = write_tmp(t, name, &bad);
+        let staging = t.join(format!("staging-{name}"));
+        let err = import_into(&b, &staging, &ImportOpts::default(), &held)
+            .expect_err("damage in a held node is refused")
+            .to_string();
+        assert!(
+            err.contains(needle),
+            "{name}: {err:?} should mention {needle:?}"
+        );
+        assert!(!staging.exists(), "{name}: staging left behind");
+    }
 }
 
 #[test]

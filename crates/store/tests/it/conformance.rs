@@ -269,6 +269,38 @@ fn export_import_history_round_trip() {
         assert_same(&refs.join("1"), &d2, "imported first branch");
         other.checkout("y", "HEAD~1").expect("checkout root");
         assert_same(&refs.join("0"), &d2, "imported root");
+
+        // Back into the store that made it, with one node more: the three nodes it holds
+        // stay as they are (their layers are checked, not unpacked), the new one is laid
+        // over them.
+        other.checkout("y", "v2").expect("back to the head");
+        write(&d2.join("more"), "m");
+        commit(&other, "y", "three");
+        snapshot_copy(&d2, &refs.join("3"));
+        let bundle2 = fx.base.join("y.bundle");
+        export_zstd(&other, "y", "HEAD", "history", &bundle2);
+        let records = store.root().join("layers");
+        let count = || {
+            std::fs::read_dir(&records)
+                .expect("layer records")
+                .filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".json"))
+                })
+                .count()
+        };
+        let before = count();
+        let d3 = fx.dir("back");
+        let rep = import_bundle(&store, &bundle2, "z", &d3);
+        assert_eq!((rep.nodes, rep.reused_nodes), (4, 3));
+        assert_eq!(count(), before + 1, "one layer, for the one new node");
+        assert_same(&refs.join("3"), &d3, "re-imported head");
+        store.checkout("z", "v1").expect("checkout a held node");
+        assert_same(&refs.join("1"), &d3, "re-imported first branch");
+        let leftovers: Vec<_> = std::fs::read_dir(store.root().join("tmp"))
+            .map(|rd| rd.map(|e| e.expect("entry").file_name()).collect())
+            .unwrap_or_default();
+        assert!(leftovers.is_empty(), "staging left: {leftovers:?}");
         other.remove_env("y").expect("destroy");
     }
 }
