@@ -360,15 +360,13 @@ pub fn import(
                     dropped_overlay_xattrs: 0,
                 }
             }
-            Some(manifest) => import_history(
-                store,
-                &manifest,
-                imported.layers,
-                &imported.held,
-                imported.kind,
-                name,
-                dir,
-            )?,
+            Some(manifest) => {
+                let staged = Staged {
+                    layers: imported.layers.into_iter().collect(),
+                    held: imported.held,
+                };
+                import_history(store, &manifest, &staged, imported.kind, name, dir)?
+            }
         };
         report.stripped_setuid = stripped_setuid;
         report.dropped_overlay_xattrs = dropped_overlay_xattrs;
@@ -416,39 +414,41 @@ impl Written {
     }
 }
 
+/// What the unpacking of a history or snapshot bundle left for the store.
+struct Staged {
+    /// The staged layer directory of each node that was written, by node id.
+    layers: BTreeMap<String, PathBuf>,
+    /// Nodes the store held when the bundle was unpacked: their layers were checked and
+    /// not written.
+    held: Vec<String>,
+}
+
 fn import_history(
     store: &Store,
     manifest: &Manifest,
-    layers: Vec<(String, PathBuf)>,
-    held: &[String],
+    staged: &Staged,
     kind: BundleKind,
     name: &str,
     dir: &Path,
 ) -> Result<ImportReport> {
     let _lock = store.lock_store(Mode::Shared, "import")?;
     let mut written = Written::default();
-    let result =
-        import_history_locked(store, manifest, layers, held, kind, name, dir, &mut written);
+    let result = import_history_locked(store, manifest, staged, kind, name, dir, &mut written);
     if result.is_err() {
         written.undo(store);
     }
     result
 }
 
-/// `held`: nodes the store held when the bundle was unpacked, whose layers were checked and
-/// not written.
-#[allow(clippy::too_many_arguments)]
 fn import_history_locked(
     store: &Store,
     manifest: &Manifest,
-    layers: Vec<(String, PathBuf)>,
-    held: &[String],
+    staged: &Staged,
     kind: BundleKind,
     name: &str,
     dir: &Path,
     written: &mut Written,
 ) -> Result<ImportReport> {
-    let staged: BTreeMap<String, PathBuf> = layers.into_iter().collect();
     let mut created = 0;
     let mut reused = 0;
     let mut index_entries: Vec<PathBuf> = Vec::new();
@@ -460,11 +460,11 @@ fn import_history_locked(
             reused += 1;
             continue;
         }
-        let layer_dir = match staged.get(&mn.id) {
+        let layer_dir = match staged.layers.get(&mn.id) {
             Some(d) => d,
             // Held when the unpacking began, gone now (a `gc` or `prune` in between): its
             // data was not written, so the import cannot go on.
-            None if held.contains(&mn.id) => {
+            None if staged.held.contains(&mn.id) => {
                 return Err(Error::Refused {
                     action: "import",
                     id: mn.id.clone(),
