@@ -683,10 +683,11 @@ impl State<'_> {
                             None => {
                                 let p = ns.dir.join(&acc);
                                 if write {
+                                    let what = format!("entry {name}: creating a parent");
                                     DirBuilder::new()
-                                    .mode(0o755)
-                                    .create(&p)
-                                    .map_err(|err| io_fail(&src, &p, &format!("entry {name}: creating a parent"), err))?;
+                                        .mode(0o755)
+                                        .create(&p)
+                                        .map_err(|err| io_fail(&src, &p, &what, err))?;
                                 }
                                 ns.kinds.insert(acc.clone(), Kind::Dir);
                             }
