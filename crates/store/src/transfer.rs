@@ -588,3 +588,47 @@ fn import_history_locked(
         dropped_overlay_xattrs: 0,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendKind;
+    use crate::bundle::ManifestNode;
+
+    /// A node the store held while the bundle was unpacked (so its layer was not written)
+    /// and that is gone by the time the import takes the store's lock: the import stops with
+    /// an error that says so, and leaves no environment behind.
+    #[test]
+    fn a_held_node_removed_during_the_import_stops_it() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let store = Store::open_or_init(&tmp.path().join("store"), Some(BackendKind::Layers))
+            .expect("store");
+        let mut manifest = Manifest::new(BundleKind::History, "e", "0123456789abcdef");
+        manifest.nodes.push(ManifestNode {
+            id: "0123456789abcdef".to_owned(),
+            parent: None,
+            seq: 1,
+            message: "gone".to_owned(),
+            command: None,
+            created: Utc::now(),
+            metadata: BTreeMap::new(),
+            base: None,
+            entries: 1,
+            checksum: String::new(),
+        });
+        let staged = Staged {
+            layers: BTreeMap::new(),
+            held: vec!["0123456789abcdef".to_owned()],
+        };
+        let dir = tmp.path().join("copy");
+        let err = import_history(&store, &manifest, &staged, BundleKind::History, "c", &dir)
+            .expect_err("the node's data was never written");
+        let msg = err.to_string();
+        assert!(
+            matches!(err, Error::Refused { .. }) && msg.contains("removed while it ran"),
+            "{msg}"
+        );
+        assert!(store.env("c").is_err(), "no environment is left");
+        assert!(!dir.exists(), "the directory was not created");
+    }
+}
