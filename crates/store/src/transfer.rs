@@ -17,7 +17,8 @@ use chrono::Utc;
 use serde::Serialize;
 
 use crate::bundle::{
-    self, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource, Manifest, ManifestNode,
+    self, BundleKind, BundleWriter, Compression, ImportOpts, Imported, LayerSource, Manifest,
+    ManifestNode,
 };
 use crate::node::Node;
 use crate::store::{EnvState, Source, Store};
@@ -335,13 +336,13 @@ pub fn import(
         };
         // A node the store holds already is kept as it is (see `import_history_locked`):
         // its layer is checked, not written.
-        let imported =
+        let mut imported =
             bundle::import_into(&file, &stage.join("x"), &opts, &|id| store.node(id).is_ok())?;
         timer.lap("extract");
         failpoint::hit("import:after-stage");
         let (stripped_setuid, dropped_overlay_xattrs) =
             (imported.stripped_setuid, imported.dropped_overlay_xattrs);
-        let mut report = match imported.manifest {
+        let mut report = match imported.manifest.take() {
             None => {
                 let layer = only_tree(imported.layers, &file)?;
                 let state = store.create_env(
@@ -360,13 +361,7 @@ pub fn import(
                     dropped_overlay_xattrs: 0,
                 }
             }
-            Some(manifest) => {
-                let staged = Staged {
-                    layers: imported.layers.into_iter().collect(),
-                    held: imported.held,
-                };
-                import_history(store, &manifest, &staged, imported.kind, name, dir)?
-            }
+            Some(manifest) => import_history(store, &manifest, &imported, name, dir)?,
         };
         report.stripped_setuid = stripped_setuid;
         report.dropped_overlay_xattrs = dropped_overlay_xattrs;
@@ -414,26 +409,18 @@ impl Written {
     }
 }
 
-/// What the unpacking of a history or snapshot bundle left for the store.
-struct Staged {
-    /// The staged layer directory of each node that was written, by node id.
-    layers: BTreeMap<String, PathBuf>,
-    /// Nodes the store held when the bundle was unpacked: their layers were checked and
-    /// not written.
-    held: Vec<String>,
-}
-
+/// Record the nodes of `manifest` that `imported` (its unpacking, manifest taken out) staged,
+/// reuse those the store holds, and create environment `name` at `dir` on its head.
 fn import_history(
     store: &Store,
     manifest: &Manifest,
-    staged: &Staged,
-    kind: BundleKind,
+    imported: &Imported,
     name: &str,
     dir: &Path,
 ) -> Result<ImportReport> {
     let _lock = store.lock_store(Mode::Shared, "import")?;
     let mut written = Written::default();
-    let result = import_history_locked(store, manifest, staged, kind, name, dir, &mut written);
+    let result = import_history_locked(store, manifest, imported, name, dir, &mut written);
     if result.is_err() {
         written.undo(store);
     }
@@ -443,12 +430,16 @@ fn import_history(
 fn import_history_locked(
     store: &Store,
     manifest: &Manifest,
-    staged: &Staged,
-    kind: BundleKind,
+    imported: &Imported,
     name: &str,
     dir: &Path,
     written: &mut Written,
 ) -> Result<ImportReport> {
+    let staged: BTreeMap<&str, &PathBuf> = imported
+        .layers
+        .iter()
+        .map(|(id, dir)| (id.as_str(), dir))
+        .collect();
     let mut created = 0;
     let mut reused = 0;
     let mut index_entries: Vec<PathBuf> = Vec::new();
@@ -460,11 +451,11 @@ fn import_history_locked(
             reused += 1;
             continue;
         }
-        let layer_dir = match staged.layers.get(&mn.id) {
+        let layer_dir = match staged.get(mn.id.as_str()) {
             Some(d) => d,
             // Held when the unpacking began, gone now (a `gc` or `prune` in between): its
             // data was not written, so the import cannot go on.
-            None if staged.held.contains(&mn.id) => {
+            None if imported.held.contains(&mn.id) => {
                 return Err(Error::Refused {
                     action: "import",
                     id: mn.id.clone(),
@@ -579,7 +570,7 @@ fn import_history_locked(
         return Err(e);
     }
     Ok(ImportReport {
-        kind,
+        kind: imported.kind,
         env: name.to_owned(),
         head: state.head,
         nodes: created + reused,
@@ -593,7 +584,6 @@ fn import_history_locked(
 mod tests {
     use super::*;
     use crate::backend::BackendKind;
-    use crate::bundle::ManifestNode;
 
     /// A node the store held while the bundle was unpacked (so its layer was not written)
     /// and that is gone by the time the import takes the store's lock: the import stops with
@@ -616,12 +606,16 @@ mod tests {
             entries: 1,
             checksum: String::new(),
         });
-        let staged = Staged {
-            layers: BTreeMap::new(),
+        let imported = Imported {
+            kind: BundleKind::History,
+            manifest: None,
+            layers: Vec::new(),
+            stripped_setuid: 0,
+            dropped_overlay_xattrs: 0,
             held: vec!["0123456789abcdef".to_owned()],
         };
         let dir = tmp.path().join("copy");
-        let err = import_history(&store, &manifest, &staged, BundleKind::History, "c", &dir)
+        let err = import_history(&store, &manifest, &imported, "c", &dir)
             .expect_err("the node's data was never written");
         let msg = err.to_string();
         assert!(
