@@ -11,10 +11,40 @@ use crate::fsops::Kind;
 use crate::store::io_at;
 use crate::{Error, Result};
 
+/// Fold the overlay-format layers `layers` (top first, at least one) into one layer at `dst`
+/// (which must not exist) that shows over any base what the stack shows over it: the
+/// bottom one is copied, and each one above it applied with [`apply_overlay_layer`].
+/// `opaque` and `link_from` as there.
+pub fn fold_over_base(
+    layers: &[&Path],
+    dst: &Path,
+    opaque: &str,
+    link_from: Option<&Path>,
+) -> Result<()> {
+    let mut up = layers.iter().rev();
+    let bottom = up.next().ok_or_else(|| Error::Backend {
+        path: dst.to_owned(),
+        message: "a fold of no layers".into(),
+    })?;
+    let opts = CopyOpts {
+        reflink: true,
+        link_from: link_from.map(Path::to_path_buf),
+        ..CopyOpts::default()
+    };
+    crate::fsops::copy::copy_dir(bottom, dst, &opts)?;
+    for layer in up {
+        apply_overlay_layer(layer, dst, opaque, link_from)?;
+    }
+    Ok(())
+}
+
 /// Apply the overlay-format layer `diff` onto the tree `target`, keeping overlay markers as
 /// they are (the target is itself a layer above some base): a whiteout replaces whatever is
 /// at its path, a directory marked opaque replaces the directory there (its old content
-/// goes), other directories merge, every other entry replaces what is there. Data is
+/// goes), other directories merge, every other entry replaces what is there. A directory
+/// merged into one marked opaque stays opaque, and one put where `target` has a
+/// non-directory (a whiteout, a file) becomes opaque: in the stack, either of those ends the
+/// merge there, so nothing of the base may show through it. Data is
 /// reflinked where the filesystem can; metadata is exact; names of one inode in `diff` are
 /// one inode in `target` (hard links stay links). Symlinks in `target` are never followed:
 /// entries are replaced, not written through.
@@ -35,26 +65,42 @@ pub(crate) fn apply_overlay_layer(
         xattr_filter: None,
         link_from: link_from.map(Path::to_path_buf),
     };
-    let mut dirs: Vec<(PathBuf, &crate::fsops::Meta)> = Vec::new();
+    let mut dirs: Vec<(PathBuf, std::borrow::Cow<'_, crate::fsops::Meta>)> = Vec::new();
     // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.
     let mut links: std::collections::HashMap<(u64, u64), PathBuf> = Default::default();
     // Entries come parents first (sorted paths).
     for (rel, e) in &tree.entries {
         let t = target.join(rel);
         if rel.as_os_str().is_empty() {
-            dirs.push((t, &e.meta));
+            dirs.push((t, std::borrow::Cow::Borrowed(&e.meta)));
             continue;
         }
         let existing = std::fs::symlink_metadata(&t).ok();
         if e.meta.kind == Kind::Dir {
             let is_opaque = e.meta.xattrs.get(opaque).map(Vec::as_slice) == Some(b"y");
+            // Whether what `target` has here ends the merge: a non-directory, or an
+            // opaque directory.
+            let hides_base = match &existing {
+                Some(m) if m.is_dir() => {
+                    read_meta(&t)?.xattrs.get(opaque).map(Vec::as_slice) == Some(b"y")
+                }
+                Some(_) => true,
+                None => false,
+            };
             if existing.as_ref().is_some_and(|m| is_opaque || !m.is_dir()) {
                 fsutil::remove_any(&t).map_err(|err| Error::Io(io_at(&t, err)))?;
             }
             if std::fs::symlink_metadata(&t).is_err() {
                 std::fs::create_dir(&t).map_err(|err| Error::Io(io_at(&t, err)))?;
             }
-            dirs.push((t, &e.meta));
+            let meta = if hides_base && !is_opaque {
+                let mut m = e.meta.clone();
+                m.xattrs.insert(opaque.to_owned(), b"y".to_vec());
+                std::borrow::Cow::Owned(m)
+            } else {
+                std::borrow::Cow::Borrowed(&e.meta)
+            };
+            dirs.push((t, meta));
         } else {
             if existing.is_some() {
                 fsutil::remove_any(&t).map_err(|err| Error::Io(io_at(&t, err)))?;

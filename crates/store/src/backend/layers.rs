@@ -1352,20 +1352,13 @@ impl LayersBackend {
             copy_tree(&tree, dst, &self.linking_opts())?;
             return Ok(Some(tree.entries.into_keys().collect()));
         }
-        let mut layers = chain.iter().rev();
-        let bottom = layers.next().ok_or_else(|| Error::Backend {
-            path: dst.to_owned(),
-            message: "flatten of an empty chain".into(),
-        })?;
-        crate::fsops::copy::copy_dir(&self.layer_dir(&bottom.id), dst, &self.linking_opts())?;
-        for l in layers {
-            crate::backend::apply::apply_overlay_layer(
-                &self.layer_dir(&l.id),
-                dst,
-                self.opaque,
-                Some(&self.layers),
-            )?;
-        }
+        let dirs = self.chain_dirs(chain);
+        crate::backend::apply::fold_over_base(
+            &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+            dst,
+            self.opaque,
+            Some(&self.layers),
+        )?;
         Ok(None)
     }
 

@@ -13,7 +13,7 @@
 //!   the **mount point** is the user-visible directory (the overlay on `layers`, a bind mount
 //!   of the writable subvolume on `btrfs`).
 
-pub(crate) mod apply;
+pub mod apply;
 pub mod btrfs;
 pub mod layers;
 

@@ -654,6 +654,55 @@ fn a_box_derive_records_removals_as_whiteouts_and_flatten_keeps_them() {
     }
 }
 
+/// A directory a box replaced (deleted, then made anew: overlayfs marks it opaque in the
+/// upper directory) hides the base's directory in every later node of the box: also when a
+/// later commit only adds to it (on `btrfs` each box layer is the previous one with the
+/// captured changes applied, their parent directories unmarked) and after a flatten folds
+/// the box's layers into one.
+#[test]
+fn a_directory_a_box_replaced_stays_opaque_in_later_layers() {
+    for fx in fixtures("a_directory_a_box_replaced_stays_opaque_in_later_layers") {
+        let store = fx.store();
+        let kind = fx.kind;
+        two_commits(&store, &fx.base, "bo", None);
+        // What the box's layers sit on: the tree it was made from has a `keep/` too.
+        let base = fx.base.join("bo-src");
+        let upper = store.box_layers("bo").expect("box layers").upper;
+        // `rm -rf keep && mkdir keep && echo new > keep/new`, as overlayfs leaves it.
+        std::fs::create_dir_all(upper.join("keep")).expect("mkdir");
+        xattr::set(upper.join("keep"), OPAQUE, b"y").expect("opaque");
+        write(&upper.join("keep/new"), "new");
+        commit(&store, "bo", "replaced keep");
+        write(&upper.join("keep/new2"), "new2");
+        let head = commit(&store, "bo", "added to keep");
+        let flat = store
+            .flatten("bo", head.as_str(), DetachOpts::new(CKPT, "flat"))
+            .expect("flatten");
+        for (what, node) in [
+            ("head", store.node(head.as_str()).expect("node")),
+            ("flattened", flat),
+        ] {
+            let mut dirs = store.chain_dirs(&node).expect("chain");
+            dirs.push(base.clone());
+            let view = scan_chain(
+                &dirs.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                OPAQUE,
+            )
+            .expect("scan");
+            let keep: Vec<String> = view
+                .entries
+                .keys()
+                .filter(|p| p.starts_with("keep") && p.as_os_str() != "keep")
+                .map(|p| p.display().to_string())
+                .collect();
+            assert_eq!(keep, ["keep/new", "keep/new2"], "{kind:?} {what}");
+        }
+        store.remove_env("bo").expect("remove");
+        store.gc().expect("gc");
+        assert_clean(&store, &format!("{kind:?}"));
+    }
+}
+
 /// A `layers` store in a temporary home whose chains flatten at the smallest depth the
 /// backend allows (2: a create and one commit reach it).
 fn shallow_layers_store() -> (agentbox_testkit::TempHome, Store) {

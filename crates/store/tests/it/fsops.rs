@@ -1,5 +1,6 @@
 //! Fidelity of scanning, copying and diffing trees.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -561,11 +562,17 @@ fn shown(e: &agentbox_store::fsops::Entry) -> String {
     )
 }
 
-/// What a program sees below `dir` of a mounted overlayfs, as [`shown`] lines in path order.
+/// What a program sees below `dir` of a mounted overlayfs, as [`shown`] lines in path order,
+/// and the content of each file (into `files`).
 /// A directory that comes from one layer alone is read straight from it, so its listing
 /// still names the whiteouts in it; looking such a name up finds nothing, as for any path a
 /// whiteout hides. Such names are not part of the view.
-fn walk_view(dir: &Path, rel: &Path, out: &mut Vec<String>) {
+fn walk_view(
+    dir: &Path,
+    rel: &Path,
+    out: &mut Vec<String>,
+    files: &mut BTreeMap<PathBuf, Vec<u8>>,
+) {
     let mut names: Vec<_> = fs_err::read_dir(dir)
         .expect("read a directory of the view")
         .map(|e| e.expect("read a directory entry of the view").file_name())
@@ -587,9 +594,62 @@ fn walk_view(dir: &Path, rel: &Path, out: &mut Vec<String>) {
         };
         out.push(shown(&entry));
         if entry.meta.is_dir() {
-            walk_view(&path, &entry.rel, out);
+            walk_view(&path, &entry.rel, out, files);
+        } else if entry.meta.kind == Kind::File {
+            files.insert(
+                entry.rel,
+                fs_err::read(&path).expect("read a file of the view"),
+            );
         }
     }
+}
+
+/// A stack of `count` random layers (top first) made by [`fill_layer_dir`] under `home`.
+fn random_stack(home: &TempHome, seed: u64, count: usize) -> Vec<PathBuf> {
+    let mut dice = Dice(seed | 1);
+    (0..count)
+        .map(|i| {
+            let dir = home.path().join(format!("layer{i}"));
+            fs_err::create_dir(&dir).expect("mkdir layer");
+            fill_layer_dir(&dir, "", i, 0, &mut dice);
+            // Now and then a layer below the top hides everything under it.
+            if i > 0 && dice.below(8) == 0 {
+                xattr::set(&dir, "trusted.overlay.opaque", b"y").expect("setxattr");
+            }
+            dir
+        })
+        .collect()
+}
+
+/// What the kernel shows of the stack `lowers` (top first), mounted read-only at
+/// `home/<name>`: the [`shown`] lines in path order, and the content of every file.
+fn kernel_view(
+    home: &TempHome,
+    lowers: &[&Path],
+    name: &str,
+) -> (Vec<String>, BTreeMap<PathBuf, Vec<u8>>) {
+    let view = home.path().join(name);
+    fs_err::create_dir(&view).expect("mkdir view");
+    let lowerdir = lowers
+        .iter()
+        .map(|l| l.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    rustix::mount::mount(
+        "overlay",
+        &view,
+        "overlay",
+        rustix::mount::MountFlags::RDONLY,
+        std::ffi::CString::new(format!("lowerdir={lowerdir}"))
+            .expect("no NUL in a path")
+            .as_c_str(),
+    )
+    .expect("mount overlay");
+    let mut lines = Vec::new();
+    let mut contents = BTreeMap::new();
+    walk_view(&view, Path::new(""), &mut lines, &mut contents);
+    rustix::mount::unmount(&view, rustix::mount::UnmountFlags::DETACH).expect("unmount");
+    (lines, contents)
 }
 
 proptest! {
@@ -603,58 +663,44 @@ proptest! {
             return Ok(());
         }
         let home = TempHome::new();
-        let mut dice = Dice(seed | 1);
-        let layers: Vec<PathBuf> = (0..count)
-            .map(|i| {
-                let dir = home.path().join(format!("layer{i}"));
-                fs_err::create_dir(&dir).expect("mkdir layer");
-                fill_layer_dir(&dir, "", i, 0, &mut dice);
-                // Now and then a layer below the top hides everything under it.
-                if i > 0 && dice.below(8) == 0 {
-                    xattr::set(&dir, "trusted.overlay.opaque", b"y").expect("setxattr");
-                }
-                dir
-            })
-            .collect();
+        let layers = random_stack(&home, seed, count);
         let refs: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
         let ours = scan_chain(&refs, "trusted.overlay.opaque").expect("scan_chain");
-
-        let view = home.path().join("view");
-        fs_err::create_dir(&view).expect("mkdir view");
-        let lowerdir = layers
-            .iter()
-            .map(|l| l.display().to_string())
-            .collect::<Vec<_>>()
-            .join(":");
-        rustix::mount::mount(
-            "overlay",
-            &view,
-            "overlay",
-            rustix::mount::MountFlags::RDONLY,
-            std::ffi::CString::new(format!("lowerdir={lowerdir}"))
-                .expect("no NUL in a path")
-                .as_c_str(),
-        )
-        .expect("mount overlay");
-        let mut kernel_shown = Vec::new();
-        walk_view(&view, Path::new(""), &mut kernel_shown);
-        let contents: Vec<(PathBuf, Vec<u8>)> = ours
-            .entries
-            .values()
-            .filter(|e| e.meta.kind == Kind::File)
-            .map(|e| (e.rel.clone(), fs_err::read(view.join(&e.rel)).unwrap_or_default()))
-            .collect();
-        rustix::mount::unmount(&view, rustix::mount::UnmountFlags::DETACH).expect("unmount");
+        let (kernel_shown, contents) = kernel_view(&home, &refs, "view");
         let ours_shown: Vec<String> = ours.entries.values().skip(1).map(shown).collect();
         prop_assert_eq!(ours_shown, kernel_shown);
         for (rel, seen) in contents {
-            let src = &ours.get(&rel).expect("listed above").src;
+            let src = &ours.get(&rel).expect("the kernel shows no file we lack").src;
             prop_assert_eq!(&fs_err::read(src).expect("read provider"), &seen, "{}", rel.display());
         }
         // Every entry names the layer that provides it.
         for e in ours.entries.values() {
             prop_assert!(layers.iter().any(|l| e.src == l.join(&e.rel)), "{}", e.src.display());
         }
+    }
+
+    /// Folding the layers above the bottom one into one (`fold_over_base`, what a flatten
+    /// of a box and the compaction of a deep chain do) changes nothing the kernel shows:
+    /// the folded layer over the bottom one shows what the whole stack shows.
+    #[test]
+    fn a_fold_over_a_base_shows_what_the_stack_shows(seed in any::<u64>(), count in 3usize..7) {
+        if !require_root("a_fold_over_a_base_shows_what_the_stack_shows") {
+            return Ok(());
+        }
+        let home = TempHome::new();
+        let layers = random_stack(&home, seed, count);
+        let refs: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+        let stack = kernel_view(&home, &refs, "stack");
+        let folded = home.path().join("folded");
+        agentbox_store::backend::apply::fold_over_base(
+            &refs[..count - 1],
+            &folded,
+            "trusted.overlay.opaque",
+            None,
+        )
+        .expect("fold");
+        let over_base = kernel_view(&home, &[&folded, refs[count - 1]], "over-base");
+        prop_assert_eq!(over_base, stack);
     }
 }
 
