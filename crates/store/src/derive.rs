@@ -779,24 +779,13 @@ impl Store {
         Ok(Some(out))
     }
 
-    /// The listing of `layer`: its file, or else a walk of the layer's directory — on
-    /// `layers` exactly its own entries (over its parent), on `btrfs` its whole tree (no
-    /// parent) — kept as its listing for next time. `None` when the layer's data is gone.
+    /// The listing of `layer` (see [`crate::listing::of_layer`]).
     fn listing_of(&self, layer: &LayerRecord) -> Result<Option<Listing>> {
-        let layers = self.layout.layers();
-        if let Some(listing) = Listing::read(&layers, &layer.id)? {
-            return Ok(Some(listing));
-        }
-        let dir = self.backend.layer_dir(&layer.id);
-        if !dir.is_dir() {
-            return Ok(None);
-        }
-        let paths = crate::listing::walk(&dir)?;
-        let listing = Listing::new(layer.parent.clone(), paths.iter().map(PathBuf::as_path));
-        // Only a cache: when it cannot be kept (a read-only store), the next derive walks
-        // again.
-        let _ = listing.write(&layers, &layer.id);
-        Ok(Some(listing))
+        crate::listing::of_layer(
+            &self.layout.layers(),
+            &self.backend.layer_dir(&layer.id),
+            layer,
+        )
     }
 }
 

@@ -109,7 +109,8 @@ impl Listing {
         self.body().split(|&b| b == 0).filter(|p| !p.is_empty())
     }
 
-    fn count(&self) -> usize {
+    /// How many paths are listed.
+    pub fn count(&self) -> usize {
         self.body().iter().filter(|&&b| b == 0).count()
     }
 
@@ -177,6 +178,28 @@ fn parse(mut bytes: Vec<u8>) -> Option<Listing> {
         start,
     };
     (listing.body().last().is_none_or(|&b| b == 0) && listing.count() == count).then_some(listing)
+}
+
+/// The listing of `layer`, whose directory is `dir`: its file in `layers`, or else a walk of
+/// the directory — on `layers` exactly the layer's own entries (over its parent), on `btrfs`
+/// its whole tree (no parent) — kept as its listing for next time. `None` when the layer's
+/// data is gone.
+pub(crate) fn of_layer(
+    layers: &Path,
+    dir: &Path,
+    layer: &crate::backend::LayerRecord,
+) -> Result<Option<Listing>> {
+    if let Some(listing) = Listing::read(layers, &layer.id)? {
+        return Ok(Some(listing));
+    }
+    if !dir.is_dir() {
+        return Ok(None);
+    }
+    let paths = walk(dir)?;
+    let listing = Listing::new(layer.parent.clone(), paths.iter().map(PathBuf::as_path));
+    // Only a cache: when it cannot be kept (a read-only store), the next reader walks again.
+    let _ = listing.write(layers, &layer.id);
+    Ok(Some(listing))
 }
 
 /// Every path below `root` (not the root itself), never following symlinks: one

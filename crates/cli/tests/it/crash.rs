@@ -110,6 +110,53 @@ fn kill_a_commit(t: &Env, dir: &Path, point: &str) {
     );
 }
 
+/// [`prepared`], in a store whose chains reach their maximum depth at the next commit, with
+/// enough files in the first layer that the commit compacts the chain (folds its small diff
+/// layers and its own changes into one layer over the first) rather than flattening it.
+fn prepared_to_compact(t: &Env) -> std::path::PathBuf {
+    for i in 0..40 {
+        write(&t.path(&format!("crashy/lib/{i}")), "a library file");
+    }
+    let dir = prepared(t);
+    let config = t.path("home/store/store.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).expect("read store.json")).expect("JSON");
+    json["max_depth"] = 3.into();
+    std::fs::write(&config, serde_json::to_vec(&json).expect("JSON")).expect("write store.json");
+    dir
+}
+
+#[test]
+fn a_compacting_commit_survives_a_kill_at_every_step() {
+    if !agentbox_testkit::tier::require_root("a_compacting_commit_survives_a_kill_at_every_step") {
+        return;
+    }
+    // Uninterrupted, the commit leaves a chain two deep.
+    let t = Env::new();
+    let dir = prepared_to_compact(&t);
+    assert_eq!(t.json(&["status", "crashy"])["env"]["chain_depth"], 3);
+    write(&dir.join("c"), "committed");
+    t.ok(&["commit", "crashy", "-m", "compacts"]);
+    assert_eq!(t.json(&["status", "crashy"])["env"]["chain_depth"], 2);
+    assert_eq!(
+        t.json(&["log", "crashy"])["nodes"].as_array().map(Vec::len),
+        Some(4)
+    );
+
+    for point in [
+        "commit:after-copy",
+        "commit:after-layer",
+        "commit:after-record",
+        "commit:after-index",
+        "commit:after-node",
+        "commit:after-head",
+    ] {
+        let t = Env::new();
+        let dir = prepared_to_compact(&t);
+        kill_a_commit(&t, &dir, point);
+    }
+}
+
 /// On btrfs a commit writes its node before the snapshot that makes both durable (one
 /// transaction commit): killed at any step, the store recovers the same way.
 #[test]

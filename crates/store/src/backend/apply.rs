@@ -38,6 +38,62 @@ pub fn fold_over_base(
     Ok(())
 }
 
+/// Remove from the overlay-format layer `layer` (one made by [`fold_over_base`]) the
+/// whiteouts that hide nothing of the complete tree `base` it is to be mounted over: those
+/// under a directory of `layer` marked opaque, and those at a path `base` does not hold.
+/// Such a whiteout is not only useless: in a directory that only `layer` provides,
+/// overlayfs reads the directory straight from the layer and lists the whiteout's name,
+/// which then cannot be opened. The directories that held them get their mtimes back.
+/// `base` is looked up component by component, never through a symlink.
+pub fn drop_idle_whiteouts(layer: &Path, base: &Path, opaque: &str) -> Result<()> {
+    let tree = scan_tree(layer)?;
+    let mut opaque_dirs: Vec<&Path> = Vec::new();
+    let mut touched: std::collections::BTreeMap<&Path, &crate::fsops::Meta> = Default::default();
+    for (rel, e) in &tree.entries {
+        if e.meta.kind == Kind::Dir {
+            if e.meta.xattrs.get(opaque).map(Vec::as_slice) == Some(b"y") {
+                opaque_dirs.push(rel);
+            }
+            continue;
+        }
+        if !e.meta.is_whiteout() {
+            continue;
+        }
+        let under_opaque = opaque_dirs
+            .iter()
+            .any(|d| !d.as_os_str().is_empty() && rel.starts_with(d));
+        if !under_opaque && holds(base, rel) {
+            continue;
+        }
+        fsutil::remove_any(&e.src).map_err(|err| Error::Io(io_at(&e.src, err)))?;
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        if let Some(p) = tree.entries.get(parent) {
+            touched.insert(parent, &p.meta);
+        }
+    }
+    for (rel, meta) in touched {
+        let dir = fsutil::join(layer, rel);
+        fsutil::set_mtime(&dir, meta.mtime_sec, meta.mtime_nsec)
+            .map_err(|err| Error::Io(io_at(&dir, err)))?;
+    }
+    Ok(())
+}
+
+/// Whether the tree `root` has an entry at `rel`, every parent on the way being a
+/// directory (a symlink is never followed).
+fn holds(root: &Path, rel: &Path) -> bool {
+    let mut at = root.to_path_buf();
+    let mut parts = rel.components().peekable();
+    while let Some(part) = parts.next() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if parts.peek().is_none() || m.is_dir() => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Apply the overlay-format layer `diff` onto the tree `target`, keeping overlay markers as
 /// they are (the target is itself a layer above some base): a whiteout replaces whatever is
 /// at its path, a directory marked opaque replaces the directory there (its old content

@@ -20,8 +20,13 @@
 //!   directory over the new chain: each file is kept once on disk, and the next commit
 //!   looks only at what changed since this one. See `LayersBackend::try_handoff` for what happens when a
 //!   process does hold something open (the copy above), and for crash safety.
-//! * When a commit would make a chain deeper than `max_depth`, the new layer is instead a
-//!   complete copy of the merged tree (flattening), so overlays never stack unboundedly.
+//! * When a commit would make a chain deeper than `max_depth`, overlays must not stack
+//!   further. If the layers above the chain's complete bottom layer are small (together at
+//!   most a quarter of its entries), the new layer folds them and the commit's changes into
+//!   one diff over that bottom layer (compaction: the chain is two deep again, at a cost of
+//!   what changed since the bottom layer, linked rather than copied); otherwise it is a
+//!   complete copy of the merged tree (flattening, its untouched files linked to the
+//!   layers'). A box's chain (no mount point) is folded whole, its markers kept.
 //! * Checkout unmounts, discards the upper directory and mounts a fresh overlay.
 //! * A derived node ([`crate::Store::derive`]) gets one small layer on top of its source's
 //!   chain: a whiteout per removed path, an empty file per emptied one, and the directories
@@ -700,9 +705,27 @@ impl Backend for LayersBackend {
         // What the new layer holds, for its listing (none for a folded box layer, which a
         // derive walks if it ever needs to).
         let mut listing = None;
-        let now = if head.depth + 1 > self.max_depth && dirs.mountpoint.is_none() {
+        // The new layer's parent: HEAD's, but for a chain past the maximum depth.
+        let mut parent = Some(head);
+        let too_deep = head.depth + 1 > self.max_depth;
+        let compact_over = if too_deep && dirs.mountpoint.is_some() {
+            self.compaction_base(chain)?
+        } else {
+            None
+        };
+        let now = if too_deep && dirs.mountpoint.is_none() {
+            parent = None;
             self.flatten_box(dirs, chain, id)?
-        } else if head.depth + 1 > self.max_depth {
+        } else if let Some(bottom) = compact_over {
+            let (now, paths) = self.compact(dirs, chain, id)?;
+            listing = Some(Listing::new(
+                Some(bottom.id.clone()),
+                paths.iter().map(PathBuf::as_path),
+            ));
+            parent = Some(bottom);
+            now
+        } else if too_deep {
+            parent = None;
             // Flatten: the new layer is the complete merged tree.
             self.durability.mark_unsynced();
             let tmp = self.tmp_layer(id);
@@ -749,15 +772,10 @@ impl Backend for LayersBackend {
         if let Some(l) = listing {
             l.write(&self.layers, id)?;
         }
-        let flattened = head.depth + 1 > self.max_depth;
         Ok(LayerRecord {
             id: id.to_owned(),
-            parent: if flattened {
-                None
-            } else {
-                Some(head.id.clone())
-            },
-            depth: if flattened { 1 } else { head.depth + 1 },
+            parent: parent.map(|p| p.id.clone()),
+            depth: parent.map_or(1, |p| p.depth + 1),
             cleaned: None,
         })
     }
@@ -1360,6 +1378,80 @@ impl LayersBackend {
             Some(&self.layers),
         )?;
         Ok(None)
+    }
+
+    /// The complete layer at the bottom of `chain` (an environment's, past the maximum
+    /// depth) when the layers above it are small enough to be folded into one over it
+    /// ([`Self::compact`]): together at most a quarter of its entries, counted from the
+    /// listings (a layer without one is walked once, and keeps the result). Otherwise a
+    /// commit makes a complete layer: folding most of a tree into a diff costs what the
+    /// complete layer costs, and would keep the bottom layer's replaced files on disk for
+    /// as long as the chain lives.
+    fn compaction_base<'c>(&self, chain: &'c [LayerRecord]) -> Result<Option<&'c LayerRecord>> {
+        let Some((bottom, above)) = chain.split_last() else {
+            return Ok(None);
+        };
+        if bottom.parent.is_some() || above.is_empty() {
+            return Ok(None);
+        }
+        let count = |l: &LayerRecord| -> Result<Option<usize>> {
+            Ok(
+                crate::listing::of_layer(&self.layers, &self.layer_dir(&l.id), l)?
+                    .map(|listing| listing.count()),
+            )
+        };
+        let mut diff = 0;
+        for l in above {
+            match count(l)? {
+                Some(n) => diff += n,
+                None => return Ok(None),
+            }
+        }
+        Ok(count(bottom)?
+            .filter(|&total| diff * 4 <= total)
+            .map(|_| bottom))
+    }
+
+    /// The commit of an environment whose chain is at the maximum depth, when its diff
+    /// layers are small ([`Self::compaction_base`]): the new layer is those layers and the
+    /// working changes folded into one diff over the chain's bottom (complete) layer, so
+    /// the chain is two deep again at a cost of what changed since that layer, not of the
+    /// whole tree. Files of the folded layers are linked, not copied (but those carrying
+    /// overlay attributes, see `CopyOpts::link_from`); the working changes are captured
+    /// into a scratch directory first (linked from there in turn). Returns the marks to
+    /// record and the new layer's entries (its listing over the bottom layer).
+    fn compact(
+        &self,
+        dirs: &WorkDirs,
+        chain: &[LayerRecord],
+        id: &str,
+    ) -> Result<(Captured, Vec<PathBuf>)> {
+        self.durability.mark_unsynced();
+        let tmp = self.tmp_layer(id);
+        self.remove_tree(&tmp)?;
+        let scratch = self.scratch(id);
+        self.remove_tree(&scratch)?;
+        fs_err::create_dir_all(&scratch)?;
+        let folded = Self::capture_into(dirs, &scratch, self.opaque).and_then(|(now, _)| {
+            let mut layers = vec![scratch.clone()];
+            layers.extend(self.chain_dirs(&chain[..chain.len() - 1]));
+            crate::backend::apply::fold_over_base(
+                &layers.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                &tmp,
+                self.opaque,
+                Some(&self.layers),
+            )?;
+            if let Some(bottom) = chain.last() {
+                crate::backend::apply::drop_idle_whiteouts(
+                    &tmp,
+                    &self.layer_dir(&bottom.id),
+                    self.opaque,
+                )?;
+            }
+            Ok((now, crate::listing::walk(&tmp)?))
+        });
+        self.remove_tree(&scratch)?;
+        folded
     }
 
     /// Flatten a box's chain plus its working changes into one complete layer `id`, its

@@ -809,10 +809,11 @@ fn ino(path: &Path) -> u64 {
     std::fs::symlink_metadata(path).expect("lstat").ino()
 }
 
-/// On `layers`, a commit past the maximum depth makes one complete layer that links the
-/// files no write touched to the layers' own (no second copy of their data) and copies
-/// the changed ones, a same-size rewrite with its mtime put back included; every node
-/// still checks out as it was, and a later flatten of the flattened chain links again.
+/// On `layers`, a commit past the maximum depth whose diff layers hold much of the tree
+/// makes one complete layer that links the files no write touched to the layers' own (no
+/// second copy of their data) and copies the changed ones, a same-size rewrite with its
+/// mtime put back included; every node still checks out as it was, and a later flatten of
+/// the flattened chain links again.
 #[test]
 fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
     if !agentbox_testkit::tier::require_root(
@@ -823,7 +824,19 @@ fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
     let (home, store) = shallow_layers_store();
 
     let dir = home.path().join("fl");
-    let first = two_commits(&store, home.path(), "fl", Some(&dir));
+    let src = home.path().join("fl-src");
+    sample(&src);
+    store
+        .create_env("fl", Some(&dir), Source::Dir(src), "initial")
+        .expect("create");
+    write(&dir.join("tmp/from-commit"), "c");
+    write(&dir.join("var/log/app.log"), "app log, second version\n");
+    std::fs::remove_file(dir.join("keep/gone")).expect("rm");
+    // Enough new files that the diff is more than a quarter of the tree: no compaction.
+    for i in 0..40 {
+        write(&dir.join(format!("bulk/{i}")), "bulk");
+    }
+    let first = commit(&store, "fl", "second");
     let bottom = store.backend().layer_dir(
         &store
             .chain(&store.node(first.as_str()).expect("node"))
@@ -898,6 +911,9 @@ fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
 
     // Two more commits flatten the flattened chain: its files are linked once more.
     write(&dir.join("new/file"), "newer");
+    for i in 0..40 {
+        write(&dir.join(format!("bulk/{i}")), "rewritten");
+    }
     // Attributes overlayfs would obey (a box can set `user.*` ones on its files) never reach
     // a complete layer either.
     xattr::set(dir.join("keep/file"), "user.overlay.whiteout", b"y").expect("xattr");
@@ -929,6 +945,129 @@ fn a_flattening_commit_links_untouched_files_and_copies_changed_ones() {
     store.remove_env("fl").expect("remove");
     store.gc().expect("gc");
     assert_clean(&store, "flattening commits");
+}
+
+/// On `layers`, a commit past the maximum depth whose diff layers are small folds them and
+/// its own changes into one diff over the chain's complete bottom layer: the chain is two
+/// deep again, the bottom layer's untouched files are not in the new layer at all, the
+/// folded layers' files are linked, and every node — before and after each compaction —
+/// checks out exactly as it was committed, through deletions, a replaced directory,
+/// type changes and hard links. Once the diffs outgrow a quarter of the tree, a commit
+/// makes a complete layer again.
+#[test]
+fn a_commit_past_the_maximum_depth_compacts_small_diffs_over_the_complete_layer() {
+    if !agentbox_testkit::tier::require_root(
+        "a_commit_past_the_maximum_depth_compacts_small_diffs_over_the_complete_layer",
+    ) {
+        return;
+    }
+    let (home, store) = shallow_layers_store();
+    let dir = home.path().join("cp");
+    let src = home.path().join("cp-src");
+    sample(&src);
+    for i in 0..60 {
+        write(&src.join(format!("lib/{i}")), &format!("library file {i}"));
+    }
+    store
+        .create_env("cp", Some(&dir), Source::Dir(src), "initial")
+        .expect("create");
+    let bottom = store
+        .chain_dirs(
+            &store
+                .node(store.env("cp").expect("env").head.as_str())
+                .expect("node"),
+        )
+        .expect("chain")[0]
+        .clone();
+    let mut nodes: Vec<(NodeId, PathBuf)> = Vec::new();
+    let mut keep = |store: &Store, msg: &str, nodes: &mut Vec<(NodeId, PathBuf)>| {
+        let id = commit(store, "cp", msg);
+        let copy = home.path().join(format!("at-{}", nodes.len()));
+        snapshot_copy(&dir, &copy);
+        nodes.push((id, copy));
+    };
+    // 1: a new file and a changed one (depth 2).
+    write(&dir.join("new/a"), "a");
+    write(&dir.join("keep/file"), "changed");
+    keep(&store, "one", &mut nodes);
+    // 2: past the depth: compacts. A deletion of a bottom file, a replaced directory.
+    std::fs::remove_file(dir.join("tmp/c")).expect("rm");
+    std::fs::remove_dir_all(dir.join("var/log")).expect("rm -r");
+    write(&dir.join("var/log/fresh.log"), "fresh");
+    keep(&store, "two", &mut nodes);
+    // 3: adds to the replaced directory, a file becomes a directory, a hard link.
+    write(&dir.join("var/log/more.log"), "more");
+    std::fs::remove_file(dir.join("keep/file")).expect("rm");
+    write(&dir.join("keep/file/inner"), "now a directory");
+    std::fs::hard_link(dir.join("new/a"), dir.join("new/a-link")).expect("link");
+    keep(&store, "three", &mut nodes);
+    // 4: the new file removed again, a deleted bottom file brought back.
+    std::fs::remove_file(dir.join("new/a")).expect("rm");
+    write(&dir.join("tmp/c"), "back");
+    keep(&store, "four", &mut nodes);
+
+    for (i, (id, _)) in nodes.iter().enumerate().skip(1) {
+        let chain = store
+            .chain(&store.node(id.as_str()).expect("node"))
+            .expect("chain");
+        assert_eq!(
+            chain.len(),
+            2,
+            "commit {i} compacts over the complete layer"
+        );
+        assert_eq!(
+            store.backend().layer_dir(&chain[1].id),
+            bottom,
+            "commit {i}"
+        );
+    }
+    let (last, _) = nodes.last().expect("four commits");
+    let top = store
+        .chain_dirs(&store.node(last.as_str()).expect("node"))
+        .expect("chain")[0]
+        .clone();
+    assert!(
+        !top.join("lib/0").exists(),
+        "an untouched file of the bottom layer is not copied"
+    );
+    assert!(!top.join("var/lib/apt/extended_states").exists());
+    let third = store
+        .chain_dirs(&store.node(nodes[2].0.as_str()).expect("node"))
+        .expect("chain")[0]
+        .clone();
+    assert_eq!(
+        ino(&top.join("var/log/more.log")),
+        ino(&third.join("var/log/more.log")),
+        "a folded layer's file is linked"
+    );
+
+    for (id, copy) in nodes.iter().rev() {
+        store.checkout("cp", id.as_str()).expect("checkout");
+        assert_same(copy, &dir, &format!("node {id}"));
+    }
+    let (last, copy) = nodes.last().expect("four commits");
+    store.checkout("cp", last.as_str()).expect("checkout");
+    assert_same(copy, &dir, "the last node again");
+
+    // Diffs of more than a quarter of the tree: a complete layer.
+    for i in 0..60 {
+        write(&dir.join(format!("lib/{i}")), "rewritten");
+    }
+    keep(&store, "rewrites", &mut nodes);
+    write(&dir.join("lib/0"), "again");
+    keep(&store, "past the depth", &mut nodes);
+    let (id, copy) = nodes.last().expect("a node");
+    let chain = store
+        .chain(&store.node(id.as_str()).expect("node"))
+        .expect("chain");
+    assert_eq!(chain.len(), 1, "flattened");
+    store.checkout("cp", nodes[0].0.as_str()).expect("checkout");
+    store.checkout("cp", id.as_str()).expect("checkout");
+    assert_same(copy, &dir, "the flattened node");
+
+    store.remove_env("cp").expect("remove");
+    store.gc().expect("gc");
+    assert_clean(&store, "compacting commits");
 }
 
 /// Environment variables of [`kill_target`].

@@ -1,7 +1,7 @@
 //! Fidelity of scanning, copying and diffing trees.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use agentbox_store::fsops::{
@@ -562,17 +562,20 @@ fn shown(e: &agentbox_store::fsops::Entry) -> String {
     )
 }
 
-/// What a program sees below `dir` of a mounted overlayfs, as [`shown`] lines in path order,
-/// and the content of each file (into `files`).
-/// A directory that comes from one layer alone is read straight from it, so its listing
-/// still names the whiteouts in it; looking such a name up finds nothing, as for any path a
-/// whiteout hides. Such names are not part of the view.
-fn walk_view(
-    dir: &Path,
-    rel: &Path,
-    out: &mut Vec<String>,
-    files: &mut BTreeMap<PathBuf, Vec<u8>>,
-) {
+/// What a program sees below a directory of a mounted overlayfs: [`shown`] lines in path
+/// order and the content of each file. A directory that comes from one layer alone is read
+/// straight from it, so its listing still names the whiteouts in it; looking such a name up
+/// finds nothing, as for any path a whiteout hides. Such names are not part of the view;
+/// they are collected as phantoms.
+#[derive(Debug, Default, PartialEq)]
+struct View {
+    lines: Vec<String>,
+    files: BTreeMap<PathBuf, Vec<u8>>,
+    phantoms: Vec<PathBuf>,
+}
+
+/// Add what is below `dir` (at `rel` in the view) to `view`.
+fn walk_view(dir: &Path, rel: &Path, view: &mut View) {
     let mut names: Vec<_> = fs_err::read_dir(dir)
         .expect("read a directory of the view")
         .map(|e| e.expect("read a directory entry of the view").file_name())
@@ -583,7 +586,8 @@ fn walk_view(
         let meta = match read_meta(&path) {
             Ok(m) => m,
             Err(agentbox_store::Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                continue
+                view.phantoms.push(rel.join(&name));
+                continue;
             }
             Err(e) => panic!("lstat {}: {e}", path.display()),
         };
@@ -592,14 +596,12 @@ fn walk_view(
             src: path.clone(),
             meta,
         };
-        out.push(shown(&entry));
+        view.lines.push(shown(&entry));
         if entry.meta.is_dir() {
-            walk_view(&path, &entry.rel, out, files);
+            walk_view(&path, &entry.rel, view);
         } else if entry.meta.kind == Kind::File {
-            files.insert(
-                entry.rel,
-                fs_err::read(&path).expect("read a file of the view"),
-            );
+            let content = fs_err::read(&path).expect("read a file of the view");
+            view.files.insert(entry.rel, content);
         }
     }
 }
@@ -622,12 +624,8 @@ fn random_stack(home: &TempHome, seed: u64, count: usize) -> Vec<PathBuf> {
 }
 
 /// What the kernel shows of the stack `lowers` (top first), mounted read-only at
-/// `home/<name>`: the [`shown`] lines in path order, and the content of every file.
-fn kernel_view(
-    home: &TempHome,
-    lowers: &[&Path],
-    name: &str,
-) -> (Vec<String>, BTreeMap<PathBuf, Vec<u8>>) {
+/// `home/<name>`.
+fn kernel_view(home: &TempHome, lowers: &[&Path], name: &str) -> View {
     let view = home.path().join(name);
     fs_err::create_dir(&view).expect("mkdir view");
     let lowerdir = lowers
@@ -645,11 +643,10 @@ fn kernel_view(
             .as_c_str(),
     )
     .expect("mount overlay");
-    let mut lines = Vec::new();
-    let mut contents = BTreeMap::new();
-    walk_view(&view, Path::new(""), &mut lines, &mut contents);
+    let mut shown = View::default();
+    walk_view(&view, Path::new(""), &mut shown);
     rustix::mount::unmount(&view, rustix::mount::UnmountFlags::DETACH).expect("unmount");
-    (lines, contents)
+    shown
 }
 
 proptest! {
@@ -666,10 +663,10 @@ proptest! {
         let layers = random_stack(&home, seed, count);
         let refs: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
         let ours = scan_chain(&refs, "trusted.overlay.opaque").expect("scan_chain");
-        let (kernel_shown, contents) = kernel_view(&home, &refs, "view");
+        let kernel = kernel_view(&home, &refs, "view");
         let ours_shown: Vec<String> = ours.entries.values().skip(1).map(shown).collect();
-        prop_assert_eq!(ours_shown, kernel_shown);
-        for (rel, seen) in contents {
+        prop_assert_eq!(ours_shown, kernel.lines);
+        for (rel, seen) in kernel.files {
             let src = &ours.get(&rel).expect("the kernel shows no file we lack").src;
             prop_assert_eq!(&fs_err::read(src).expect("read provider"), &seen, "{}", rel.display());
         }
@@ -699,8 +696,25 @@ proptest! {
             None,
         )
         .expect("fold");
-        let over_base = kernel_view(&home, &[&folded, refs[count - 1]], "over-base");
-        prop_assert_eq!(over_base, stack);
+        let bottom = refs[count - 1];
+        let over_base = kernel_view(&home, &[&folded, bottom], "over-base");
+        prop_assert_eq!(&over_base.lines, &stack.lines);
+        prop_assert_eq!(&over_base.files, &stack.files);
+
+        // With the whiteouts that hide nothing of the bottom dropped (what a compaction
+        // does), it still does, and it lists no name it cannot open but the bottom's own.
+        agentbox_store::backend::apply::drop_idle_whiteouts(&folded, bottom, "trusted.overlay.opaque")
+            .expect("drop whiteouts");
+        let pruned = kernel_view(&home, &[&folded, bottom], "pruned");
+        prop_assert_eq!(&pruned.lines, &stack.lines);
+        prop_assert_eq!(&pruned.files, &stack.files);
+        for p in &pruned.phantoms {
+            let in_bottom = std::fs::symlink_metadata(bottom.join(p));
+            prop_assert!(
+                in_bottom.is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == 0),
+                "{} is listed but cannot be opened", p.display()
+            );
+        }
     }
 }
 
