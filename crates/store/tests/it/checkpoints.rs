@@ -980,7 +980,7 @@ fn a_commit_past_the_maximum_depth_compacts_small_diffs_over_the_complete_layer(
         .expect("chain")[0]
         .clone();
     let mut nodes: Vec<(NodeId, PathBuf)> = Vec::new();
-    let mut keep = |store: &Store, msg: &str, nodes: &mut Vec<(NodeId, PathBuf)>| {
+    let keep = |store: &Store, msg: &str, nodes: &mut Vec<(NodeId, PathBuf)>| {
         let id = commit(store, "cp", msg);
         let copy = home.path().join(format!("at-{}", nodes.len()));
         snapshot_copy(&dir, &copy);
