@@ -516,6 +516,7 @@ mod tests {
                 parent: None,
                 depth: 1,
                 cleaned: None,
+                compacted: false,
             },
         )
         .expect("record");

@@ -12,86 +12,84 @@ use crate::store::io_at;
 use crate::{Error, Result};
 
 /// Fold the overlay-format layers `layers` (top first, at least one) into one layer at `dst`
-/// (which must not exist) that shows over any base what the stack shows over it: the
-/// bottom one is copied, and each one above it applied with [`apply_overlay_layer`].
-/// `opaque` and `link_from` as there.
+/// (which must not exist) that shows over any base what the stack shows over it
+/// ([`crate::fsops::scan::fold_chain`]): folded in memory, then written once. With `base`
+/// (the layers, top first, the new layer is to be mounted over), the whiteouts that hide
+/// nothing of them are left out: those under a directory marked opaque, and those at a
+/// path the merged `base` does not hold. Such a whiteout is not only useless: in a
+/// directory that only this layer
+/// provides, overlayfs reads the directory straight from the layer and lists the
+/// whiteout's name, which then cannot be opened. `opaque` and `link_from` as for
+/// [`apply_overlay_layer`].
 pub fn fold_over_base(
     layers: &[&Path],
     dst: &Path,
     opaque: &str,
     link_from: Option<&Path>,
+    base: Option<&[&Path]>,
 ) -> Result<()> {
-    let mut up = layers.iter().rev();
-    let bottom = up.next().ok_or_else(|| Error::Backend {
-        path: dst.to_owned(),
-        message: "a fold of no layers".into(),
-    })?;
+    if layers.is_empty() {
+        return Err(Error::Backend {
+            path: dst.to_owned(),
+            message: "a fold of no layers".into(),
+        });
+    }
+    let mut tree = crate::fsops::scan::fold_chain(layers, opaque)?;
+    if let Some(base) = base {
+        let base: Vec<PathBuf> = base.iter().map(|p| p.to_path_buf()).collect();
+        let mut idle = Vec::new();
+        for (rel, e) in &tree.entries {
+            if !e.meta.is_whiteout() {
+                continue;
+            }
+            let under_opaque = rel.ancestors().skip(1).any(|a| {
+                !a.as_os_str().is_empty()
+                    && tree
+                        .entries
+                        .get(a)
+                        .is_some_and(|d| crate::fsops::scan::is_opaque(&d.meta, opaque))
+            });
+            if under_opaque || !holds(&base, rel, opaque)? {
+                idle.push(rel.clone());
+            }
+        }
+        for rel in idle {
+            tree.entries.remove(&rel);
+        }
+    }
+    // The folded layer is a diff layer like those it folds: their files are linked even
+    // when they carry a copy-up's overlay attributes, which they did as lowers already.
     let opts = CopyOpts {
         reflink: true,
         link_from: link_from.map(Path::to_path_buf),
+        link_marked: true,
         ..CopyOpts::default()
     };
-    crate::fsops::copy::copy_dir(bottom, dst, &opts)?;
-    for layer in up {
-        apply_overlay_layer(layer, dst, opaque, link_from)?;
-    }
+    crate::fsops::copy::copy_tree(&tree, dst, &opts)?;
     Ok(())
 }
 
-/// Remove from the overlay-format layer `layer` (one made by [`fold_over_base`]) the
-/// whiteouts that hide nothing of the complete tree `base` it is to be mounted over: those
-/// under a directory of `layer` marked opaque, and those at a path `base` does not hold.
-/// Such a whiteout is not only useless: in a directory that only `layer` provides,
-/// overlayfs reads the directory straight from the layer and lists the whiteout's name,
-/// which then cannot be opened. The directories that held them get their mtimes back.
-/// `base` is looked up component by component, never through a symlink.
-pub fn drop_idle_whiteouts(layer: &Path, base: &Path, opaque: &str) -> Result<()> {
-    let tree = scan_tree(layer)?;
-    let mut opaque_dirs: Vec<&Path> = Vec::new();
-    let mut touched: std::collections::BTreeMap<&Path, &crate::fsops::Meta> = Default::default();
-    for (rel, e) in &tree.entries {
-        if e.meta.kind == Kind::Dir {
-            if e.meta.xattrs.get(opaque).map(Vec::as_slice) == Some(b"y") {
-                opaque_dirs.push(rel);
-            }
-            continue;
-        }
-        if !e.meta.is_whiteout() {
-            continue;
-        }
-        let under_opaque = opaque_dirs
-            .iter()
-            .any(|d| !d.as_os_str().is_empty() && rel.starts_with(d));
-        if !under_opaque && holds(base, rel) {
-            continue;
-        }
-        fsutil::remove_any(&e.src).map_err(|err| Error::Io(io_at(&e.src, err)))?;
-        let parent = rel.parent().unwrap_or(Path::new(""));
-        if let Some(p) = tree.entries.get(parent) {
-            touched.insert(parent, &p.meta);
-        }
-    }
-    for (rel, meta) in touched {
-        let dir = fsutil::join(layer, rel);
-        fsutil::set_mtime(&dir, meta.mtime_sec, meta.mtime_nsec)
-            .map_err(|err| Error::Io(io_at(&dir, err)))?;
-    }
-    Ok(())
-}
-
-/// Whether the tree `root` has an entry at `rel`, every parent on the way being a
-/// directory (a symlink is never followed).
-fn holds(root: &Path, rel: &Path) -> bool {
-    let mut at = root.to_path_buf();
+/// Whether the merged view of the layers `stack` (top first) has an entry at `rel`, resolved
+/// name by name as overlayfs does (a symlink is never followed).
+fn holds(stack: &[PathBuf], rel: &Path, opaque: &str) -> Result<bool> {
+    // Every root merges: overlayfs reads no `opaque` attribute on a layer's root.
+    let mut dirs = stack.to_vec();
     let mut parts = rel.components().peekable();
     while let Some(part) = parts.next() {
-        at.push(part);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if parts.peek().is_none() || m.is_dir() => {}
-            _ => return false,
+        match crate::fsops::scan::merged_child(&dirs, part.as_os_str(), opaque)? {
+            None => return Ok(false),
+            Some((_, meta, below)) => {
+                if parts.peek().is_none() {
+                    return Ok(true);
+                }
+                if !meta.is_dir() {
+                    return Ok(false);
+                }
+                dirs = below;
+            }
         }
     }
-    true
+    Ok(true)
 }
 
 /// Apply the overlay-format layer `diff` onto the tree `target`, keeping overlay markers as
@@ -107,7 +105,7 @@ fn holds(root: &Path, rel: &Path) -> bool {
 /// `opaque` is the store's opaque-directory attribute (`trusted.` or `user.overlay.opaque`).
 /// `link_from`: see [`CopyOpts::link_from`] (the store's layer directory when `diff` is a
 /// published layer).
-pub(crate) fn apply_overlay_layer(
+pub fn apply_overlay_layer(
     diff: &Path,
     target: &Path,
     opaque: &str,
@@ -120,6 +118,7 @@ pub(crate) fn apply_overlay_layer(
         ignore_owner_errors: !root,
         xattr_filter: None,
         link_from: link_from.map(Path::to_path_buf),
+        link_marked: false,
     };
     let mut dirs: Vec<(PathBuf, std::borrow::Cow<'_, crate::fsops::Meta>)> = Vec::new();
     // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.

@@ -206,6 +206,7 @@ impl BtrfsBackend {
             parent: None,
             depth: 1,
             cleaned: None,
+            compacted: false,
         })
     }
 
@@ -262,6 +263,7 @@ impl BtrfsBackend {
             parent: None,
             depth: 1,
             cleaned: None,
+            compacted: false,
         }
     }
 

@@ -21,12 +21,14 @@
 //!   looks only at what changed since this one. See `LayersBackend::try_handoff` for what happens when a
 //!   process does hold something open (the copy above), and for crash safety.
 //! * When a commit would make a chain deeper than `max_depth`, overlays must not stack
-//!   further. If the layers above the chain's complete bottom layer are small (together at
-//!   most a quarter of its entries), the new layer folds them and the commit's changes into
-//!   one diff over that bottom layer (compaction: the chain is two deep again, at a cost of
-//!   what changed since the bottom layer, linked rather than copied); otherwise it is a
-//!   complete copy of the merged tree (flattening, its untouched files linked to the
-//!   layers'). A box's chain (no mount point) is folded whole, its markers kept.
+//!   further: the new layer folds several layers of the top of the chain and the commit's
+//!   changes into one diff (compaction, files linked rather than copied, recorded as
+//!   `compacted`). Normally those are the commits' own layers above the topmost compacted
+//!   one, so a compaction costs what those commits changed; with `MAX_COMPACTED` compacted
+//!   layers in the chain, every layer above the complete bottom one, if together they are
+//!   small beside it (a quarter of its entries). Otherwise the new layer is a complete copy
+//!   of the merged tree (flattening, its untouched files linked to the layers'). A box's
+//!   chain (no mount point) is folded whole, its markers kept.
 //! * Checkout unmounts, discards the upper directory and mounts a fresh overlay.
 //! * A derived node ([`crate::Store::derive`]) gets one small layer on top of its source's
 //!   chain: a whiteout per removed path, an empty file per emptied one, and the directories
@@ -62,6 +64,11 @@ use crate::{Error, Result};
 const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
 /// What overlayfs marks an upper directory with once it holds a copied-up entry.
 const IMPURE_XATTR: &str = "trusted.overlay.impure";
+
+/// Most compacted layers (see [`LayersBackend::compaction`]) a chain holds above its complete
+/// bottom layer: at this many, the next compaction folds them all into one (or a complete
+/// layer replaces the chain), so that a chain does not become a stack of them.
+const MAX_COMPACTED: usize = 6;
 
 /// Name prefix, inside the work area, of the upper directories handed to layers and not
 /// yet removed (see `LayersBackend::finish_handoff`).
@@ -611,6 +618,7 @@ impl Backend for LayersBackend {
             parent: None,
             depth: 1,
             cleaned: None,
+            compacted: false,
         })
     }
 
@@ -623,6 +631,7 @@ impl Backend for LayersBackend {
             parent: None,
             depth: 1,
             cleaned: None,
+            compacted: false,
         })
     }
 
@@ -665,6 +674,7 @@ impl Backend for LayersBackend {
             parent: Some(top.id.clone()),
             depth: top.depth + 1,
             cleaned: None,
+            compacted: false,
         })
     }
 
@@ -677,6 +687,7 @@ impl Backend for LayersBackend {
             parent: None,
             depth: 1,
             cleaned: None,
+            compacted: false,
         })
     }
 
@@ -708,21 +719,28 @@ impl Backend for LayersBackend {
         // The new layer's parent: HEAD's, but for a chain past the maximum depth.
         let mut parent = Some(head);
         let too_deep = head.depth + 1 > self.max_depth;
-        let compact_over = if too_deep && dirs.mountpoint.is_some() {
-            self.compaction_base(chain)?
+        // How many layers of the top of the chain a compaction folds into the new layer.
+        let fold_top = if too_deep && dirs.mountpoint.is_some() {
+            let mut timer = agentbox_core::timing::Timer::start("compact");
+            let plan = self.compaction(chain)?;
+            timer.lap("plan");
+            plan
         } else {
             None
         };
+        let mut compacted = false;
         let now = if too_deep && dirs.mountpoint.is_none() {
             parent = None;
             self.flatten_box(dirs, chain, id)?
-        } else if let Some(bottom) = compact_over {
-            let (now, paths) = self.compact(dirs, chain, id)?;
+        } else if let Some(n) = fold_top {
+            let (now, paths) = self.compact(dirs, chain, n, id)?;
+            let below = chain.get(n);
             listing = Some(Listing::new(
-                Some(bottom.id.clone()),
+                below.map(|b| b.id.clone()),
                 paths.iter().map(PathBuf::as_path),
             ));
-            parent = Some(bottom);
+            parent = below;
+            compacted = true;
             now
         } else if too_deep {
             parent = None;
@@ -777,6 +795,7 @@ impl Backend for LayersBackend {
             parent: parent.map(|p| p.id.clone()),
             depth: parent.map_or(1, |p| p.depth + 1),
             cleaned: None,
+            compacted,
         })
     }
 
@@ -916,6 +935,7 @@ impl Backend for LayersBackend {
                 parent: None,
                 depth: 1,
                 cleaned: None,
+                compacted: false,
             });
         }
         // The layer holds no file data (empty files, whiteouts, directories): like a
@@ -935,6 +955,7 @@ impl Backend for LayersBackend {
             parent: Some(top.id.clone()),
             depth: top.depth + 1,
             cleaned: None,
+            compacted: false,
         })
     }
 
@@ -958,6 +979,7 @@ impl Backend for LayersBackend {
             parent: None,
             depth: 1,
             cleaned: None,
+            compacted: false,
         })
     }
 }
@@ -1376,81 +1398,94 @@ impl LayersBackend {
             dst,
             self.opaque,
             Some(&self.layers),
+            None,
         )?;
         Ok(None)
     }
 
-    /// The complete layer at the bottom of `chain` (an environment's, past the maximum
-    /// depth) when the layers above it are small enough to be folded into one over it
-    /// ([`Self::compact`]): together at most a quarter of its entries, counted from the
-    /// listings (a layer without one is walked once, and keeps the result). Otherwise a
-    /// commit makes a complete layer: folding most of a tree into a diff costs what the
-    /// complete layer costs, and would keep the bottom layer's replaced files on disk for
-    /// as long as the chain lives.
-    fn compaction_base<'c>(&self, chain: &'c [LayerRecord]) -> Result<Option<&'c LayerRecord>> {
+    /// How a commit of an environment whose chain (`chain`, top first) is at the maximum
+    /// depth folds it ([`Self::compact`]): the number of layers at the top of the chain to
+    /// fold, with the commit's changes, into one layer over the layer below them; `None`
+    /// for a complete layer instead (flattening).
+    ///
+    /// * The commits' own layers above the topmost compacted layer, when there are at
+    ///   least two of them and fewer than [`MAX_COMPACTED`] compacted layers: the cost is
+    ///   what those commits changed, whatever the history below.
+    /// * Otherwise every layer above the complete bottom one, when their paths, each
+    ///   counted once, are at most a quarter of its entries (from the listings; a layer
+    ///   without one is walked once, and keeps the result).
+    /// * Otherwise none: folding most of a tree into a diff costs what a complete layer
+    ///   costs, and would keep the bottom layer's replaced files on disk for as long as the
+    ///   chain lives.
+    fn compaction(&self, chain: &[LayerRecord]) -> Result<Option<usize>> {
         let Some((bottom, above)) = chain.split_last() else {
             return Ok(None);
         };
         if bottom.parent.is_some() || above.is_empty() {
             return Ok(None);
         }
-        let count = |l: &LayerRecord| -> Result<Option<usize>> {
-            Ok(
-                crate::listing::of_layer(&self.layers, &self.layer_dir(&l.id), l)?
-                    .map(|listing| listing.count()),
-            )
-        };
-        let mut diff = 0;
+        let commits = above.iter().take_while(|l| !l.compacted).count();
+        if commits >= 2 && above.len() - commits < MAX_COMPACTED {
+            return Ok(Some(commits));
+        }
+        let listing =
+            |l: &LayerRecord| crate::listing::of_layer(&self.layers, &self.layer_dir(&l.id), l);
+        // Every layer lists the directories leading to its changes, mostly the same ones.
+        let mut listings = Vec::with_capacity(above.len());
         for l in above {
-            match count(l)? {
-                Some(n) => diff += n,
+            match listing(l)? {
+                Some(found) => listings.push(found),
                 None => return Ok(None),
             }
         }
-        Ok(count(bottom)?
-            .filter(|&total| diff * 4 <= total)
-            .map(|_| bottom))
+        let diff: std::collections::HashSet<&[u8]> =
+            listings.iter().flat_map(Listing::paths).collect();
+        Ok(listing(bottom)?
+            .filter(|b| diff.len() * 4 <= b.count())
+            .map(|_| above.len()))
     }
 
-    /// The commit of an environment whose chain is at the maximum depth, when its diff
-    /// layers are small ([`Self::compaction_base`]): the new layer is those layers and the
-    /// working changes folded into one diff over the chain's bottom (complete) layer, so
-    /// the chain is two deep again at a cost of what changed since that layer, not of the
-    /// whole tree. Files of the folded layers are linked, not copied (but those carrying
-    /// overlay attributes, see `CopyOpts::link_from`); the working changes are captured
-    /// into a scratch directory first (linked from there in turn). Returns the marks to
-    /// record and the new layer's entries (its listing over the bottom layer).
+    /// The commit of an environment whose chain is at the maximum depth, folding the top
+    /// `n` layers of `chain` ([`Self::compaction`]): the new layer is those layers and the
+    /// working changes folded into one diff over the layer below them, at a cost of what
+    /// they changed, not of the whole tree. Files of the folded layers are linked, not
+    /// copied; the working changes are captured into a scratch directory first (linked
+    /// from there in turn); whiteouts that hide nothing of the layers below are left out.
+    /// Returns the marks to record and the new layer's entries (its listing).
     fn compact(
         &self,
         dirs: &WorkDirs,
         chain: &[LayerRecord],
+        n: usize,
         id: &str,
     ) -> Result<(Captured, Vec<PathBuf>)> {
+        let mut timer = agentbox_core::timing::Timer::start("compact");
         self.durability.mark_unsynced();
         let tmp = self.tmp_layer(id);
         self.remove_tree(&tmp)?;
         let scratch = self.scratch(id);
         self.remove_tree(&scratch)?;
         fs_err::create_dir_all(&scratch)?;
+        let (top, below) = chain.split_at(n.min(chain.len()));
         let folded = Self::capture_into(dirs, &scratch, self.opaque).and_then(|(now, _)| {
+            timer.lap("capture");
             let mut layers = vec![scratch.clone()];
-            layers.extend(self.chain_dirs(&chain[..chain.len() - 1]));
+            layers.extend(self.chain_dirs(top));
+            let base = self.chain_dirs(below);
             crate::backend::apply::fold_over_base(
                 &layers.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
                 &tmp,
                 self.opaque,
                 Some(&self.layers),
+                Some(&base.iter().map(PathBuf::as_path).collect::<Vec<_>>()),
             )?;
-            if let Some(bottom) = chain.last() {
-                crate::backend::apply::drop_idle_whiteouts(
-                    &tmp,
-                    &self.layer_dir(&bottom.id),
-                    self.opaque,
-                )?;
-            }
-            Ok((now, crate::listing::walk(&tmp)?))
+            timer.lap("fold");
+            let paths = crate::listing::walk(&tmp)?;
+            timer.lap("walk");
+            Ok((now, paths))
         });
         self.remove_tree(&scratch)?;
+        timer.lap("remove scratch");
         folded
     }
 

@@ -55,8 +55,8 @@ impl std::str::FromStr for BackendKind {
 }
 
 /// What the backend records about a layer, stored in `store/layers/<id>.json`
-/// (`{"id": …, "parent": …, "depth": …}`, plus `"cleaned"` when set). Beside it the layer
-/// may have a listing, `store/layers/<id>.paths` (see `crate::listing`).
+/// (`{"id": …, "parent": …, "depth": …}`, plus `"cleaned"` and `"compacted"` when set).
+/// Beside it the layer may have a listing, `store/layers/<id>.paths` (see `crate::listing`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LayerRecord {
     pub id: String,
@@ -73,6 +73,13 @@ pub struct LayerRecord {
     /// field existed and on every other layer; older versions ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleaned: Option<crate::derive::Cleanup>,
+    /// Set on a `layers` layer that folds several diff layers into one (a compaction of a
+    /// chain at the maximum depth, see `backend::layers`): the next compaction folds only
+    /// the layers above the topmost such one, until the chain holds too many of them.
+    /// Absent (`false`) in records written before the field existed; older versions
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compacted: bool,
 }
 
 impl LayerRecord {
@@ -83,6 +90,7 @@ impl LayerRecord {
             parent,
             depth,
             cleaned: None,
+            compacted: false,
         }
     }
 }

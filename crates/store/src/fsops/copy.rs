@@ -34,7 +34,13 @@ pub struct CopyOpts {
     /// through an overlay go to its upper directory, and every edit of a tree made from
     /// layers replaces entries, never writes into one), so sharing their inodes shares
     /// nothing mutable. A link the filesystem refuses (its link limit) is a copy instead.
+    /// A file that carries overlay attributes (a copy-up's bookkeeping) is copied without
+    /// them unless `link_marked`.
     pub link_from: Option<PathBuf>,
+    /// With `link_from`, link the files that carry overlay attributes too. Only for a copy
+    /// into another layer of the same kind, which may carry what its source layers did
+    /// (a fold of diff layers into one); a complete layer never carries them.
+    pub link_marked: bool,
 }
 
 impl Default for CopyOpts {
@@ -45,6 +51,7 @@ impl Default for CopyOpts {
             ignore_owner_errors: false,
             xattr_filter: None,
             link_from: None,
+            link_marked: false,
         }
     }
 }
@@ -226,7 +233,7 @@ fn copy_one(entry: &Entry, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -
         Kind::File => {
             if let Some(layers) = &opts.link_from {
                 if entry.src.starts_with(layers)
-                    && !has_overlay_xattrs(&entry.src)
+                    && (opts.link_marked || !has_overlay_xattrs(&entry.src))
                     && std::fs::hard_link(&entry.src, dst).is_ok()
                 {
                     stats.shared += 1;

@@ -260,6 +260,55 @@ pub fn scan_chain(layers: &[&Path], opaque: &str) -> Result<Tree> {
     Ok(tree)
 }
 
+/// The layers `layers` (top first, raw overlay form) folded into the tree of one layer that
+/// shows, over any base, what the stack shows over it — overlay markers kept, unlike
+/// [`scan_chain`]: the bottom layer as it is (its whiteouts hide the base), each layer above
+/// laid over it by [`fold_over`]. Entries name the layer file that provides them.
+pub fn fold_chain(layers: &[&Path], opaque: &str) -> Result<Tree> {
+    let mut up = layers.iter().rev();
+    let Some(bottom) = up.next() else {
+        return Ok(Tree::default());
+    };
+    let mut tree = scan_tree(bottom)?;
+    for layer in up {
+        fold_over(&mut tree, scan_tree(layer)?, opaque);
+    }
+    Ok(tree)
+}
+
+/// Lay the raw scan of one layer over the fold of the layers below it (itself a layer over
+/// some base), keeping what marks the base hidden: a whiteout or a non-directory replaces
+/// whatever was there (a directory with all its contents); an opaque directory replaces
+/// what was there; another directory merges with a directory below it — staying opaque
+/// when that one is — or, put where the fold has a non-directory (a whiteout, a file,
+/// which ended the merge there), becomes opaque, so that nothing of the base shows
+/// through it. The layer's root provides the root's metadata.
+fn fold_over(tree: &mut Tree, upper: Tree, opaque: &str) {
+    for (rel, mut entry) in upper.entries {
+        if rel.as_os_str().is_empty() {
+            tree.entries.insert(rel, entry);
+            continue;
+        }
+        if entry.meta.is_dir() && !is_opaque(&entry.meta, opaque) {
+            match tree.entries.get(&rel) {
+                Some(below) if below.meta.is_dir() => {
+                    if is_opaque(&below.meta, opaque) {
+                        entry.meta.xattrs.insert(opaque.to_owned(), b"y".to_vec());
+                    }
+                    tree.entries.insert(rel, entry);
+                    continue;
+                }
+                Some(_) => {
+                    entry.meta.xattrs.insert(opaque.to_owned(), b"y".to_vec());
+                }
+                None => {}
+            }
+        }
+        remove_subtree(tree, &rel);
+        tree.entries.insert(rel, entry);
+    }
+}
+
 /// Lay the raw scan of one layer over the merged tree of the layers below it, as overlayfs
 /// resolves a name: a whiteout hides the path and everything under it; a non-directory
 /// replaces whatever was there (a directory with all its contents); a directory merges with

@@ -84,6 +84,7 @@ fn empty_layer_is_a_readonly_subvolume() {
             parent: None,
             depth: 1,
             cleaned: None,
+            compacted: false,
         }
     );
     let dir = b.layer_dir("l0");

@@ -706,13 +706,18 @@ fn a_directory_a_box_replaced_stays_opaque_in_later_layers() {
 /// A `layers` store in a temporary home whose chains flatten at the smallest depth the
 /// backend allows (2: a create and one commit reach it).
 fn shallow_layers_store() -> (agentbox_testkit::TempHome, Store) {
+    layers_store_of_depth(2)
+}
+
+/// A `layers` store in a temporary home whose chains are at most `depth` layers deep.
+fn layers_store_of_depth(depth: u32) -> (agentbox_testkit::TempHome, Store) {
     let home = agentbox_testkit::TempHome::new();
     let root = home.path().join("store");
     Store::init(&root, Some(BackendKind::Layers)).expect("init");
     let config = root.join("store.json");
     let mut json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&config).expect("read")).expect("json");
-    json["max_depth"] = 2.into();
+    json["max_depth"] = depth.into();
     std::fs::write(&config, serde_json::to_vec(&json).expect("json")).expect("write");
     let store = Store::open(&root).expect("open");
     (home, store)
@@ -1068,6 +1073,84 @@ fn a_commit_past_the_maximum_depth_compacts_small_diffs_over_the_complete_layer(
     store.remove_env("cp").expect("remove");
     store.gc().expect("gc");
     assert_clean(&store, "compacting commits");
+}
+
+/// On `layers`, with room for a few commits above the complete layer: a commit at the
+/// maximum depth folds only the commits' own layers above the topmost compacted one (a
+/// minor compaction, the chain keeps its compacted layers), and when too few are left,
+/// everything above the complete layer (a major one). Over many commits of every kind of
+/// change the chain never passes the depth, both kinds happen, and every node checks out
+/// exactly as it was committed.
+#[test]
+fn compactions_keep_every_node_as_it_was() {
+    if !agentbox_testkit::tier::require_root("compactions_keep_every_node_as_it_was") {
+        return;
+    }
+    let (home, store) = layers_store_of_depth(4);
+    let dir = home.path().join("mc");
+    let src = home.path().join("mc-src");
+    sample(&src);
+    for i in 0..60 {
+        write(&src.join(format!("lib/{i}")), &format!("library file {i}"));
+    }
+    store
+        .create_env("mc", Some(&dir), Source::Dir(src), "initial")
+        .expect("create");
+    let mut nodes: Vec<(NodeId, PathBuf)> = Vec::new();
+    let (mut minor, mut major) = (false, false);
+    for round in 0..18 {
+        let f = |name: &str| dir.join(format!("work/{name}"));
+        match round % 6 {
+            0 => write(&f(&format!("new-{round}")), "new"),
+            1 => write(&dir.join(format!("lib/{round}")), "changed"),
+            2 => {
+                let _ = std::fs::remove_file(f(&format!("new-{}", round - 2)));
+                let _ = std::fs::remove_file(dir.join(format!("lib/{}", round + 10)));
+            }
+            3 => {
+                let _ = std::fs::remove_dir_all(dir.join("var/log"));
+                write(&dir.join(format!("var/log/only-{round}")), "fresh");
+            }
+            4 => {
+                let _ = std::fs::remove_file(dir.join("keep/file"));
+                let _ = std::fs::remove_dir_all(dir.join("keep/file"));
+                if round % 12 == 4 {
+                    write(&dir.join("keep/file/inner"), "a directory now");
+                } else {
+                    write(&dir.join("keep/file"), "a file again");
+                }
+            }
+            _ => {
+                write(&f(&format!("linked-{round}")), "linked");
+                std::fs::hard_link(f(&format!("linked-{round}")), f(&format!("link-{round}")))
+                    .expect("link");
+            }
+        }
+        let id = commit(&store, "mc", &format!("round {round}"));
+        let copy = home.path().join(format!("at-{round}"));
+        snapshot_copy(&dir, &copy);
+        let chain = store
+            .chain(&store.node(id.as_str()).expect("node"))
+            .expect("chain");
+        assert!(chain.len() <= 4, "round {round}: {} layers", chain.len());
+        let compacted = chain.iter().filter(|l| l.compacted).count();
+        if chain[0].compacted {
+            if compacted > 1 {
+                minor = true;
+            } else if chain.len() == 2 {
+                major = true;
+            }
+        }
+        nodes.push((id, copy));
+    }
+    assert!(minor && major, "minor {minor}, major {major}");
+    for (id, copy) in nodes.iter().rev() {
+        store.checkout("mc", id.as_str()).expect("checkout");
+        assert_same(copy, &dir, &format!("node {id}"));
+    }
+    store.remove_env("mc").expect("remove");
+    store.gc().expect("gc");
+    assert_clean(&store, "compactions");
 }
 
 /// Environment variables of [`kill_target`].

@@ -676,44 +676,66 @@ proptest! {
         }
     }
 
-    /// Folding the layers above the bottom one into one (`fold_over_base`, what a flatten
-    /// of a box and the compaction of a deep chain do) changes nothing the kernel shows:
-    /// the folded layer over the bottom one shows what the whole stack shows.
+    /// Folding the top layers of a stack into one changes nothing the kernel shows: the
+    /// folded layer over the layers below it shows what the whole stack shows. Both ways a
+    /// fold is made: in memory (`fold_over_base`: a flatten of a box, the compaction of a
+    /// deep chain) and on disk, one layer applied after the other (`apply_overlay_layer`:
+    /// a box's commit on btrfs). Told the layers below (what a compaction does), the fold
+    /// leaves out the whiteouts that hide nothing of them, and lists no name it cannot
+    /// open that the layers below do not list already.
     #[test]
-    fn a_fold_over_a_base_shows_what_the_stack_shows(seed in any::<u64>(), count in 3usize..7) {
+    fn a_fold_over_a_base_shows_what_the_stack_shows(
+        seed in any::<u64>(),
+        count in 3usize..7,
+        base_len in 1usize..3,
+    ) {
         if !require_root("a_fold_over_a_base_shows_what_the_stack_shows") {
             return Ok(());
         }
+        use agentbox_store::backend::apply::{apply_overlay_layer, fold_over_base};
+        const OPQ: &str = "trusted.overlay.opaque";
         let home = TempHome::new();
         let layers = random_stack(&home, seed, count);
         let refs: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
+        let (above, base) = refs.split_at(count - base_len.min(count - 2));
         let stack = kernel_view(&home, &refs, "stack");
-        let folded = home.path().join("folded");
-        agentbox_store::backend::apply::fold_over_base(
-            &refs[..count - 1],
-            &folded,
-            "trusted.overlay.opaque",
-            None,
-        )
-        .expect("fold");
-        let bottom = refs[count - 1];
-        let over_base = kernel_view(&home, &[&folded, bottom], "over-base");
-        prop_assert_eq!(&over_base.lines, &stack.lines);
-        prop_assert_eq!(&over_base.files, &stack.files);
 
-        // With the whiteouts that hide nothing of the bottom dropped (what a compaction
-        // does), it still does, and it lists no name it cannot open but the bottom's own.
-        agentbox_store::backend::apply::drop_idle_whiteouts(&folded, bottom, "trusted.overlay.opaque")
-            .expect("drop whiteouts");
-        let pruned = kernel_view(&home, &[&folded, bottom], "pruned");
-        prop_assert_eq!(&pruned.lines, &stack.lines);
-        prop_assert_eq!(&pruned.files, &stack.files);
-        for p in &pruned.phantoms {
-            let in_bottom = std::fs::symlink_metadata(bottom.join(p));
-            prop_assert!(
-                in_bottom.is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == 0),
-                "{} is listed but cannot be opened", p.display()
-            );
+        let in_memory = home.path().join("in-memory");
+        fold_over_base(above, &in_memory, OPQ, None, None).expect("fold");
+        let on_disk = home.path().join("on-disk");
+        copy_dir(above[above.len() - 1], &on_disk, &CopyOpts::default()).expect("copy");
+        for layer in above[..above.len() - 1].iter().rev() {
+            apply_overlay_layer(layer, &on_disk, OPQ, None).expect("apply");
+        }
+        let pruned = home.path().join("pruned");
+        fold_over_base(above, &pruned, OPQ, None, Some(base)).expect("fold");
+        // What the layers below list but cannot open themselves.
+        let base_phantoms: Vec<PathBuf> = if base.len() > 1 {
+            kernel_view(&home, base, "base").phantoms
+        } else {
+            scan_tree(base[0])
+                .expect("scan")
+                .entries
+                .into_iter()
+                .filter(|(_, e)| e.meta.is_whiteout())
+                .map(|(rel, _)| rel)
+                .collect()
+        };
+        for folded in [&in_memory, &on_disk, &pruned] {
+            let name = folded.file_name().expect("a name").to_string_lossy();
+            let mut lowers = vec![folded.as_path()];
+            lowers.extend_from_slice(base);
+            let view = kernel_view(&home, &lowers, &format!("{name}-view"));
+            prop_assert_eq!(&view.lines, &stack.lines, "{}", name);
+            prop_assert_eq!(&view.files, &stack.files, "{}", name);
+            if folded == &pruned {
+                for p in &view.phantoms {
+                    prop_assert!(
+                        base_phantoms.contains(p),
+                        "{} is listed but cannot be opened", p.display()
+                    );
+                }
+            }
         }
     }
 }
