@@ -1,7 +1,7 @@
 //! Fidelity of scanning, copying and diffing trees.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agentbox_store::fsops::{
