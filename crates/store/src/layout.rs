@@ -74,6 +74,7 @@ impl Layout {
         WorkDirs {
             work: self.env_dir(name).join("work"),
             mountpoint: mountpoint.map(Path::to_owned),
+            base: None,
         }
     }
     pub fn refs(&self) -> PathBuf {

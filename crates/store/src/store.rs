@@ -99,6 +99,13 @@ pub struct EnvState {
     /// working tree and HEAD never disagree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkout_pending: Option<NodeId>,
+    /// For a box: the tree its layers are mounted over (the host's `/`, or an image's root),
+    /// as its runtime last reported it ([`Store::record_box_base`]). A box's layers keep a
+    /// whiteout only in a directory this tree has (a whiteout anywhere else hides nothing,
+    /// and overlayfs would list its name in a directory no lower layer merges with); with
+    /// no base recorded (older boxes, until their next start), every whiteout is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<PathBuf>,
 }
 
 /// Where a new environment's first node comes from.
@@ -490,8 +497,12 @@ impl Store {
     }
 
     pub(crate) fn work_dirs(&self, state: &EnvState) -> WorkDirs {
-        self.layout
-            .work_dirs(&state.name, state.mountpoint.as_deref())
+        WorkDirs {
+            base: state.base.clone(),
+            ..self
+                .layout
+                .work_dirs(&state.name, state.mountpoint.as_deref())
+        }
     }
 
     /// Check the name of a new environment: valid (see [`names::validate_env`]) and, when
@@ -577,6 +588,7 @@ impl Store {
             tips: BTreeSet::from([node.id.as_str().to_owned()]),
             tags: BTreeMap::new(),
             checkout_pending: None,
+            base: None,
         };
         let dirs = self.work_dirs(&state);
         self.backend.reset_work(&dirs, &[record])?;
@@ -654,6 +666,7 @@ impl Store {
                 tips: BTreeSet::new(),
                 tags: BTreeMap::new(),
                 checkout_pending: None,
+                base: None,
             };
             self.backend
                 .reset_work(&self.work_dirs(&state), &self.chain(&node)?)?;
@@ -713,6 +726,18 @@ impl Store {
         let head = self.node(&state.head)?;
         self.backend
             .working_view(&self.work_dirs(&state), &self.chain(&head)?)
+    }
+
+    /// Record `base` as the tree box `env`'s layers are mounted over ([`EnvState::base`]),
+    /// when it is not recorded already. Called by the box's runtime before it mounts them.
+    pub fn record_box_base(&self, env: &str, base: &Path) -> Result<()> {
+        if self.env(env)?.base.as_deref() == Some(base) {
+            return Ok(());
+        }
+        let _g = self.lock_env(env, "record the box's base")?;
+        let mut state = self.env(env)?;
+        state.base = Some(base.to_owned());
+        self.write_env(&state)
     }
 
     /// The overlay layers a box runs on (HEAD's chain and the working directories).

@@ -38,6 +38,12 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
             (PathBuf::from("/"), view)
         }
     };
+    // The tree the box's layers are mounted over decides which of their whiteouts hide
+    // something (see `EnvState::base`). Only for later commits: while it cannot be recorded
+    // (a commit holds the environment), every whiteout is kept, as before.
+    if let Err(e) = shared.store.record_box_base(&shared.name, &base) {
+        eprintln!("recording the box's base: {e}");
+    }
     // The directories the box's start makes for the shown paths are no change of the box's
     // (see `history::changed_since_head`).
     *lock(&shared.shown) = view.show.clone();

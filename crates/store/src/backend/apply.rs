@@ -15,9 +15,8 @@ use crate::{Error, Result};
 /// (which must not exist) that shows over any base what the stack shows over it
 /// ([`crate::fsops::scan::fold_chain`]): folded in memory, then written once. With `base`
 /// (the layers, top first, the new layer is to be mounted over), the whiteouts that hide
-/// nothing of them are left out: those under a directory marked opaque, and those at a
-/// path the merged `base` does not hold. Such a whiteout is not only useless: in a
-/// directory that only this layer
+/// nothing of them are left out ([`idle_whiteout`]). Such a whiteout is not only useless:
+/// in a directory that only this layer
 /// provides, overlayfs reads the directory straight from the layer and lists the
 /// whiteout's name, which then cannot be opened. `opaque` and `link_from` as for
 /// [`apply_overlay_layer`].
@@ -39,17 +38,12 @@ pub fn fold_over_base(
         let base: Vec<PathBuf> = base.iter().map(|p| p.to_path_buf()).collect();
         let mut idle = Vec::new();
         for (rel, e) in &tree.entries {
-            if !e.meta.is_whiteout() {
-                continue;
-            }
-            let under_opaque = rel.ancestors().skip(1).any(|a| {
-                !a.as_os_str().is_empty()
-                    && tree
-                        .entries
-                        .get(a)
-                        .is_some_and(|d| crate::fsops::scan::is_opaque(&d.meta, opaque))
-            });
-            if under_opaque || !holds(&base, rel, opaque)? {
+            let opaque_at = |a: &Path| {
+                tree.entries
+                    .get(a)
+                    .is_some_and(|d| crate::fsops::scan::is_opaque(&d.meta, opaque))
+            };
+            if e.meta.is_whiteout() && idle_whiteout(rel, &opaque_at, &base, opaque)? {
                 idle.push(rel.clone());
             }
         }
@@ -69,9 +63,67 @@ pub fn fold_over_base(
     Ok(())
 }
 
-/// Whether the merged view of the layers `stack` (top first) has an entry at `rel`, resolved
+/// After [`apply_overlay_layer`] of `diff` onto `target` (a box's layer, to be mounted over
+/// `base`): remove from `target` the whiteouts `diff` put there that hide nothing
+/// ([`idle_whiteout`]), giving their directories their mtimes back.
+pub(crate) fn drop_idle_whiteouts_of(
+    diff: &Path,
+    target: &Path,
+    base: &[PathBuf],
+    opaque: &str,
+) -> Result<()> {
+    let opaque_at = |a: &Path| {
+        read_meta(&fsutil::join(target, a))
+            .is_ok_and(|m| m.kind == Kind::Dir && crate::fsops::scan::is_opaque(&m, opaque))
+    };
+    for (rel, e) in &scan_tree(diff)?.entries {
+        if !e.meta.is_whiteout() || !idle_whiteout(rel, &opaque_at, base, opaque)? {
+            continue;
+        }
+        let at = target.join(rel);
+        let parent = fsutil::join(target, rel.parent().unwrap_or(Path::new("")));
+        let before = read_meta(&parent)?;
+        fsutil::remove_any(&at).map_err(|err| Error::Io(io_at(&at, err)))?;
+        fsutil::set_mtime(&parent, before.mtime_sec, before.mtime_nsec)
+            .map_err(|err| Error::Io(io_at(&parent, err)))?;
+    }
+    Ok(())
+}
+
+/// Whether a whiteout at `rel` of a layer to be mounted over the layers `base` (top first)
+/// hides nothing and may go: when a directory above it in the layer is opaque (`opaque_at`
+/// tells), or when the merged `base` has no directory where the whiteout's directory is.
+/// The second rule is per directory, not per path: a whiteout in a directory the base has
+/// is kept whether or not the base has its name (that directory merges, so the name is
+/// never listed), so deciding needs no lookup of the name itself.
+pub(crate) fn idle_whiteout(
+    rel: &Path,
+    opaque_at: &dyn Fn(&Path) -> bool,
+    base: &[PathBuf],
+    opaque: &str,
+) -> Result<bool> {
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    if parent
+        .ancestors()
+        .any(|a| !a.as_os_str().is_empty() && opaque_at(a))
+    {
+        return Ok(true);
+    }
+    Ok(!holds_dir(base, parent, opaque)?)
+}
+
+/// Whether the merged view of the layers `stack` (top first) has a directory at `rel`.
+fn holds_dir(stack: &[PathBuf], rel: &Path, opaque: &str) -> Result<bool> {
+    if rel.as_os_str().is_empty() {
+        return Ok(true);
+    }
+    holds(stack, rel, opaque, true)
+}
+
+/// Whether the merged view of the layers `stack` (top first) has an entry at `rel` (a
+/// directory, with `dir`), resolved
 /// name by name as overlayfs does (a symlink is never followed).
-fn holds(stack: &[PathBuf], rel: &Path, opaque: &str) -> Result<bool> {
+fn holds(stack: &[PathBuf], rel: &Path, opaque: &str, dir: bool) -> Result<bool> {
     // Every root merges: overlayfs reads no `opaque` attribute on a layer's root.
     let mut dirs = stack.to_vec();
     let mut parts = rel.components().peekable();
@@ -80,7 +132,7 @@ fn holds(stack: &[PathBuf], rel: &Path, opaque: &str) -> Result<bool> {
             None => return Ok(false),
             Some((_, meta, below)) => {
                 if parts.peek().is_none() {
-                    return Ok(true);
+                    return Ok(!dir || meta.is_dir());
                 }
                 if !meta.is_dir() {
                     return Ok(false);

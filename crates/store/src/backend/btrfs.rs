@@ -244,7 +244,18 @@ impl BtrfsBackend {
         fs_err::create_dir_all(&diff)?;
         let opaque = self.opaque_xattr();
         let result = LayersBackend::capture_into(dirs, &diff, opaque).and_then(|captured| {
-            crate::backend::apply::apply_overlay_layer(&diff, &tmp, opaque, None).map(|()| captured)
+            crate::backend::apply::apply_overlay_layer(&diff, &tmp, opaque, None)?;
+            if let Some(base) = &dirs.base {
+                // The layer is the box's whole tree over its base: a whiteout in a directory
+                // the base lacks hides nothing, and overlayfs would list its name there.
+                crate::backend::apply::drop_idle_whiteouts_of(
+                    &diff,
+                    &tmp,
+                    std::slice::from_ref(base),
+                    opaque,
+                )?;
+            }
+            Ok(captured)
         });
         remove_any(&diff)?;
         let (now, paths) = result?;

@@ -1491,18 +1491,29 @@ impl LayersBackend {
 
     /// Flatten a box's chain plus its working changes into one complete layer `id`, its
     /// overlay markers kept (see [`Self::fold_into`]).
+    /// With the box's base known (`dirs.base`), the whiteouts that hide nothing of it are
+    /// left out (see `apply::idle_whiteout`).
     fn flatten_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<Captured> {
         self.durability.mark_unsynced();
         let tmp = self.tmp_layer(id);
         self.remove_tree(&tmp)?;
-        self.fold_into(chain, &tmp, true)?;
-        let diff = dirs.work.join(format!("flatten-{id}"));
-        self.remove_tree(&diff)?;
-        fs_err::create_dir_all(&diff)?;
-        let now = Self::capture_into(dirs, &diff, self.opaque).and_then(|(now, _)| {
-            crate::backend::apply::apply_overlay_layer(&diff, &tmp, self.opaque, None).map(|()| now)
+        let scratch = self.scratch(id);
+        self.remove_tree(&scratch)?;
+        fs_err::create_dir_all(&scratch)?;
+        let now = Self::capture_into(dirs, &scratch, self.opaque).and_then(|(now, _)| {
+            let mut layers = vec![scratch.clone()];
+            layers.extend(self.chain_dirs(chain));
+            let base: Option<Vec<&Path>> = dirs.base.as_deref().map(|b| vec![b]);
+            crate::backend::apply::fold_over_base(
+                &layers.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                &tmp,
+                self.opaque,
+                Some(&self.layers),
+                base.as_deref(),
+            )?;
+            Ok(now)
         });
-        self.remove_tree(&diff)?;
+        self.remove_tree(&scratch)?;
         now
     }
 

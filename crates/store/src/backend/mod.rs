@@ -103,6 +103,9 @@ pub struct WorkDirs {
     /// The user-visible directory; `None` for a box, whose working tree is mounted only
     /// inside the box's own mount namespace (see [`Backend::box_layers`]).
     pub mountpoint: Option<PathBuf>,
+    /// For a box, the tree its layers are mounted over, when known
+    /// ([`crate::EnvState::base`]).
+    pub base: Option<PathBuf>,
 }
 
 /// The directories a box's root overlay is assembled from, above its base.

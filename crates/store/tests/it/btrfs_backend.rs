@@ -20,6 +20,7 @@ fn setup(fs: &LoopFs) -> (BtrfsBackend, WorkDirs) {
     let dirs = WorkDirs {
         work: store.join("envs/e/work"),
         mountpoint: Some(fs.path().join("mnt/e")),
+        base: None,
     };
     (backend, dirs)
 }

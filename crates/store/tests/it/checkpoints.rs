@@ -703,6 +703,101 @@ fn a_directory_a_box_replaced_stays_opaque_in_later_layers() {
     }
 }
 
+/// The names below `dir` that a directory listing shows but that cannot be looked up.
+fn unopenable(dir: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("list a directory of the view") {
+        let name = entry.expect("a directory entry").file_name();
+        let path = dir.join(&name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => unopenable(&path, &rel.join(&name), out),
+            Ok(_) => {}
+            Err(_) => out.push(rel.join(&name)),
+        }
+    }
+}
+
+/// A box's layers keep only the whiteouts that hide something of its base: after a file the
+/// box made and then deleted (in a directory the base does not have), and a file of the base
+/// it deleted, the box's root — its layers mounted over its base by the kernel, after the
+/// commit that flattens them on `layers` and after every commit on `btrfs`, whose box layer
+/// is the box's whole tree — lists no name it cannot open, and shows neither file.
+#[test]
+fn a_box_root_lists_no_deleted_file() {
+    for fx in fixtures("a_box_root_lists_no_deleted_file") {
+        let store = fx.store();
+        let kind = fx.kind;
+        let base = fx.base.join("root");
+        write(&base.join("etc/keep/f"), "the base's file");
+        write(&base.join("etc/keep/g"), "another");
+        let src = fx.base.join("bb-src");
+        write(&src.join("workspace/a"), "a");
+        store
+            .create_env("bb", None, Source::Dir(src), "initial")
+            .expect("create");
+        store.record_box_base("bb", &base).expect("record the base");
+        let upper = store.box_layers("bb").expect("box layers").upper;
+        write(&upper.join("workspace/x"), "made by the box");
+        commit(&store, "bb", "made x");
+        // What overlayfs leaves in the upper directory for `rm workspace/x etc/keep/f`.
+        std::fs::remove_file(upper.join("workspace/x")).expect("rm");
+        std::fs::create_dir_all(upper.join("etc/keep")).expect("mkdir");
+        for gone in ["workspace/x", "etc/keep/f"] {
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                upper.join(gone),
+                rustix::fs::FileType::CharacterDevice,
+                rustix::fs::Mode::empty(),
+                0,
+            )
+            .expect("whiteout");
+        }
+        commit(&store, "bb", "removed x and f");
+        // On `layers`, enough commits elsewhere to flatten the box's chain.
+        for i in 0..25 {
+            write(&upper.join(format!("var/n{i}")), "n");
+            commit(&store, "bb", &format!("n{i}"));
+        }
+        let head = store
+            .node(store.env("bb").expect("env").head.as_str())
+            .expect("node");
+        let mut lowers = store.chain_dirs(&head).expect("chain");
+        if kind == BackendKind::Layers {
+            assert!(lowers.len() < 25, "{kind:?}: the chain was flattened");
+        }
+        lowers.push(base.clone());
+        let view = fx.base.join("box-root");
+        std::fs::create_dir_all(&view).expect("mkdir");
+        let lowerdir = lowers
+            .iter()
+            .map(|l| l.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        rustix::mount::mount(
+            "overlay",
+            &view,
+            "overlay",
+            rustix::mount::MountFlags::RDONLY,
+            std::ffi::CString::new(format!("lowerdir={lowerdir}"))
+                .expect("no NUL")
+                .as_c_str(),
+        )
+        .expect("mount the box's root");
+        let mut bad = Vec::new();
+        unopenable(&view, Path::new(""), &mut bad);
+        let shown = |p: &str| std::fs::symlink_metadata(view.join(p)).is_ok();
+        let seen = (
+            shown("workspace/x"),
+            shown("etc/keep/f"),
+            shown("etc/keep/g"),
+            shown("workspace/a"),
+        );
+        rustix::mount::unmount(&view, rustix::mount::UnmountFlags::DETACH).expect("unmount");
+        assert!(bad.is_empty(), "{kind:?}: listed but not there: {bad:?}");
+        assert_eq!(seen, (false, false, true, true), "{kind:?}");
+        store.remove_env("bb").expect("remove");
+    }
+}
+
 /// A `layers` store in a temporary home whose chains flatten at the smallest depth the
 /// backend allows (2: a create and one commit reach it).
 fn shallow_layers_store() -> (agentbox_testkit::TempHome, Store) {
