@@ -317,7 +317,13 @@ impl Store {
             None
         } else {
             Some(self.make_layer("derive", &id, || {
-                let mut record = self.backend.derive_layer(&chain, &plan, &id, over_base)?;
+                let mut record = self.backend.derive_layer(
+                    &chain,
+                    &plan,
+                    &id,
+                    over_base,
+                    state.box_base.as_deref(),
+                )?;
                 record.cleaned = Some(cleanup.clone());
                 Ok(record)
             })?)
@@ -369,7 +375,9 @@ impl Store {
             None
         } else {
             Some(self.make_layer("flatten", &id, || {
-                let mut record = self.backend.flatten_layer(&chain, &id, over_base)?;
+                let mut record =
+                    self.backend
+                        .flatten_layer(&chain, &id, over_base, state.box_base.as_deref())?;
                 // The same tree as the chain's top layer: as clean as it is.
                 record.cleaned = chain.first().and_then(|l| l.cleaned.clone());
                 Ok(record)

@@ -105,7 +105,7 @@ pub struct EnvState {
     /// and overlayfs would list its name in a directory no lower layer merges with); with
     /// no base recorded (older boxes, until their next start), every whiteout is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base: Option<PathBuf>,
+    pub box_base: Option<PathBuf>,
 }
 
 /// Where a new environment's first node comes from.
@@ -498,7 +498,7 @@ impl Store {
 
     pub(crate) fn work_dirs(&self, state: &EnvState) -> WorkDirs {
         WorkDirs {
-            base: state.base.clone(),
+            base: state.box_base.clone(),
             ..self
                 .layout
                 .work_dirs(&state.name, state.mountpoint.as_deref())
@@ -588,7 +588,7 @@ impl Store {
             tips: BTreeSet::from([node.id.as_str().to_owned()]),
             tags: BTreeMap::new(),
             checkout_pending: None,
-            base: None,
+            box_base: None,
         };
         let dirs = self.work_dirs(&state);
         self.backend.reset_work(&dirs, &[record])?;
@@ -666,7 +666,7 @@ impl Store {
                 tips: BTreeSet::new(),
                 tags: BTreeMap::new(),
                 checkout_pending: None,
-                base: None,
+                box_base: None,
             };
             self.backend
                 .reset_work(&self.work_dirs(&state), &self.chain(&node)?)?;
@@ -728,15 +728,15 @@ impl Store {
             .working_view(&self.work_dirs(&state), &self.chain(&head)?)
     }
 
-    /// Record `base` as the tree box `env`'s layers are mounted over ([`EnvState::base`]),
+    /// Record `base` as the tree box `env`'s layers are mounted over ([`EnvState::box_base`]),
     /// when it is not recorded already. Called by the box's runtime before it mounts them.
     pub fn record_box_base(&self, env: &str, base: &Path) -> Result<()> {
-        if self.env(env)?.base.as_deref() == Some(base) {
+        if self.env(env)?.box_base.as_deref() == Some(base) {
             return Ok(());
         }
         let _g = self.lock_env(env, "record the box's base")?;
         let mut state = self.env(env)?;
-        state.base = Some(base.to_owned());
+        state.box_base = Some(base.to_owned());
         self.write_env(&state)
     }
 

@@ -557,7 +557,7 @@ fn import_history_locked(
         },
         tags: manifest.tags.clone(),
         checkout_pending: None,
-        base: None,
+        box_base: None,
     };
     let head = store.node(&state.head)?;
     let result = (|| {

@@ -39,7 +39,7 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
         }
     };
     // The tree the box's layers are mounted over decides which of their whiteouts hide
-    // something (see `EnvState::base`). Only for later commits: while it cannot be recorded
+    // something (see `EnvState::box_base`). Only for later commits: while it cannot be recorded
     // (a commit holds the environment), every whiteout is kept, as before.
     if let Err(e) = shared.store.record_box_base(&shared.name, &base) {
         eprintln!("recording the box's base: {e}");

@@ -230,16 +230,38 @@ pub fn apply_overlay_layer(
     Ok(())
 }
 
+/// Which whiteouts [`edit_in_place`] leaves for the entries it deletes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Whiteouts<'a> {
+    /// None: the tree is complete on its own.
+    None,
+    /// One per deleted entry: the tree sits on a base that is not known.
+    All,
+    /// Those that hide something of `base` ([`idle_whiteout`]).
+    Over { base: &'a Path, opaque: &'a str },
+}
+
+impl<'a> Whiteouts<'a> {
+    /// For a tree `over_base` (a box's), on `base` when it is known.
+    pub(crate) fn of(over_base: bool, base: Option<&'a Path>, opaque: &'a str) -> Whiteouts<'a> {
+        match (over_base, base) {
+            (false, _) => Whiteouts::None,
+            (true, None) => Whiteouts::All,
+            (true, Some(base)) => Whiteouts::Over { base, opaque },
+        }
+    }
+}
+
 /// Apply a cleanup plan to the complete tree `root` (a private copy or writable snapshot
 /// of the tree the plan was computed from), in place: remove each `delete` entry (with
-/// `remove`, which knows the backend's subvolumes) and, when `whiteouts`, leave an overlay
-/// whiteout in its place; empty each `truncate` file keeping its metadata (a new empty file
+/// `remove`, which knows the backend's subvolumes) and leave an overlay whiteout in its
+/// place as `whiteouts` says; empty each `truncate` file keeping its metadata (a new empty file
 /// given the old one's owner, xattrs, mode and mtime); then give the
 /// directories whose entries changed their mtime back.
 pub(crate) fn edit_in_place(
     root: &Path,
     plan: &crate::derive::CleanupPlan,
-    whiteouts: bool,
+    whiteouts: Whiteouts<'_>,
     remove: &dyn Fn(&Path) -> Result<()>,
 ) -> Result<()> {
     let owner = fsutil::is_root();
@@ -290,7 +312,19 @@ pub(crate) fn edit_in_place(
     for e in &plan.delete {
         let path = root.join(&e.rel);
         remove(&path)?;
-        if whiteouts {
+        let keep = match whiteouts {
+            Whiteouts::None => false,
+            Whiteouts::All => true,
+            Whiteouts::Over { base, opaque } => {
+                let opaque_at = |a: &Path| {
+                    read_meta(&fsutil::join(root, a)).is_ok_and(|m| {
+                        m.kind == Kind::Dir && crate::fsops::scan::is_opaque(&m, opaque)
+                    })
+                };
+                !idle_whiteout(&e.rel, &opaque_at, &[base.to_path_buf()], opaque)?
+            }
+        };
+        if keep {
             crate::backend::layers::make_whiteout(&path)?;
         }
     }

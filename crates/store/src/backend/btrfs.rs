@@ -541,13 +541,16 @@ impl Backend for BtrfsBackend {
         plan: &crate::derive::CleanupPlan,
         id: &str,
         over_base: bool,
+        base: Option<&Path>,
     ) -> Result<LayerRecord> {
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
         // The edits are ordinary writes: they need the store's sync.
         self.durability.mark_unsynced();
-        crate::backend::apply::edit_in_place(&tmp, plan, over_base, &|p| remove_any(p))?;
+        // The layer is the box's whole tree: whiteouts only where they hide something.
+        let whiteouts = crate::backend::apply::Whiteouts::of(over_base, base, self.opaque_xattr());
+        crate::backend::apply::edit_in_place(&tmp, plan, whiteouts, &|p| remove_any(p))?;
         agentbox_core::failpoint::hit("derive:after-copy");
         let record = self.publish_layer(&layers, &tmp_name, id)?;
         // The source's layer with only the edited paths changed (the directories holding
@@ -571,6 +574,7 @@ impl Backend for BtrfsBackend {
         chain: &[LayerRecord],
         id: &str,
         _over_base: bool,
+        _base: Option<&Path>,
     ) -> Result<LayerRecord> {
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;

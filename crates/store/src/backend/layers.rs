@@ -914,6 +914,7 @@ impl Backend for LayersBackend {
         plan: &crate::derive::CleanupPlan,
         id: &str,
         over_base: bool,
+        base: Option<&Path>,
     ) -> Result<LayerRecord> {
         let top = chain.first().ok_or_else(|| Error::Backend {
             path: self.layers.clone(),
@@ -926,8 +927,9 @@ impl Backend for LayersBackend {
             self.durability.mark_unsynced();
             // No listing: the layer is clean for this cleanup, and a derive with another one
             // walks it once if it ever needs it.
-            self.fold_into(chain, &tmp, over_base)?;
-            crate::backend::apply::edit_in_place(&tmp, plan, over_base, &|p| self.remove_tree(p))?;
+            self.fold_into(chain, &tmp, over_base, base)?;
+            let whiteouts = crate::backend::apply::Whiteouts::of(over_base, base, self.opaque);
+            crate::backend::apply::edit_in_place(&tmp, plan, whiteouts, &|p| self.remove_tree(p))?;
             failpoint::hit("derive:after-copy");
             self.publish(id)?;
             return Ok(LayerRecord {
@@ -964,11 +966,12 @@ impl Backend for LayersBackend {
         chain: &[LayerRecord],
         id: &str,
         over_base: bool,
+        base: Option<&Path>,
     ) -> Result<LayerRecord> {
         self.durability.mark_unsynced();
         let tmp = self.tmp_layer(id);
         self.remove_tree(&tmp)?;
-        let paths = self.fold_into(chain, &tmp, over_base)?;
+        let paths = self.fold_into(chain, &tmp, over_base, base)?;
         failpoint::hit("flatten:after-copy");
         self.publish(id)?;
         if let Some(paths) = paths {
@@ -1372,7 +1375,8 @@ impl LayersBackend {
     }
 
     /// Write the tree of `chain` (top first) as one complete layer at `dst` (which must not
-    /// exist). `over_base`: the chain is a box's, whose layers sit on its base, so their
+    /// exist). `over_base`: the chain is a box's, whose layers sit on its base (`base`, when
+    /// known: only the whiteouts that hide something of it are kept), so their
     /// overlay markers must survive: the layers are folded bottom-up, each applied with its
     /// whiteouts and opaque directories kept as they are. Otherwise the merged tree is
     /// copied without markers. Data is reflinked where the filesystem can. Returns the
@@ -1382,6 +1386,7 @@ impl LayersBackend {
         chain: &[LayerRecord],
         dst: &Path,
         over_base: bool,
+        base: Option<&Path>,
     ) -> Result<Option<Vec<PathBuf>>> {
         if !over_base {
             let dirs = self.chain_dirs(chain);
@@ -1398,7 +1403,7 @@ impl LayersBackend {
             dst,
             self.opaque,
             Some(&self.layers),
-            None,
+            base.as_ref().map(std::slice::from_ref),
         )?;
         Ok(None)
     }
@@ -1448,10 +1453,8 @@ impl LayersBackend {
     /// The commit of an environment whose chain is at the maximum depth, folding the top
     /// `n` layers of `chain` ([`Self::compaction`]): the new layer is those layers and the
     /// working changes folded into one diff over the layer below them, at a cost of what
-    /// they changed, not of the whole tree. Files of the folded layers are linked, not
-    /// copied; the working changes are captured into a scratch directory first (linked
-    /// from there in turn); whiteouts that hide nothing of the layers below are left out.
-    /// Returns the marks to record and the new layer's entries (its listing).
+    /// they changed, not of the whole tree; whiteouts that hide nothing of the layers below
+    /// are left out. Returns the marks to record and the new layer's entries (its listing).
     fn compact(
         &self,
         dirs: &WorkDirs,
@@ -1459,62 +1462,56 @@ impl LayersBackend {
         n: usize,
         id: &str,
     ) -> Result<(Captured, Vec<PathBuf>)> {
-        let mut timer = agentbox_core::timing::Timer::start("compact");
-        self.durability.mark_unsynced();
-        let tmp = self.tmp_layer(id);
-        self.remove_tree(&tmp)?;
-        let scratch = self.scratch(id);
-        self.remove_tree(&scratch)?;
-        fs_err::create_dir_all(&scratch)?;
         let (top, below) = chain.split_at(n.min(chain.len()));
-        let folded = Self::capture_into(dirs, &scratch, self.opaque).and_then(|(now, _)| {
-            timer.lap("capture");
-            let mut layers = vec![scratch.clone()];
-            layers.extend(self.chain_dirs(top));
-            let base = self.chain_dirs(below);
-            crate::backend::apply::fold_over_base(
-                &layers.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
-                &tmp,
-                self.opaque,
-                Some(&self.layers),
-                Some(&base.iter().map(PathBuf::as_path).collect::<Vec<_>>()),
-            )?;
-            timer.lap("fold");
-            let paths = crate::listing::walk(&tmp)?;
-            timer.lap("walk");
-            Ok((now, paths))
-        });
-        self.remove_tree(&scratch)?;
-        timer.lap("remove scratch");
-        folded
+        let now = self.fold_with_changes(dirs, top, Some(self.chain_dirs(below)), id)?;
+        Ok((now, crate::listing::walk(&self.tmp_layer(id))?))
     }
 
-    /// Flatten a box's chain plus its working changes into one complete layer `id`, its
-    /// overlay markers kept (see [`Self::fold_into`]).
-    /// With the box's base known (`dirs.base`), the whiteouts that hide nothing of it are
-    /// left out (see `apply::idle_whiteout`).
+    /// Flatten a box's chain plus its working changes into one layer `id`, its overlay
+    /// markers kept (it sits on the box's base). With the base known (`dirs.base`), the
+    /// whiteouts that hide nothing of it are left out (see `apply::idle_whiteout`).
     fn flatten_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<Captured> {
+        self.fold_with_changes(dirs, chain, dirs.base.clone().map(|b| vec![b]), id)
+    }
+
+    /// Write `self.tmp_layer(id)`: the layers `layers` (top first) and the working changes
+    /// since the last commit folded into one (`apply::fold_over_base`, over `base` when
+    /// given). Files of the folded layers are linked, not copied; the working changes are
+    /// captured into a scratch directory first (linked from there in turn). Returns the
+    /// marks to record.
+    fn fold_with_changes(
+        &self,
+        dirs: &WorkDirs,
+        layers: &[LayerRecord],
+        base: Option<Vec<PathBuf>>,
+        id: &str,
+    ) -> Result<Captured> {
+        let mut timer = agentbox_core::timing::Timer::start("fold");
         self.durability.mark_unsynced();
         let tmp = self.tmp_layer(id);
         self.remove_tree(&tmp)?;
         let scratch = self.scratch(id);
         self.remove_tree(&scratch)?;
         fs_err::create_dir_all(&scratch)?;
-        let now = Self::capture_into(dirs, &scratch, self.opaque).and_then(|(now, _)| {
-            let mut layers = vec![scratch.clone()];
-            layers.extend(self.chain_dirs(chain));
-            let base: Option<Vec<&Path>> = dirs.base.as_deref().map(|b| vec![b]);
+        let folded = Self::capture_into(dirs, &scratch, self.opaque).and_then(|(now, _)| {
+            timer.lap("capture");
+            let mut all = vec![scratch.clone()];
+            all.extend(self.chain_dirs(layers));
+            let base: Option<Vec<&Path>> = base
+                .as_ref()
+                .map(|b| b.iter().map(PathBuf::as_path).collect());
             crate::backend::apply::fold_over_base(
-                &layers.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+                &all.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
                 &tmp,
                 self.opaque,
                 Some(&self.layers),
                 base.as_deref(),
             )?;
+            timer.lap("layers");
             Ok(now)
         });
         self.remove_tree(&scratch)?;
-        now
+        folded
     }
 
     /// A box's overlay layers: `lowers` (top first) under the working upper directory.

@@ -104,7 +104,7 @@ pub struct WorkDirs {
     /// inside the box's own mount namespace (see [`Backend::box_layers`]).
     pub mountpoint: Option<PathBuf>,
     /// For a box, the tree its layers are mounted over, when known
-    /// ([`crate::EnvState::base`]).
+    /// ([`crate::EnvState::box_base`]).
     pub base: Option<PathBuf>,
 }
 
@@ -209,23 +209,27 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// hidden), the `truncate` files empty, everything else exactly as it was, metadata
     /// included (the directories in `plan.dirs` keep their mtime; an emptied file its mode,
     /// owner, xattrs and mtime). The chain's layers and every working area are left alone.
+    /// `base`: the box's base when known ([`crate::EnvState::box_base`]); where the new layer is
+    /// the box's whole tree, it keeps only the whiteouts that hide something of it.
     fn derive_layer(
         &self,
         chain: &[LayerRecord],
         plan: &crate::derive::CleanupPlan,
         id: &str,
         over_base: bool,
+        base: Option<&Path>,
     ) -> Result<LayerRecord>;
 
     /// Create layer `id` as one complete layer (no parent) holding the tree of `chain` (top
     /// first). `over_base`: the chain is a box's, whose overlay markers (whiteouts and
-    /// opaque directories hiding the base) are kept; otherwise the result is the plain
-    /// merged tree.
+    /// opaque directories hiding the base) are kept — with `base` known, only the
+    /// whiteouts that hide something of it; otherwise the result is the plain merged tree.
     fn flatten_layer(
         &self,
         chain: &[LayerRecord],
         id: &str,
         over_base: bool,
+        base: Option<&Path>,
     ) -> Result<LayerRecord>;
 
     /// Create layer `id` from a complete tree staged inside the store (an import). The staged

@@ -720,7 +720,8 @@ fn unopenable(dir: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
 /// box made and then deleted (in a directory the base does not have), and a file of the base
 /// it deleted, the box's root — its layers mounted over its base by the kernel, after the
 /// commit that flattens them on `layers` and after every commit on `btrfs`, whose box layer
-/// is the box's whole tree — lists no name it cannot open, and shows neither file.
+/// is the box's whole tree, and in a checkpoint derived from it and in that checkpoint
+/// flattened — lists no name it cannot open, and shows neither file.
 #[test]
 fn a_box_root_lists_no_deleted_file() {
     for fx in fixtures("a_box_root_lists_no_deleted_file") {
@@ -731,6 +732,7 @@ fn a_box_root_lists_no_deleted_file() {
         write(&base.join("etc/keep/g"), "another");
         let src = fx.base.join("bb-src");
         write(&src.join("workspace/a"), "a");
+        write(&src.join("tmp/junk"), "a checkpoint's cleanup removes it");
         store
             .create_env("bb", None, Source::Dir(src), "initial")
             .expect("create");
@@ -760,40 +762,49 @@ fn a_box_root_lists_no_deleted_file() {
         let head = store
             .node(store.env("bb").expect("env").head.as_str())
             .expect("node");
-        let mut lowers = store.chain_dirs(&head).expect("chain");
         if kind == BackendKind::Layers {
-            assert!(lowers.len() < 25, "{kind:?}: the chain was flattened");
+            let depth = store.chain(&head).expect("chain").len();
+            assert!(depth < 25, "{kind:?}: the chain was flattened");
         }
-        lowers.push(base.clone());
-        let view = fx.base.join("box-root");
-        std::fs::create_dir_all(&view).expect("mkdir");
-        let lowerdir = lowers
-            .iter()
-            .map(|l| l.display().to_string())
-            .collect::<Vec<_>>()
-            .join(":");
-        rustix::mount::mount(
-            "overlay",
-            &view,
-            "overlay",
-            rustix::mount::MountFlags::RDONLY,
-            std::ffi::CString::new(format!("lowerdir={lowerdir}"))
-                .expect("no NUL")
-                .as_c_str(),
-        )
-        .expect("mount the box's root");
-        let mut bad = Vec::new();
-        unopenable(&view, Path::new(""), &mut bad);
-        let shown = |p: &str| std::fs::symlink_metadata(view.join(p)).is_ok();
-        let seen = (
-            shown("workspace/x"),
-            shown("etc/keep/f"),
-            shown("etc/keep/g"),
-            shown("workspace/a"),
-        );
-        rustix::mount::unmount(&view, rustix::mount::UnmountFlags::DETACH).expect("unmount");
-        assert!(bad.is_empty(), "{kind:?}: listed but not there: {bad:?}");
-        assert_eq!(seen, (false, false, true, true), "{kind:?}");
+        // A checkpoint of the box (its cleanup deletes `tmp/junk`, in a directory the base
+        // lacks), and that checkpoint flattened, are the box's tree too.
+        let derived = store
+            .derive(
+                "bb",
+                "HEAD",
+                &Cleanup::checkpoint(),
+                DetachOpts::new(CKPT, "warm"),
+            )
+            .expect("derive")
+            .node;
+        let flat = store
+            .flatten("bb", CKPT, DetachOpts::new(CKPT, "flat"))
+            .expect("flatten");
+        for (what, node) in [("head", head), ("checkpoint", derived), ("flattened", flat)] {
+            let mut lowers = store.chain_dirs(&node).expect("chain");
+            lowers.push(base.clone());
+            let view = fx.base.join(format!("box-root-{what}"));
+            std::fs::create_dir_all(&view).expect("mkdir");
+            crate::common::mount_overlay_ro(&lowers, &view);
+            let mut bad = Vec::new();
+            unopenable(&view, Path::new(""), &mut bad);
+            let shown = |p: &str| std::fs::symlink_metadata(view.join(p)).is_ok();
+            let seen = [
+                "workspace/x",
+                "etc/keep/f",
+                "etc/keep/g",
+                "workspace/a",
+                "tmp/junk",
+            ]
+            .map(shown);
+            rustix::mount::unmount(&view, rustix::mount::UnmountFlags::DETACH).expect("unmount");
+            assert!(
+                bad.is_empty(),
+                "{kind:?} {what}: listed but not there: {bad:?}"
+            );
+            let junk = what == "head";
+            assert_eq!(seen, [false, false, true, true, junk], "{kind:?} {what}");
+        }
         store.remove_env("bb").expect("remove");
     }
 }

@@ -49,6 +49,25 @@ pub fn fixtures(test: &str) -> Vec<Fixture> {
     vec![layers, btrfs]
 }
 
+/// Mount the layers `lowers` (top first) read-only with overlayfs at `at` (which must exist).
+pub fn mount_overlay_ro<P: AsRef<Path>>(lowers: &[P], at: &Path) {
+    let lowerdir = lowers
+        .iter()
+        .map(|l| l.as_ref().display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    rustix::mount::mount(
+        "overlay",
+        at,
+        "overlay",
+        rustix::mount::MountFlags::RDONLY,
+        std::ffi::CString::new(format!("lowerdir={lowerdir}"))
+            .expect("no NUL in a path")
+            .as_c_str(),
+    )
+    .expect("mount overlay");
+}
+
 pub fn write(path: &Path, content: &str) {
     if let Some(p) = path.parent() {
         std::fs::create_dir_all(p).expect("mkdir");

@@ -628,21 +628,7 @@ fn random_stack(home: &TempHome, seed: u64, count: usize) -> Vec<PathBuf> {
 fn kernel_view(home: &TempHome, lowers: &[&Path], name: &str) -> View {
     let view = home.path().join(name);
     fs_err::create_dir(&view).expect("mkdir view");
-    let lowerdir = lowers
-        .iter()
-        .map(|l| l.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
-    rustix::mount::mount(
-        "overlay",
-        &view,
-        "overlay",
-        rustix::mount::MountFlags::RDONLY,
-        std::ffi::CString::new(format!("lowerdir={lowerdir}"))
-            .expect("no NUL in a path")
-            .as_c_str(),
-    )
-    .expect("mount overlay");
+    crate::common::mount_overlay_ro(lowers, &view);
     let mut shown = View::default();
     walk_view(&view, Path::new(""), &mut shown);
     rustix::mount::unmount(&view, rustix::mount::UnmountFlags::DETACH).expect("unmount");
