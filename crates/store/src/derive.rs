@@ -375,9 +375,12 @@ impl Store {
             None
         } else {
             Some(self.make_layer("flatten", &id, || {
-                let mut record =
-                    self.backend
-                        .flatten_layer(&chain, &id, over_base, state.box_base.as_deref())?;
+                let mut record = self.backend.flatten_layer(
+                    &chain,
+                    &id,
+                    over_base,
+                    state.box_base.as_deref(),
+                )?;
                 // The same tree as the chain's top layer: as clean as it is.
                 record.cleaned = chain.first().and_then(|l| l.cleaned.clone());
                 Ok(record)

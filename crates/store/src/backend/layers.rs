@@ -28,7 +28,8 @@
 //!   layers in the chain, every layer above the complete bottom one, if together they are
 //!   small beside it (a quarter of its entries). Otherwise the new layer is a complete copy
 //!   of the merged tree (flattening, its untouched files linked to the layers'). A box's
-//!   chain (no mount point) is folded whole, its markers kept.
+//!   chain (no mount point) is compacted the same way over its first layer, or else folded
+//!   whole; its markers are kept either way.
 //! * Checkout unmounts, discards the upper directory and mounts a fresh overlay.
 //! * A derived node ([`crate::Store::derive`]) gets one small layer on top of its source's
 //!   chain: a whiteout per removed path, an empty file per emptied one, and the directories
@@ -720,7 +721,7 @@ impl Backend for LayersBackend {
         let mut parent = Some(head);
         let too_deep = head.depth + 1 > self.max_depth;
         // How many layers of the top of the chain a compaction folds into the new layer.
-        let fold_top = if too_deep && dirs.mountpoint.is_some() {
+        let fold_top = if too_deep {
             let mut timer = agentbox_core::timing::Timer::start("compact");
             let plan = self.compaction(chain)?;
             timer.lap("plan");
@@ -729,10 +730,7 @@ impl Backend for LayersBackend {
             None
         };
         let mut compacted = false;
-        let now = if too_deep && dirs.mountpoint.is_none() {
-            parent = None;
-            self.flatten_box(dirs, chain, id)?
-        } else if let Some(n) = fold_top {
+        let now = if let Some(n) = fold_top {
             let (now, paths) = self.compact(dirs, chain, n, id)?;
             let below = chain.get(n);
             listing = Some(Listing::new(
@@ -742,6 +740,9 @@ impl Backend for LayersBackend {
             parent = below;
             compacted = true;
             now
+        } else if too_deep && dirs.mountpoint.is_none() {
+            parent = None;
+            self.flatten_box(dirs, chain, id)?
         } else if too_deep {
             parent = None;
             // Flatten: the new layer is the complete merged tree.
@@ -1408,10 +1409,11 @@ impl LayersBackend {
         Ok(None)
     }
 
-    /// How a commit of an environment whose chain (`chain`, top first) is at the maximum
-    /// depth folds it ([`Self::compact`]): the number of layers at the top of the chain to
-    /// fold, with the commit's changes, into one layer over the layer below them; `None`
-    /// for a complete layer instead (flattening).
+    /// How a commit of an environment or a box whose chain (`chain`, top first) is at the
+    /// maximum depth folds it ([`Self::compact`]): the number of layers at the top of the
+    /// chain to fold, with the commit's changes, into one layer over the layer below them;
+    /// `None` for one layer of the whole chain instead (an environment's complete layer, a
+    /// box's fold of all its layers). A box's bottom layer is its first one, over its base.
     ///
     /// * The commits' own layers above the topmost compacted layer, when there are at
     ///   least two of them and fewer than [`MAX_COMPACTED`] compacted layers: the cost is
@@ -1450,11 +1452,12 @@ impl LayersBackend {
             .map(|_| above.len()))
     }
 
-    /// The commit of an environment whose chain is at the maximum depth, folding the top
-    /// `n` layers of `chain` ([`Self::compaction`]): the new layer is those layers and the
-    /// working changes folded into one diff over the layer below them, at a cost of what
-    /// they changed, not of the whole tree; whiteouts that hide nothing of the layers below
-    /// are left out. Returns the marks to record and the new layer's entries (its listing).
+    /// The commit of an environment or a box whose chain is at the maximum depth, folding
+    /// the top `n` layers of `chain` ([`Self::compaction`]): the new layer is those layers
+    /// and the working changes folded into one diff over the layer below them, at a cost of
+    /// what they changed, not of the whole tree; whiteouts that hide nothing of the layers
+    /// below (and, for a box, of its base) are left out — all kept for a box whose base is
+    /// not known. Returns the marks to record and the new layer's entries (its listing).
     fn compact(
         &self,
         dirs: &WorkDirs,
@@ -1463,7 +1466,16 @@ impl LayersBackend {
         id: &str,
     ) -> Result<(Captured, Vec<PathBuf>)> {
         let (top, below) = chain.split_at(n.min(chain.len()));
-        let now = self.fold_with_changes(dirs, top, Some(self.chain_dirs(below)), id)?;
+        let mut under = self.chain_dirs(below);
+        let under = match (&dirs.mountpoint, &dirs.base) {
+            (Some(_), _) => Some(under),
+            (None, Some(base)) => {
+                under.push(base.clone());
+                Some(under)
+            }
+            (None, None) => None,
+        };
+        let now = self.fold_with_changes(dirs, top, under, id)?;
         Ok((now, crate::listing::walk(&self.tmp_layer(id))?))
     }
 

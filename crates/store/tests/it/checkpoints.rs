@@ -809,6 +809,131 @@ fn a_box_root_lists_no_deleted_file() {
     }
 }
 
+/// What a program in a box sees of the layers `lowers` (top first) mounted by the kernel:
+/// one line per entry (path, type, mode, size, content), and the names listed that cannot
+/// be opened.
+fn kernel_lines(lowers: &[PathBuf], at: &Path) -> (Vec<String>, Vec<PathBuf>) {
+    fn walk(dir: &Path, rel: &Path, lines: &mut Vec<String>, bad: &mut Vec<PathBuf>) {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        names.sort();
+        for name in names {
+            let path = dir.join(&name);
+            let Ok(m) = std::fs::symlink_metadata(&path) else {
+                bad.push(rel.join(&name));
+                continue;
+            };
+            let content = if m.is_file() {
+                std::fs::read_to_string(&path).unwrap_or_default()
+            } else {
+                String::new()
+            };
+            lines.push(format!(
+                "{} {:o} {} {content:?}",
+                rel.join(&name).display(),
+                m.mode(),
+                if m.is_dir() { 0 } else { m.len() }
+            ));
+            if m.is_dir() {
+                walk(&path, &rel.join(&name), lines, bad);
+            }
+        }
+    }
+    std::fs::create_dir_all(at).expect("mkdir");
+    crate::common::mount_overlay_ro(lowers, at);
+    let (mut lines, mut bad) = (Vec::new(), Vec::new());
+    walk(at, Path::new(""), &mut lines, &mut bad);
+    rustix::mount::unmount(at, rustix::mount::UnmountFlags::DETACH).expect("unmount");
+    (lines, bad)
+}
+
+/// A box's chain at the maximum depth is compacted like an environment's (its commits' own
+/// layers folded over the layers below), never flattened whole while the folds stay small:
+/// over many commits every node, mounted over the box's base by the kernel, shows exactly
+/// what the box showed when it was committed, and lists no name it cannot open.
+#[test]
+fn a_box_chain_is_compacted_and_every_node_shows_what_the_box_did() {
+    if !agentbox_testkit::tier::require_root(
+        "a_box_chain_is_compacted_and_every_node_shows_what_the_box_did",
+    ) {
+        return;
+    }
+    let (home, store) = layers_store_of_depth(4);
+    let base = home.path().join("root");
+    write(&base.join("etc/keep/f"), "the base's file");
+    write(&base.join("etc/keep/g"), "another");
+    let src = home.path().join("bc-src");
+    for i in 0..60 {
+        write(&src.join(format!("workspace/lib/{i}")), "lib");
+    }
+    store
+        .create_env("bc", None, Source::Dir(src), "initial")
+        .expect("create");
+    store.record_box_base("bc", &base).expect("record the base");
+    let layers = store.box_layers("bc").expect("box layers");
+    let upper = layers.upper.clone();
+    let whiteout = |p: &Path| {
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            p,
+            rustix::fs::FileType::CharacterDevice,
+            rustix::fs::Mode::empty(),
+            0,
+        )
+        .expect("whiteout");
+    };
+    let mut nodes = Vec::new();
+    let mut compacted = false;
+    for round in 0..14 {
+        match round % 4 {
+            0 => write(&upper.join(format!("workspace/new-{round}")), "new"),
+            1 => {
+                let _ = std::fs::remove_file(upper.join(format!("workspace/new-{}", round - 1)));
+                whiteout(&upper.join(format!("workspace/new-{}", round - 1)));
+            }
+            2 => whiteout(&upper.join(format!("workspace/lib/{round}"))),
+            _ => {
+                if !upper.join("etc/keep/f").exists() {
+                    whiteout(&upper.join("etc/keep/f"));
+                }
+            }
+        }
+        // What the box shows right now: its upper directory over its layers and base.
+        let head = store
+            .node(store.env("bc").expect("env").head.as_str())
+            .expect("node");
+        let mut now = vec![upper.clone()];
+        now.extend(store.chain_dirs(&head).expect("chain"));
+        now.push(base.clone());
+        let (shown, _) = kernel_lines(&now, &home.path().join(format!("live-{round}")));
+        let id = commit(&store, "bc", &format!("round {round}"));
+        let chain = store
+            .chain(&store.node(id.as_str()).expect("node"))
+            .expect("chain");
+        assert!(chain.len() <= 4, "round {round}");
+        compacted |= chain[0].compacted;
+        nodes.push((id, shown));
+    }
+    assert!(compacted, "the chain was compacted");
+    for (i, (id, shown)) in nodes.iter().enumerate() {
+        let mut lowers = store
+            .chain_dirs(&store.node(id.as_str()).expect("node"))
+            .expect("chain");
+        lowers.push(base.clone());
+        let (lines, bad) = kernel_lines(&lowers, &home.path().join(format!("node-{i}")));
+        assert!(bad.is_empty(), "node {i}: listed but not there: {bad:?}");
+        assert_eq!(&lines, shown, "node {i}");
+    }
+    store.remove_env("bc").expect("remove");
+    store.gc().expect("gc");
+    assert_clean(&store, "a compacted box");
+}
+
 /// A `layers` store in a temporary home whose chains flatten at the smallest depth the
 /// backend allows (2: a create and one commit reach it).
 fn shallow_layers_store() -> (agentbox_testkit::TempHome, Store) {
