@@ -16,10 +16,9 @@ use crate::{Error, Result};
 /// ([`crate::fsops::scan::fold_chain`]): folded in memory, then written once. With `base`
 /// (the layers, top first, the new layer is to be mounted over), the whiteouts that hide
 /// nothing of them are left out ([`idle_whiteout`]). Such a whiteout is not only useless:
-/// in a directory that only this layer
-/// provides, overlayfs reads the directory straight from the layer and lists the
-/// whiteout's name, which then cannot be opened. `opaque` and `link_from` as for
-/// [`apply_overlay_layer`].
+/// in a directory that only this layer provides, overlayfs reads the directory straight
+/// from the layer and lists the whiteout's name, which then cannot be opened. `opaque` and
+/// `link_from` as for [`apply_overlay_layer`].
 pub fn fold_over_base(
     layers: &[&Path],
     dst: &Path,
@@ -35,7 +34,7 @@ pub fn fold_over_base(
     }
     let mut tree = crate::fsops::scan::fold_chain(layers, opaque)?;
     if let Some(base) = base {
-        let base: Vec<PathBuf> = base.iter().map(|p| p.to_path_buf()).collect();
+        let base = Below::new(base.iter().map(|p| p.to_path_buf()).collect());
         let mut idle = Vec::new();
         for (rel, e) in &tree.entries {
             let opaque_at = |a: &Path| {
@@ -69,15 +68,16 @@ pub fn fold_over_base(
 pub(crate) fn drop_idle_whiteouts_of(
     diff: &Path,
     target: &Path,
-    base: &[PathBuf],
+    base: &Path,
     opaque: &str,
 ) -> Result<()> {
+    let base = Below::new(vec![base.to_path_buf()]);
     let opaque_at = |a: &Path| {
         read_meta(&fsutil::join(target, a))
             .is_ok_and(|m| m.kind == Kind::Dir && crate::fsops::scan::is_opaque(&m, opaque))
     };
     for (rel, e) in &scan_tree(diff)?.entries {
-        if !e.meta.is_whiteout() || !idle_whiteout(rel, &opaque_at, base, opaque)? {
+        if !e.meta.is_whiteout() || !idle_whiteout(rel, &opaque_at, &base, opaque)? {
             continue;
         }
         let at = target.join(rel);
@@ -90,16 +90,35 @@ pub(crate) fn drop_idle_whiteouts_of(
     Ok(())
 }
 
-/// Whether a whiteout at `rel` of a layer to be mounted over the layers `base` (top first)
-/// hides nothing and may go: when a directory above it in the layer is opaque (`opaque_at`
-/// tells), or when the merged `base` has no directory where the whiteout's directory is.
-/// The second rule is per directory, not per path: a whiteout in a directory the base has
-/// is kept whether or not the base has its name (that directory merges, so the name is
-/// never listed), so deciding needs no lookup of the name itself.
+/// The layers a new layer is to be mounted over (top first: a chain's lower layers, a box's
+/// base), and the mount points of this namespace, which a lookup in them never enters.
+pub(crate) struct Below {
+    stack: Vec<PathBuf>,
+    mounts: std::collections::HashSet<PathBuf>,
+}
+
+impl Below {
+    pub(crate) fn new(stack: Vec<PathBuf>) -> Below {
+        Below {
+            stack,
+            mounts: crate::mounts::mounts()
+                .into_iter()
+                .map(|m| m.mount_point)
+                .collect(),
+        }
+    }
+}
+
+/// Whether a whiteout at `rel` of a layer to be mounted over `base` hides nothing and may
+/// go: when a directory above it in the layer is opaque (`opaque_at` tells), or when the
+/// merged `base` has no directory where the whiteout's directory is. The second rule is per
+/// directory, not per path: a whiteout in a directory the base has is kept whether or not
+/// the base has its name (that directory merges, so the name is never listed), so deciding
+/// needs no lookup of the name itself.
 pub(crate) fn idle_whiteout(
     rel: &Path,
     opaque_at: &dyn Fn(&Path) -> bool,
-    base: &[PathBuf],
+    base: &Below,
     opaque: &str,
 ) -> Result<bool> {
     let parent = rel.parent().unwrap_or(Path::new(""));
@@ -112,33 +131,24 @@ pub(crate) fn idle_whiteout(
     Ok(!holds_dir(base, parent, opaque)?)
 }
 
-/// Whether the merged view of the layers `stack` (top first) has a directory at `rel`.
-fn holds_dir(stack: &[PathBuf], rel: &Path, opaque: &str) -> Result<bool> {
-    if rel.as_os_str().is_empty() {
-        return Ok(true);
-    }
-    holds(stack, rel, opaque, true)
-}
-
-/// Whether the merged view of the layers `stack` (top first) has an entry at `rel` (a
-/// directory, with `dir`), resolved
-/// name by name as overlayfs does (a symlink is never followed).
-fn holds(stack: &[PathBuf], rel: &Path, opaque: &str, dir: bool) -> Result<bool> {
+/// Whether the merged view of `below` has a directory at `rel`, resolved name by name as
+/// overlayfs does (a symlink is never followed). The names come from a box: the lookup
+/// never enters another mount (where a host path is a mount point, such as an automounter's
+/// directory or a network filesystem, it answers yes without looking inside), so a box's
+/// names cannot make the host mount, or wait on, anything.
+fn holds_dir(below: &Below, rel: &Path, opaque: &str) -> Result<bool> {
     // Every root merges: overlayfs reads no `opaque` attribute on a layer's root.
-    let mut dirs = stack.to_vec();
-    let mut parts = rel.components().peekable();
-    while let Some(part) = parts.next() {
+    let mut dirs = below.stack.clone();
+    for part in rel.components() {
+        if dirs
+            .iter()
+            .any(|d| below.mounts.contains(&d.join(part.as_os_str())))
+        {
+            return Ok(true);
+        }
         match crate::fsops::scan::merged_child(&dirs, part.as_os_str(), opaque)? {
-            None => return Ok(false),
-            Some((_, meta, below)) => {
-                if parts.peek().is_none() {
-                    return Ok(!dir || meta.is_dir());
-                }
-                if !meta.is_dir() {
-                    return Ok(false);
-                }
-                dirs = below;
-            }
+            Some((_, meta, next)) if meta.is_dir() => dirs = next,
+            _ => return Ok(false),
         }
     }
     Ok(true)
@@ -309,6 +319,7 @@ pub(crate) fn edit_in_place(
         fsutil::apply_meta(&path, &before, owner, true)?;
         replaced.insert(key, path);
     }
+    let mut below: Option<Below> = None;
     for e in &plan.delete {
         let path = root.join(&e.rel);
         remove(&path)?;
@@ -316,12 +327,13 @@ pub(crate) fn edit_in_place(
             Whiteouts::None => false,
             Whiteouts::All => true,
             Whiteouts::Over { base, opaque } => {
+                let below = below.get_or_insert_with(|| Below::new(vec![base.to_path_buf()]));
                 let opaque_at = |a: &Path| {
                     read_meta(&fsutil::join(root, a)).is_ok_and(|m| {
                         m.kind == Kind::Dir && crate::fsops::scan::is_opaque(&m, opaque)
                     })
                 };
-                !idle_whiteout(&e.rel, &opaque_at, &[base.to_path_buf()], opaque)?
+                !idle_whiteout(&e.rel, &opaque_at, below, opaque)?
             }
         };
         if keep {

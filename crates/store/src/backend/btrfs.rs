@@ -248,12 +248,7 @@ impl BtrfsBackend {
             if let Some(base) = &dirs.base {
                 // The layer is the box's whole tree over its base: a whiteout in a directory
                 // the base lacks hides nothing, and overlayfs would list its name there.
-                crate::backend::apply::drop_idle_whiteouts_of(
-                    &diff,
-                    &tmp,
-                    std::slice::from_ref(base),
-                    opaque,
-                )?;
+                crate::backend::apply::drop_idle_whiteouts_of(&diff, &tmp, base, opaque)?;
             }
             Ok(captured)
         });

@@ -726,6 +726,53 @@ proptest! {
     }
 }
 
+/// A fold told its base never looks into a mount below the base (a box's names must not make
+/// the host enter an automounter's directory or a network filesystem): a whiteout in a
+/// directory below a mount point of the base is kept without a look inside, while one in a
+/// directory the base lacks goes.
+#[test]
+fn a_fold_does_not_look_into_mounts_of_its_base() {
+    if !require_root("a_fold_does_not_look_into_mounts_of_its_base") {
+        return;
+    }
+    let home = TempHome::new();
+    let base = home.path().join("base");
+    fs_err::create_dir_all(base.join("mnt/point")).expect("mkdir");
+    rustix::mount::mount(
+        "tmpfs",
+        &base.join("mnt/point"),
+        "tmpfs",
+        rustix::mount::MountFlags::empty(),
+        c"size=1m",
+    )
+    .expect("mount a tmpfs in the base");
+    let layer = home.path().join("layer");
+    for dir in ["mnt/point/sub", "nowhere"] {
+        fs_err::create_dir_all(layer.join(dir)).expect("mkdir");
+        mknod(&layer.join(dir).join("gone"), FileType::CharacterDevice, 0);
+    }
+    let folded = home.path().join("folded");
+    let result = agentbox_store::backend::apply::fold_over_base(
+        &[&layer],
+        &folded,
+        "trusted.overlay.opaque",
+        None,
+        Some(&[&base]),
+    );
+    rustix::mount::unmount(&base.join("mnt/point"), rustix::mount::UnmountFlags::DETACH)
+        .expect("unmount");
+    result.expect("fold");
+    let kept = |p: &str| std::fs::symlink_metadata(folded.join(p)).is_ok();
+    assert!(
+        kept("mnt/point/sub/gone"),
+        "kept: below a mount point of the base"
+    );
+    assert!(
+        !kept("nowhere/gone"),
+        "gone: the base has no such directory"
+    );
+}
+
 #[test]
 fn diff_reports_every_kind() {
     let home = TempHome::new();
