@@ -740,7 +740,7 @@ fn a_fold_does_not_look_into_mounts_of_its_base() {
     fs_err::create_dir_all(base.join("mnt/point")).expect("mkdir");
     rustix::mount::mount(
         "tmpfs",
-        &base.join("mnt/point"),
+        base.join("mnt/point"),
         "tmpfs",
         rustix::mount::MountFlags::empty(),
         c"size=1m",
@@ -759,7 +759,7 @@ fn a_fold_does_not_look_into_mounts_of_its_base() {
         None,
         Some(&[&base]),
     );
-    rustix::mount::unmount(&base.join("mnt/point"), rustix::mount::UnmountFlags::DETACH)
+    rustix::mount::unmount(base.join("mnt/point"), rustix::mount::UnmountFlags::DETACH)
         .expect("unmount");
     result.expect("fold");
     let kept = |p: &str| std::fs::symlink_metadata(folded.join(p)).is_ok();
