@@ -511,13 +511,7 @@ mod tests {
         std::fs::create_dir(layers.join(&orphan)).expect("mkdir");
         atomic::write_json(
             &store.layout().layer_record(&orphan),
-            &crate::backend::LayerRecord {
-                id: orphan.clone(),
-                parent: None,
-                depth: 1,
-                cleaned: None,
-                compacted: false,
-            },
+            &crate::backend::LayerRecord::new(&orphan, None, 1),
         )
         .expect("record");
         let mut found = kinds(&store);

@@ -201,13 +201,7 @@ impl BtrfsBackend {
         }
         fs_err::rename(&tmp, layers.join(id))?;
         fsync_dir(layers)?;
-        Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: None,
-            depth: 1,
-            cleaned: None,
-            compacted: false,
-        })
+        Ok(LayerRecord::new(id, None, 1))
     }
 
     fn top_layer(&self, chain: &[LayerRecord]) -> Result<PathBuf> {
@@ -264,13 +258,7 @@ impl BtrfsBackend {
 
     /// The record of an environment's layer: a complete snapshot, parent of nothing.
     fn env_layer(id: &str) -> LayerRecord {
-        LayerRecord {
-            id: id.to_owned(),
-            parent: None,
-            depth: 1,
-            cleaned: None,
-            compacted: false,
-        }
+        LayerRecord::new(id, None, 1)
     }
 
     fn tree(dirs: &WorkDirs) -> PathBuf {

@@ -614,26 +614,14 @@ impl Backend for LayersBackend {
         drop(flusher);
         self.publish(id)?;
         Listing::new(None, tree.entries.keys().map(PathBuf::as_path)).write(&self.layers, id)?;
-        Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: None,
-            depth: 1,
-            cleaned: None,
-            compacted: false,
-        })
+        Ok(LayerRecord::new(id, None, 1))
     }
 
     fn layer_from_staged(&self, staged: &Path, id: &str) -> Result<LayerRecord> {
         self.durability.mark_unsynced();
         fs_err::rename(staged, self.tmp_layer(id))?;
         self.publish(id)?;
-        Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: None,
-            depth: 1,
-            cleaned: None,
-            compacted: false,
-        })
+        Ok(LayerRecord::new(id, None, 1))
     }
 
     fn layer_from_oci_diff(
@@ -670,26 +658,14 @@ impl Backend for LayersBackend {
         crate::bundle::to_overlay_layer(staged)?;
         fs_err::rename(staged, self.tmp_layer(id))?;
         self.publish(id)?;
-        Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: Some(top.id.clone()),
-            depth: top.depth + 1,
-            cleaned: None,
-            compacted: false,
-        })
+        Ok(LayerRecord::new(id, Some(top.id.clone()), top.depth + 1))
     }
 
     fn empty_layer(&self, id: &str) -> Result<LayerRecord> {
         let tmp = self.tmp_layer(id);
         fs_err::create_dir_all(&tmp)?;
         self.publish(id)?;
-        Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: None,
-            depth: 1,
-            cleaned: None,
-            compacted: false,
-        })
+        Ok(LayerRecord::new(id, None, 1))
     }
 
     fn reset_work(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
@@ -792,11 +768,12 @@ impl Backend for LayersBackend {
             l.write(&self.layers, id)?;
         }
         Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: parent.map(|p| p.id.clone()),
-            depth: parent.map_or(1, |p| p.depth + 1),
-            cleaned: None,
             compacted,
+            ..LayerRecord::new(
+                id,
+                parent.map(|p| p.id.clone()),
+                parent.map_or(1, |p| p.depth + 1),
+            )
         })
     }
 
@@ -933,13 +910,7 @@ impl Backend for LayersBackend {
             crate::backend::apply::edit_in_place(&tmp, plan, whiteouts, &|p| self.remove_tree(p))?;
             failpoint::hit("derive:after-copy");
             self.publish(id)?;
-            return Ok(LayerRecord {
-                id: id.to_owned(),
-                parent: None,
-                depth: 1,
-                cleaned: None,
-                compacted: false,
-            });
+            return Ok(LayerRecord::new(id, None, 1));
         }
         // The layer holds no file data (empty files, whiteouts, directories): like a
         // commit's layer, it is metadata made durable with the node that names it.
@@ -953,13 +924,7 @@ impl Backend for LayersBackend {
         self.publish(id)?;
         Listing::new(Some(top.id.clone()), paths.iter().map(PathBuf::as_path))
             .write(&self.layers, id)?;
-        Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: Some(top.id.clone()),
-            depth: top.depth + 1,
-            cleaned: None,
-            compacted: false,
-        })
+        Ok(LayerRecord::new(id, Some(top.id.clone()), top.depth + 1))
     }
 
     fn flatten_layer(
@@ -978,13 +943,7 @@ impl Backend for LayersBackend {
         if let Some(paths) = paths {
             Listing::new(None, paths.iter().map(PathBuf::as_path)).write(&self.layers, id)?;
         }
-        Ok(LayerRecord {
-            id: id.to_owned(),
-            parent: None,
-            depth: 1,
-            cleaned: None,
-            compacted: false,
-        })
+        Ok(LayerRecord::new(id, None, 1))
     }
 }
 

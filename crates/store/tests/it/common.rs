@@ -68,6 +68,21 @@ pub fn mount_overlay_ro<P: AsRef<Path>>(lowers: &[P], at: &Path) {
     .expect("mount overlay");
 }
 
+/// An overlay whiteout (a 0/0 character device) at `path`, its parents made as needed.
+pub fn whiteout(path: &Path) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).expect("mkdir");
+    }
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::empty(),
+        0,
+    )
+    .expect("whiteout");
+}
+
 pub fn write(path: &Path, content: &str) {
     if let Some(p) = path.parent() {
         std::fs::create_dir_all(p).expect("mkdir");

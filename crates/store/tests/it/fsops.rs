@@ -727,9 +727,10 @@ proptest! {
 }
 
 /// A fold told its base never looks into a mount below the base (a box's names must not make
-/// the host enter an automounter's directory or a network filesystem): a whiteout in a
-/// directory below a mount point of the base is kept without a look inside, while one in a
-/// directory the base lacks goes.
+/// the host enter an automounter's directory or a network filesystem) nor through a symlink
+/// of it: a whiteout in a directory below a mount point of the base is kept without a look
+/// inside, one in a directory the base has is kept, one in a directory the base lacks or
+/// has only as a symlink goes.
 #[test]
 fn a_fold_does_not_look_into_mounts_of_its_base() {
     if !require_root("a_fold_does_not_look_into_mounts_of_its_base") {
@@ -746,8 +747,11 @@ fn a_fold_does_not_look_into_mounts_of_its_base() {
         c"size=1m",
     )
     .expect("mount a tmpfs in the base");
+    // A symlink of the base is no directory, wherever it points.
+    fs_err::create_dir_all(base.join("real")).expect("mkdir");
+    fs_err::os::unix::fs::symlink("real", base.join("link")).expect("symlink");
     let layer = home.path().join("layer");
-    for dir in ["mnt/point/sub", "nowhere"] {
+    for dir in ["mnt/point/sub", "nowhere", "link", "real"] {
         fs_err::create_dir_all(layer.join(dir)).expect("mkdir");
         mknod(&layer.join(dir).join("gone"), FileType::CharacterDevice, 0);
     }
@@ -771,6 +775,11 @@ fn a_fold_does_not_look_into_mounts_of_its_base() {
         !kept("nowhere/gone"),
         "gone: the base has no such directory"
     );
+    assert!(
+        !kept("link/gone"),
+        "gone: a symlink of the base is not followed"
+    );
+    assert!(kept("real/gone"), "kept: the base has the directory");
 }
 
 #[test]
