@@ -133,18 +133,21 @@ pub(crate) fn idle_whiteout(
 
 /// Whether the merged view of `below` has a directory at `rel`, resolved name by name as
 /// overlayfs does (a symlink is never followed). The names come from a box: the lookup
-/// never enters another mount (where a host path is a mount point, such as an automounter's
-/// directory or a network filesystem, it answers yes without looking inside), so a box's
-/// names cannot make the host mount, or wait on, anything.
+/// never enters another mount, so a box's names cannot make the host mount, or wait on,
+/// anything (an automounter's directory, a network filesystem). Overlayfs does not cross
+/// mounts either: at a mount point of the host it sees the directory the mount covers,
+/// which exists and is normally empty, so the answer there is yes for the mount point
+/// itself and no below it, without a look.
 fn holds_dir(below: &Below, rel: &Path, opaque: &str) -> Result<bool> {
     // Every root merges: overlayfs reads no `opaque` attribute on a layer's root.
     let mut dirs = below.stack.clone();
-    for part in rel.components() {
+    let mut parts = rel.components().peekable();
+    while let Some(part) = parts.next() {
         if dirs
             .iter()
             .any(|d| below.mounts.contains(&d.join(part.as_os_str())))
         {
-            return Ok(true);
+            return Ok(parts.peek().is_none());
         }
         match crate::fsops::scan::merged_child(&dirs, part.as_os_str(), opaque)? {
             Some((_, meta, next)) if meta.is_dir() => dirs = next,

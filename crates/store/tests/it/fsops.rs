@@ -728,9 +728,10 @@ proptest! {
 
 /// A fold told its base never looks into a mount below the base (a box's names must not make
 /// the host enter an automounter's directory or a network filesystem) nor through a symlink
-/// of it: a whiteout in a directory below a mount point of the base is kept without a look
-/// inside, one in a directory the base has is kept, one in a directory the base lacks or
-/// has only as a symlink goes.
+/// of it. Like overlayfs, which sees the directory a mount covers, it takes a mount point as
+/// an empty directory: a whiteout in it is kept, one below it goes — although the tmpfs
+/// mounted there has the directory. A whiteout in a directory the base has is kept, one in
+/// a directory the base lacks or has only as a symlink goes.
 #[test]
 fn a_fold_does_not_look_into_mounts_of_its_base() {
     if !require_root("a_fold_does_not_look_into_mounts_of_its_base") {
@@ -747,11 +748,12 @@ fn a_fold_does_not_look_into_mounts_of_its_base() {
         c"size=1m",
     )
     .expect("mount a tmpfs in the base");
+    fs_err::create_dir_all(base.join("mnt/point/sub")).expect("mkdir in the tmpfs");
     // A symlink of the base is no directory, wherever it points.
     fs_err::create_dir_all(base.join("real")).expect("mkdir");
     fs_err::os::unix::fs::symlink("real", base.join("link")).expect("symlink");
     let layer = home.path().join("layer");
-    for dir in ["mnt/point/sub", "nowhere", "link", "real"] {
+    for dir in ["mnt/point", "mnt/point/sub", "nowhere", "link", "real"] {
         fs_err::create_dir_all(layer.join(dir)).expect("mkdir");
         mknod(&layer.join(dir).join("gone"), FileType::CharacterDevice, 0);
     }
@@ -768,8 +770,12 @@ fn a_fold_does_not_look_into_mounts_of_its_base() {
     result.expect("fold");
     let kept = |p: &str| std::fs::symlink_metadata(folded.join(p)).is_ok();
     assert!(
-        kept("mnt/point/sub/gone"),
-        "kept: below a mount point of the base"
+        kept("mnt/point/gone"),
+        "kept: in a mount point of the base (its covered directory exists)"
+    );
+    assert!(
+        !kept("mnt/point/sub/gone"),
+        "gone: below a mount point, the covered directory is taken as empty"
     );
     assert!(
         !kept("nowhere/gone"),
