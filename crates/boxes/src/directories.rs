@@ -167,7 +167,10 @@ impl Boxes {
                 .map(|r| (r.name.to_string(), r))
                 .collect();
         let mut rows = Vec::new();
-        for env in self.envs()? {
+        for mut env in self.envs()? {
+            // The store's own bookkeeping of what a box's layers sit on (the host's hidden
+            // paths included): not part of a listing.
+            env.box_base = None;
             match &env.mountpoint {
                 Some(m) if project.is_none() => rows.push(Listed {
                     state: if agentbox_store::mounts::is_mountpoint(m) {

@@ -322,7 +322,7 @@ impl Store {
                     &plan,
                     &id,
                     over_base,
-                    state.box_base.as_deref(),
+                    state.box_base.as_ref(),
                 )?;
                 record.cleaned = Some(cleanup.clone());
                 Ok(record)
@@ -375,12 +375,9 @@ impl Store {
             None
         } else {
             Some(self.make_layer("flatten", &id, || {
-                let mut record = self.backend.flatten_layer(
-                    &chain,
-                    &id,
-                    over_base,
-                    state.box_base.as_deref(),
-                )?;
+                let mut record =
+                    self.backend
+                        .flatten_layer(&chain, &id, over_base, state.box_base.as_ref())?;
                 // The same tree as the chain's top layer: as clean as it is.
                 record.cleaned = chain.first().and_then(|l| l.cleaned.clone());
                 Ok(record)

@@ -105,7 +105,7 @@ pub struct EnvState {
     /// and overlayfs would list its name in a directory no lower layer merges with); with
     /// no base recorded (older boxes, until their next start), every whiteout is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub box_base: Option<PathBuf>,
+    pub box_base: Option<crate::backend::BoxBase>,
 }
 
 /// Where a new environment's first node comes from.
@@ -730,13 +730,13 @@ impl Store {
 
     /// Record `base` as the tree box `env`'s layers are mounted over ([`EnvState::box_base`]),
     /// when it is not recorded already. Called by the box's runtime before it mounts them.
-    pub fn record_box_base(&self, env: &str, base: &Path) -> Result<()> {
-        if self.env(env)?.box_base.as_deref() == Some(base) {
+    pub fn record_box_base(&self, env: &str, base: &crate::backend::BoxBase) -> Result<()> {
+        if self.env(env)?.box_base.as_ref() == Some(base) {
             return Ok(());
         }
         let _g = self.lock_env(env, "record the box's base")?;
         let mut state = self.env(env)?;
-        state.box_base = Some(base.to_owned());
+        state.box_base = Some(base.clone());
         self.write_env(&state)
     }
 

@@ -41,7 +41,12 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
     // The tree the box's layers are mounted over decides which of their whiteouts hide
     // something (see `EnvState::box_base`). Only for later commits: while it cannot be recorded
     // (a commit holds the environment), every whiteout is kept, as before.
-    if let Err(e) = shared.store.record_box_base(&shared.name, &base) {
+    let box_base = agentbox_store::backend::BoxBase {
+        root: base.clone(),
+        hidden: view.hide.clone(),
+        shown: view.show.clone(),
+    };
+    if let Err(e) = shared.store.record_box_base(&shared.name, &box_base) {
         eprintln!("recording the box's base: {e}");
     }
     // The directories the box's start makes for the shown paths are no change of the box's

@@ -4,6 +4,7 @@
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::backend::BoxBase;
 use crate::bundle::fsutil;
 use crate::fsops::copy::{copy_entry, CopyOpts};
 use crate::fsops::scan::{read_meta, scan_tree};
@@ -24,7 +25,7 @@ pub fn fold_over_base(
     dst: &Path,
     opaque: &str,
     link_from: Option<&Path>,
-    base: Option<&[&Path]>,
+    base: Option<&Below>,
 ) -> Result<()> {
     if layers.is_empty() {
         return Err(Error::Backend {
@@ -34,7 +35,6 @@ pub fn fold_over_base(
     }
     let mut tree = crate::fsops::scan::fold_chain(layers, opaque)?;
     if let Some(base) = base {
-        let base = Below::new(base.iter().map(|p| p.to_path_buf()).collect());
         let mut idle = Vec::new();
         for (rel, e) in &tree.entries {
             let opaque_at = |a: &Path| {
@@ -42,7 +42,7 @@ pub fn fold_over_base(
                     .get(a)
                     .is_some_and(|d| crate::fsops::scan::is_opaque(&d.meta, opaque))
             };
-            if e.meta.is_whiteout() && idle_whiteout(rel, &opaque_at, &base, opaque)? {
+            if e.meta.is_whiteout() && idle_whiteout(rel, &opaque_at, base, opaque)? {
                 idle.push(rel.clone());
             }
         }
@@ -68,10 +68,10 @@ pub fn fold_over_base(
 pub(crate) fn drop_idle_whiteouts_of(
     diff: &Path,
     target: &Path,
-    base: &Path,
+    base: &BoxBase,
     opaque: &str,
 ) -> Result<()> {
-    let base = Below::new(vec![base.to_path_buf()]);
+    let base = Below::new(Vec::new(), Some(base.clone()));
     let opaque_at = |a: &Path| {
         read_meta(&fsutil::join(target, a))
             .is_ok_and(|m| m.kind == Kind::Dir && crate::fsops::scan::is_opaque(&m, opaque))
@@ -90,17 +90,20 @@ pub(crate) fn drop_idle_whiteouts_of(
     Ok(())
 }
 
-/// The layers a new layer is to be mounted over (top first: a chain's lower layers, a box's
-/// base), and the mount points of this namespace, which a lookup in them never enters.
-pub(crate) struct Below {
+/// What a new layer is to be mounted over: layers (top first: a chain's lower layers, a
+/// box's own layers below the new one), then, for a box, its base; and the mount points of
+/// this namespace, which a lookup in them never enters.
+pub struct Below {
     stack: Vec<PathBuf>,
+    base: Option<BoxBase>,
     mounts: std::collections::HashSet<PathBuf>,
 }
 
 impl Below {
-    pub(crate) fn new(stack: Vec<PathBuf>) -> Below {
+    pub fn new(stack: Vec<PathBuf>, base: Option<BoxBase>) -> Below {
         Below {
             stack,
+            base,
             mounts: crate::mounts::mounts()
                 .into_iter()
                 .map(|m| m.mount_point)
@@ -138,11 +141,47 @@ pub(crate) fn idle_whiteout(
 /// mounts either: at a mount point of the host it sees the directory the mount covers,
 /// which exists and is normally empty, so the answer there is yes for the mount point
 /// itself and no below it, without a look.
+///
+/// The layers are asked first, then the base as the box sees it (a directory the layers
+/// hide from the base is then still taken as there: a whiteout kept, never one dropped that
+/// hides something).
 fn holds_dir(below: &Below, rel: &Path, opaque: &str) -> Result<bool> {
+    if !below.stack.is_empty() && lookup_dir(below, below.stack.clone(), rel, None, opaque)? {
+        return Ok(true);
+    }
+    match &below.base {
+        Some(b) => lookup_dir(below, vec![b.root.clone()], rel, Some(b), opaque),
+        None => Ok(false),
+    }
+}
+
+/// [`holds_dir`] in the layers `dirs` (top first), or in a box's base `view` (`dirs` its
+/// root): below a hidden path only the directories leading to a shown one exist there,
+/// and a hidden path itself is what the root has (an empty directory when a directory).
+fn lookup_dir(
+    below: &Below,
+    mut dirs: Vec<PathBuf>,
+    rel: &Path,
+    view: Option<&BoxBase>,
+    opaque: &str,
+) -> Result<bool> {
     // Every root merges: overlayfs reads no `opaque` attribute on a layer's root.
-    let mut dirs = below.stack.clone();
+    let mut at = PathBuf::from("/");
     let mut parts = rel.components().peekable();
     while let Some(part) = parts.next() {
+        at.push(part);
+        if let Some(v) = view {
+            let shown = v.shown.iter().any(|s| at.starts_with(s));
+            let below_hidden = v.hidden.iter().any(|h| at.starts_with(h) && at != *h);
+            if below_hidden && !shown {
+                if v.shown.iter().any(|s| s.starts_with(&at)) {
+                    // Made on the way to a shown path.
+                    dirs = dirs.iter().map(|d| d.join(part.as_os_str())).collect();
+                    continue;
+                }
+                return Ok(false);
+            }
+        }
         if dirs
             .iter()
             .any(|d| below.mounts.contains(&d.join(part.as_os_str())))
@@ -251,12 +290,12 @@ pub(crate) enum Whiteouts<'a> {
     /// One per deleted entry: the tree sits on a base that is not known.
     All,
     /// Those that hide something of `base` ([`idle_whiteout`]).
-    Over { base: &'a Path, opaque: &'a str },
+    Over { base: &'a BoxBase, opaque: &'a str },
 }
 
 impl<'a> Whiteouts<'a> {
     /// For a tree `over_base` (a box's), on `base` when it is known.
-    pub(crate) fn of(over_base: bool, base: Option<&'a Path>, opaque: &'a str) -> Whiteouts<'a> {
+    pub(crate) fn of(over_base: bool, base: Option<&'a BoxBase>, opaque: &'a str) -> Whiteouts<'a> {
         match (over_base, base) {
             (false, _) => Whiteouts::None,
             (true, None) => Whiteouts::All,
@@ -330,7 +369,7 @@ pub(crate) fn edit_in_place(
             Whiteouts::None => false,
             Whiteouts::All => true,
             Whiteouts::Over { base, opaque } => {
-                let below = below.get_or_insert_with(|| Below::new(vec![base.to_path_buf()]));
+                let below = below.get_or_insert_with(|| Below::new(Vec::new(), Some(base.clone())));
                 let opaque_at = |a: &Path| {
                     read_meta(&fsutil::join(root, a)).is_ok_and(|m| {
                         m.kind == Kind::Dir && crate::fsops::scan::is_opaque(&m, opaque)

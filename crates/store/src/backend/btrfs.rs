@@ -524,7 +524,7 @@ impl Backend for BtrfsBackend {
         plan: &crate::derive::CleanupPlan,
         id: &str,
         over_base: bool,
-        base: Option<&Path>,
+        base: Option<&crate::backend::BoxBase>,
     ) -> Result<LayerRecord> {
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
@@ -557,7 +557,7 @@ impl Backend for BtrfsBackend {
         chain: &[LayerRecord],
         id: &str,
         _over_base: bool,
-        _base: Option<&Path>,
+        _base: Option<&crate::backend::BoxBase>,
     ) -> Result<LayerRecord> {
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;

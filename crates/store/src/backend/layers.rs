@@ -53,6 +53,7 @@ use agentbox_core::failpoint;
 use rustix::mount::{MountFlags, UnmountFlags};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::apply::Below;
 use crate::backend::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
 use crate::fsops::copy::{copy_tree, CopyOpts};
 use crate::fsops::flusher::Flusher;
@@ -892,7 +893,7 @@ impl Backend for LayersBackend {
         plan: &crate::derive::CleanupPlan,
         id: &str,
         over_base: bool,
-        base: Option<&Path>,
+        base: Option<&crate::backend::BoxBase>,
     ) -> Result<LayerRecord> {
         let top = chain.first().ok_or_else(|| Error::Backend {
             path: self.layers.clone(),
@@ -932,7 +933,7 @@ impl Backend for LayersBackend {
         chain: &[LayerRecord],
         id: &str,
         over_base: bool,
-        base: Option<&Path>,
+        base: Option<&crate::backend::BoxBase>,
     ) -> Result<LayerRecord> {
         self.durability.mark_unsynced();
         let tmp = self.tmp_layer(id);
@@ -1346,7 +1347,7 @@ impl LayersBackend {
         chain: &[LayerRecord],
         dst: &Path,
         over_base: bool,
-        base: Option<&Path>,
+        base: Option<&crate::backend::BoxBase>,
     ) -> Result<Option<Vec<PathBuf>>> {
         if !over_base {
             let dirs = self.chain_dirs(chain);
@@ -1363,7 +1364,8 @@ impl LayersBackend {
             dst,
             self.opaque,
             Some(&self.layers),
-            base.as_ref().map(std::slice::from_ref),
+            base.map(|b| crate::backend::apply::Below::new(Vec::new(), Some(b.clone())))
+                .as_ref(),
         )?;
         Ok(None)
     }
@@ -1425,13 +1427,10 @@ impl LayersBackend {
         id: &str,
     ) -> Result<(Captured, Vec<PathBuf>)> {
         let (top, below) = chain.split_at(n.min(chain.len()));
-        let mut under = self.chain_dirs(below);
+        let under = self.chain_dirs(below);
         let under = match (&dirs.mountpoint, &dirs.base) {
-            (Some(_), _) => Some(under),
-            (None, Some(base)) => {
-                under.push(base.clone());
-                Some(under)
-            }
+            (Some(_), _) => Some(Below::new(under, None)),
+            (None, Some(base)) => Some(Below::new(under, Some(base.clone()))),
             (None, None) => None,
         };
         let now = self.fold_with_changes(dirs, top, under, id)?;
@@ -1442,7 +1441,8 @@ impl LayersBackend {
     /// markers kept (it sits on the box's base). With the base known (`dirs.base`), the
     /// whiteouts that hide nothing of it are left out (see `apply::idle_whiteout`).
     fn flatten_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<Captured> {
-        self.fold_with_changes(dirs, chain, dirs.base.clone().map(|b| vec![b]), id)
+        let base = dirs.base.clone().map(|b| Below::new(Vec::new(), Some(b)));
+        self.fold_with_changes(dirs, chain, base, id)
     }
 
     /// Write `self.tmp_layer(id)`: the layers `layers` (top first) and the working changes
@@ -1454,7 +1454,7 @@ impl LayersBackend {
         &self,
         dirs: &WorkDirs,
         layers: &[LayerRecord],
-        base: Option<Vec<PathBuf>>,
+        base: Option<Below>,
         id: &str,
     ) -> Result<Captured> {
         let mut timer = agentbox_core::timing::Timer::start("fold");
@@ -1468,15 +1468,12 @@ impl LayersBackend {
             timer.lap("capture");
             let mut all = vec![scratch.clone()];
             all.extend(self.chain_dirs(layers));
-            let base: Option<Vec<&Path>> = base
-                .as_ref()
-                .map(|b| b.iter().map(PathBuf::as_path).collect());
             crate::backend::apply::fold_over_base(
                 &all.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
                 &tmp,
                 self.opaque,
                 Some(&self.layers),
-                base.as_deref(),
+                base.as_ref(),
             )?;
             timer.lap("layers");
             Ok(now)

@@ -105,7 +105,20 @@ pub struct WorkDirs {
     pub mountpoint: Option<PathBuf>,
     /// For a box, the tree its layers are mounted over, when known
     /// ([`crate::EnvState::box_base`]).
-    pub base: Option<PathBuf>,
+    pub base: Option<BoxBase>,
+}
+
+/// What a box's layers are mounted over, as the box sees it: the tree `root` (the host's
+/// `/`, or an image's root) with the paths `hidden` made empty (a hidden directory is an
+/// empty directory, a hidden file absent) and the paths `shown` below them shown again.
+/// Paths are absolute, in the box's terms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoxBase {
+    pub root: PathBuf,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shown: Vec<PathBuf>,
 }
 
 /// The directories a box's root overlay is assembled from, above its base.
@@ -217,7 +230,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         plan: &crate::derive::CleanupPlan,
         id: &str,
         over_base: bool,
-        base: Option<&Path>,
+        base: Option<&BoxBase>,
     ) -> Result<LayerRecord>;
 
     /// Create layer `id` as one complete layer (no parent) holding the tree of `chain` (top
@@ -229,7 +242,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         chain: &[LayerRecord],
         id: &str,
         over_base: bool,
-        base: Option<&Path>,
+        base: Option<&BoxBase>,
     ) -> Result<LayerRecord>;
 
     /// Create layer `id` from a complete tree staged inside the store (an import). The staged

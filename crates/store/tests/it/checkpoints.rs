@@ -696,6 +696,15 @@ fn a_directory_a_box_replaced_stays_opaque_in_later_layers() {
     }
 }
 
+/// The base `root` of a box, with `hidden` paths hidden from it.
+fn box_base(root: &Path, hidden: &[&str]) -> agentbox_store::backend::BoxBase {
+    agentbox_store::backend::BoxBase {
+        root: root.to_owned(),
+        hidden: hidden.iter().map(PathBuf::from).collect(),
+        shown: Vec::new(),
+    }
+}
+
 /// A box's layers keep only the whiteouts that hide something of its base: after a file the
 /// box made and then deleted (in a directory the base does not have), and a file of the base
 /// it deleted, the box's root — its layers mounted over its base by the kernel, after the
@@ -716,13 +725,23 @@ fn a_box_root_lists_no_deleted_file() {
         store
             .create_env("bb", None, Source::Dir(src), "initial")
             .expect("create");
-        store.record_box_base("bb", &base).expect("record the base");
+        // The box sees its base with `/home` hidden, as a host box does.
+        write(&base.join("home/h/.cache/host-file"), "hidden from the box");
+        store
+            .record_box_base("bb", &box_base(&base, &["/home"]))
+            .expect("record the base");
+        let hide = fx.base.join("hide");
+        std::fs::create_dir_all(hide.join("home")).expect("mkdir");
+        xattr::set(hide.join("home"), OPAQUE, b"y").expect("opaque");
         let upper = store.box_layers("bb").expect("box layers").upper;
         write(&upper.join("workspace/x"), "made by the box");
+        // Below the hidden `/home`, as the box sees it: its own directories.
+        write(&upper.join("home/h/.cache/x"), "the box's cache");
         commit(&store, "bb", "made x");
         // What overlayfs leaves in the upper directory for `rm workspace/x etc/keep/f`.
         std::fs::remove_file(upper.join("workspace/x")).expect("rm");
-        for gone in ["workspace/x", "etc/keep/f"] {
+        std::fs::remove_file(upper.join("home/h/.cache/x")).expect("rm");
+        for gone in ["workspace/x", "etc/keep/f", "home/h/.cache/x"] {
             whiteout(&upper.join(gone));
         }
         commit(&store, "bb", "removed x and f");
@@ -753,7 +772,9 @@ fn a_box_root_lists_no_deleted_file() {
             .flatten("bb", CKPT, DetachOpts::new(CKPT, "flat"))
             .expect("flatten");
         for (what, node) in [("head", head), ("checkpoint", derived), ("flattened", flat)] {
+            // The base as the box's runtime mounts it: a layer hiding `/home` over it.
             let mut lowers = store.chain_dirs(&node).expect("chain");
+            lowers.push(hide.clone());
             lowers.push(base.clone());
             let (lines, bad) = kernel_lines(&lowers, &fx.base.join(format!("box-root-{what}")));
             let shown = |p: &str| lines.iter().any(|l| l.starts_with(&format!("{p} ")));
@@ -763,6 +784,8 @@ fn a_box_root_lists_no_deleted_file() {
                 "etc/keep/g",
                 "workspace/a",
                 "tmp/junk",
+                "home/h/.cache/x",
+                "home/h/.cache/host-file",
             ]
             .map(shown);
             assert!(
@@ -770,7 +793,11 @@ fn a_box_root_lists_no_deleted_file() {
                 "{kind:?} {what}: listed but not there: {bad:?}"
             );
             let junk = what == "head";
-            assert_eq!(seen, [false, false, true, true, junk], "{kind:?} {what}");
+            assert_eq!(
+                seen,
+                [false, false, true, true, junk, false, false],
+                "{kind:?} {what}"
+            );
         }
         store.remove_env("bb").expect("remove");
     }
@@ -838,7 +865,9 @@ fn a_box_chain_is_compacted_and_every_node_shows_what_the_box_did() {
     store
         .create_env("bc", None, Source::Dir(src), "initial")
         .expect("create");
-    store.record_box_base("bc", &base).expect("record the base");
+    store
+        .record_box_base("bc", &box_base(&base, &[]))
+        .expect("record the base");
     let layers = store.box_layers("bc").expect("box layers");
     let upper = layers.upper.clone();
     let mut nodes = Vec::new();

@@ -694,7 +694,11 @@ proptest! {
             apply_overlay_layer(layer, &on_disk, OPQ, None).expect("apply");
         }
         let pruned = home.path().join("pruned");
-        fold_over_base(above, &pruned, OPQ, None, Some(base)).expect("fold");
+        let below = agentbox_store::backend::apply::Below::new(
+            base.iter().map(|p| p.to_path_buf()).collect(),
+            None,
+        );
+        fold_over_base(above, &pruned, OPQ, None, Some(&below)).expect("fold");
         // What the layers below list but cannot open themselves.
         let base_phantoms: Vec<PathBuf> = if base.len() > 1 {
             kernel_view(&home, base, "base").phantoms
@@ -763,7 +767,14 @@ fn a_fold_does_not_look_into_mounts_of_its_base() {
         &folded,
         "trusted.overlay.opaque",
         None,
-        Some(&[&base]),
+        Some(&agentbox_store::backend::apply::Below::new(
+            Vec::new(),
+            Some(agentbox_store::backend::BoxBase {
+                root: base.clone(),
+                hidden: Vec::new(),
+                shown: Vec::new(),
+            }),
+        )),
     );
     rustix::mount::unmount(base.join("mnt/point"), rustix::mount::UnmountFlags::DETACH)
         .expect("unmount");
