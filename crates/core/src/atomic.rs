@@ -119,6 +119,17 @@ pub fn write_json_unsynced<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     write_atomic_unsynced(path, &json_bytes(path, value)?)
 }
 
+/// Like [`write_json_unsynced`] but without whitespace: for bookkeeping only programs read,
+/// whose size grows with a tree (a third of the pretty form's bytes to write and parse).
+pub fn write_json_compact_unsynced<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let mut bytes = serde_json::to_vec(value).map_err(|source| Error::Json {
+        path: path.to_owned(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    write_atomic_unsynced(path, &bytes)
+}
+
 /// Read a JSON file written by [`write_json`].
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let bytes = fs_err::read(path)?;

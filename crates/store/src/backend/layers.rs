@@ -48,7 +48,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use agentbox_core::atomic::{read_json_opt, write_json_unsynced};
+use agentbox_core::atomic::{read_json_opt, write_json_compact_unsynced, write_json_unsynced};
 use agentbox_core::failpoint;
 use rustix::mount::{MountFlags, UnmountFlags};
 use serde::{Deserialize, Serialize};
@@ -158,7 +158,9 @@ impl LayersBackend {
     pub(super) fn stage_marks(dirs: &WorkDirs, now: &Captured) -> Result<()> {
         // Made durable by the store's sync with the rest of the commit; losing it only
         // means the next commit captures these changes again.
-        write_json_unsynced(&Self::pending_path(dirs), now)?;
+        // Compact: it holds a mark for every entry of the upper directory, which in a
+        // running box grows with everything the box wrote (5.7 MB pretty for 34k entries).
+        write_json_compact_unsynced(&Self::pending_path(dirs), now)?;
         Ok(())
     }
 
@@ -1541,30 +1543,17 @@ fn names_in(dir: &Path) -> Result<Vec<PathBuf>> {
 /// `lstat` each: no xattrs, no file content.
 fn scan_marks(root: &Path) -> Result<BTreeMap<PathBuf, Mark>> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let mut out = BTreeMap::new();
-    for entry in walkdir::WalkDir::new(root).follow_links(false) {
-        let entry = entry.map_err(|e| {
-            let path = e.path().unwrap_or(root).to_owned();
-            Error::Io(io_at(&path, e.into()))
-        })?;
-        let md = entry
-            .metadata()
-            .map_err(|e| Error::Io(io_at(entry.path(), e.into())))?;
-        let rel = entry
-            .path()
-            .strip_prefix(root)
-            .expect("walkdir yields paths below its root")
-            .to_owned();
-        let ft = md.file_type();
-        out.insert(
-            rel,
-            Mark {
+    Ok(crate::fsops::walk::lstat_tree(root)?
+        .into_iter()
+        .map(|(rel, md)| {
+            let ft = md.file_type();
+            let mark = Mark {
                 ino: md.ino(),
                 ctime: (md.ctime(), md.ctime_nsec()),
                 whiteout: ft.is_char_device() && md.rdev() == 0,
                 dir: ft.is_dir(),
-            },
-        );
-    }
-    Ok(out)
+            };
+            (rel, mark)
+        })
+        .collect())
 }

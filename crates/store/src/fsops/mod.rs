@@ -11,6 +11,7 @@ pub mod copy;
 pub mod diff;
 pub mod flusher;
 pub mod scan;
+pub mod walk;
 
 pub use copy::{copy_dir, copy_entry, copy_tree, CopyOpts, CopyStats};
 pub use diff::{compare_exact, diff_trees, Change, ChangeKind};

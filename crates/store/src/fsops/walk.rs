@@ -1,0 +1,171 @@
+//! A walk of a directory tree that reads one `lstat` per entry and nothing else (no xattrs,
+//! no link targets, no content), on one thread per core once the tree is wide enough.
+//!
+//! Why threads: a running box's upper directory keeps every file the box wrote since it
+//! started (an `npm install` leaves tens of thousands), and every captured command walks it
+//! to find what changed. That walk is system-call latency (`getdents`, `statx`), which
+//! overlaps well across cores.
+//!
+//! Semantics are those of a plain recursive walk: symlinks are never followed, directories
+//! on other filesystems below the root are entered, the first error ends the walk.
+
+use std::fs::Metadata;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::io_at;
+use crate::Result;
+
+/// The walk goes on one thread until one level of the tree has at least this many
+/// directories; they are then shared out among the workers. Smaller trees never start a
+/// thread (a commit of a fresh box's upper directory walks a few hundred entries).
+const SPLIT_DIRS: usize = 64;
+
+/// Every entry below `root`, the root itself included as the empty path, with its `lstat`
+/// metadata; in no particular order.
+pub fn lstat_tree(root: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
+    let md = std::fs::symlink_metadata(root).map_err(|e| io_at("lstat", root, e))?;
+    let is_dir = md.is_dir();
+    let mut out = vec![(PathBuf::new(), md)];
+    if !is_dir {
+        return Ok(out);
+    }
+    // Breadth first on this thread until a level is wide enough to share.
+    let mut level = vec![PathBuf::new()];
+    while !level.is_empty() && level.len() < SPLIT_DIRS {
+        let mut next = Vec::new();
+        for dir in &level {
+            read_level(root, dir, &mut out, &mut next)?;
+        }
+        level = next;
+    }
+    if level.is_empty() {
+        return Ok(out);
+    }
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let taken = AtomicUsize::new(0);
+    let level = &level;
+    let results: Vec<Result<Vec<(PathBuf, Metadata)>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut found = Vec::new();
+                    // Subtrees differ wildly in size (one `node_modules` beside a few
+                    // source directories): each worker takes the next one when it is done.
+                    loop {
+                        let i = taken.fetch_add(1, Ordering::Relaxed);
+                        let Some(start) = level.get(i) else {
+                            return Ok(found);
+                        };
+                        let mut stack = vec![start.clone()];
+                        while let Some(dir) = stack.pop() {
+                            read_level(root, &dir, &mut found, &mut stack)?;
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .expect("a walk worker only returns errors, never panics")
+            })
+            .collect()
+    });
+    for r in results {
+        out.extend(r?);
+    }
+    Ok(out)
+}
+
+/// Read directory `root/dir`: its entries (relative to `root`) into `out`, its
+/// subdirectories into `dirs`.
+fn read_level(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<(PathBuf, Metadata)>,
+    dirs: &mut Vec<PathBuf>,
+) -> Result<()> {
+    let abs = root.join(dir);
+    for item in std::fs::read_dir(&abs).map_err(|e| io_at("read directory", &abs, e))? {
+        let item = item.map_err(|e| io_at("read directory", &abs, e))?;
+        // `DirEntry::metadata` is an `fstatat` without following a symlink.
+        let md = item
+            .metadata()
+            .map_err(|e| io_at("lstat", &item.path(), e))?;
+        let rel = dir.join(item.file_name());
+        if md.is_dir() {
+            dirs.push(rel.clone());
+        }
+        out.push((rel, md));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Every entry, with its inode, as a plain sequential walk (walkdir) sees it.
+    fn walkdir_view(root: &Path) -> BTreeMap<PathBuf, u64> {
+        use std::os::unix::fs::MetadataExt;
+        walkdir::WalkDir::new(root)
+            .follow_links(false)
+            .into_iter()
+            .map(|e| {
+                let e = e.expect("walkable");
+                let rel = e.path().strip_prefix(root).expect("below root").to_owned();
+                (rel, e.metadata().expect("lstat").ino())
+            })
+            .collect()
+    }
+
+    fn view(root: &Path) -> BTreeMap<PathBuf, u64> {
+        use std::os::unix::fs::MetadataExt;
+        let all = lstat_tree(root).expect("walk");
+        let n = all.len();
+        let map: BTreeMap<PathBuf, u64> = all.into_iter().map(|(p, m)| (p, m.ino())).collect();
+        assert_eq!(map.len(), n, "an entry was reported twice");
+        map
+    }
+
+    #[test]
+    fn a_narrow_tree_and_a_wide_one_are_walked_whole() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let root = t.path();
+        // Narrow: walked on this thread alone.
+        std::fs::create_dir_all(root.join("a/b/c")).expect("mkdir");
+        std::fs::write(root.join("a/b/c/f"), "x").expect("write");
+        std::os::unix::fs::symlink("a/b", root.join("link")).expect("symlink");
+        assert_eq!(view(root), walkdir_view(root));
+        // Wide: levels of more than SPLIT_DIRS directories, shared out among workers.
+        for i in 0..150 {
+            let d = root.join(format!("wide/p{i}/lib"));
+            std::fs::create_dir_all(&d).expect("mkdir");
+            for j in 0..(i % 7) {
+                std::fs::write(d.join(format!("f{j}")), "y").expect("write");
+            }
+            std::os::unix::fs::symlink("..", d.join("up")).expect("symlink");
+        }
+        std::fs::create_dir_all(root.join("wide/p3/lib/deep/er/still")).expect("mkdir");
+        let seen = view(root);
+        assert_eq!(seen, walkdir_view(root));
+        assert!(seen.contains_key(Path::new("wide/p3/lib/deep/er/still")));
+        assert!(seen.contains_key(Path::new("")));
+    }
+
+    #[test]
+    fn a_file_root_is_itself_and_a_missing_root_names_its_path() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let f = t.path().join("file");
+        std::fs::write(&f, "z").expect("write");
+        let all = lstat_tree(&f).expect("walk");
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].0, PathBuf::new());
+        let missing = t.path().join("missing");
+        let err = lstat_tree(&missing).expect_err("missing root");
+        assert!(err.to_string().contains("missing"), "{err}");
+    }
+}
