@@ -103,6 +103,77 @@ pub(super) struct Captured {
     marks: BTreeMap<String, Mark>,
 }
 
+/// The marks of the last commit and a scan of the upper directory, made by the change
+/// check ([`LayersBackend::changed_in_upper`]) and taken by the commit that follows it on the
+/// same thread, so that an auto-capture (check, then commit) walks the upper directory once:
+/// that walk is most of what a command costs in a box that wrote tens of thousands of files.
+///
+/// Taking an older scan is sound as long as the marks it was compared with are still the
+/// last commit's: what changed after the scan differs from the marks the commit records for
+/// it (those of the scan), so the next commit takes it. It is taken only if the upper
+/// directory and `captured.json` are the same files as when it was made (every commit and
+/// every reset replaces one of them), at most once, and within [`ScanMemo::FRESH`].
+struct ScanMemo {
+    upper: (PathBuf, Option<FileId>),
+    captured: (PathBuf, Option<FileId>),
+    made: std::time::Instant,
+    prev: Captured,
+    marks: BTreeMap<PathBuf, Mark>,
+}
+
+/// Which file a path names, and its version: device, inode, ctime.
+type FileId = (u64, u64, i64, i64);
+
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+thread_local! {
+    static LAST_SCAN: std::cell::RefCell<Option<ScanMemo>> = const { std::cell::RefCell::new(None) };
+}
+
+impl ScanMemo {
+    /// A scan older than this is made again: a node shows the tree as the command left it.
+    const FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn make(dirs: &WorkDirs) -> Result<ScanMemo> {
+        let upper = LayersBackend::upper(dirs);
+        let captured = LayersBackend::captured_path(dirs);
+        // Identities first: a change after them makes the memo look older, never newer.
+        let ids = (file_id(&upper), file_id(&captured));
+        let prev = LayersBackend::load_captured(dirs)?;
+        let marks = scan_marks(&upper)?;
+        Ok(ScanMemo {
+            upper: (upper, ids.0),
+            captured: (captured, ids.1),
+            made: std::time::Instant::now(),
+            prev,
+            marks,
+        })
+    }
+
+    /// Keep this scan for the next commit on this thread.
+    fn keep(self) {
+        LAST_SCAN.with(|m| *m.borrow_mut() = Some(self));
+    }
+
+    /// The kept scan, if it is of `dirs`'s upper directory as it is now named, against the
+    /// marks now recorded, and fresh.
+    fn take(dirs: &WorkDirs) -> Option<ScanMemo> {
+        let memo = LAST_SCAN.with(|m| m.borrow_mut().take())?;
+        let same = |(path, id): &(PathBuf, Option<FileId>)| id.is_some() && file_id(path) == *id;
+        (memo.upper.0 == LayersBackend::upper(dirs)
+            && memo.captured.0 == LayersBackend::captured_path(dirs)
+            && same(&memo.upper)
+            && same(&memo.captured)
+            && memo.made.elapsed() <= Self::FRESH)
+            .then_some(memo)
+    }
+}
+
 /// The `layers` backend.
 #[derive(Debug)]
 pub struct LayersBackend {
@@ -311,12 +382,19 @@ impl LayersBackend {
         opaque: &str,
     ) -> Result<(Captured, Vec<PathBuf>)> {
         let mut timer = agentbox_core::timing::Timer::start("capture");
-        let prev = Self::load_captured(dirs)?;
-        timer.lap("load marks");
         // Only `lstat` per upper entry; full metadata (xattrs) is read just for what changed.
         let upper_dir = Self::upper(dirs);
-        let marks = scan_marks(&upper_dir)?;
-        timer.lap("scan upper");
+        let kept = ScanMemo::take(dirs);
+        let reused = kept.is_some();
+        let ScanMemo { prev, marks, .. } = match kept {
+            Some(memo) => memo,
+            None => ScanMemo::make(dirs)?,
+        };
+        timer.lap(if reused {
+            "the change check's scan"
+        } else {
+            "load marks and scan upper"
+        });
         let mut full: BTreeMap<PathBuf, Entry> = BTreeMap::new();
         let mut entry_of = |rel: &Path| -> Result<Entry> {
             if let Some(e) = full.get(rel) {
@@ -365,9 +443,20 @@ impl LayersBackend {
         // commit, then one name moved or changed): its other names are taken too, so the
         // link lives inside this one layer. Left in an older layer, they would be separate
         // files after a checkout while the working tree shows one inode.
+        // Only the changed files' inodes are looked for: the upper directory of a running
+        // box holds everything it wrote, and a commit changes a few of them.
+        let changed_inos: std::collections::HashSet<u64> = changed
+            .iter()
+            .filter_map(|rel| marks.get(rel).filter(|m| !m.dir && !m.whiteout))
+            .map(|m| m.ino)
+            .collect();
         let mut by_ino: std::collections::HashMap<u64, Vec<&PathBuf>> = Default::default();
         for (rel, mark) in &marks {
-            if !mark.dir && !mark.whiteout && !rel.as_os_str().is_empty() {
+            if !mark.dir
+                && !mark.whiteout
+                && changed_inos.contains(&mark.ino)
+                && !rel.as_os_str().is_empty()
+            {
                 by_ino.entry(mark.ino).or_default().push(rel);
             }
         }
@@ -1318,10 +1407,10 @@ impl LayersBackend {
 impl LayersBackend {
     /// Paths of the upper directory changed since the last commit's marks.
     pub(super) fn changed_in_upper(dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
-        let prev = Self::load_captured(dirs)?;
-        let now = scan_marks(&Self::upper(dirs))?;
+        let memo = ScanMemo::make(dirs)?;
+        let (prev, now) = (&memo.prev, &memo.marks);
         let mut out = Vec::new();
-        for (rel, mark) in &now {
+        for (rel, mark) in now {
             let Some(key) = rel.to_str().filter(|k| !k.is_empty()) else {
                 continue;
             };
@@ -1334,6 +1423,7 @@ impl LayersBackend {
                 out.push((PathBuf::from(key), mark.dir));
             }
         }
+        memo.keep();
         Ok(out)
     }
 

@@ -6,6 +6,7 @@ mod common;
 
 mod btrfs_backend;
 mod bundle;
+mod capture;
 mod checkpoints;
 mod conformance;
 mod fsops;
