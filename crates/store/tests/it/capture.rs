@@ -9,24 +9,19 @@ use agentbox_store::{Source, Store};
 
 use crate::common::{commit, fixtures, write};
 
-/// The changes between `env`'s HEAD and its working tree, as paths.
-fn uncommitted(store: &Store, env: &str) -> Vec<String> {
+/// The paths node `b` changed over node `a` (`None`: the working tree).
+fn changed_by(store: &Store, env: &str, a: &str, b: Option<&str>) -> Vec<String> {
     store
-        .diff(env, "HEAD", None)
+        .diff(env, a, b)
         .expect("diff")
         .into_iter()
         .map(|c| c.path.display().to_string())
         .collect()
 }
 
-/// The paths node `b` changed over node `a`.
-fn changed_by(store: &Store, env: &str, a: &str, b: &str) -> Vec<String> {
-    store
-        .diff(env, a, Some(b))
-        .expect("diff")
-        .into_iter()
-        .map(|c| c.path.display().to_string())
-        .collect()
+/// The changes between `env`'s HEAD and its working tree.
+fn uncommitted(store: &Store, env: &str) -> Vec<String> {
+    changed_by(store, env, "HEAD", None)
 }
 
 #[test]
@@ -54,13 +49,13 @@ fn what_changes_after_the_change_check_is_taken_by_the_next_commit() {
         std::fs::remove_file(upper.join("workspace/gone")).expect("rm");
         let first = commit(&store, "bx", "after the check").to_string();
         // The commit took the tree as the check saw it (with the files' current data).
-        let took = changed_by(&store, "bx", &made, &first);
+        let took = changed_by(&store, "bx", &made, Some(&first));
         assert!(took.contains(&"workspace/early".to_owned()), "{took:?}");
         assert!(took.contains(&"workspace/edited".to_owned()), "{took:?}");
         assert!(!took.contains(&"workspace/late".to_owned()), "{took:?}");
         // The next commit takes the rest, and nothing is left behind.
         let second = commit(&store, "bx", "the rest").to_string();
-        let rest = changed_by(&store, "bx", &first, &second);
+        let rest = changed_by(&store, "bx", &first, Some(&second));
         assert!(rest.contains(&"workspace/late".to_owned()), "{rest:?}");
         assert!(rest.contains(&"workspace/gone".to_owned()), "{rest:?}");
         assert_eq!(
@@ -69,7 +64,7 @@ fn what_changes_after_the_change_check_is_taken_by_the_next_commit() {
             "{:?}",
             fx.kind
         );
-        let all = changed_by(&store, "bx", &made, &second);
+        let all = changed_by(&store, "bx", &made, Some(&second));
         for p in [
             "workspace/early",
             "workspace/edited",
