@@ -1423,7 +1423,11 @@ impl LayersBackend {
                 out.push((PathBuf::from(key), mark.dir));
             }
         }
-        memo.keep();
+        // Only when a commit may follow: an idle check must not leave a scan of every
+        // entry behind in a long-lived process.
+        if !out.is_empty() {
+            memo.keep();
+        }
         Ok(out)
     }
 
