@@ -89,7 +89,16 @@ fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability<'_>) -> R
 }
 
 fn json_bytes<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
-    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+    json_bytes_as(path, value, serde_json::to_vec_pretty)
+}
+
+/// `value` serialized by `to` (pretty or compact), with a final newline.
+fn json_bytes_as<T: Serialize>(
+    path: &Path,
+    value: &T,
+    to: fn(&T) -> serde_json::Result<Vec<u8>>,
+) -> Result<Vec<u8>> {
+    let mut bytes = to(value).map_err(|source| Error::Json {
         path: path.to_owned(),
         source,
     })?;
@@ -122,12 +131,7 @@ pub fn write_json_unsynced<T: Serialize>(path: &Path, value: &T) -> Result<()> {
 /// Like [`write_json_unsynced`] but without whitespace: for bookkeeping only programs read,
 /// whose size grows with a tree (a third of the pretty form's bytes to write and parse).
 pub fn write_json_compact_unsynced<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut bytes = serde_json::to_vec(value).map_err(|source| Error::Json {
-        path: path.to_owned(),
-        source,
-    })?;
-    bytes.push(b'\n');
-    write_atomic_unsynced(path, &bytes)
+    write_atomic_unsynced(path, &json_bytes_as(path, value, serde_json::to_vec)?)
 }
 
 /// Read a JSON file written by [`write_json`].

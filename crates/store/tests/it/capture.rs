@@ -3,11 +3,11 @@
 //! 2). What changed after that scan is never lost: the next commit takes it. A scan made
 //! before another commit replaced the recorded marks is never taken.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use agentbox_store::{Source, Store};
 
-use crate::common::{commit, fixtures, write};
+use crate::common::{commit, fixtures, write, Fixture};
 
 /// The paths node `b` changed over node `a` (`None`: the working tree).
 fn changed_by(store: &Store, env: &str, a: &str, b: Option<&str>) -> Vec<String> {
@@ -19,6 +19,16 @@ fn changed_by(store: &Store, env: &str, a: &str, b: Option<&str>) -> Vec<String>
         .collect()
 }
 
+/// Box `bx` made from a directory holding `workspace/NAME` = `content`: its upper directory.
+fn new_box(fx: &Fixture, store: &Store, name: &str, content: &str) -> PathBuf {
+    let src = fx.base.join("src");
+    write(&src.join("workspace").join(name), content);
+    store
+        .create_env("bx", None, Source::Dir(src), "initial")
+        .expect("create");
+    store.box_layers("bx").expect("box layers").upper
+}
+
 /// The changes between `env`'s HEAD and its working tree.
 fn uncommitted(store: &Store, env: &str) -> Vec<String> {
     changed_by(store, env, "HEAD", None)
@@ -28,12 +38,7 @@ fn uncommitted(store: &Store, env: &str) -> Vec<String> {
 fn what_changes_after_the_change_check_is_taken_by_the_next_commit() {
     for fx in fixtures("what_changes_after_the_change_check_is_taken_by_the_next_commit") {
         let store = fx.store();
-        let src = fx.base.join("src");
-        write(&src.join("workspace/edited"), "v1");
-        store
-            .create_env("bx", None, Source::Dir(src), "initial")
-            .expect("create");
-        let upper = store.box_layers("bx").expect("box layers").upper;
+        let upper = new_box(&fx, &store, "edited", "v1");
         write(&upper.join("workspace/gone"), "made, then removed");
         let made = commit(&store, "bx", "made gone").to_string();
 
@@ -80,12 +85,7 @@ fn what_changes_after_the_change_check_is_taken_by_the_next_commit() {
 fn a_check_made_before_another_commit_is_not_taken() {
     for fx in fixtures("a_check_made_before_another_commit_is_not_taken") {
         let store = fx.store();
-        let src = fx.base.join("src");
-        write(&src.join("workspace/a"), "a");
-        store
-            .create_env("bx", None, Source::Dir(src), "initial")
-            .expect("create");
-        let upper = store.box_layers("bx").expect("box layers").upper;
+        let upper = new_box(&fx, &store, "a", "a");
         write(&upper.join("workspace/one"), "1");
         store.changed_paths("bx").expect("check");
         // Another process (here: another thread, with a store of its own) commits meanwhile.
