@@ -46,6 +46,8 @@ pub trait Capturer: Send + Sync {
     fn alive(&self) -> bool;
     /// The watcher's state changed (shown by `status`).
     fn report(&self, health: &CaptureHealth);
+    /// Where the loop shares its watcher with the change check after commands.
+    fn watch(&self) -> &crate::layer_watch::LayerWatch;
 }
 
 /// Run until `c.alive()` turns false.
@@ -108,9 +110,9 @@ impl<'a> State<'a> {
     }
 }
 
-/// A watcher of `dir`, or the reason there is none (the backstop scan covers it).
+/// A recording watcher of `dir`, or the reason there is none (the backstop scan covers it).
 fn new_watcher(dir: &Path, ignore: &IgnoreSet) -> Result<Watcher, String> {
-    Watcher::new(dir, ignore.clone()).map_err(|e| match e {
+    Watcher::recording(dir, ignore.clone()).map_err(|e| match e {
         WatchError::RootGone { .. } => format!("{} vanished while being watched", dir.display()),
         e => e.to_string(),
     })
@@ -129,7 +131,16 @@ fn watch_layer(
     let mut debouncer = Debouncer::default();
     // `None` until the directory exists (it may be in the middle of being replaced).
     let mut watched: Option<(u64, u64)> = None;
-    let mut watcher: Option<Watcher> = None;
+    // The shared watcher's descriptor, to wait on; `None` while there is no watcher.
+    let mut watcher: Option<std::os::fd::OwnedFd> = None;
+    // Whatever the loop leaves by, the watcher of this layer goes with it.
+    struct Unshare<'a>(&'a dyn Capturer);
+    impl Drop for Unshare<'_> {
+        fn drop(&mut self) {
+            self.0.watch().clear();
+        }
+    }
+    let _unshare = Unshare(c);
     let mut last_print: Option<u64> = None;
     let mut next_scan = Instant::now() + BACKSTOP;
     // Set when the watcher could not be built: retried with the next backstop scan.
@@ -144,6 +155,7 @@ fn watch_layer(
             // it, and whatever it already holds is looked at by a capture.
             watched = now_identity;
             watcher = None;
+            c.watch().clear();
             scan_only = false;
             if watched.is_none() {
                 std::thread::sleep(Duration::from_millis(20));
@@ -153,10 +165,14 @@ fn watch_layer(
             debouncer.change(Instant::now());
         }
         if watcher.is_none() && !scan_only {
-            match new_watcher(dir, ignore) {
-                Ok(w) => {
-                    state.set(CaptureMode::Watching, None, w.watch_count());
-                    watcher = Some(w);
+            match new_watcher(dir, ignore).and_then(|w| {
+                let count = w.watch_count();
+                let fd = c.watch().install(w).map_err(|e| e.to_string())?;
+                Ok((fd, count))
+            }) {
+                Ok((fd, count)) => {
+                    state.set(CaptureMode::Watching, None, count);
+                    watcher = Some(fd);
                 }
                 Err(e) => {
                     scan_only = true;
@@ -177,12 +193,18 @@ fn watch_layer(
             .next_deadline()
             .map_or(next_scan, |d| d.min(next_scan));
         let timeout = wake.saturating_duration_since(now).min(POLL);
-        match watcher.as_mut().map(|w| w.poll(timeout)) {
+        let polled = watcher.as_ref().map(|fd| {
+            wait_readable(fd, timeout);
+            c.watch().poll().unwrap_or(Err(WatchError::RootGone {
+                path: dir.to_owned(),
+            }))
+        });
+        match polled {
             Some(Ok(seen)) => {
                 if seen.any() {
                     debouncer.change(Instant::now());
                 }
-                let count = watcher.as_ref().map_or(0, Watcher::watch_count);
+                let count = c.watch().watch_count();
                 if state.health.mode == CaptureMode::Watching && count != state.health.watches {
                     state.set(CaptureMode::Watching, None, count);
                 }
@@ -192,11 +214,13 @@ fn watch_layer(
                 // layer (a new directory may even have the old one's inode number, which
                 // ext4 reuses at once), so everything starts over on it.
                 watcher = None;
+                c.watch().clear();
                 watched = None;
                 continue;
             }
             Some(Err(e)) => {
                 watcher = None;
+                c.watch().clear();
                 scan_only = true;
                 state.set(
                     CaptureMode::Scanning,
@@ -249,4 +273,12 @@ fn watch_layer(
             }
         }
     }
+}
+
+/// Wait until `fd` is readable or `timeout` passed (an interrupted wait just ends early).
+fn wait_readable(fd: &std::os::fd::OwnedFd, timeout: Duration) {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let limit = Timespec::try_from(timeout).ok();
+    let mut fds = [PollFd::new(fd, PollFlags::IN)];
+    let _ = rustix::event::poll(&mut fds, limit.as_ref());
 }

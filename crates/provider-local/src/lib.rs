@@ -13,6 +13,8 @@ pub mod attach;
 pub mod boxgit;
 pub mod capture;
 pub mod client;
+pub mod held_files;
+pub mod layer_watch;
 pub mod local;
 pub mod netns;
 pub mod proto;

@@ -25,7 +25,7 @@ pub mod setup;
 pub mod store;
 pub mod transfer;
 
-pub use backend::BackendKind;
+pub use backend::{BackendKind, ChangeHint, MarksVersion};
 pub use derive::{Cleanup, CleanupPlan, Derived, DetachOpts};
 pub use error::{Error, Result};
 pub use inflight::StoreLock;

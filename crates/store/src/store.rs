@@ -715,8 +715,28 @@ impl Store {
     /// Paths changed in `env`'s working tree since its last commit or checkout (relative,
     /// with whether each is a directory).
     pub fn changed_paths(&self, env: &str) -> Result<Vec<(PathBuf, bool)>> {
+        self.changed_paths_hinted(env, None)
+    }
+
+    /// [`Store::changed_paths`] looking only at the paths of `hint` (and what they imply),
+    /// when the hint was made against the marks the last commit left
+    /// ([`Store::marks_version`]); otherwise at the whole working layer. The caller vouches
+    /// that no other path changed since those marks (a box's supervisor knows it from its
+    /// watcher of the layer).
+    pub fn changed_paths_hinted(
+        &self,
+        env: &str,
+        hint: Option<&crate::backend::ChangeHint>,
+    ) -> Result<Vec<(PathBuf, bool)>> {
         let state = self.env(env)?;
-        self.backend.changed_paths(&self.work_dirs(&state))
+        self.backend.changed_paths(&self.work_dirs(&state), hint)
+    }
+
+    /// The version of the marks `env`'s next change check compares with: a hint made
+    /// against it is used while no commit or reset came in between.
+    pub fn marks_version(&self, env: &str) -> Result<Option<crate::backend::MarksVersion>> {
+        let state = self.env(env)?;
+        self.backend.marks_version(&self.work_dirs(&state))
     }
 
     /// A read-only view of `env`'s working tree on the host (for a box, its layer: HEAD's

@@ -37,7 +37,11 @@ pub(super) fn try_auto_capture(
     command: Option<&str>,
 ) -> Result<Option<String>> {
     let _ops = lock(&shared.ops);
-    if !changed_since_head(shared)? {
+    let version = shared.store.marks_version(&shared.name)?;
+    let snap = snapshot(shared, version);
+    let (changed, differ) = changed_since_head(shared, snap.hint.as_ref())?;
+    if !changed {
+        shared.watch.settled(&snap, version, &differ);
         return Ok(None);
     }
     let node = shared.store.commit(
@@ -48,6 +52,9 @@ pub(super) fn try_auto_capture(
             metadata: git_metadata(shared),
         },
     )?;
+    // The commit took what the check saw (or looked at everything again).
+    let after = shared.store.marks_version(&shared.name).ok().flatten();
+    shared.watch.settled(&snap, after, &[]);
     after_node(shared);
     // Automatic nodes accumulate: thin old ones (stable positions; tags, branch points and
     // the newest `keep` stay). Only once the history is longer than what is kept anyway.
@@ -68,9 +75,16 @@ pub(super) fn try_auto_capture(
 /// `overlay.impure`) the first time the box looks into it after a restart on a new lower,
 /// which moves the directory's ctime. Those cases are settled by comparing the tree with
 /// HEAD's, so such a restart makes no node.
-pub(super) fn changed_since_head(shared: &Shared) -> Result<bool> {
+/// Also returns every path that differs from the last commit's marks (for the watcher's
+/// journal, which keeps them until a commit takes them). With `hint`, only the hinted
+/// paths are looked at (see [`crate::layer_watch`]).
+pub(super) fn changed_since_head(
+    shared: &Shared,
+    hint: Option<&agentbox_store::ChangeHint>,
+) -> Result<(bool, Vec<PathBuf>)> {
     let ignore = record::ignore_set(&shared.rec);
-    let changed = shared.store.changed_paths(&shared.name)?;
+    let changed = shared.store.changed_paths_hinted(&shared.name, hint)?;
+    let differ: Vec<PathBuf> = changed.iter().map(|(p, _)| p.clone()).collect();
     let shown = lock(&shared.shown).clone();
     let is_dir = |p: &Path| changed.iter().any(|(c, dir)| *dir && c == p);
     let counted: Vec<PathBuf> = record::counted_changes(&ignore, &changed)
@@ -78,13 +92,13 @@ pub(super) fn changed_since_head(shared: &Shared) -> Result<bool> {
         .filter(|p| !(is_dir(p) && holds_shown(&shown, p)))
         .collect();
     if counted.is_empty() {
-        return Ok(false);
+        return Ok((false, differ));
     }
     if !counted.iter().all(|p| is_dir(p)) {
-        return Ok(true);
+        return Ok((true, differ));
     }
     let head = shared.store.resolve(&shared.name, "HEAD")?;
-    Ok(shared
+    let any = shared
         .store
         .diff(&shared.name, &head, None)?
         .iter()
@@ -93,7 +107,23 @@ pub(super) fn changed_since_head(shared: &Shared) -> Result<bool> {
                 && c.new_size.is_none()
                 && holds_shown(&shown, &c.path);
             !ignore.is_ignored(&c.path) && !mount_point
-        }))
+        });
+    Ok((any, differ))
+}
+
+/// The watcher's journal as a hint for a check against marks `version`, with the files
+/// the box's processes hold (see [`crate::layer_watch`]).
+fn snapshot(
+    shared: &Shared,
+    version: Option<agentbox_store::MarksVersion>,
+) -> crate::layer_watch::Snapshot {
+    let (upper, pid1) = match lock(&shared.box_).as_ref() {
+        Some(g) => (g.upper.clone(), Some(g.running.pid1_host)),
+        None => (PathBuf::new(), None),
+    };
+    shared.watch.snapshot(&upper, version, || {
+        pid1.and_then(crate::held_files::held_paths)
+    })
 }
 
 /// Whether directory `dir` (relative to the box's root) is, or is above, a path shown from
@@ -172,6 +202,10 @@ impl crate::capture::Capturer for Shared {
 
     fn report(&self, health: &crate::capture::CaptureHealth) {
         lock(&self.capture).update_watcher(health);
+    }
+
+    fn watch(&self) -> &crate::layer_watch::LayerWatch {
+        &self.watch
     }
 }
 

@@ -109,6 +109,9 @@ struct Shared {
     stopping: std::sync::atomic::AtomicBool,
     /// Auto-capture's state, as the capture thread last reported it.
     capture: Mutex<crate::capture::CaptureHealth>,
+    /// The capture loop's watcher of the box's layer, which the check after each command
+    /// reads for the paths that changed (see [`crate::layer_watch`]).
+    watch: crate::layer_watch::LayerWatch,
     /// See [`BoxDirs::from_box`].
     spool: PathBuf,
     /// Answers the in-box `agentbox` (see [`agentbox_boxes::relay`]).
@@ -166,6 +169,7 @@ pub fn run(
         launch_tx: Mutex::new(launch_tx),
         stopping: std::sync::atomic::AtomicBool::new(false),
         capture: Mutex::new(Default::default()),
+        watch: Default::default(),
         spool,
         relay,
         pids_limit: AtomicU64::new(0),

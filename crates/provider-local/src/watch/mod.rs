@@ -62,7 +62,7 @@ mod watcher;
 pub use self::debounce::Debouncer;
 pub use self::scan::fingerprint;
 use self::scan::*;
-pub use self::watcher::{Seen, Watcher};
+pub use self::watcher::{Journal, Seen, Watcher};
 pub use agentbox_boxes::ignore::IgnoreSet;
 
 /// Why watching or fingerprinting a tree failed. Every variant names the path involved.

@@ -35,7 +35,9 @@ pub(super) const READ_BUFFER: usize = 64 * 1024;
 /// busy forever; what is left is returned by the next call.
 pub(super) const MAX_READS_PER_POLL: usize = 64;
 
-/// Events that mean "something in this directory changed". Reads and opens are left out.
+/// Events that mean "something in this directory changed". Reads and opens are left out,
+/// except by a recording watcher ([`Watcher::recording`]): a file opened for writing can be
+/// written through a shared mapping without any further event until it is closed.
 pub(super) fn change_mask() -> WatchMask {
     WatchMask::CREATE
         | WatchMask::DELETE
@@ -64,11 +66,19 @@ pub(super) fn change_mask() -> WatchMask {
 pub struct Watcher {
     root: PathBuf,
     ignore: IgnoreSet,
+    /// Kept by a recording watcher: every path with an event.
+    journal: Option<Journal>,
     inotify: Inotify,
     /// Watch descriptor id → (descriptor, directory path relative to the root).
     dirs: HashMap<i32, (WatchDescriptor, PathBuf)>,
     root_wd: i32,
     buffer: Vec<u8>,
+}
+
+impl std::os::fd::AsFd for Watcher {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
 }
 
 impl std::fmt::Debug for Watcher {
@@ -90,6 +100,14 @@ impl Watcher {
     /// Fails with [`WatchError::WatchLimit`] when the inotify watch limit is reached; the
     /// caller then uses [`fingerprint`] polling instead.
     pub fn new(root: &Path, ignore: IgnoreSet) -> Result<Watcher, WatchError> {
+        Watcher::build(root, ignore, None)
+    }
+
+    fn build(
+        root: &Path,
+        ignore: IgnoreSet,
+        journal: Option<Journal>,
+    ) -> Result<Watcher, WatchError> {
         let inotify = Inotify::init().map_err(|source| WatchError::Init {
             path: root.to_owned(),
             source,
@@ -97,6 +115,7 @@ impl Watcher {
         let mut watcher = Watcher {
             root: root.to_owned(),
             ignore,
+            journal,
             inotify,
             dirs: HashMap::new(),
             root_wd: -1,
@@ -105,6 +124,40 @@ impl Watcher {
         watcher.watch_root()?;
         watcher.watch_dirs(vec![PathBuf::new()], false)?;
         Ok(watcher)
+    }
+
+    /// A watcher that also records every path of the tree with an event ([`Journal`]),
+    /// ignored or not: ignored directories are watched too (their events still count
+    /// as no change), and opening a file is an event.
+    pub fn recording(root: &Path, ignore: IgnoreSet) -> Result<Watcher, WatchError> {
+        Watcher::build(root, ignore, Some(Journal::default()))
+    }
+
+    /// Whether events are waiting to be read.
+    pub fn pending(&self) -> Result<bool, WatchError> {
+        self.wait(Duration::ZERO)
+    }
+
+    /// The paths a recording watcher saw events for (`None` for a plain one).
+    pub fn journal(&mut self) -> Option<&mut Journal> {
+        self.journal.as_mut()
+    }
+
+    fn mask(&self) -> WatchMask {
+        if self.journal.is_some() {
+            change_mask() | WatchMask::OPEN
+        } else {
+            change_mask()
+        }
+    }
+
+    /// What decides which directories are watched: nothing for a recording watcher.
+    fn pruned(&self) -> IgnoreSet {
+        if self.journal.is_some() {
+            IgnoreSet::none()
+        } else {
+            self.ignore.clone()
+        }
     }
 
     /// The watched directory, as given to [`Watcher::new`].
@@ -210,6 +263,9 @@ impl Watcher {
         for event in batch {
             if event.mask.contains(EventMask::Q_OVERFLOW) {
                 seen.overflowed = true;
+                if let Some(j) = &mut self.journal {
+                    j.lost = true;
+                }
                 continue;
             }
             let root_event = event.wd == self.root_wd;
@@ -241,17 +297,29 @@ impl Watcher {
             }
             let rel = match &event.name {
                 Some(name) => dir.join(name),
-                // A change of the watched directory itself (chmod, xattr): it is watched,
-                // so it is not ignored.
+                // A change of the watched directory itself (chmod, xattr).
                 None => {
-                    seen.changed += 1;
+                    let dir = dir.clone();
+                    if let Some(j) = &mut self.journal {
+                        j.record(dir.clone());
+                    }
+                    if !self.ignore.is_ignored(&dir) && !event.mask.contains(EventMask::OPEN) {
+                        seen.changed += 1;
+                    }
                     continue;
                 }
             };
-            if self.ignore.is_ignored(&rel) {
+            if let Some(j) = &mut self.journal {
+                j.record(rel.clone());
+            }
+            let ignored = self.ignore.is_ignored(&rel);
+            if ignored && self.journal.is_none() {
                 continue;
             }
-            seen.changed += 1;
+            // Opening is recorded, not counted: reading a file changes nothing.
+            if !ignored && !event.mask.contains(EventMask::OPEN) {
+                seen.changed += 1;
+            }
             if event.mask.contains(EventMask::ISDIR) {
                 if event.mask.contains(EventMask::MOVED_FROM) {
                     self.forget_subtree(&rel);
@@ -293,7 +361,7 @@ impl Watcher {
     /// Adds the root's watch; unlike other directories, the root vanishing is an error.
     pub(super) fn watch_root(&mut self) -> Result<(), WatchError> {
         // The root may be given through a symlink, so it is the one watch that follows one.
-        match self.inotify.watches().add(&self.root, change_mask()) {
+        match self.inotify.watches().add(&self.root, self.mask()) {
             Ok(wd) => {
                 self.root_wd = wd.get_watch_descriptor_id();
                 self.dirs.insert(self.root_wd, (wd, PathBuf::new()));
@@ -317,9 +385,10 @@ impl Watcher {
         if todo.is_empty() {
             return Ok(0);
         }
-        let mask = change_mask() | WatchMask::DONT_FOLLOW;
+        let mask = self.mask() | WatchMask::DONT_FOLLOW;
         let watches = self.inotify.watches();
-        let (root, ignore) = (&self.root, &self.ignore);
+        let pruned = self.pruned();
+        let (root, ignore, counted) = (&self.root, &pruned, &self.ignore);
         let visited = walk_levels(todo, |rel: &Path| {
             let abs = root.join(rel);
             let watch = if rel.as_os_str().is_empty() {
@@ -334,7 +403,9 @@ impl Watcher {
             let mut subdirs = Vec::new();
             let mut found = 0;
             let listed = list_dir(&abs, rel, ignore, |child, entry| {
-                found += 1;
+                if !counted.is_ignored(&child) {
+                    found += 1;
+                }
                 match entry.file_type() {
                     Ok(kind) if kind.is_dir() => subdirs.push(child),
                     Ok(_) => {}
@@ -392,5 +463,53 @@ pub(super) fn add_error(path: &Path, source: io::Error) -> WatchError {
             path: path.to_owned(),
             source,
         }
+    }
+}
+
+/// The paths of the tree a recording watcher saw events for, each with the number of the
+/// last one (events are numbered in the order they were read).
+///
+/// Complete while `lost` is false: every change to the tree since the watcher was built
+/// raised an event on one of these paths (a new directory's contents are not listed: its
+/// own path stands for them), except writes through a shared mapping made while the file
+/// is open (see [`change_mask`]).
+#[derive(Debug, Default)]
+pub struct Journal {
+    paths: HashMap<PathBuf, u64>,
+    seq: u64,
+    lost: bool,
+}
+
+impl Journal {
+    fn record(&mut self, rel: PathBuf) {
+        self.seq += 1;
+        self.paths.insert(rel, self.seq);
+    }
+
+    /// The number of the last event recorded.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Whether events were lost (the kernel's queue overflowed).
+    pub fn lost(&self) -> bool {
+        self.lost
+    }
+
+    /// Every recorded path.
+    pub fn paths(&self) -> impl Iterator<Item = &PathBuf> {
+        self.paths.keys()
+    }
+
+    /// Forget the paths whose last event is number `upto` or earlier.
+    pub fn forget_upto(&mut self, upto: u64) {
+        self.paths.retain(|_, s| *s > upto);
+    }
+
+    /// Record `rel` as if it had an event numbered `seq` (a path known to differ from the
+    /// marks, which must stay until a commit takes it).
+    pub fn keep(&mut self, rel: PathBuf, seq: u64) {
+        let s = self.paths.entry(rel).or_insert(seq);
+        *s = (*s).max(seq);
     }
 }

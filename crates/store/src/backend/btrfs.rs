@@ -30,6 +30,8 @@
 //! repairs from HEAD's layer).
 
 use std::ffi::OsStr;
+
+use crate::backend::{ChangeHint, MarksVersion};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -248,7 +250,7 @@ impl BtrfsBackend {
         });
         remove_any(&diff)?;
         let (now, paths) = result?;
-        LayersBackend::stage_marks(dirs, &now)?;
+        LayersBackend::stage_marks(dirs, now)?;
         let record = self.publish_layer(&layers, &tmp_name, id)?;
         // The new layer is the previous one with exactly these paths changed.
         let base = chain.first().map(|l| l.id.clone());
@@ -439,8 +441,16 @@ impl Backend for BtrfsBackend {
         LayersBackend::box_layers_over(dirs, vec![self.top_layer(chain)?])
     }
 
-    fn changed_paths(&self, dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
-        LayersBackend::changed_in_upper(dirs)
+    fn changed_paths(
+        &self,
+        dirs: &WorkDirs,
+        hint: Option<&ChangeHint>,
+    ) -> Result<Vec<(PathBuf, bool)>> {
+        LayersBackend::changed_in_upper(dirs, hint)
+    }
+
+    fn marks_version(&self, dirs: &WorkDirs) -> Result<Option<MarksVersion>> {
+        LayersBackend::marks_version(dirs).map(Some)
     }
 
     fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView> {

@@ -7,8 +7,8 @@
 //!   directories are HEAD's chain, the upper directory is `work/upper` (everything written
 //!   since the last checkout), the overlay work directory is `work/ovl`.
 //! * Commit captures only what changed in the upper directory since the last commit. The mark
-//!   is `work/captured.json`: the identity (`kind`, inode, ctime) of every upper entry at the
-//!   last commit. Entries whose identity changed are copied (reflinked where the filesystem
+//!   is the identity (`kind`, inode, ctime) of every upper entry at the last commit, kept
+//!   in `work/captured.json` and `work/captured.log` (see `marks`). Entries whose identity changed are copied (reflinked where the filesystem
 //!   can) into the new layer; entries that vanished from the upper directory become
 //!   whiteouts. The mount is never touched, so processes may keep writing during a commit: a
 //!   file changed while it was copied has a new ctime and is captured again next time.
@@ -47,14 +47,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use agentbox_core::atomic::{read_json_opt, write_json_compact_unsynced, write_json_unsynced};
+use agentbox_core::atomic::{read_json_opt, write_json_unsynced};
 use agentbox_core::failpoint;
 use rustix::mount::{MountFlags, UnmountFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::apply::Below;
+use crate::backend::marks::{self, file_id, Captured, FileId, Mark, NewMarks, Scan};
 use crate::backend::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
+use crate::backend::{ChangeHint, MarksVersion};
 use crate::fsops::copy::{copy_tree, CopyOpts};
 use crate::fsops::flusher::Flusher;
 use crate::fsops::scan::{read_meta, scan_tree, strip_overlay_xattrs};
@@ -76,59 +79,22 @@ const MAX_COMPACTED: usize = 6;
 /// yet removed (see `LayersBackend::finish_handoff`).
 const TRASH_PREFIX: &str = "upper.old-";
 
-/// Identity of an upper entry at capture time; any change of content or metadata changes
-/// the ctime, a replacement changes the inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Mark {
-    ino: u64,
-    ctime: (i64, i64),
-    whiteout: bool,
-    dir: bool,
-}
-
-impl Mark {
-    /// Whether the entry is unchanged. A whiteout is a whiteout: overlayfs may share one
-    /// inode among all of them and its ctime moves whenever any whiteout comes or goes (or
-    /// a mount cleans the work directory), which changes nothing in the tree.
-    fn same(&self, other: &Mark) -> bool {
-        (self.whiteout && other.whiteout) || self == other
-    }
-}
-
-/// `work/captured.json`: the mark of every upper entry at the last commit, by relative
-/// path. Paths that are not UTF-8 are not recorded, so they are simply captured again by
-/// every commit (correct, only slower).
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub(super) struct Captured {
-    marks: BTreeMap<String, Mark>,
-}
-
-/// The marks of the last commit and a scan of the upper directory, made by the change
-/// check ([`LayersBackend::changed_in_upper`]) and taken by the commit that follows it on the
-/// same thread, so that an auto-capture (check, then commit) walks the upper directory once:
-/// that walk is most of what a command costs in a box that wrote tens of thousands of files.
+/// A change check's look at the upper directory ([`LayersBackend::changed_in_upper`]),
+/// taken by the commit that follows it on the same thread, so that an auto-capture (check,
+/// then commit) looks at the upper directory once: that look is most of what a command
+/// costs in a box that wrote tens of thousands of files.
 ///
 /// Taking an older scan is sound as long as the marks it was compared with are still the
 /// last commit's: what changed after the scan differs from the marks the commit records for
 /// it (those of the scan), so the next commit takes it. It is taken only if the upper
-/// directory and `captured.json` are the same files as when it was made (every commit and
-/// every reset replaces one of them), at most once, and within [`ScanMemo::FRESH`].
+/// directory is the same file as when it was made (every reset replaces it), the marks
+/// are of the same version (every commit makes a new one), at most once, and within
+/// [`ScanMemo::FRESH`].
 struct ScanMemo {
     upper: (PathBuf, Option<FileId>),
-    captured: (PathBuf, Option<FileId>),
     made: std::time::Instant,
-    prev: Captured,
-    marks: BTreeMap<PathBuf, Mark>,
-}
-
-/// Which file a path names, and its version: device, inode, ctime.
-type FileId = (u64, u64, i64, i64);
-
-fn file_id(path: &Path) -> Option<FileId> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+    prev: Arc<marks::Loaded>,
+    scan: Scan,
 }
 
 thread_local! {
@@ -139,19 +105,22 @@ impl ScanMemo {
     /// A scan older than this is made again: a node shows the tree as the command left it.
     const FRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
-    fn make(dirs: &WorkDirs) -> Result<ScanMemo> {
+    /// Look at the whole upper directory, or with a hint made against the current marks,
+    /// at the hinted paths only.
+    fn make(dirs: &WorkDirs, hint: Option<&ChangeHint>) -> Result<ScanMemo> {
         let upper = LayersBackend::upper(dirs);
-        let captured = LayersBackend::captured_path(dirs);
-        // Identities first: a change after them makes the memo look older, never newer.
-        let ids = (file_id(&upper), file_id(&captured));
-        let prev = LayersBackend::load_captured(dirs)?;
-        let marks = scan_marks(&upper)?;
+        // Identity first: a change after it makes the memo look older, never newer.
+        let id = file_id(&upper);
+        let prev = marks::load(dirs)?;
+        let scan = match hint.filter(|h| h.since == prev.version()) {
+            Some(h) => marks::partial_scan(&upper, &prev.captured.marks, &h.paths)?,
+            None => Scan::Full(marks::scan_marks(&upper)?),
+        };
         Ok(ScanMemo {
-            upper: (upper, ids.0),
-            captured: (captured, ids.1),
+            upper: (upper, id),
             made: std::time::Instant::now(),
             prev,
-            marks,
+            scan,
         })
     }
 
@@ -162,15 +131,17 @@ impl ScanMemo {
 
     /// The kept scan, if it is of `dirs`'s upper directory as it is now named, against the
     /// marks now recorded, and fresh.
-    fn take(dirs: &WorkDirs) -> Option<ScanMemo> {
-        let memo = LAST_SCAN.with(|m| m.borrow_mut().take())?;
-        let same = |(path, id): &(PathBuf, Option<FileId>)| id.is_some() && file_id(path) == *id;
-        (memo.upper.0 == LayersBackend::upper(dirs)
-            && memo.captured.0 == LayersBackend::captured_path(dirs)
-            && same(&memo.upper)
-            && same(&memo.captured)
-            && memo.made.elapsed() <= Self::FRESH)
-            .then_some(memo)
+    fn take(dirs: &WorkDirs) -> Result<Option<ScanMemo>> {
+        let Some(memo) = LAST_SCAN.with(|m| m.borrow_mut().take()) else {
+            return Ok(None);
+        };
+        let same_upper = memo.upper.0 == LayersBackend::upper(dirs)
+            && memo.upper.1.is_some()
+            && file_id(&memo.upper.0) == memo.upper.1;
+        let ok = same_upper
+            && memo.made.elapsed() <= Self::FRESH
+            && marks::load(dirs)?.version() == memo.prev.version();
+        Ok(ok.then_some(memo))
     }
 }
 
@@ -218,30 +189,14 @@ impl LayersBackend {
     pub(super) fn ovl(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join("ovl")
     }
-    fn captured_path(dirs: &WorkDirs) -> PathBuf {
-        dirs.work.join("captured.json")
-    }
-    fn pending_path(dirs: &WorkDirs) -> PathBuf {
-        dirs.work.join("captured.pending.json")
-    }
-
     /// Record `now` as the marks to adopt once the commit is durable (see `committed`).
-    pub(super) fn stage_marks(dirs: &WorkDirs, now: &Captured) -> Result<()> {
-        // Made durable by the store's sync with the rest of the commit; losing it only
-        // means the next commit captures these changes again.
-        // Compact: it holds a mark for every entry of the upper directory, which in a
-        // running box grows with everything the box wrote (5.7 MB pretty for 34k entries).
-        write_json_compact_unsynced(&Self::pending_path(dirs), now)?;
-        Ok(())
+    pub(super) fn stage_marks(dirs: &WorkDirs, now: NewMarks) -> Result<()> {
+        marks::stage(dirs, now)
     }
 
     /// The commit is durable: its marks become the reference for the next one.
     pub(super) fn adopt_marks(dirs: &WorkDirs) -> Result<()> {
-        let pending = Self::pending_path(dirs);
-        if pending.exists() {
-            fs_err::rename(&pending, Self::captured_path(dirs))?;
-        }
-        Ok(())
+        marks::adopt(dirs)
     }
 
     /// The overlay `lowerdir=` value for `dirs` (top first).
@@ -344,10 +299,6 @@ impl LayersBackend {
         Ok(())
     }
 
-    fn load_captured(dirs: &WorkDirs) -> Result<Captured> {
-        Ok(read_json_opt(&Self::captured_path(dirs))?.unwrap_or_default())
-    }
-
     /// Walk the upper directory: every entry's relative path and mark, with its metadata.
     fn scan_upper(dirs: &WorkDirs) -> Result<Tree> {
         scan_tree(&Self::upper(dirs))
@@ -364,7 +315,7 @@ impl LayersBackend {
 
     /// Build the layer that brings HEAD's chain up to the current upper directory, in
     /// `self.tmp_layer(id)`. Returns the marks to record once the commit is durable.
-    fn capture_changes(&self, dirs: &WorkDirs, id: &str) -> Result<(Captured, Vec<PathBuf>)> {
+    fn capture_changes(&self, dirs: &WorkDirs, id: &str) -> Result<(NewMarks, Vec<PathBuf>)> {
         let dst = self.tmp_layer(id);
         self.remove_tree(&dst)?;
         fs_err::create_dir_all(&dst)?;
@@ -380,21 +331,34 @@ impl LayersBackend {
         dirs: &WorkDirs,
         dst: &Path,
         opaque: &str,
-    ) -> Result<(Captured, Vec<PathBuf>)> {
+    ) -> Result<(NewMarks, Vec<PathBuf>)> {
         let mut timer = agentbox_core::timing::Timer::start("capture");
         // Only `lstat` per upper entry; full metadata (xattrs) is read just for what changed.
         let upper_dir = Self::upper(dirs);
-        let kept = ScanMemo::take(dirs);
+        let kept = ScanMemo::take(dirs)?;
         let reused = kept.is_some();
-        let ScanMemo { prev, marks, .. } = match kept {
+        let memo = match kept {
             Some(memo) => memo,
-            None => ScanMemo::make(dirs)?,
+            None => ScanMemo::make(dirs, None)?,
         };
         timer.lap(if reused {
             "the change check's scan"
         } else {
             "load marks and scan upper"
         });
+        let prev = &memo.prev.captured;
+        // The entries looked at, and the marked ones known gone (for a whole scan: every
+        // marked path it did not find).
+        let (marks, gone): (&BTreeMap<PathBuf, Mark>, Vec<&String>) = match &memo.scan {
+            Scan::Full(marks) => (
+                marks,
+                prev.marks
+                    .keys()
+                    .filter(|k| !marks.contains_key(Path::new(k.as_str())))
+                    .collect(),
+            ),
+            Scan::Partial { present, gone } => (present, gone.iter().collect()),
+        };
         let mut full: BTreeMap<PathBuf, Entry> = BTreeMap::new();
         let mut entry_of = |rel: &Path| -> Result<Entry> {
             if let Some(e) = full.get(rel) {
@@ -409,12 +373,12 @@ impl LayersBackend {
             full.insert(rel.to_owned(), e.clone());
             Ok(e)
         };
-        let mut now = Captured::default();
+        let mut now = marks::Changes::default();
         let mut changed: BTreeSet<PathBuf> = BTreeSet::new();
         // Changed entries that hide everything below them in lower layers.
         let mut hiding: BTreeSet<PathBuf> = BTreeSet::new();
         let mut new_opaque: BTreeSet<PathBuf> = BTreeSet::new();
-        for (rel, mark) in &marks {
+        for (rel, mark) in marks {
             if rel.as_os_str().is_empty() {
                 continue;
             }
@@ -435,8 +399,8 @@ impl LayersBackend {
                     hiding.insert(rel.clone());
                 }
             }
-            if let Some(k) = key {
-                now.marks.insert(k, *mark);
+            if let Some(k) = key.filter(|_| before != Some(mark)) {
+                now.set.insert(k, *mark);
             }
         }
         // A changed file hard-linked to unchanged ones (the link was made before the last
@@ -451,7 +415,7 @@ impl LayersBackend {
             .map(|m| m.ino)
             .collect();
         let mut by_ino: std::collections::HashMap<u64, Vec<&PathBuf>> = Default::default();
-        for (rel, mark) in &marks {
+        for (rel, mark) in marks {
             if !mark.dir
                 && !mark.whiteout
                 && changed_inos.contains(&mark.ino)
@@ -474,10 +438,8 @@ impl LayersBackend {
         }
         let mut removed: Vec<PathBuf> = Vec::new();
         let mut removed_set: BTreeSet<PathBuf> = BTreeSet::new();
-        for k in prev.marks.keys() {
-            if now.marks.contains_key(k) {
-                continue;
-            }
+        for k in gone {
+            now.del.push(k.clone());
             let p = PathBuf::from(k);
             let covered = p
                 .ancestors()
@@ -536,7 +498,7 @@ impl LayersBackend {
         timer.lap("copy");
         write_out(&tree, dst)?;
         timer.lap("write out");
-        Ok((now, tree.entries.into_keys().collect()))
+        Ok((NewMarks::Changes(now), tree.entries.into_keys().collect()))
     }
 }
 
@@ -838,7 +800,7 @@ impl Backend for LayersBackend {
                     now.marks.insert(k.to_owned(), Self::mark(&e.meta));
                 }
             }
-            now
+            NewMarks::Whole(now)
         } else if let Some((now, paths)) = self.try_handoff(dirs, chain, id)? {
             listing = Some(Listing::new(
                 Some(head.id.clone()),
@@ -854,7 +816,7 @@ impl Backend for LayersBackend {
             now
         };
         failpoint::hit("commit:after-copy");
-        Self::stage_marks(dirs, &now)?;
+        Self::stage_marks(dirs, now)?;
         self.publish(id)?;
         if let Some(l) = listing {
             l.write(&self.layers, id)?;
@@ -947,8 +909,16 @@ impl Backend for LayersBackend {
 
     /// One `lstat` per entry of the upper directory, compared with the marks of the last
     /// commit: O(what changed since checkout), like a commit.
-    fn changed_paths(&self, dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
-        Self::changed_in_upper(dirs)
+    fn changed_paths(
+        &self,
+        dirs: &WorkDirs,
+        hint: Option<&ChangeHint>,
+    ) -> Result<Vec<(PathBuf, bool)>> {
+        Self::changed_in_upper(dirs, hint)
+    }
+
+    fn marks_version(&self, dirs: &WorkDirs) -> Result<Option<MarksVersion>> {
+        Self::marks_version(dirs).map(Some)
     }
 
     fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
@@ -1102,7 +1072,7 @@ impl LayersBackend {
         dirs: &WorkDirs,
         chain: &[LayerRecord],
         id: &str,
-    ) -> Result<Option<(Captured, Vec<PathBuf>)>> {
+    ) -> Result<Option<(NewMarks, Vec<PathBuf>)>> {
         let Some(mountpoint) = &dirs.mountpoint else {
             return Ok(None);
         };
@@ -1183,7 +1153,7 @@ impl LayersBackend {
         dirs: &WorkDirs,
         chain: &[LayerRecord],
         id: &str,
-    ) -> Result<(Captured, Vec<PathBuf>)> {
+    ) -> Result<(NewMarks, Vec<PathBuf>)> {
         let mut lowers = vec![self.layer_dir(id)];
         lowers.extend(self.chain_dirs(chain));
         let marker = Self::handoff_path(dirs);
@@ -1250,7 +1220,7 @@ impl LayersBackend {
             self.durability.mark_unsynced();
         }
         // The upper directory starts empty after the commit: nothing is captured yet.
-        Ok((Captured::default(), paths))
+        Ok((NewMarks::Whole(Captured::default()), paths))
     }
 
     /// Undo a handoff whose commit point was not reached: the working files go back from
@@ -1294,7 +1264,7 @@ impl LayersBackend {
         Self::fresh_upper_from(dirs, top)?;
         self.adopt_strays(dirs, h)?;
         // Marks of the old upper directory mean nothing for the new one.
-        let _ = fs_err::remove_file(Self::captured_path(dirs));
+        let _ = marks::discard(dirs);
         fs_err::remove_file(Self::handoff_path(dirs))?;
         timer.lap("fresh upper");
         self.mount_lowers(dirs, &h.lowers)?;
@@ -1405,23 +1375,37 @@ impl LayersBackend {
 }
 
 impl LayersBackend {
-    /// Paths of the upper directory changed since the last commit's marks.
-    pub(super) fn changed_in_upper(dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>> {
-        let memo = ScanMemo::make(dirs)?;
-        let (prev, now) = (&memo.prev, &memo.marks);
+    /// Paths of the upper directory changed since the last commit's marks: all of them,
+    /// or with a `hint` made against the current marks, those among the hinted ones.
+    pub(super) fn changed_in_upper(
+        dirs: &WorkDirs,
+        hint: Option<&ChangeHint>,
+    ) -> Result<Vec<(PathBuf, bool)>> {
+        let memo = ScanMemo::make(dirs, hint)?;
+        let prev = &memo.prev.captured.marks;
         let mut out = Vec::new();
+        let (now, gone): (&BTreeMap<PathBuf, Mark>, Vec<(&String, &Mark)>) = match &memo.scan {
+            Scan::Full(now) => (
+                now,
+                prev.iter()
+                    .filter(|(k, _)| !now.contains_key(Path::new(k.as_str())))
+                    .collect(),
+            ),
+            Scan::Partial { present, gone } => (
+                present,
+                gone.iter().filter_map(|k| prev.get_key_value(k)).collect(),
+            ),
+        };
         for (rel, mark) in now {
             let Some(key) = rel.to_str().filter(|k| !k.is_empty()) else {
                 continue;
             };
-            if !prev.marks.get(key).is_some_and(|b| b.same(mark)) {
+            if !prev.get(key).is_some_and(|b| b.same(mark)) {
                 out.push((rel.clone(), mark.dir));
             }
         }
-        for (key, mark) in &prev.marks {
-            if !now.contains_key(Path::new(key)) {
-                out.push((PathBuf::from(key), mark.dir));
-            }
+        for (key, mark) in gone {
+            out.push((PathBuf::from(key), mark.dir));
         }
         // Only when a commit may follow: an idle check must not leave a scan of every
         // entry behind in a long-lived process.
@@ -1429,6 +1413,11 @@ impl LayersBackend {
             memo.keep();
         }
         Ok(out)
+    }
+
+    /// The version of the marks a change check would compare with now.
+    pub(super) fn marks_version(dirs: &WorkDirs) -> Result<MarksVersion> {
+        Ok(marks::load(dirs)?.version())
     }
 
     /// Write the tree of `chain` (top first) as one complete layer at `dst` (which must not
@@ -1521,7 +1510,7 @@ impl LayersBackend {
         chain: &[LayerRecord],
         n: usize,
         id: &str,
-    ) -> Result<(Captured, Vec<PathBuf>)> {
+    ) -> Result<(NewMarks, Vec<PathBuf>)> {
         let (top, below) = chain.split_at(n.min(chain.len()));
         let under = self.chain_dirs(below);
         let under = match (&dirs.mountpoint, &dirs.base) {
@@ -1536,7 +1525,7 @@ impl LayersBackend {
     /// Flatten a box's chain plus its working changes into one layer `id`, its overlay
     /// markers kept (it sits on the box's base). With the base known (`dirs.base`), the
     /// whiteouts that hide nothing of it are left out (see `apply::idle_whiteout`).
-    fn flatten_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<Captured> {
+    fn flatten_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<NewMarks> {
         let base = dirs.base.clone().map(|b| Below::new(Vec::new(), Some(b)));
         self.fold_with_changes(dirs, chain, base, id)
     }
@@ -1552,7 +1541,7 @@ impl LayersBackend {
         layers: &[LayerRecord],
         base: Option<Below>,
         id: &str,
-    ) -> Result<Captured> {
+    ) -> Result<NewMarks> {
         let mut timer = agentbox_core::timing::Timer::start("fold");
         self.durability.mark_unsynced();
         let tmp = self.tmp_layer(id);
@@ -1631,23 +1620,4 @@ fn names_in(dir: &Path) -> Result<Vec<PathBuf>> {
         out.push(PathBuf::from(entry?.file_name()));
     }
     Ok(out)
-}
-
-/// The mark of every entry below `root` (the root itself as the empty path), from one
-/// `lstat` each: no xattrs, no file content.
-fn scan_marks(root: &Path) -> Result<BTreeMap<PathBuf, Mark>> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    Ok(crate::fsops::walk::lstat_tree(root)?
-        .into_iter()
-        .map(|(rel, md)| {
-            let ft = md.file_type();
-            let mark = Mark {
-                ino: md.ino(),
-                ctime: (md.ctime(), md.ctime_nsec()),
-                whiteout: ft.is_char_device() && md.rdev() == 0,
-                dir: ft.is_dir(),
-            };
-            (rel, mark)
-        })
-        .collect())
 }

@@ -16,6 +16,8 @@
 pub mod apply;
 pub mod btrfs;
 pub mod layers;
+mod marks;
+pub use marks::{ChangeHint, MarksVersion};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -205,7 +207,19 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// Paths of the working tree changed since HEAD (relative, with whether each is a
     /// directory). Cheap enough to run after every command of a box.
-    fn changed_paths(&self, dirs: &WorkDirs) -> Result<Vec<(PathBuf, bool)>>;
+    /// With a `hint` made against the current marks ([`MarksVersion`]), only the hinted
+    /// paths (and what they imply) are looked at: the caller vouches that nothing else
+    /// changed since those marks.
+    fn changed_paths(
+        &self,
+        dirs: &WorkDirs,
+        hint: Option<&ChangeHint>,
+    ) -> Result<Vec<(PathBuf, bool)>>;
+
+    /// The version of the marks [`Backend::changed_paths`] compares with, where it keeps any.
+    fn marks_version(&self, _dirs: &WorkDirs) -> Result<Option<MarksVersion>> {
+        Ok(None)
+    }
 
     /// A read-only view of the working tree: the mount point when there is one.
     fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView>;

@@ -1,0 +1,202 @@
+//! The watcher of a box's layer, shared by the capture loop (which waits for its events and
+//! rebuilds it when needed) and the change check after every command (which first reads
+//! what is pending, then hands the store the paths with events as a [`ChangeHint`]).
+//!
+//! Why: the check otherwise looks at every entry of the layer, and a box's layer keeps
+//! everything the box wrote since it started (an `npm install` is tens of thousands of
+//! entries), so every command paid for all of it.
+//!
+//! When the hint is given, and when not:
+//! * The journal ([`Journal`]) is *armed* against one version of the store's marks: after a
+//!   check that looked at the whole layer, it holds what that check found changed plus every
+//!   event since the check began. It is then complete against those marks, and stays so
+//!   while the marks do not change behind its back: every commit made through the check
+//!   re-arms it against the new marks, any other commit or reset changes the version, so
+//!   the store ignores the hint and looks at everything (and the journal is re-armed).
+//! * A lost event (queue overflow), a watcher that failed or was rebuilt, or a layer that
+//!   is not the watched one: no hint.
+//! * Writes through a shared writable mapping raise no event while the file stays open:
+//!   every file a box process holds open or mapped is added to the hint (see
+//!   [`crate::held_files`]); if they cannot be listed, no hint.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use agentbox_store::{ChangeHint, MarksVersion};
+
+use crate::watch::{Seen, WatchError, Watcher};
+
+/// Reads of pending events a check makes at most before it gives up on a hint (a box that
+/// writes without pause could otherwise keep it reading).
+const MAX_DRAINS: usize = 16;
+
+/// See the module documentation.
+#[derive(Default)]
+pub struct LayerWatch {
+    slot: Mutex<Option<Watched>>,
+    installs: std::sync::atomic::AtomicU64,
+}
+
+struct Watched {
+    watcher: Watcher,
+    /// Which install this is: a check settles only the watcher it read.
+    install: u64,
+    /// The marks the journal is complete against.
+    armed: Option<MarksVersion>,
+    /// An error met by a check's read, for the capture loop to handle.
+    failed: Option<WatchError>,
+    /// Changes a check's read saw, for the capture loop's debouncer.
+    seen: Seen,
+}
+
+/// A check's view of the journal: the hint, if any, and the number of the last event it
+/// covers (what a commit taking it may forget).
+pub struct Snapshot {
+    pub hint: Option<ChangeHint>,
+    pub upto: u64,
+    install: Option<u64>,
+}
+
+impl LayerWatch {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Watched>> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Share `watcher` (a recording one); returns a descriptor to wait on for its events.
+    pub fn install(&self, watcher: Watcher) -> std::io::Result<OwnedFd> {
+        let fd = rustix::io::fcntl_dupfd_cloexec(watcher.as_fd(), 0)?;
+        let install = 1 + self
+            .installs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *self.slot() = Some(Watched {
+            watcher,
+            install,
+            armed: None,
+            failed: None,
+            seen: Seen::default(),
+        });
+        Ok(fd)
+    }
+
+    /// Stop sharing the watcher (it failed, or the layer changed).
+    pub fn clear(&self) {
+        *self.slot() = None;
+    }
+
+    /// The capture loop's read, once the descriptor is readable or its wait timed out:
+    /// what was seen since the previous read (by the loop or by a check), or the error a
+    /// check's read met. `None` when no watcher is shared.
+    pub fn poll(&self) -> Option<Result<Seen, WatchError>> {
+        let mut slot = self.slot();
+        let w = slot.as_mut()?;
+        if let Some(e) = w.failed.take() {
+            return Some(Err(e));
+        }
+        let earlier = std::mem::take(&mut w.seen);
+        Some(w.watcher.poll(Duration::ZERO).map(|s| Seen {
+            changed: s.changed + earlier.changed,
+            overflowed: s.overflowed || earlier.overflowed,
+        }))
+    }
+
+    /// How many directories the shared watcher watches.
+    pub fn watch_count(&self) -> usize {
+        self.slot().as_ref().map_or(0, |w| w.watcher.watch_count())
+    }
+
+    /// For a change check of the layer at `upper` against marks `version`: read what is
+    /// pending, then the hint if the journal is complete against `version` (with `held`,
+    /// the files the box's processes hold, added; `None`: they are unknown).
+    pub fn snapshot(
+        &self,
+        upper: &Path,
+        version: Option<MarksVersion>,
+        held: impl FnOnce() -> Option<Vec<PathBuf>>,
+    ) -> Snapshot {
+        let mut slot = self.slot();
+        let Some(w) = slot.as_mut().filter(|w| w.watcher.root() == upper) else {
+            return Snapshot {
+                hint: None,
+                upto: 0,
+                install: None,
+            };
+        };
+        let drained = w.drain();
+        let journal = w
+            .watcher
+            .journal()
+            .expect("the shared watcher is a recording one");
+        let upto = journal.seq();
+        if drained.is_err() || journal.lost() {
+            w.armed = None;
+        }
+        let complete = w.armed.is_some() && w.armed == version;
+        let hint = complete.then(held).flatten().map(|mut paths| {
+            paths.extend(journal.paths().cloned());
+            ChangeHint {
+                since: version.expect("armed against a version"),
+                paths,
+            }
+        });
+        Snapshot {
+            hint,
+            upto,
+            install: Some(w.install),
+        }
+    }
+
+    /// After a check (and the commit it led to, if any): the marks are now `version`, and
+    /// `still` are the paths that differ from them. The journal keeps those and the
+    /// events after `upto`; it is armed against `version`.
+    pub fn settled(&self, snap: &Snapshot, version: Option<MarksVersion>, still: &[PathBuf]) {
+        let mut slot = self.slot();
+        // Only the watcher the snapshot was of: a later one saw nothing before it began.
+        let Some(w) = slot.as_mut().filter(|w| Some(w.install) == snap.install) else {
+            return;
+        };
+        let failed = w.failed.is_some();
+        let Some(journal) = w.watcher.journal() else {
+            return;
+        };
+        if journal.lost() || failed {
+            // Events were lost since the snapshot: not complete.
+            w.armed = None;
+            return;
+        }
+        let upto = snap.upto;
+        journal.forget_upto(upto);
+        for p in still {
+            journal.keep(p.clone(), upto);
+        }
+        w.armed = version;
+    }
+}
+
+impl Watched {
+    /// Read every pending event (into the journal), keeping what was seen for the loop.
+    fn drain(&mut self) -> Result<(), ()> {
+        for _ in 0..MAX_DRAINS {
+            match self.watcher.pending() {
+                Ok(false) => return Ok(()),
+                Ok(true) => {}
+                Err(e) => {
+                    self.failed = Some(e);
+                    return Err(());
+                }
+            }
+            match self.watcher.poll(Duration::ZERO) {
+                Ok(s) => {
+                    self.seen.changed += s.changed;
+                    self.seen.overflowed |= s.overflowed;
+                }
+                Err(e) => {
+                    self.failed = Some(e);
+                    return Err(());
+                }
+            }
+        }
+        Err(())
+    }
+}
