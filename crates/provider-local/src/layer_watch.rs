@@ -160,12 +160,16 @@ impl LayerWatch {
         let Some(journal) = w.watcher.journal() else {
             return;
         };
+        let upto = snap.upto;
+        // The check looked at everything when events had been lost before its snapshot
+        // (there was no hint then); lost after it, they are lost for this one too.
+        if snap.hint.is_none() {
+            journal.recovered(upto);
+        }
         if journal.lost() || failed {
-            // Events were lost since the snapshot: not complete.
             w.armed = None;
             return;
         }
-        let upto = snap.upto;
         journal.forget_upto(upto);
         for p in still {
             journal.keep(p.clone(), upto);

@@ -2064,3 +2064,117 @@ fn nothing_in_a_box_can_write_to_a_host_repository() {
         "a host repository changed"
     );
 }
+
+/// The check after each command trusts the layer's watcher once it has looked at the whole
+/// layer (a box that wrote thousands of files then looks at a few paths per command). Every
+/// command's node must still hold everything it changed, and nothing may be left
+/// uncommitted: new trees, removed and moved trees, a directory replaced by a symlink, a
+/// file written through a shared mapping that a background process holds (which raises no
+/// event), and a burst of events that overflows the watcher's queue.
+#[test]
+fn every_command_is_captured_whole_when_the_check_trusts_the_watcher() {
+    let Some((b, proj)) =
+        boxes("every_command_is_captured_whole_when_the_check_trusts_the_watcher")
+    else {
+        return;
+    };
+    b.create("jr", &proj, &[]);
+    let exec = |script: &str| b.env.ok(&["exec", "jr", "--", "sh", "-c", script]);
+    let changed = |a: &str, z: &str| -> Vec<String> {
+        b.env
+            .json(&["diff", "jr", a, z])
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|c| c["path"].as_str().unwrap_or("").to_owned())
+            .collect()
+    };
+    let nothing_left = |after: &str| {
+        let left = b.env.json(&["diff", "jr", "HEAD"]);
+        assert_eq!(
+            left,
+            serde_json::json!([]),
+            "left uncommitted after {after}\nsupervisor log:\n{}",
+            std::fs::read_to_string(b.env.path("home/boxes/jr/supervisor.log")).unwrap_or_default()
+        );
+    };
+    // Thousands of files, then commands that change one thing each.
+    exec("mkdir -p /workspace/big && cd /workspace/big && for d in $(seq 1 40); do mkdir $d; for f in $(seq 1 50); do echo $d$f > $d/$f; done; done");
+    nothing_left("the big tree");
+    exec("echo one > /workspace/one");
+    nothing_left("one file");
+    let step = |what: &str, script: &str, expect: &[&str]| {
+        exec(script);
+        let took = changed("HEAD~1", "HEAD");
+        for p in expect {
+            assert!(
+                took.iter().any(|t| t == p),
+                "{what}: {p} missing from the node: {took:?}"
+            );
+        }
+        nothing_left(what);
+    };
+    step("a rewrite", "echo two > /workspace/one", &["workspace/one"]);
+    step(
+        "a removed tree",
+        "rm -r /workspace/big/7",
+        &["workspace/big/7"],
+    );
+    step(
+        "a moved tree",
+        "mv /workspace/big/8 /workspace/moved && echo x >> /workspace/moved/3",
+        &["workspace/big/8", "workspace/moved/3"],
+    );
+    step(
+        "a tree made in one go",
+        "mkdir -p /workspace/new/a/b && echo deep > /workspace/new/a/b/c",
+        &["workspace/new/a/b/c"],
+    );
+    step(
+        "a directory replaced by a symlink",
+        "rm -r /workspace/big/9 && ln -s /etc /workspace/big/9",
+        &["workspace/big/9"],
+    );
+    step(
+        "a hard link",
+        "ln /workspace/big/10/1 /workspace/big/10/linked && echo more >> /workspace/big/10/1",
+        &["workspace/big/10/linked", "workspace/big/10/1"],
+    );
+    // A background process maps a file shared and writable, closes its descriptor, and
+    // writes through the mapping whenever a command asks (no inotify event).
+    exec("head -c 4096 /dev/zero > /workspace/db");
+    let writer = "import mmap, os, time\n\
+        f = open('/workspace/db', 'r+b')\n\
+        m = mmap.mmap(f.fileno(), 0)\n\
+        f.close()\n\
+        i = 0\n\
+        while True:\n\
+        \x20   if os.path.exists('/tmp/go'):\n\
+        \x20       i += 1\n\
+        \x20       m[0:8] = b'%08d' % i\n\
+        \x20       m.flush()\n\
+        \x20       os.unlink('/tmp/go')\n\
+        \x20   time.sleep(0.02)\n";
+    exec(&format!("cat > /tmp/writer.py <<'EOF'\n{writer}EOF"));
+    b.env
+        .ok(&["spawn", "jr", "--", "python3", "/tmp/writer.py"]);
+    for _ in 0..3 {
+        step(
+            "a write through a shared mapping",
+            "touch /tmp/go; while [ -e /tmp/go ]; do sleep 0.02; done",
+            &["workspace/db"],
+        );
+    }
+    // More events at once than the kernel queues (16384 by default): events are lost, so
+    // the next check looks at everything again.
+    step(
+        "a burst that overflows the queue",
+        "mkdir /workspace/burst && cd /workspace/burst && seq 1 12000 | xargs touch && seq 1 12000 | xargs chmod 600",
+        &["workspace/burst/11999"],
+    );
+    step(
+        "one file after the burst",
+        "echo three > /workspace/one",
+        &["workspace/one"],
+    );
+}

@@ -37,8 +37,13 @@ pub(super) fn try_auto_capture(
     command: Option<&str>,
 ) -> Result<Option<String>> {
     let _ops = lock(&shared.ops);
+    let mut timer = agentbox_core::timing::Timer::start("auto-capture");
     let version = shared.store.marks_version(&shared.name)?;
     let snap = snapshot(shared, version);
+    timer.lap(&match &snap.hint {
+        Some(h) => format!("the watcher's journal ({} paths)", h.paths.len()),
+        None => "no journal to trust".to_owned(),
+    });
     let (changed, differ) = changed_since_head(shared, snap.hint.as_ref())?;
     if !changed {
         shared.watch.settled(&snap, version, &differ);

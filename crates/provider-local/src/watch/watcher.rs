@@ -264,7 +264,9 @@ impl Watcher {
             if event.mask.contains(EventMask::Q_OVERFLOW) {
                 seen.overflowed = true;
                 if let Some(j) = &mut self.journal {
-                    j.lost = true;
+                    // Numbered like an event, so it is after every snapshot already taken.
+                    j.seq += 1;
+                    j.lost = Some(j.seq);
                 }
                 continue;
             }
@@ -469,7 +471,7 @@ pub(super) fn add_error(path: &Path, source: io::Error) -> WatchError {
 /// The paths of the tree a recording watcher saw events for, each with the number of the
 /// last one (events are numbered in the order they were read).
 ///
-/// Complete while `lost` is false: every change to the tree since the watcher was built
+/// Complete while nothing is lost: every change to the tree since the watcher was built
 /// raised an event on one of these paths (a new directory's contents are not listed: its
 /// own path stands for them), except writes through a shared mapping made while the file
 /// is open (see [`change_mask`]).
@@ -477,7 +479,8 @@ pub(super) fn add_error(path: &Path, source: io::Error) -> WatchError {
 pub struct Journal {
     paths: HashMap<PathBuf, u64>,
     seq: u64,
-    lost: bool,
+    /// The number of the last event before the kernel's queue last overflowed.
+    lost: Option<u64>,
 }
 
 impl Journal {
@@ -491,9 +494,16 @@ impl Journal {
         self.seq
     }
 
-    /// Whether events were lost (the kernel's queue overflowed).
+    /// Whether events were lost since the journal was last found complete.
     pub fn lost(&self) -> bool {
-        self.lost
+        self.lost.is_some()
+    }
+
+    /// A look at the whole tree made after event number `upto` covers what was lost before.
+    pub fn recovered(&mut self, upto: u64) {
+        if self.lost.is_some_and(|l| l <= upto) {
+            self.lost = None;
+        }
     }
 
     /// Every recorded path.

@@ -352,9 +352,9 @@ impl LayersBackend {
         let (marks, gone): (&BTreeMap<PathBuf, Mark>, Vec<&String>) = match &memo.scan {
             Scan::Full(marks) => (
                 marks,
-                prev.marks
-                    .keys()
-                    .filter(|k| !marks.contains_key(Path::new(k.as_str())))
+                marks::not_found(&prev.marks, marks)
+                    .into_iter()
+                    .map(|(k, _)| k)
                     .collect(),
             ),
             Scan::Partial { present, gone } => (present, gone.iter().collect()),
@@ -1381,16 +1381,16 @@ impl LayersBackend {
         dirs: &WorkDirs,
         hint: Option<&ChangeHint>,
     ) -> Result<Vec<(PathBuf, bool)>> {
+        let mut timer = agentbox_core::timing::Timer::start("change check");
         let memo = ScanMemo::make(dirs, hint)?;
+        timer.lap(match memo.scan {
+            Scan::Full(_) => "load marks and scan the whole layer",
+            Scan::Partial { .. } => "load marks and look at the hinted paths",
+        });
         let prev = &memo.prev.captured.marks;
         let mut out = Vec::new();
         let (now, gone): (&BTreeMap<PathBuf, Mark>, Vec<(&String, &Mark)>) = match &memo.scan {
-            Scan::Full(now) => (
-                now,
-                prev.iter()
-                    .filter(|(k, _)| !now.contains_key(Path::new(k.as_str())))
-                    .collect(),
-            ),
+            Scan::Full(now) => (now, marks::not_found(prev, now)),
             Scan::Partial { present, gone } => (
                 present,
                 gone.iter().filter_map(|k| prev.get_key_value(k)).collect(),

@@ -379,6 +379,18 @@ pub(super) fn scan_marks(root: &Path) -> Result<BTreeMap<PathBuf, Mark>> {
         .collect())
 }
 
+/// The marked paths a whole scan did not find (by hash: comparing paths component by
+/// component is most of the cost of a check of a large layer).
+pub(super) fn not_found<'a>(
+    prev: &'a BTreeMap<String, Mark>,
+    found: &BTreeMap<PathBuf, Mark>,
+) -> Vec<(&'a String, &'a Mark)> {
+    let found: std::collections::HashSet<&str> = found.keys().filter_map(|p| p.to_str()).collect();
+    prev.iter()
+        .filter(|(k, _)| !found.contains(k.as_str()))
+        .collect()
+}
+
 /// The keys of `marks` strictly below directory `dir`.
 fn below<'a>(
     marks: &'a BTreeMap<String, Mark>,

@@ -110,3 +110,219 @@ fn a_check_made_before_another_commit_is_not_taken() {
         );
     }
 }
+
+/// A tiny deterministic generator: the same sequence of edits on every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n
+    }
+}
+
+/// One random edit of the upper directory `upper`, as a box makes them through its overlay
+/// (whiteouts included); returns the paths an inotify watcher reports events for, keeping
+/// only the top one of a removed or moved directory (the check must infer the rest).
+fn random_edit(upper: &Path, rng: &mut Lcg, round: usize) -> Vec<PathBuf> {
+    use std::os::unix::fs::symlink;
+    let dirs = ["workspace", "workspace/a", "workspace/a/b", "workspace/c"];
+    let dir = PathBuf::from(dirs[rng.next(dirs.len())]);
+    let name = dir.join(format!("f{}", rng.next(6)));
+    let abs = |p: &Path| upper.join(p);
+    let exists = |p: &Path| std::fs::symlink_metadata(abs(p)).is_ok();
+    let parent_ok = |p: &Path| {
+        p.parent()
+            .map(|d| std::fs::symlink_metadata(abs(d)).is_ok_and(|m| m.is_dir()))
+            .unwrap_or(true)
+    };
+    match rng.next(9) {
+        // Write (create or rewrite) a file.
+        0 | 1 => {
+            let blocked = name
+                .ancestors()
+                .skip(1)
+                .any(|a| std::fs::symlink_metadata(abs(a)).is_ok_and(|m| !m.is_dir()));
+            if blocked || abs(&name).is_dir() {
+                return vec![];
+            }
+            // Over a whiteout or a symlink: the new file replaces it.
+            if std::fs::symlink_metadata(abs(&name)).is_ok_and(|m| !m.is_file()) {
+                std::fs::remove_file(abs(&name)).expect("rm");
+            }
+            write(&abs(&name), &format!("round {round}"));
+            // `write` makes missing directories: each is an event in its parent.
+            name.ancestors()
+                .filter(|a| !a.as_os_str().is_empty())
+                .map(Path::to_owned)
+                .collect()
+        }
+        // Remove whatever is there (a tree at once).
+        2 => {
+            let target = if rng.next(2) == 0 { name } else { dir };
+            match std::fs::symlink_metadata(abs(&target)) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(abs(&target)).expect("rm -r"),
+                Ok(_) => std::fs::remove_file(abs(&target)).expect("rm"),
+                Err(_) => return vec![],
+            }
+            vec![target]
+        }
+        // Rename a file or a directory to another name.
+        3 => {
+            let from = if rng.next(2) == 0 {
+                name.clone()
+            } else {
+                dir.clone()
+            };
+            let to = PathBuf::from(dirs[rng.next(dirs.len())]).join(format!("m{}", rng.next(4)));
+            if !exists(&from) || !parent_ok(&to) || to.starts_with(&from) || exists(&to) {
+                return vec![];
+            }
+            std::fs::rename(abs(&from), abs(&to)).expect("rename");
+            vec![from, to]
+        }
+        // A second name of a file.
+        4 => {
+            let to = dir.join(format!("l{}", rng.next(3)));
+            if !abs(&name).is_file() || exists(&to) || !parent_ok(&to) {
+                return vec![];
+            }
+            std::fs::hard_link(abs(&name), abs(&to)).expect("link");
+            vec![to]
+        }
+        // A whiteout where a lower file may be.
+        5 => {
+            if exists(&name) || !parent_ok(&name) {
+                return vec![];
+            }
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &abs(&name),
+                rustix::fs::FileType::CharacterDevice,
+                rustix::fs::Mode::from_raw_mode(0o000),
+                0,
+            )
+            .expect("mknod whiteout");
+            vec![name]
+        }
+        // A directory replaced by a symlink to somewhere outside the box.
+        6 => {
+            if !abs(&dir).is_dir() || dir == Path::new("workspace") {
+                return vec![];
+            }
+            std::fs::remove_dir_all(abs(&dir)).expect("rm -r");
+            symlink("/etc", abs(&dir)).expect("symlink");
+            // The old entries below it: a stale watcher path a check must not follow.
+            vec![dir.clone(), dir.join("passwd"), dir.join("f0")]
+        }
+        // A file's metadata only.
+        7 => {
+            if !abs(&name).is_file() {
+                return vec![];
+            }
+            let p = std::fs::metadata(abs(&name)).expect("stat").permissions();
+            let mut p2 = p.clone();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut p2, 0o600 + round as u32 % 2);
+            std::fs::set_permissions(abs(&name), p2).expect("chmod");
+            vec![name]
+        }
+        // A new directory with contents made before any watch could be on it.
+        _ => {
+            let d = dir.join(format!("d{}", rng.next(3)));
+            if exists(&d) || !parent_ok(&d) {
+                return vec![];
+            }
+            write(&abs(&d.join("x/y")), "deep");
+            write(&abs(&d.join("z")), "z");
+            vec![d]
+        }
+    }
+}
+
+fn sorted(mut v: Vec<(PathBuf, bool)>) -> Vec<(PathBuf, bool)> {
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn a_hinted_check_and_its_commit_see_what_a_whole_scan_sees() {
+    for fx in fixtures("a_hinted_check_and_its_commit_see_what_a_whole_scan_sees") {
+        let store = fx.store();
+        let upper = new_box(&fx, &store, "seed", "s");
+        for d in ["workspace/a/b", "workspace/c"] {
+            write(&upper.join(d).join("f0"), "first");
+        }
+        commit(&store, "bx", "first");
+        let mut rng = Lcg(7);
+        let mut hinted_rounds = 0;
+        for round in 0..80 {
+            let mut touched = Vec::new();
+            for _ in 0..1 + rng.next(4) {
+                touched.extend(random_edit(&upper, &mut rng, round));
+            }
+            let version = store
+                .marks_version("bx")
+                .expect("version")
+                .expect("a box keeps marks");
+            let whole = sorted(store.changed_paths("bx").expect("whole check"));
+            let hint = agentbox_store::ChangeHint {
+                since: version,
+                paths: touched.clone(),
+            };
+            let hinted = sorted(
+                store
+                    .changed_paths_hinted("bx", Some(&hint))
+                    .expect("hinted check"),
+            );
+            assert_eq!(
+                hinted, whole,
+                "{:?} round {round}: hinted by {touched:?}",
+                fx.kind
+            );
+            if hinted.is_empty() {
+                continue;
+            }
+            hinted_rounds += 1;
+            // The commit takes the hinted check's look.
+            commit(&store, "bx", &format!("round {round}"));
+            assert_eq!(
+                uncommitted(&store, "bx"),
+                Vec::<String>::new(),
+                "{:?} round {round}: left after a hinted commit, hinted by {touched:?}",
+                fx.kind
+            );
+            // And the marks it recorded are those a whole scan finds.
+            assert_eq!(
+                store.changed_paths("bx").expect("check"),
+                vec![],
+                "{:?} round {round}",
+                fx.kind
+            );
+        }
+        assert!(
+            hinted_rounds > 40,
+            "only {hinted_rounds} rounds changed anything"
+        );
+        // A stale hint (marks of an earlier version) is not used: the check sees all.
+        let stale = store.marks_version("bx").expect("v").expect("marks");
+        write(&upper.join("workspace/after"), "x");
+        commit(&store, "bx", "moves the marks on");
+        write(&upper.join("workspace/unhinted"), "y");
+        let hint = agentbox_store::ChangeHint {
+            since: stale,
+            paths: vec![],
+        };
+        let seen = store
+            .changed_paths_hinted("bx", Some(&hint))
+            .expect("check");
+        assert!(
+            seen.iter()
+                .any(|(p, _)| p == Path::new("workspace/unhinted")),
+            "{seen:?}"
+        );
+    }
+}
