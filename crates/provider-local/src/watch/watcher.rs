@@ -35,9 +35,9 @@ pub(super) const READ_BUFFER: usize = 64 * 1024;
 /// busy forever; what is left is returned by the next call.
 pub(super) const MAX_READS_PER_POLL: usize = 64;
 
-/// Events that mean "something in this directory changed". Reads and opens are left out,
-/// except by a recording watcher ([`Watcher::recording`]): a file opened for writing can be
-/// written through a shared mapping without any further event until it is closed.
+/// Events that mean "something in this directory changed". Reads and opens are left out
+/// (a write through a shared mapping raises nothing until the file is closed: whoever
+/// trusts a [`Journal`] must look at the files held open then, see `crate::held_files`).
 pub(super) fn change_mask() -> WatchMask {
     WatchMask::CREATE
         | WatchMask::DELETE
@@ -128,7 +128,7 @@ impl Watcher {
 
     /// A watcher that also records every path of the tree with an event ([`Journal`]),
     /// ignored or not: ignored directories are watched too (their events still count
-    /// as no change), and opening a file is an event.
+    /// as no change).
     pub fn recording(root: &Path, ignore: IgnoreSet) -> Result<Watcher, WatchError> {
         Watcher::build(root, ignore, Some(Journal::default()))
     }
@@ -141,14 +141,6 @@ impl Watcher {
     /// The paths a recording watcher saw events for (`None` for a plain one).
     pub fn journal(&mut self) -> Option<&mut Journal> {
         self.journal.as_mut()
-    }
-
-    fn mask(&self) -> WatchMask {
-        if self.journal.is_some() {
-            change_mask() | WatchMask::OPEN
-        } else {
-            change_mask()
-        }
     }
 
     /// What decides which directories are watched: nothing for a recording watcher.
@@ -305,7 +297,7 @@ impl Watcher {
                     if let Some(j) = &mut self.journal {
                         j.record(dir.clone());
                     }
-                    if !self.ignore.is_ignored(&dir) && !event.mask.contains(EventMask::OPEN) {
+                    if !self.ignore.is_ignored(&dir) {
                         seen.changed += 1;
                     }
                     continue;
@@ -318,8 +310,7 @@ impl Watcher {
             if ignored && self.journal.is_none() {
                 continue;
             }
-            // Opening is recorded, not counted: reading a file changes nothing.
-            if !ignored && !event.mask.contains(EventMask::OPEN) {
+            if !ignored {
                 seen.changed += 1;
             }
             if event.mask.contains(EventMask::ISDIR) {
@@ -363,7 +354,7 @@ impl Watcher {
     /// Adds the root's watch; unlike other directories, the root vanishing is an error.
     pub(super) fn watch_root(&mut self) -> Result<(), WatchError> {
         // The root may be given through a symlink, so it is the one watch that follows one.
-        match self.inotify.watches().add(&self.root, self.mask()) {
+        match self.inotify.watches().add(&self.root, change_mask()) {
             Ok(wd) => {
                 self.root_wd = wd.get_watch_descriptor_id();
                 self.dirs.insert(self.root_wd, (wd, PathBuf::new()));
@@ -387,7 +378,7 @@ impl Watcher {
         if todo.is_empty() {
             return Ok(0);
         }
-        let mask = self.mask() | WatchMask::DONT_FOLLOW;
+        let mask = change_mask() | WatchMask::DONT_FOLLOW;
         let watches = self.inotify.watches();
         let pruned = self.pruned();
         let (root, ignore, counted) = (&self.root, &pruned, &self.ignore);
@@ -473,8 +464,8 @@ pub(super) fn add_error(path: &Path, source: io::Error) -> WatchError {
 ///
 /// Complete while nothing is lost: every change to the tree since the watcher was built
 /// raised an event on one of these paths (a new directory's contents are not listed: its
-/// own path stands for them), except writes through a shared mapping made while the file
-/// is open (see [`change_mask`]).
+/// own path stands for them), except writes through a shared mapping while the file is
+/// still open or mapped (see [`change_mask`]).
 #[derive(Debug, Default)]
 pub struct Journal {
     paths: HashMap<PathBuf, u64>,

@@ -200,7 +200,7 @@ fn random_edit(upper: &Path, rng: &mut Lcg, round: usize) -> Vec<PathBuf> {
             }
             rustix::fs::mknodat(
                 rustix::fs::CWD,
-                &abs(&name),
+                abs(&name),
                 rustix::fs::FileType::CharacterDevice,
                 rustix::fs::Mode::from_raw_mode(0o000),
                 0,
