@@ -223,6 +223,7 @@ pub fn apply_overlay_layer(
         xattr_filter: None,
         link_from: link_from.map(Path::to_path_buf),
         link_marked: false,
+        beneath: None,
     };
     let mut dirs: Vec<(PathBuf, std::borrow::Cow<'_, crate::fsops::Meta>)> = Vec::new();
     // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.

@@ -494,7 +494,11 @@ impl LayersBackend {
             );
         }
         timer.lap("plan");
-        copy_tree(&tree, dst, &copy_opts())?;
+        let opts = CopyOpts {
+            beneath: Some(upper_dir.clone()),
+            ..copy_opts()
+        };
+        copy_tree(&tree, dst, &opts)?;
         timer.lap("copy");
         write_out(&tree, dst)?;
         timer.lap("write out");

@@ -41,6 +41,12 @@ pub struct CopyOpts {
     /// into another layer of the same kind, which may carry what its source layers did
     /// (a fold of diff layers into one); a complete layer never carries them.
     pub link_marked: bool,
+    /// Regular files below this directory are opened without following any symlink on the
+    /// way from it (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`). For a tree the
+    /// box controls, its upper directory: the box may replace a directory by a symlink
+    /// between the scan and the copy, which would otherwise make the host copy whatever the
+    /// symlink points at into the box's layer.
+    pub beneath: Option<PathBuf>,
 }
 
 impl Default for CopyOpts {
@@ -52,6 +58,7 @@ impl Default for CopyOpts {
             xattr_filter: None,
             link_from: None,
             link_marked: false,
+            beneath: None,
         }
     }
 }
@@ -291,14 +298,41 @@ fn make_dir(path: &Path) -> Result<()> {
         .map_err(|e| io_at("mkdir", path, e))
 }
 
+/// Open regular file `src` for reading, never through a symlink (see [`CopyOpts::beneath`]).
+fn open_source(src: &Path, opts: &CopyOpts) -> Result<File> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let Some((root, rel)) = opts
+        .beneath
+        .as_deref()
+        .and_then(|root| Some((root, src.strip_prefix(root).ok()?)))
+    else {
+        return std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+            .open(src)
+            .map_err(|e| io_at("open", src, e));
+    };
+    let dir = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| errno_at("open", root, e))?;
+    let fd = rustix::fs::openat2(
+        &dir,
+        rel,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| errno_at("open (no symlinks below the copied tree)", src, e))?;
+    Ok(File::from(fd))
+}
+
 /// Create `dst` with the content of regular file `src`: a reflink when allowed and
 /// possible, otherwise the data segments (holes stay holes).
 fn copy_file_data(src: &Path, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -> Result<File> {
-    let input = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(src)
-        .map_err(|e| io_at("open", src, e))?;
+    let input = open_source(src, opts)?;
     let output = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

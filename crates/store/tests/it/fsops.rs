@@ -881,3 +881,40 @@ fn diff_skips_unchanged_inodes_without_reading() {
     }
     assert!(diff_trees(&t, &t2).expect("diff").is_empty());
 }
+
+/// A tree the box controls may have a directory replaced by a symlink between its scan and
+/// the copy: with `beneath` set, the copy refuses to read through it (without, it would copy
+/// whatever the symlink points at, such as a host file, into the box's layer).
+#[test]
+fn a_copy_beneath_a_tree_never_reads_through_a_swapped_directory() {
+    let home = TempHome::new();
+    let upper = home.path().join("upper");
+    let outside = home.path().join("host");
+    fs_err::create_dir_all(upper.join("d")).expect("mkdir");
+    fs_err::create_dir_all(&outside).expect("mkdir");
+    fs_err::write(upper.join("d/secret"), "the box's own").expect("write");
+    fs_err::write(outside.join("secret"), "the host's").expect("write");
+    let tree = scan_tree(&upper).expect("scan");
+    // The swap, after the scan.
+    fs_err::remove_dir_all(upper.join("d")).expect("rm");
+    std::os::unix::fs::symlink(&outside, upper.join("d")).expect("symlink");
+
+    let guarded = CopyOpts {
+        beneath: Some(upper.clone()),
+        ..no_reflink()
+    };
+    let dst = home.path().join("layer");
+    let err = copy_tree(&tree, &dst, &guarded).expect_err("must not read through the symlink");
+    assert!(err.to_string().contains("secret"), "{err}");
+    assert!(
+        std::fs::read_to_string(dst.join("d/secret")).map_or(true, |s| s != "the host's"),
+        "the host's file was copied"
+    );
+    // What the guard prevents: a plain copy follows the swapped directory.
+    let plain = home.path().join("plain");
+    copy_tree(&tree, &plain, &no_reflink()).expect("copy");
+    assert_eq!(
+        fs_err::read_to_string(plain.join("d/secret")).expect("read"),
+        "the host's"
+    );
+}
