@@ -6,7 +6,11 @@
 //!
 //! Inotify tells when something changed without walking the tree; a fingerprint scan every
 //! [`BACKSTOP`] catches what inotify cannot report (a full queue is handled by the watcher's
-//! rescan; a watch limit makes the scan the only mechanism). Whether a node is made is
+//! rescan; a watch limit makes the scan the only mechanism). While the watcher works, that
+//! scan looks only at the files the box holds open or mapped (a write through a shared
+//! mapping raises no event), not at everything the box wrote. The watcher is shared with
+//! the change check after each command, which reads its journal instead of walking the
+//! layer (see [`crate::layer_watch`]). Whether a node is made is
 //! decided by the store's own change list filtered by the ignore set, so events for ignored
 //! paths or for writes that changed nothing make no node.
 //!
@@ -48,6 +52,9 @@ pub trait Capturer: Send + Sync {
     fn report(&self, health: &CaptureHealth);
     /// Where the loop shares its watcher with the change check after commands.
     fn watch(&self) -> &crate::layer_watch::LayerWatch;
+    /// The layer-relative paths of the files the box's processes hold open or mapped
+    /// (see [`crate::held_files`]), or `None` if they cannot be listed.
+    fn held_files(&self) -> Option<Vec<PathBuf>>;
 }
 
 /// Run until `c.alive()` turns false.
@@ -161,7 +168,7 @@ fn watch_layer(
                 std::thread::sleep(Duration::from_millis(20));
                 continue;
             }
-            last_print = fingerprint(dir, ignore).ok();
+            last_print = backstop_print(c, dir, ignore, false).ok();
             debouncer.change(Instant::now());
         }
         if watcher.is_none() && !scan_only {
@@ -236,7 +243,7 @@ fn watch_layer(
         let now = Instant::now();
         if now >= next_scan {
             next_scan = now + BACKSTOP;
-            match fingerprint(dir, ignore) {
+            match backstop_print(c, dir, ignore, watcher.is_some()) {
                 Ok(p) => {
                     if Some(p) != last_print {
                         last_print = Some(p);
@@ -263,7 +270,7 @@ fn watch_layer(
             match c.capture() {
                 Ok(()) => {
                     debouncer.captured(now);
-                    last_print = fingerprint(dir, ignore).ok();
+                    last_print = backstop_print(c, dir, ignore, watcher.is_some()).ok();
                 }
                 Err(_) => {
                     // Try again after another quiet period rather than spinning.
@@ -272,6 +279,31 @@ fn watch_layer(
                 }
             }
         }
+    }
+}
+
+/// What the backstop scan compares: with a working watcher, only the files the box holds
+/// (every other change raises an event; a write through a shared mapping does not, see
+/// [`crate::layer_watch`]), so an idle box does not walk everything it wrote every
+/// [`BACKSTOP`]; otherwise, or when those files cannot be listed, the whole layer.
+fn backstop_print(
+    c: &dyn Capturer,
+    dir: &Path,
+    ignore: &IgnoreSet,
+    watching: bool,
+) -> Result<u64, WatchError> {
+    use std::hash::{Hash, Hasher};
+    match watching.then(|| c.held_files()).flatten() {
+        Some(held) => {
+            let mut h = std::hash::DefaultHasher::new();
+            for rel in held.iter().filter(|p| !ignore.is_ignored(p)) {
+                if let Ok(m) = std::fs::symlink_metadata(dir.join(rel)) {
+                    (rel, m.ino(), m.ctime(), m.ctime_nsec(), m.size()).hash(&mut h);
+                }
+            }
+            Ok(h.finish())
+        }
+        None => fingerprint(dir, ignore),
     }
 }
 

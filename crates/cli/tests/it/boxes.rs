@@ -2165,6 +2165,18 @@ fn every_command_is_captured_whole_when_the_check_trusts_the_watcher() {
             &["workspace/db"],
         );
     }
+    // With nobody asking: the backstop scan looks at the files the box holds, and the write
+    // through the mapping becomes a node of its own.
+    let before = b.node_count("jr");
+    exec("touch /tmp/go");
+    wait_until(
+        "a node for a write through a mapping, with no command",
+        || b.node_count("jr") > before,
+    );
+    assert!(changed("HEAD~1", "HEAD")
+        .iter()
+        .any(|p| p == "workspace/db"));
+    nothing_left("a write through a mapping, with no command");
     // More events at once than the kernel queues (16384 by default): events are lost, so
     // the next check looks at everything again.
     step(

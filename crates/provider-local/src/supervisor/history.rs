@@ -122,13 +122,19 @@ fn snapshot(
     shared: &Shared,
     version: Option<agentbox_store::MarksVersion>,
 ) -> crate::layer_watch::Snapshot {
-    let (upper, pid1) = match lock(&shared.box_).as_ref() {
-        Some(g) => (g.upper.clone(), Some(g.running.pid1_host)),
-        None => (PathBuf::new(), None),
-    };
-    shared.watch.snapshot(&upper, version, || {
-        pid1.and_then(crate::held_files::held_paths)
-    })
+    let upper = lock(&shared.box_)
+        .as_ref()
+        .map(|g| g.upper.clone())
+        .unwrap_or_default();
+    shared
+        .watch
+        .snapshot(&upper, version, || held_files(shared))
+}
+
+/// See [`crate::capture::Capturer::held_files`].
+fn held_files(shared: &Shared) -> Option<Vec<PathBuf>> {
+    let pid1 = lock(&shared.box_).as_ref().map(|g| g.running.pid1_host)?;
+    crate::held_files::held_paths(pid1)
 }
 
 /// Whether directory `dir` (relative to the box's root) is, or is above, a path shown from
@@ -211,6 +217,10 @@ impl crate::capture::Capturer for Shared {
 
     fn watch(&self) -> &crate::layer_watch::LayerWatch {
         &self.watch
+    }
+
+    fn held_files(&self) -> Option<Vec<PathBuf>> {
+        held_files(self)
     }
 }
 
