@@ -31,7 +31,6 @@
 
 use std::ffi::OsStr;
 
-use crate::backend::{ChangeHint, MarksVersion};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -439,18 +438,6 @@ impl Backend for BtrfsBackend {
 
     fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
         LayersBackend::box_layers_over(dirs, vec![self.top_layer(chain)?])
-    }
-
-    fn changed_paths(
-        &self,
-        dirs: &WorkDirs,
-        hint: Option<&ChangeHint>,
-    ) -> Result<Vec<(PathBuf, bool)>> {
-        LayersBackend::changed_in_upper(dirs, hint)
-    }
-
-    fn marks_version(&self, dirs: &WorkDirs) -> Result<Option<MarksVersion>> {
-        LayersBackend::marks_version(dirs).map(Some)
     }
 
     fn working_view(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<WorkingView> {

@@ -913,18 +913,6 @@ impl Backend for LayersBackend {
 
     /// One `lstat` per entry of the upper directory, compared with the marks of the last
     /// commit: O(what changed since checkout), like a commit.
-    fn changed_paths(
-        &self,
-        dirs: &WorkDirs,
-        hint: Option<&ChangeHint>,
-    ) -> Result<Vec<(PathBuf, bool)>> {
-        Self::changed_in_upper(dirs, hint)
-    }
-
-    fn marks_version(&self, dirs: &WorkDirs) -> Result<Option<MarksVersion>> {
-        Self::marks_version(dirs).map(Some)
-    }
-
     fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
         Self::box_layers_over(dirs, self.chain_dirs(chain))
     }

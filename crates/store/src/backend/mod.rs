@@ -210,15 +210,20 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// With a `hint` made against the current marks ([`MarksVersion`]), only the hinted
     /// paths (and what they imply) are looked at: the caller vouches that nothing else
     /// changed since those marks.
+    ///
+    /// Both backends keep a box's (and an environment's) working changes in an upper
+    /// directory with marks of the last commit, so this is theirs alike.
     fn changed_paths(
         &self,
         dirs: &WorkDirs,
         hint: Option<&ChangeHint>,
-    ) -> Result<Vec<(PathBuf, bool)>>;
+    ) -> Result<Vec<(PathBuf, bool)>> {
+        layers::LayersBackend::changed_in_upper(dirs, hint)
+    }
 
-    /// The version of the marks [`Backend::changed_paths`] compares with, where it keeps any.
-    fn marks_version(&self, _dirs: &WorkDirs) -> Result<Option<MarksVersion>> {
-        Ok(None)
+    /// The version of the marks [`Backend::changed_paths`] compares with.
+    fn marks_version(&self, dirs: &WorkDirs) -> Result<Option<MarksVersion>> {
+        layers::LayersBackend::marks_version(dirs).map(Some)
     }
 
     /// A read-only view of the working tree: the mount point when there is one.
