@@ -814,6 +814,7 @@ mod tests {
             mtime_nsec: 0,
             ctime_sec: 0,
             ctime_nsec: 0,
+            btime: None,
             dev: 1,
             ino,
             nlink: 1,

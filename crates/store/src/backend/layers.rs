@@ -308,6 +308,7 @@ impl LayersBackend {
         Mark {
             ino: meta.ino,
             ctime: (meta.ctime_sec, meta.ctime_nsec),
+            btime: meta.btime,
             whiteout: meta.is_whiteout(),
             dir: meta.kind == Kind::Dir,
         }
@@ -388,7 +389,7 @@ impl LayersBackend {
                 changed.insert(rel.clone());
                 // Opaque only the first time the directory is captured: later layers merge
                 // with the layer that already hid the lower contents.
-                let first_time = before.is_none_or(|b| b.ino != mark.ino || !b.dir);
+                let first_time = before.is_none_or(|b| b.replaced_by(mark));
                 if mark.dir && first_time {
                     let e = entry_of(rel)?;
                     if e.meta.xattrs.get(opaque).map(|v| v.as_slice()) == Some(b"y") {

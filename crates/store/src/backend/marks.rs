@@ -34,11 +34,16 @@ use crate::fsops::io_at;
 use crate::{Error, Result};
 
 /// Identity of an upper entry at capture time; any change of content or metadata changes
-/// the ctime, a replacement changes the inode.
+/// the ctime, a replacement changes the inode or, when the filesystem hands a freed inode
+/// number out again, the birth time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Mark {
     pub ino: u64,
     pub ctime: (i64, i64),
+    /// `None` where the filesystem keeps no birth time, and in marks written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub btime: Option<(i64, u32)>,
     pub whiteout: bool,
     pub dir: bool,
 }
@@ -46,9 +51,33 @@ pub(super) struct Mark {
 impl Mark {
     /// Whether the entry is unchanged. A whiteout is a whiteout: overlayfs may share one
     /// inode among all of them and its ctime moves whenever any whiteout comes or goes (or
-    /// a mount cleans the work directory), which changes nothing in the tree.
+    /// a mount cleans the work directory), which changes nothing in the tree. A birth time
+    /// only one side knows is no difference (marks of an older version lack it).
     pub fn same(&self, other: &Mark) -> bool {
-        (self.whiteout && other.whiteout) || self == other
+        if self.whiteout && other.whiteout {
+            return true;
+        }
+        self.ctime == other.ctime && self.whiteout == other.whiteout && !self.replaced_by(other)
+    }
+
+    /// Whether `now` is known to be another entry than the one this mark recorded: another
+    /// kind, another inode, or the same inode number born at another time.
+    pub fn replaced_by(&self, now: &Mark) -> bool {
+        self.dir != now.dir
+            || self.ino != now.ino
+            || matches!((self.btime, now.btime), (Some(a), Some(b)) if a != b)
+    }
+
+    /// Whether `now` is provably the directory this mark recorded, not one made again
+    /// since (a directory's ctime moves with every entry made or removed in it, so only
+    /// the inode and the birth time say which one it is). Without a birth time on either
+    /// side a reused inode number cannot be told apart: the answer is no.
+    pub fn same_dir(&self, now: &Mark) -> bool {
+        self.dir
+            && now.dir
+            && self.ino == now.ino
+            && self.btime.is_some()
+            && self.btime == now.btime
     }
 
     pub fn of(md: &std::fs::Metadata) -> Mark {
@@ -57,6 +86,7 @@ impl Mark {
         Mark {
             ino: md.ino(),
             ctime: (md.ctime(), md.ctime_nsec()),
+            btime: crate::fsops::birth_time(md),
             whiteout: ft.is_char_device() && md.rdev() == 0,
             dir: ft.is_dir(),
         }
@@ -462,11 +492,9 @@ pub(super) fn partial_scan(
             }
         }
         present.insert(rel.clone(), mark);
-        if mark.dir
-            && !rel.as_os_str().is_empty()
-            && before.is_none_or(|b| !b.dir || b.ino != mark.ino)
-        {
-            // A new or replaced directory: every entry below it is a new name.
+        if mark.dir && !rel.as_os_str().is_empty() && !before.is_some_and(|b| b.same_dir(&mark)) {
+            // A new or replaced directory (or one not provably the same): every entry
+            // below it is a new name.
             let walked = scan_marks(&upper.join(rel))?;
             if let Some(k) = rel.to_str() {
                 for (old, _) in below(prev, k) {
@@ -536,9 +564,17 @@ fn stat_beneath(
     upper: &Path,
     rel: &Path,
 ) -> Result<Option<(Mark, u64)>> {
-    use rustix::fs::{OFlags, ResolveFlags};
+    use rustix::fs::{AtFlags, OFlags, ResolveFlags, StatxFlags};
+    let statx = |fd: &rustix::fd::OwnedFd| {
+        rustix::fs::statx(
+            fd,
+            "",
+            AtFlags::EMPTY_PATH,
+            StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+        )
+    };
     let stat = if rel.as_os_str().is_empty() {
-        rustix::fs::fstat(root)
+        statx(root)
     } else {
         // O_PATH with O_NOFOLLOW opens the entry itself, whatever it is (a symlink too).
         match rustix::fs::openat2(
@@ -548,7 +584,7 @@ fn stat_beneath(
             rustix::fs::Mode::empty(),
             ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
         ) {
-            Ok(fd) => rustix::fs::fstat(&fd),
+            Ok(fd) => statx(&fd),
             Err(e)
                 if e == rustix::io::Errno::NOENT
                     || e == rustix::io::Errno::NOTDIR
@@ -561,12 +597,16 @@ fn stat_beneath(
         }
     };
     let st = stat.map_err(|e| io_at("lstat", &upper.join(rel), e.into()))?;
-    let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    let kind = rustix::fs::FileType::from_raw_mode(u32::from(st.stx_mode));
+    let born = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME);
     let mark = Mark {
-        ino: st.st_ino,
-        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
-        whiteout: kind == rustix::fs::FileType::CharacterDevice && st.st_rdev == 0,
+        ino: st.stx_ino,
+        ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
+        btime: born.then_some((st.stx_btime.tv_sec, st.stx_btime.tv_nsec)),
+        whiteout: kind == rustix::fs::FileType::CharacterDevice
+            && st.stx_rdev_major == 0
+            && st.stx_rdev_minor == 0,
         dir: kind == rustix::fs::FileType::Directory,
     };
-    Ok(Some((mark, st.st_nlink)))
+    Ok(Some((mark, u64::from(st.stx_nlink))))
 }

@@ -84,6 +84,7 @@ fn marker_meta() -> Meta {
         mtime_nsec: 0,
         ctime_sec: 0,
         ctime_nsec: 0,
+        btime: None,
         dev: 0,
         ino: 0,
         nlink: 1,
@@ -365,7 +366,7 @@ fn same_meta(a: &Meta, b: &Meta) -> bool {
 /// can set back). Spares reading both copies of every file when the history of a btrfs
 /// environment is exported.
 fn same_inode_unchanged(a: &Meta, b: &Meta) -> bool {
-    a.ino == b.ino && (a.ctime_sec, a.ctime_nsec) == (b.ctime_sec, b.ctime_nsec)
+    a.ino == b.ino && (a.ctime_sec, a.ctime_nsec) == (b.ctime_sec, b.ctime_nsec) && !a.born_apart(b)
 }
 
 /// The layer that turns `base` into `tree` (`base: None`: the complete tree). Entries that

@@ -140,6 +140,7 @@ fn same_inode_version(a: &Meta, b: &Meta) -> bool {
         && a.mtime_nsec == b.mtime_nsec
         && a.ctime_sec == b.ctime_sec
         && a.ctime_nsec == b.ctime_nsec
+        && !a.born_apart(b)
 }
 
 fn show_target(t: &Option<PathBuf>) -> String {

@@ -15,6 +15,7 @@ pub mod walk;
 
 pub use copy::{copy_dir, copy_entry, copy_tree, CopyOpts, CopyStats};
 pub use diff::{compare_exact, diff_trees, Change, ChangeKind};
+pub(crate) use scan::birth_time;
 pub use scan::{read_meta, scan_chain, scan_tree};
 
 use std::collections::BTreeMap;
@@ -48,6 +49,9 @@ pub struct Meta {
     pub mtime_nsec: i64,
     pub ctime_sec: i64,
     pub ctime_nsec: i64,
+    /// Birth time (seconds, nanoseconds), where the filesystem records one: with the inode
+    /// number it tells a directory made again under a reused inode from the old one.
+    pub btime: Option<(i64, u32)>,
     pub dev: u64,
     pub ino: u64,
     pub nlink: u64,
@@ -59,6 +63,12 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// Whether both record a birth time and the two differ: another inode under a reused
+    /// number, which a change time from the same clock tick would not tell apart.
+    pub fn born_apart(&self, other: &Meta) -> bool {
+        matches!((self.btime, other.btime), (Some(a), Some(b)) if a != b)
+    }
+
     /// Timestamps that give an entry this mtime and leave its atime as it is.
     pub fn mtime_only(&self) -> rustix::fs::Timestamps {
         rustix::fs::Timestamps {

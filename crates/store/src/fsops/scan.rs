@@ -58,6 +58,7 @@ pub fn read_meta(path: &Path) -> Result<Meta> {
         mtime_nsec: md.mtime_nsec(),
         ctime_sec: md.ctime(),
         ctime_nsec: md.ctime_nsec(),
+        btime: birth_time(&md),
         dev: md.dev(),
         ino: md.ino(),
         nlink: md.nlink(),
@@ -65,6 +66,13 @@ pub fn read_meta(path: &Path) -> Result<Meta> {
         target,
         xattrs: read_xattrs(path)?,
     })
+}
+
+/// The birth time `lstat` (statx) reported, if the filesystem keeps one.
+pub(crate) fn birth_time(md: &std::fs::Metadata) -> Option<(i64, u32)> {
+    let t = md.created().ok()?;
+    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some((i64::try_from(d.as_secs()).ok()?, d.subsec_nanos()))
 }
 
 /// True when an xattr call failed because the filesystem (or the file type) has no xattrs.

@@ -326,3 +326,68 @@ fn a_hinted_check_and_its_commit_see_what_a_whole_scan_sees() {
         );
     }
 }
+
+/// A directory removed with its tree and made again, when the filesystem hands the freed
+/// inode number to the new one (ext4 does at once): a hint naming only the directory
+/// (all a watcher may report of a tree removed at once) still finds the old entries gone
+/// and the new ones new. The inode number alone cannot tell the two directories apart.
+#[test]
+fn a_directory_made_again_under_its_old_inode_number_is_looked_at_whole() {
+    use std::os::unix::fs::MetadataExt;
+    let (mut ran, mut reused_somewhere) = (false, false);
+    for fx in fixtures("a_directory_made_again_under_its_old_inode_number_is_looked_at_whole") {
+        ran = true;
+        let store = fx.store();
+        let upper = new_box(&fx, &store, "seed", "s");
+        let mut reused = false;
+        for attempt in 0..20 {
+            let dir = upper.join("workspace/r");
+            write(&dir.join("old/deep"), "old");
+            write(&dir.join("kept"), "old");
+            commit(&store, "bx", &format!("tree {attempt}"));
+            let ino = std::fs::metadata(&dir).expect("stat").ino();
+            let version = store.marks_version("bx").expect("version").expect("marks");
+            std::fs::remove_dir_all(&dir).expect("rm -r");
+            write(&dir.join("kept"), "new");
+            write(&dir.join("fresh/deep"), "new");
+            reused |= std::fs::metadata(&dir).expect("stat").ino() == ino;
+            let whole = sorted(store.changed_paths("bx").expect("whole check"));
+            let hint = agentbox_store::ChangeHint {
+                since: version,
+                paths: vec![PathBuf::from("workspace/r")],
+            };
+            let hinted = sorted(
+                store
+                    .changed_paths_hinted("bx", Some(&hint))
+                    .expect("hinted check"),
+            );
+            assert!(
+                whole.contains(&(PathBuf::from("workspace/r/old"), true)),
+                "{:?}: {whole:?}",
+                fx.kind
+            );
+            assert_eq!(hinted, whole, "{:?} attempt {attempt}", fx.kind);
+            commit(&store, "bx", &format!("again {attempt}"));
+            assert_eq!(
+                uncommitted(&store, "bx"),
+                Vec::<String>::new(),
+                "{:?}",
+                fx.kind
+            );
+            std::fs::remove_dir_all(&dir).expect("rm -r");
+            commit(&store, "bx", &format!("gone {attempt}"));
+            if reused {
+                break;
+            }
+        }
+        eprintln!("{:?}: inode number reused: {reused}", fx.kind);
+        reused_somewhere |= reused;
+    }
+    // The case this test is about must have happened (on the ext4 of the layers fixture).
+    if ran {
+        assert!(
+            reused_somewhere,
+            "no filesystem of the fixtures reused an inode number"
+        );
+    }
+}
