@@ -365,11 +365,11 @@ impl LayersBackend {
             if let Some(e) = full.get(rel) {
                 return Ok(e.clone());
             }
-            let src = upper_dir.join(rel);
+            // Box-controlled: never through a directory it swapped for a symlink.
             let e = Entry {
                 rel: rel.to_owned(),
-                meta: read_meta(&src)?,
-                src,
+                meta: crate::fsops::read_meta_beneath(&upper_dir, rel)?,
+                src: upper_dir.join(rel),
             };
             full.insert(rel.to_owned(), e.clone());
             Ok(e)

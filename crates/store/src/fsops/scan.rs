@@ -21,7 +21,62 @@ pub fn is_overlay_xattr(name: &str) -> bool {
 /// `lstat` of `path` plus every xattr (not following symlinks) and the link target of a
 /// symlink. A filesystem without xattr support reports no xattrs.
 pub fn read_meta(path: &Path) -> Result<Meta> {
-    let md = std::fs::symlink_metadata(path).map_err(|e| io_at("lstat", path, e))?;
+    read_meta_named(path, path)
+}
+
+/// [`read_meta`] of `root/rel` where `rel` is untrusted (a box's tree): no directory on
+/// the way is looked up through a symlink or outside `root`, so a box that swapped one
+/// for a symlink after a scan cannot make the host read another file's metadata. Such a
+/// path reads as not found.
+///
+/// How: the parent is opened beneath `root` (`openat2`, no symlinks), and the entry is
+/// read through the parent's `/proc/self/fd` link (which names exactly that directory)
+/// without following it: the xattr calls have no form relative to a directory
+/// descriptor.
+pub fn read_meta_beneath(root: &Path, rel: &Path) -> Result<Meta> {
+    let shown = root.join(rel);
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return read_meta(root);
+    };
+    let dir =
+        open_dir_beneath(root, parent).map_err(|e| io_at("open the directory of", &shown, e))?;
+    let via = Path::new("/proc/self/fd")
+        .join(rustix::fd::AsRawFd::as_raw_fd(&dir).to_string())
+        .join(name);
+    read_meta_named(&via, &shown)
+}
+
+/// `root/rel` opened as a directory (`O_PATH`), every component looked up beneath `root`
+/// and none through a symlink: `ELOOP`, `ENOTDIR` or `EXDEV` read as not found.
+pub(crate) fn open_dir_beneath(root: &Path, rel: &Path) -> std::io::Result<rustix::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let root_fd = rustix::fs::open(root, flags, Mode::empty())?;
+    if rel.as_os_str().is_empty() {
+        return Ok(root_fd);
+    }
+    rustix::fs::openat2(
+        &root_fd,
+        rel,
+        flags | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| {
+        if e == rustix::io::Errno::LOOP
+            || e == rustix::io::Errno::NOTDIR
+            || e == rustix::io::Errno::XDEV
+        {
+            std::io::Error::from(std::io::ErrorKind::NotFound)
+        } else {
+            e.into()
+        }
+    })
+}
+
+/// [`read_meta`] of `path`, with errors naming `shown`.
+fn read_meta_named(path: &Path, shown: &Path) -> Result<Meta> {
+    let md = std::fs::symlink_metadata(path).map_err(|e| io_at("lstat", shown, e))?;
     let ft = md.file_type();
     let kind = if ft.is_dir() {
         Kind::Dir
@@ -39,12 +94,12 @@ pub fn read_meta(path: &Path) -> Result<Meta> {
         Kind::BlockDev
     } else {
         return Err(Error::Corrupt {
-            path: path.to_path_buf(),
+            path: shown.to_path_buf(),
             message: format!("unknown file type (mode {:o})", md.mode()),
         });
     };
     let target = if kind == Kind::Symlink {
-        Some(std::fs::read_link(path).map_err(|e| io_at("readlink", path, e))?)
+        Some(std::fs::read_link(path).map_err(|e| io_at("readlink", shown, e))?)
     } else {
         None
     };
@@ -64,7 +119,7 @@ pub fn read_meta(path: &Path) -> Result<Meta> {
         nlink: md.nlink(),
         rdev: md.rdev(),
         target,
-        xattrs: read_xattrs(path)?,
+        xattrs: read_xattrs_named(path, shown)?,
     })
 }
 
@@ -85,8 +140,12 @@ fn xattrs_unsupported(err: &std::io::Error) -> bool {
 
 /// Every xattr of `path` (not following a symlink).
 pub(crate) fn read_xattrs(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    read_xattrs_named(path, path)
+}
+
+fn read_xattrs_named(path: &Path, shown: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
     let mut out = BTreeMap::new();
-    for key in xattr_names(path)? {
+    for key in xattr_names_named(path, shown)? {
         match xattr::get(path, &key) {
             // Removed between list and get: not part of the snapshot.
             Ok(None) => {}
@@ -94,7 +153,7 @@ pub(crate) fn read_xattrs(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
                 out.insert(key, value);
             }
             Err(e) if xattrs_unsupported(&e) => {}
-            Err(e) => return Err(io_at(&format!("getxattr {key}"), path, e)),
+            Err(e) => return Err(io_at(&format!("getxattr {key}"), shown, e)),
         }
     }
     Ok(out)
@@ -103,10 +162,14 @@ pub(crate) fn read_xattrs(path: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
 /// The names of the xattrs of `path` (not following a symlink); none on a filesystem
 /// without xattrs.
 pub(crate) fn xattr_names(path: &Path) -> Result<Vec<String>> {
+    xattr_names_named(path, path)
+}
+
+fn xattr_names_named(path: &Path, shown: &Path) -> Result<Vec<String>> {
     match xattr::list(path) {
-        Ok(names) => names.map(|n| xattr_name(path, n)).collect(),
+        Ok(names) => names.map(|n| xattr_name(shown, n)).collect(),
         Err(e) if xattrs_unsupported(&e) => Ok(Vec::new()),
-        Err(e) => Err(io_at("listxattr", path, e)),
+        Err(e) => Err(io_at("listxattr", shown, e)),
     }
 }
 

@@ -7,7 +7,12 @@
 //! overlaps well across cores.
 //!
 //! Semantics are those of a plain recursive walk: symlinks are never followed, directories
-//! on other filesystems below the root are entered, the first error ends the walk.
+//! on other filesystems below the root are entered, the first error ends the walk. The
+//! tree may be a running box's, changing while it is walked: each directory is opened
+//! beneath the root without following a symlink on the way (`openat2`), so one the box
+//! swapped for a symlink after its parent was read is never listed through it; such a
+//! directory, or one removed meanwhile, is skipped (its entry reports what the parent's
+//! listing saw), as is an entry removed between the listing and its `lstat`.
 
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
@@ -30,12 +35,19 @@ pub fn lstat_tree(root: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
     if !is_dir {
         return Ok(out);
     }
+    let root_fd = rustix::fs::open(
+        root,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io_at("open", root, e.into()))?;
+    let root_fd = &root_fd;
     // Breadth first on this thread until a level is wide enough to share.
     let mut level = vec![PathBuf::new()];
     while !level.is_empty() && level.len() < SPLIT_DIRS {
         let mut next = Vec::new();
         for dir in &level {
-            read_level(root, dir, &mut out, &mut next)?;
+            read_level(root, root_fd, dir, &mut out, &mut next)?;
         }
         level = next;
     }
@@ -59,7 +71,7 @@ pub fn lstat_tree(root: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
                         };
                         let mut stack = vec![start.clone()];
                         while let Some(dir) = stack.pop() {
-                            read_level(root, &dir, &mut found, &mut stack)?;
+                            read_level(root, root_fd, &dir, &mut found, &mut stack)?;
                         }
                     }
                 })
@@ -79,22 +91,57 @@ pub fn lstat_tree(root: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
     Ok(out)
 }
 
-/// Read directory `root/dir`: its entries (relative to `root`) into `out`, its
-/// subdirectories into `dirs`.
+/// Read directory `root/dir` (`root_fd` is `root`): its entries (relative to `root`) into
+/// `out`, its subdirectories into `dirs`. A directory that is gone or is no directory
+/// any more (see the module doc) adds nothing.
 fn read_level(
     root: &Path,
+    root_fd: &rustix::fd::OwnedFd,
     dir: &Path,
     out: &mut Vec<(PathBuf, Metadata)>,
     dirs: &mut Vec<PathBuf>,
 ) -> Result<()> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
     let abs = root.join(dir);
-    for item in std::fs::read_dir(&abs).map_err(|e| io_at("read directory", &abs, e))? {
+    let fd = if dir.as_os_str().is_empty() {
+        None
+    } else {
+        match rustix::fs::openat2(
+            root_fd,
+            dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Ok(fd) => Some(fd),
+            Err(e)
+                if e == rustix::io::Errno::NOENT
+                    || e == rustix::io::Errno::NOTDIR
+                    || e == rustix::io::Errno::LOOP
+                    || e == rustix::io::Errno::XDEV =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(io_at("open", &abs, e.into())),
+        }
+    };
+    // Listed through the descriptor's `/proc` link, which names exactly the directory
+    // opened; `DirEntry::metadata` is then an `fstatat` in it without following a symlink.
+    let raw = rustix::fd::AsRawFd::as_raw_fd(fd.as_ref().unwrap_or(root_fd));
+    let via = PathBuf::from(format!("/proc/self/fd/{raw}"));
+    let items = match std::fs::read_dir(&via) {
+        Ok(items) => items,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && fd.is_some() => return Ok(()),
+        Err(e) => return Err(io_at("read directory", &abs, e)),
+    };
+    for item in items {
         let item = item.map_err(|e| io_at("read directory", &abs, e))?;
-        // `DirEntry::metadata` is an `fstatat` without following a symlink.
-        let md = item
-            .metadata()
-            .map_err(|e| io_at("lstat", &item.path(), e))?;
         let rel = dir.join(item.file_name());
+        let md = match item.metadata() {
+            Ok(md) => md,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_at("lstat", &root.join(&rel), e)),
+        };
         if md.is_dir() {
             dirs.push(rel.clone());
         }
@@ -154,6 +201,36 @@ mod tests {
         assert_eq!(seen, walkdir_view(root));
         assert!(seen.contains_key(Path::new("wide/p3/lib/deep/er/still")));
         assert!(seen.contains_key(Path::new("")));
+    }
+
+    /// What a box can do between a directory's listing and the walk into it: swap it
+    /// (or a directory above it) for a symlink to a directory of the host.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_is_never_listed_through_it() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let (root, host) = (t.path().join("root"), t.path().join("host"));
+        std::fs::create_dir_all(host.join("b")).expect("mkdir");
+        std::fs::write(host.join("secret"), "host").expect("write");
+        std::fs::write(host.join("b/secret"), "host").expect("write");
+        std::fs::create_dir_all(root.join("real")).expect("mkdir");
+        std::os::unix::fs::symlink(&host, root.join("a")).expect("symlink");
+        let root_fd = rustix::fs::open(
+            &root,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("open root");
+        for dir in ["a", "a/b", "real/../a"] {
+            let (mut out, mut dirs) = (Vec::new(), Vec::new());
+            read_level(&root, &root_fd, Path::new(dir), &mut out, &mut dirs).expect("read");
+            assert!(out.is_empty() && dirs.is_empty(), "{dir}: {out:?}");
+        }
+        // A plain directory is listed as before.
+        std::fs::write(root.join("real/f"), "x").expect("write");
+        let (mut out, mut dirs) = (Vec::new(), Vec::new());
+        read_level(&root, &root_fd, Path::new("real"), &mut out, &mut dirs).expect("read");
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, Path::new("real/f"));
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agentbox_store::fsops::{
-    compare_exact, copy_dir, copy_tree, diff_trees, read_meta, scan_chain, scan_tree, ChangeKind,
-    CopyOpts, Kind,
+    compare_exact, copy_dir, copy_tree, diff_trees, read_meta, read_meta_beneath, scan_chain,
+    scan_tree, ChangeKind, CopyOpts, Kind,
 };
 use agentbox_testkit::tier::require_root;
 use agentbox_testkit::tree_gen::{
@@ -917,4 +917,42 @@ fn a_copy_beneath_a_tree_never_reads_through_a_swapped_directory() {
         fs_err::read_to_string(plain.join("d/secret")).expect("read"),
         "the host's"
     );
+}
+
+/// The metadata a capture reads of a box's entry is the entry's own: a directory of its
+/// path swapped for a symlink to the host after the scan makes the read fail as "not
+/// found", never report the host file's owner, mode, xattrs or link target.
+#[test]
+fn metadata_beneath_a_tree_is_never_read_through_a_swapped_directory() {
+    let home = TempHome::new();
+    let upper = home.path().join("upper");
+    let outside = home.path().join("host");
+    fs_err::create_dir_all(upper.join("d/e")).expect("mkdir");
+    fs_err::create_dir_all(outside.join("e")).expect("mkdir");
+    fs_err::write(upper.join("d/e/f"), "the box's own").expect("write");
+    std::os::unix::fs::symlink("elsewhere", upper.join("d/link")).expect("symlink");
+    fs_err::write(outside.join("e/f"), "the host's, and longer").expect("write");
+    xattr::set(outside.join("e/f"), "user.host", b"secret").expect("setxattr");
+
+    // Before the swap: the box's own entries, a symlink read as itself.
+    let own = read_meta_beneath(&upper, Path::new("d/e/f")).expect("meta");
+    assert_eq!(own.size, "the box's own".len() as u64);
+    let link = read_meta_beneath(&upper, Path::new("d/link")).expect("meta");
+    assert_eq!(link.target.as_deref(), Some(Path::new("elsewhere")));
+    assert_eq!(
+        read_meta_beneath(&upper, Path::new("")).expect("root").ino,
+        fs_err::metadata(&upper).expect("stat").ino()
+    );
+
+    fs_err::remove_dir_all(upper.join("d")).expect("rm");
+    std::os::unix::fs::symlink(&outside, upper.join("d")).expect("symlink");
+    let err = read_meta_beneath(&upper, Path::new("d/e/f")).expect_err("through the symlink");
+    assert!(
+        err.to_string()
+            .contains(&upper.join("d/e/f").display().to_string()),
+        "{err}"
+    );
+    // What the guard prevents: a read by path reports the host's file.
+    let host = read_meta(&upper.join("d/e/f")).expect("meta");
+    assert!(host.xattrs.contains_key("user.host"));
 }
