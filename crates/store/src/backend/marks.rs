@@ -495,7 +495,11 @@ pub(super) fn partial_scan(
         if mark.dir && !rel.as_os_str().is_empty() && !before.is_some_and(|b| b.same_dir(&mark)) {
             // A new or replaced directory (or one not provably the same): every entry
             // below it is a new name.
-            let walked = scan_marks(&upper.join(rel))?;
+            let walked: BTreeMap<PathBuf, Mark> =
+                crate::fsops::walk::lstat_tree_beneath(upper, rel)?
+                    .into_iter()
+                    .map(|(sub, md)| (sub, Mark::of(&md)))
+                    .collect();
             if let Some(k) = rel.to_str() {
                 for (old, _) in below(prev, k) {
                     let sub = Path::new(old).strip_prefix(rel).unwrap_or(Path::new(old));

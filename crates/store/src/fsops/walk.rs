@@ -30,18 +30,44 @@ const SPLIT_DIRS: usize = 64;
 /// metadata; in no particular order.
 pub fn lstat_tree(root: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
     let md = std::fs::symlink_metadata(root).map_err(|e| io_at("lstat", root, e))?;
-    let is_dir = md.is_dir();
-    let mut out = vec![(PathBuf::new(), md)];
-    if !is_dir {
-        return Ok(out);
+    if !md.is_dir() {
+        return Ok(vec![(PathBuf::new(), md)]);
     }
     let root_fd = rustix::fs::open(
         root,
-        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::OFlags::PATH
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| io_at("open", root, e.into()))?;
-    let root_fd = &root_fd;
+    walk_from(root, &root_fd, md)
+}
+
+/// [`lstat_tree`] of the directory `base/rel`, where `rel` is untrusted (a path in a box's
+/// tree): it is looked up beneath `base` without following a symlink, and if it is not a
+/// directory reached that way (any more), the walk finds nothing.
+pub fn lstat_tree_beneath(base: &Path, rel: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
+    let shown = base.join(rel);
+    let root_fd = match super::scan::open_dir_beneath(base, rel) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_at("open", &shown, e)),
+    };
+    let via = format!("/proc/self/fd/{}", rustix::fd::AsRawFd::as_raw_fd(&root_fd));
+    // Following the descriptor's link is the directory itself.
+    let md = std::fs::metadata(via).map_err(|e| io_at("lstat", &shown, e))?;
+    walk_from(&shown, &root_fd, md)
+}
+
+/// The walk of the directory `root` (opened as `root_fd`, its metadata `md`).
+fn walk_from(
+    root: &Path,
+    root_fd: &rustix::fd::OwnedFd,
+    md: Metadata,
+) -> Result<Vec<(PathBuf, Metadata)>> {
+    let mut out = vec![(PathBuf::new(), md)];
     // Breadth first on this thread until a level is wide enough to share.
     let mut level = vec![PathBuf::new()];
     while !level.is_empty() && level.len() < SPLIT_DIRS {
@@ -225,8 +251,19 @@ mod tests {
             read_level(&root, &root_fd, Path::new(dir), &mut out, &mut dirs).expect("read");
             assert!(out.is_empty() && dirs.is_empty(), "{dir}: {out:?}");
         }
+        // A walk that starts below the root does not start through one either.
+        for dir in ["a", "a/b", "real/../a"] {
+            let walked = lstat_tree_beneath(&root, Path::new(dir)).expect("walk");
+            assert!(walked.is_empty(), "{dir}: {walked:?}");
+        }
         // A plain directory is listed as before.
         std::fs::write(root.join("real/f"), "x").expect("write");
+        let walked: Vec<PathBuf> = lstat_tree_beneath(&root, Path::new("real"))
+            .expect("walk")
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        assert_eq!(walked, [PathBuf::new(), PathBuf::from("f")]);
         let (mut out, mut dirs) = (Vec::new(), Vec::new());
         read_level(&root, &root_fd, Path::new("real"), &mut out, &mut dirs).expect("read");
         assert_eq!(out.len(), 1);
