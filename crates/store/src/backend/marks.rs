@@ -80,15 +80,18 @@ impl Mark {
             && self.btime == now.btime
     }
 
-    pub fn of(md: &std::fs::Metadata) -> Mark {
-        use std::os::unix::fs::{FileTypeExt, MetadataExt};
-        let ft = md.file_type();
+    pub fn of(st: &rustix::fs::Statx) -> Mark {
+        use rustix::fs::{FileType, StatxFlags};
+        let kind = FileType::from_raw_mode(u32::from(st.stx_mode));
+        let born = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME);
         Mark {
-            ino: md.ino(),
-            ctime: (md.ctime(), md.ctime_nsec()),
-            btime: crate::fsops::birth_time(md),
-            whiteout: ft.is_char_device() && md.rdev() == 0,
-            dir: ft.is_dir(),
+            ino: st.stx_ino,
+            ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
+            btime: born.then_some((st.stx_btime.tv_sec, st.stx_btime.tv_nsec)),
+            whiteout: kind == FileType::CharacterDevice
+                && st.stx_rdev_major == 0
+                && st.stx_rdev_minor == 0,
+            dir: kind == FileType::Directory,
         }
     }
 }
@@ -568,14 +571,9 @@ fn stat_beneath(
     upper: &Path,
     rel: &Path,
 ) -> Result<Option<(Mark, u64)>> {
-    use rustix::fs::{AtFlags, OFlags, ResolveFlags, StatxFlags};
+    use rustix::fs::{AtFlags, OFlags, ResolveFlags};
     let statx = |fd: &rustix::fd::OwnedFd| {
-        rustix::fs::statx(
-            fd,
-            "",
-            AtFlags::EMPTY_PATH,
-            StatxFlags::BASIC_STATS | StatxFlags::BTIME,
-        )
+        rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, crate::fsops::walk::WALK_STATX)
     };
     let stat = if rel.as_os_str().is_empty() {
         statx(root)
@@ -601,16 +599,6 @@ fn stat_beneath(
         }
     };
     let st = stat.map_err(|e| io_at("lstat", &upper.join(rel), e.into()))?;
-    let kind = rustix::fs::FileType::from_raw_mode(u32::from(st.stx_mode));
-    let born = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME);
-    let mark = Mark {
-        ino: st.stx_ino,
-        ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
-        btime: born.then_some((st.stx_btime.tv_sec, st.stx_btime.tv_nsec)),
-        whiteout: kind == rustix::fs::FileType::CharacterDevice
-            && st.stx_rdev_major == 0
-            && st.stx_rdev_minor == 0,
-        dir: kind == rustix::fs::FileType::Directory,
-    };
+    let mark = Mark::of(&st);
     Ok(Some((mark, u64::from(st.stx_nlink))))
 }

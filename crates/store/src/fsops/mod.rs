@@ -15,7 +15,6 @@ pub mod walk;
 
 pub use copy::{copy_dir, copy_entry, copy_tree, CopyOpts, CopyStats};
 pub use diff::{compare_exact, diff_trees, Change, ChangeKind};
-pub(crate) use scan::birth_time;
 pub use scan::{read_meta, read_meta_beneath, scan_chain, scan_tree};
 
 use std::collections::BTreeMap;

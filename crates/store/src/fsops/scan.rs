@@ -124,7 +124,7 @@ fn read_meta_named(path: &Path, shown: &Path) -> Result<Meta> {
 }
 
 /// The birth time `lstat` (statx) reported, if the filesystem keeps one.
-pub(crate) fn birth_time(md: &std::fs::Metadata) -> Option<(i64, u32)> {
+fn birth_time(md: &std::fs::Metadata) -> Option<(i64, u32)> {
     let t = md.created().ok()?;
     let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
     Some((i64::try_from(d.as_secs()).ok()?, d.subsec_nanos()))

@@ -14,9 +14,11 @@
 //! directory, or one removed meanwhile, is skipped (its entry reports what the parent's
 //! listing saw), as is an entry removed between the listing and its `lstat`.
 
-use std::fs::Metadata;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rustix::fs::{AtFlags, Statx, StatxFlags};
 
 use super::io_at;
 use crate::Result;
@@ -26,11 +28,31 @@ use crate::Result;
 /// thread (a commit of a fresh box's upper directory walks a few hundred entries).
 const SPLIT_DIRS: usize = 64;
 
+/// What the walk reads of each entry: `statx` with the basic fields and the birth time.
+pub const WALK_STATX: StatxFlags = StatxFlags::BASIC_STATS.union(StatxFlags::BTIME);
+
+/// `statx` of `name` in directory `dir` (the directory itself for `""`), never following a
+/// symlink.
+fn statx_at(dir: &rustix::fd::OwnedFd, name: &std::ffi::CStr) -> rustix::io::Result<Statx> {
+    let flags = if name.is_empty() {
+        AtFlags::EMPTY_PATH
+    } else {
+        AtFlags::SYMLINK_NOFOLLOW
+    };
+    rustix::fs::statx(dir, name, flags, WALK_STATX)
+}
+
+/// Whether a `statx` result is a directory.
+fn is_dir(st: &Statx) -> bool {
+    rustix::fs::FileType::from_raw_mode(u32::from(st.stx_mode)) == rustix::fs::FileType::Directory
+}
+
 /// Every entry below `root`, the root itself included as the empty path, with its `lstat`
-/// metadata; in no particular order.
-pub fn lstat_tree(root: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
-    let md = std::fs::symlink_metadata(root).map_err(|e| io_at("lstat", root, e))?;
-    if !md.is_dir() {
+/// metadata (`statx`, see [`WALK_STATX`]); in no particular order.
+pub fn lstat_tree(root: &Path) -> Result<Vec<(PathBuf, Statx)>> {
+    let md = rustix::fs::statx(rustix::fs::CWD, root, AtFlags::SYMLINK_NOFOLLOW, WALK_STATX)
+        .map_err(|e| io_at("lstat", root, e.into()))?;
+    if !is_dir(&md) {
         return Ok(vec![(PathBuf::new(), md)]);
     }
     let root_fd = rustix::fs::open(
@@ -48,16 +70,14 @@ pub fn lstat_tree(root: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
 /// [`lstat_tree`] of the directory `base/rel`, where `rel` is untrusted (a path in a box's
 /// tree): it is looked up beneath `base` without following a symlink, and if it is not a
 /// directory reached that way (any more), the walk finds nothing.
-pub fn lstat_tree_beneath(base: &Path, rel: &Path) -> Result<Vec<(PathBuf, Metadata)>> {
+pub fn lstat_tree_beneath(base: &Path, rel: &Path) -> Result<Vec<(PathBuf, Statx)>> {
     let shown = base.join(rel);
     let root_fd = match super::scan::open_dir_beneath(base, rel) {
         Ok(fd) => fd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io_at("open", &shown, e)),
     };
-    let via = format!("/proc/self/fd/{}", rustix::fd::AsRawFd::as_raw_fd(&root_fd));
-    // Following the descriptor's link is the directory itself.
-    let md = std::fs::metadata(via).map_err(|e| io_at("lstat", &shown, e))?;
+    let md = statx_at(&root_fd, c"").map_err(|e| io_at("lstat", &shown, e.into()))?;
     walk_from(&shown, &root_fd, md)
 }
 
@@ -65,8 +85,8 @@ pub fn lstat_tree_beneath(base: &Path, rel: &Path) -> Result<Vec<(PathBuf, Metad
 fn walk_from(
     root: &Path,
     root_fd: &rustix::fd::OwnedFd,
-    md: Metadata,
-) -> Result<Vec<(PathBuf, Metadata)>> {
+    md: Statx,
+) -> Result<Vec<(PathBuf, Statx)>> {
     let mut out = vec![(PathBuf::new(), md)];
     // Breadth first on this thread until a level is wide enough to share.
     let mut level = vec![PathBuf::new()];
@@ -83,7 +103,7 @@ fn walk_from(
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     let taken = AtomicUsize::new(0);
     let level = &level;
-    let results: Vec<Result<Vec<(PathBuf, Metadata)>>> = std::thread::scope(|s| {
+    let results: Vec<Result<Vec<(PathBuf, Statx)>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| {
@@ -119,56 +139,57 @@ fn walk_from(
 
 /// Read directory `root/dir` (`root_fd` is `root`): its entries (relative to `root`) into
 /// `out`, its subdirectories into `dirs`. A directory that is gone or is no directory
-/// any more (see the module doc) adds nothing.
+/// any more (see the module doc) adds nothing, nor does an entry gone before its `lstat`.
 fn read_level(
     root: &Path,
     root_fd: &rustix::fd::OwnedFd,
     dir: &Path,
-    out: &mut Vec<(PathBuf, Metadata)>,
+    out: &mut Vec<(PathBuf, Statx)>,
     dirs: &mut Vec<PathBuf>,
 ) -> Result<()> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
     let abs = root.join(dir);
-    let fd = if dir.as_os_str().is_empty() {
-        None
+    let gone = |e: rustix::io::Errno| {
+        e == rustix::io::Errno::NOENT
+            || e == rustix::io::Errno::NOTDIR
+            || e == rustix::io::Errno::LOOP
+            || e == rustix::io::Errno::XDEV
+    };
+    // Relative to the root, every component without following a symlink: a path the box
+    // changed since its parent was read is not walked through what replaced it.
+    let at = if dir.as_os_str().is_empty() {
+        Path::new(".")
     } else {
-        match rustix::fs::openat2(
-            root_fd,
-            dir,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        ) {
-            Ok(fd) => Some(fd),
-            Err(e)
-                if e == rustix::io::Errno::NOENT
-                    || e == rustix::io::Errno::NOTDIR
-                    || e == rustix::io::Errno::LOOP
-                    || e == rustix::io::Errno::XDEV =>
-            {
-                return Ok(())
-            }
-            Err(e) => return Err(io_at("open", &abs, e.into())),
+        dir
+    };
+    let fd = match rustix::fs::openat2(
+        root_fd,
+        at,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(fd) => fd,
+        Err(e) if gone(e) && !dir.as_os_str().is_empty() => return Ok(()),
+        Err(e) => return Err(io_at("open", &abs, e.into())),
+    };
+    let stat_fd =
+        rustix::io::fcntl_dupfd_cloexec(&fd, 0).map_err(|e| io_at("open", &abs, e.into()))?;
+    let mut entries =
+        rustix::fs::Dir::new(fd).map_err(|e| io_at("read directory", &abs, e.into()))?;
+    while let Some(item) = entries.read() {
+        let item = item.map_err(|e| io_at("read directory", &abs, e.into()))?;
+        let name = item.file_name();
+        if name == c"." || name == c".." {
+            continue;
         }
-    };
-    // Listed through the descriptor's `/proc` link, which names exactly the directory
-    // opened; `DirEntry::metadata` is then an `fstatat` in it without following a symlink.
-    let raw = rustix::fd::AsRawFd::as_raw_fd(fd.as_ref().unwrap_or(root_fd));
-    let via = PathBuf::from(format!("/proc/self/fd/{raw}"));
-    let items = match std::fs::read_dir(&via) {
-        Ok(items) => items,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && fd.is_some() => return Ok(()),
-        Err(e) => return Err(io_at("read directory", &abs, e)),
-    };
-    for item in items {
-        let item = item.map_err(|e| io_at("read directory", &abs, e))?;
-        let rel = dir.join(item.file_name());
-        let md = match item.metadata() {
+        let rel = dir.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        let md = match statx_at(&stat_fd, name) {
             Ok(md) => md,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io_at("lstat", &root.join(&rel), e)),
+            Err(e) if e == rustix::io::Errno::NOENT => continue,
+            Err(e) => return Err(io_at("lstat", &root.join(&rel), e.into())),
         };
-        if md.is_dir() {
+        if is_dir(&md) {
             dirs.push(rel.clone());
         }
         out.push((rel, md));
@@ -196,10 +217,9 @@ mod tests {
     }
 
     fn view(root: &Path) -> BTreeMap<PathBuf, u64> {
-        use std::os::unix::fs::MetadataExt;
         let all = lstat_tree(root).expect("walk");
         let n = all.len();
-        let map: BTreeMap<PathBuf, u64> = all.into_iter().map(|(p, m)| (p, m.ino())).collect();
+        let map: BTreeMap<PathBuf, u64> = all.into_iter().map(|(p, m)| (p, m.stx_ino)).collect();
         assert_eq!(map.len(), n, "an entry was reported twice");
         map
     }
