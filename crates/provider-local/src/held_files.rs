@@ -7,11 +7,13 @@
 //! box (a `tmpfs`, a shown host directory) names nothing in the layer, and is only one
 //! `lstat` more.
 //!
-//! The box's processes are PID 1 and its descendants (an orphan inside the box is adopted
-//! by its PID 1, so none escapes by daemonizing). Everything read here is the box's own
-//! data: paths are taken as names only, never opened.
+//! The box's processes are those of its PID 1's PID namespace: a box cannot make another
+//! one (its seccomp filter denies new namespaces), and daemonizing does not leave it. One
+//! `readlink` of `/proc/PID/ns/pid` per host process finds them, where reading every
+//! process's parent from `/proc/PID/stat` took a few times that. Everything read here is
+//! the box's own data: paths are taken as names only, never opened.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
@@ -74,9 +76,10 @@ fn push_path(out: &mut BTreeSet<PathBuf>, target: &[u8]) {
     }
 }
 
-/// `pid1` and every process descending from it.
+/// Every process in the PID namespace of `pid1` (`pid1` first).
 fn box_pids(pid1: i32) -> Option<Vec<i32>> {
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let ns = std::fs::read_link(format!("/proc/{pid1}/ns/pid")).ok()?;
+    let mut out = vec![pid1];
     for entry in std::fs::read_dir("/proc").ok()? {
         let Ok(entry) = entry else { continue };
         let Some(pid) = entry
@@ -86,30 +89,13 @@ fn box_pids(pid1: i32) -> Option<Vec<i32>> {
         else {
             continue;
         };
-        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        if let Some(ppid) = parent_of(&stat) {
-            children.entry(ppid).or_default().push(pid);
+        // Gone meanwhile, or not ours to look at (then not the box's either: its
+        // processes are readable wherever their files are).
+        if pid != pid1 && std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|n| n == ns) {
+            out.push(pid);
         }
-    }
-    let mut out = vec![pid1];
-    let mut i = 0;
-    while let Some(&p) = out.get(i) {
-        if let Some(c) = children.get(&p) {
-            out.extend(c);
-        }
-        i += 1;
     }
     Some(out)
-}
-
-/// The parent PID in a `/proc/PID/stat` line: the fourth field, after the command name in
-/// parentheses (which may itself hold spaces and parentheses: the last `)` ends it).
-fn parent_of(stat: &[u8]) -> Option<i32> {
-    let end = stat.iter().rposition(|b| *b == b')')?;
-    let rest = std::str::from_utf8(stat.get(end + 1..)?).ok()?;
-    rest.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -137,13 +123,6 @@ mod tests {
             shared_writable(b"7fa5-7fa6 rw-s 00000000 00:01 7   /dev/zero (deleted)"),
             Some(&b"/dev/zero (deleted)"[..])
         );
-    }
-
-    #[test]
-    fn stat_parent() {
-        assert_eq!(parent_of(b"12 (a b) c) S 7 12 12 0"), Some(7));
-        assert_eq!(parent_of(b"1 (init) S 0 1 1"), Some(0));
-        assert_eq!(parent_of(b"garbage"), None);
     }
 
     #[test]
