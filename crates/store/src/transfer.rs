@@ -17,8 +17,8 @@ use chrono::Utc;
 use serde::Serialize;
 
 use crate::bundle::{
-    self, BundleKind, BundleWriter, Compression, ImportOpts, Imported, LayerSource, Manifest,
-    ManifestNode,
+    self, BundleKind, BundleWriter, Compression, ImportOpts, Imported, Manifest, ManifestNode,
+    PlannedLayer,
 };
 use crate::node::Node;
 use crate::store::{EnvState, Source, Store};
@@ -61,9 +61,9 @@ pub struct ImportOptions {
     pub max_size: Option<u64>,
 }
 
-fn manifest_node(n: &Node, base: Option<String>, layer: &LayerSource) -> Result<ManifestNode> {
-    let summary = bundle::layer_summary(layer)?;
-    Ok(ManifestNode {
+fn manifest_node(n: &Node, base: Option<String>, layer: &PlannedLayer) -> ManifestNode {
+    let summary = layer.summary();
+    ManifestNode {
         id: n.id.as_str().to_owned(),
         parent: n.parent.as_deref().map(str::to_owned),
         seq: n.seq,
@@ -73,8 +73,8 @@ fn manifest_node(n: &Node, base: Option<String>, layer: &LayerSource) -> Result<
         metadata: n.metadata.clone(),
         base,
         entries: summary.entries,
-        checksum: summary.checksum,
-    })
+        checksum: summary.checksum.clone(),
+    }
 }
 
 /// Write a bundle of `env` (history: every node; snapshot / rootfs: the node `reference`).
@@ -119,12 +119,13 @@ pub fn export(
                 node.parent = None;
                 let tree = store.node_tree(&target)?;
                 timer.lap("scan");
-                let layer = bundle::layer_from_trees(None, &tree)?;
+                let layer = bundle::plan_tree(&tree)?;
+                drop(tree);
                 let mut m = Manifest::new(kind, env, &target.id);
-                m.nodes.push(manifest_node(&node, None, &layer)?);
+                m.nodes.push(manifest_node(&node, None, &layer));
                 timer.lap("manifest");
                 w.write_manifest(&m)?;
-                w.write_layer(&target.id, &layer)?;
+                w.write_planned_layer(&target.id, &layer)?;
                 timer.lap("write");
                 1
             }
@@ -179,11 +180,12 @@ pub fn export(
                     if children_left.get(n.id.as_str()).is_some_and(|c| *c > 0) {
                         trees.insert(n.id.as_str(), tree);
                     }
+                    let layer = bundle::plan_layer(&layer)?;
                     nodes.push(manifest_node(
                         n,
                         parent.map(|p| p.id.as_str().to_owned()),
                         &layer,
-                    )?);
+                    ));
                     layers.push(layer);
                 }
                 let mut m = Manifest::new(kind, env, &state.head);
@@ -191,7 +193,7 @@ pub fn export(
                 m.nodes = nodes;
                 w.write_manifest(&m)?;
                 for (n, layer) in order.iter().zip(&layers) {
-                    w.write_layer(&n.id, layer)?;
+                    w.write_planned_layer(&n.id, layer)?;
                 }
                 order.len()
             }

@@ -325,18 +325,61 @@ pub(crate) fn plan_entries<'a>(
     Ok(out)
 }
 
-/// Entry count and checksum of a layer, for its [`super::ManifestNode`]. Reads metadata
-/// only (no content), so it is cheap to compute before writing the manifest.
-pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
-    let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
+/// A layer planned into its tar entries, with the summary its [`super::ManifestNode`]
+/// records. An export plans each layer once: the summary goes into the manifest, which comes
+/// first in the bundle, and the same entries are then written
+/// ([`super::BundleWriter::write_planned_layer`]), so they cannot differ from the summary.
+#[derive(Debug, Clone)]
+pub struct PlannedLayer {
+    pub(crate) planned: Vec<Planned>,
+    summary: LayerSummary,
+}
+
+impl PlannedLayer {
+    /// Entry count and checksum, as the manifest records them.
+    pub fn summary(&self) -> &LayerSummary {
+        &self.summary
+    }
+
+    fn of(planned: Vec<Planned>) -> PlannedLayer {
+        let summary = summary_of(&planned);
+        PlannedLayer { planned, summary }
+    }
+}
+
+/// Plan `layer`; a malformed layer is an error naming `path`.
+pub(crate) fn plan_layer_at(layer: &LayerSource, path: &Path) -> Result<PlannedLayer> {
+    plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
+        .map(PlannedLayer::of)
+        .map_err(|message| Error::Bundle {
+            path: path.to_owned(),
+            message,
+        })
+}
+
+/// Plan `layer` into its tar entries. Reads metadata only (no content), so it is cheap to do
+/// before writing the manifest.
+pub fn plan_layer(layer: &LayerSource) -> Result<PlannedLayer> {
+    plan_layer_at(layer, Path::new("<layer>"))
+}
+
+/// Plan the complete layer of `tree` (what `layer_from_trees(None, tree)` describes) without
+/// copying the tree's entries into a [`LayerSource`] first.
+pub fn plan_tree(tree: &Tree) -> Result<PlannedLayer> {
+    plan_entries(tree.entries.values(), &[], &[], true)
+        .map(PlannedLayer::of)
         .map_err(|message| Error::Bundle {
             path: PathBuf::from("<layer>"),
             message,
-        })?;
-    Ok(summary_of(&planned))
+        })
 }
 
-pub(crate) fn summary_of(planned: &[Planned]) -> LayerSummary {
+/// Entry count and checksum of a layer, for its [`super::ManifestNode`] (see [`plan_layer`]).
+pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
+    plan_layer(layer).map(|p| p.summary)
+}
+
+fn summary_of(planned: &[Planned]) -> LayerSummary {
     let mut h = blake3::Hasher::new();
     for p in planned {
         p.record().hash_into(&mut h);

@@ -53,8 +53,8 @@ pub use format::{
     PAX_XATTR_PREFIX, ROOTFS_LAYER, WHITEOUT_PREFIX,
 };
 pub use layer::{
-    apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, to_overlay_layer,
-    LayerSource, LayerSummary,
+    apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, plan_layer, plan_tree,
+    to_overlay_layer, LayerSource, LayerSummary, PlannedLayer,
 };
 pub use read::{
     default_max_size, import, import_into, ImportOpts, Imported, MAX_EXPANSION, MIN_MAX_SIZE,

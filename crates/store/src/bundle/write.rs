@@ -13,7 +13,7 @@ use super::format::{
     PAX_SPARSE, PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX,
 };
 use super::fsutil;
-use super::layer::{plan_entries, summary_of, LayerSource, PlanKind, Planned};
+use super::layer::{plan_entries, plan_layer_at, LayerSource, PlanKind, Planned, PlannedLayer};
 use crate::fsops::Tree;
 use crate::{Error, Result};
 
@@ -175,6 +175,13 @@ impl<W: Write> BundleWriter<W> {
     /// must match the manifest.
     pub fn write_layer(&mut self, node_id: &str, layer: &LayerSource) -> Result<()> {
         let prefix = format!("{NODES_DIR}/{node_id}/");
+        let planned = plan_layer_at(layer, Path::new(&prefix))?;
+        self.write_planned_layer(node_id, &planned)
+    }
+
+    /// [`BundleWriter::write_layer`] of a layer already planned (for its manifest entry).
+    pub fn write_planned_layer(&mut self, node_id: &str, layer: &PlannedLayer) -> Result<()> {
+        let prefix = format!("{NODES_DIR}/{node_id}/");
         let Some(manifest) = &self.manifest else {
             return Err(werr(&prefix, "write_manifest must come before any layer"));
         };
@@ -184,9 +191,7 @@ impl<W: Write> BundleWriter<W> {
         if self.written.contains(node_id) {
             return Err(werr(&prefix, "layer already written"));
         }
-        let planned = plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
-            .map_err(|m| werr(&prefix, m))?;
-        let summary = summary_of(&planned);
+        let summary = layer.summary();
         if summary.entries != node.entries || summary.checksum != node.checksum {
             return Err(werr(
                 &prefix,
@@ -197,10 +202,10 @@ impl<W: Write> BundleWriter<W> {
                 ),
             ));
         }
-        for p in &planned {
+        for p in &layer.planned {
             self.write_planned(prefix.as_bytes(), p, true)?;
         }
-        self.entries += planned.len() as u64;
+        self.entries += layer.planned.len() as u64;
         self.written.insert(node_id.to_owned());
         Ok(())
     }
