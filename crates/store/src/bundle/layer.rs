@@ -347,14 +347,25 @@ impl PlannedLayer {
     }
 }
 
-/// Plan `layer`; a malformed layer is an error naming `path`.
-pub(crate) fn plan_layer_at(layer: &LayerSource, path: &Path) -> Result<PlannedLayer> {
-    plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true)
+/// The layer of a [`plan_entries`] result; a malformed layer is an error naming `path`.
+fn planned_at(
+    planned: std::result::Result<Vec<Planned>, String>,
+    path: &Path,
+) -> Result<PlannedLayer> {
+    planned
         .map(PlannedLayer::of)
         .map_err(|message| Error::Bundle {
             path: path.to_owned(),
             message,
         })
+}
+
+/// Plan `layer`; a malformed layer is an error naming `path`.
+pub(crate) fn plan_layer_at(layer: &LayerSource, path: &Path) -> Result<PlannedLayer> {
+    planned_at(
+        plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true),
+        path,
+    )
 }
 
 /// Plan `layer` into its tar entries. Reads metadata only (no content), so it is cheap to do
@@ -366,12 +377,10 @@ pub fn plan_layer(layer: &LayerSource) -> Result<PlannedLayer> {
 /// Plan the complete layer of `tree` (what `layer_from_trees(None, tree)` describes) without
 /// copying the tree's entries into a [`LayerSource`] first.
 pub fn plan_tree(tree: &Tree) -> Result<PlannedLayer> {
-    plan_entries(tree.entries.values(), &[], &[], true)
-        .map(PlannedLayer::of)
-        .map_err(|message| Error::Bundle {
-            path: PathBuf::from("<layer>"),
-            message,
-        })
+    planned_at(
+        plan_entries(tree.entries.values(), &[], &[], true),
+        Path::new("<layer>"),
+    )
 }
 
 /// Entry count and checksum of a layer, for its [`super::ManifestNode`] (see [`plan_layer`]).

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use agentbox_store::bundle::{
     apply_layer, import, import_into, layer_from_trees, layer_source_from_overlay, layer_summary,
-    to_overlay_layer, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource, Manifest,
-    ManifestNode,
+    plan_layer, plan_tree, to_overlay_layer, BundleKind, BundleWriter, Compression, ImportOpts,
+    LayerSource, Manifest, ManifestNode,
 };
 use agentbox_store::fsops::diff::compare_exact;
 use agentbox_store::fsops::scan::{read_meta, scan_tree};
@@ -260,6 +260,52 @@ fn snapshot_round_trip_keeps_everything() {
     assert!(
         back <= orig + 16 && back * 512 < 32 << 20,
         "sparse allocation kept: {orig} blocks originally, {back} after import"
+    );
+}
+
+#[test]
+fn a_tree_planned_once_writes_the_bundle_its_layer_source_writes() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).expect("mkdir");
+    fidelity_tree(&src, true);
+    let tree = scan(&src);
+    let source = layer_from_trees(None, &tree).expect("layer");
+    let planned = plan_tree(&tree).expect("plan");
+    assert_eq!(
+        planned.summary(),
+        &layer_summary(&source).expect("summary"),
+        "planning a tree directly and through its layer source must agree"
+    );
+
+    let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
+    m.nodes.push(node("n0", None, None, &source));
+    let via_source = tmp.path().join("a.tar");
+    write_bundle(&via_source, Compression::None, &m, &[("n0", &source)]);
+    let write_planned = |out: &Path, layer| {
+        let f = std::io::BufWriter::new(fs::File::create(out).expect("create bundle"));
+        let mut w = BundleWriter::new(f, BundleKind::Snapshot, Compression::None).expect("writer");
+        w.write_manifest(&m).expect("manifest");
+        w.write_planned_layer("n0", layer)?;
+        w.finish().expect("finish").flush().expect("flush");
+        Ok::<(), agentbox_store::Error>(())
+    };
+    let via_plan = tmp.path().join("b.tar");
+    write_planned(&via_plan, &planned).expect("planned layer");
+    assert!(
+        fs::read(&via_source).expect("read a") == fs::read(&via_plan).expect("read b"),
+        "the two routes wrote different bundles"
+    );
+
+    // A planned layer that is not the manifest's is refused, as an unplanned one is.
+    let other = src.join("other");
+    fs::create_dir(&other).expect("mkdir other");
+    write(&other.join("f"), b"another tree");
+    let wrong = plan_layer(&layer_from_trees(None, &scan(&other)).expect("layer")).expect("plan");
+    let err = write_planned(&tmp.path().join("c.tar"), &wrong).expect_err("a mismatched layer");
+    assert!(
+        err.to_string().contains("does not match the manifest"),
+        "unexpected error: {err}"
     );
 }
 
