@@ -231,6 +231,18 @@ impl Store {
         scan_chain(&refs, self.backend().opaque_xattr())
     }
 
+    /// The entries of [`Store::node_tree`], in its order, handed to `f` as they are read
+    /// (see [`crate::fsops::walk_chain`]).
+    pub fn walk_node_tree(
+        &self,
+        node: &Node,
+        f: &mut dyn FnMut(crate::fsops::Entry) -> Result<()>,
+    ) -> Result<()> {
+        let dirs = self.chain_dirs(node)?;
+        let refs: Vec<&std::path::Path> = dirs.iter().map(|d| d.as_path()).collect();
+        crate::fsops::walk_chain(&refs, self.backend().opaque_xattr(), f)
+    }
+
     /// What `reference` changed relative to its parent.
     pub fn show(&self, env: &str, reference: &str) -> Result<(Node, Vec<Change>)> {
         let node = self.node(&self.resolve(env, reference)?)?;

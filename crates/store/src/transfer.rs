@@ -18,7 +18,6 @@ use serde::Serialize;
 
 use crate::bundle::{
     self, BundleKind, BundleWriter, Compression, ImportOpts, Imported, Manifest, ManifestNode,
-    PlannedLayer,
 };
 use crate::node::Node;
 use crate::store::{EnvState, Source, Store};
@@ -61,8 +60,54 @@ pub struct ImportOptions {
     pub max_size: Option<u64>,
 }
 
-fn manifest_node(n: &Node, base: Option<String>, layer: &PlannedLayer) -> ManifestNode {
-    let summary = layer.summary();
+/// Entries handed from the thread that reads a tree to the one that writes it, at a time:
+/// one channel operation per batch instead of per entry.
+const WALK_BATCH: usize = 256;
+/// Batches the reading thread may be ahead of the writing one.
+const WALK_AHEAD: usize = 16;
+
+/// Write the complete layer of `node` while its tree is read: one thread walks the tree
+/// ([`Store::walk_node_tree`]) and hands its entries over in order; this one plans and writes
+/// each ([`BundleWriter::write_tree_entries`]). The walk costs as much as reading the
+/// metadata of every entry, which now overlaps with reading, hashing and compressing the
+/// content instead of coming before it.
+fn write_tree_streamed<W: Write>(
+    store: &Store,
+    node: &Node,
+    w: &mut BundleWriter<W>,
+) -> Result<()> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<crate::fsops::Entry>>>(WALK_AHEAD);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut batch = Vec::with_capacity(WALK_BATCH);
+            let walked = store.walk_node_tree(node, &mut |e| {
+                batch.push(e);
+                if batch.len() == WALK_BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(WALK_BATCH));
+                    // A closed channel: the writer stopped (its error is the one reported).
+                    tx.send(Ok(full)).map_err(|_| Error::Bundle {
+                        path: PathBuf::from("<output>"),
+                        message: "the export stopped".into(),
+                    })?;
+                }
+                Ok(())
+            });
+            // The writer may have stopped already; then nobody needs the rest.
+            let _ = tx.send(walked.map(|()| batch));
+        });
+        let entries = rx.into_iter().flat_map(
+            |batch| -> Box<dyn Iterator<Item = Result<crate::fsops::Entry>>> {
+                match batch {
+                    Ok(v) => Box::new(v.into_iter().map(Ok)),
+                    Err(e) => Box::new(std::iter::once(Err(e))),
+                }
+            },
+        );
+        w.write_tree_entries(&node.id, entries)
+    })
+}
+
+fn manifest_node(n: &Node, base: Option<String>) -> ManifestNode {
     ManifestNode {
         id: n.id.as_str().to_owned(),
         parent: n.parent.as_deref().map(str::to_owned),
@@ -72,8 +117,8 @@ fn manifest_node(n: &Node, base: Option<String>, layer: &PlannedLayer) -> Manife
         created: n.created,
         metadata: n.metadata.clone(),
         base,
-        entries: summary.entries,
-        checksum: summary.checksum.clone(),
+        entries: None,
+        checksum: None,
     }
 }
 
@@ -117,16 +162,11 @@ pub fn export(
                 let mut timer = agentbox_core::timing::Timer::start("export");
                 let mut node = target.clone();
                 node.parent = None;
-                let tree = store.node_tree(&target)?;
-                timer.lap("scan");
-                let layer = bundle::plan_tree(&tree)?;
-                drop(tree);
                 let mut m = Manifest::new(kind, env, &target.id);
-                m.nodes.push(manifest_node(&node, None, &layer));
-                timer.lap("manifest");
+                m.nodes.push(manifest_node(&node, None));
                 w.write_manifest(&m)?;
-                w.write_planned_layer(&target.id, &layer)?;
-                timer.lap("write");
+                write_tree_streamed(store, &target, &mut w)?;
+                timer.lap("walk and write");
                 1
             }
             BundleKind::History => {
@@ -153,9 +193,23 @@ pub fn export(
                         *children_left.entry(p).or_default() += 1;
                     }
                 }
+                let mut m = Manifest::new(kind, env, &state.head);
+                m.tags = state.tags.clone();
+                m.nodes = order
+                    .iter()
+                    .map(|n| {
+                        let base = n
+                            .parent
+                            .as_deref()
+                            .filter(|p| by_id.contains_key(p))
+                            .map(str::to_owned);
+                        manifest_node(n, base)
+                    })
+                    .collect();
+                w.write_manifest(&m)?;
+                // Each layer is planned and written in turn (its count and checksum go into
+                // end.json), so one layer's plan is in memory at a time.
                 let mut trees: BTreeMap<&str, crate::fsops::Tree> = BTreeMap::new();
-                let mut layers = Vec::with_capacity(order.len());
-                let mut nodes = Vec::with_capacity(order.len());
                 for n in &order {
                     let parent = n.parent.as_deref().and_then(|p| by_id.get(p));
                     let tree = store.node_tree(n)?;
@@ -180,20 +234,7 @@ pub fn export(
                     if children_left.get(n.id.as_str()).is_some_and(|c| *c > 0) {
                         trees.insert(n.id.as_str(), tree);
                     }
-                    let layer = bundle::plan_layer(&layer)?;
-                    nodes.push(manifest_node(
-                        n,
-                        parent.map(|p| p.id.as_str().to_owned()),
-                        &layer,
-                    ));
-                    layers.push(layer);
-                }
-                let mut m = Manifest::new(kind, env, &state.head);
-                m.tags = state.tags.clone();
-                m.nodes = nodes;
-                w.write_manifest(&m)?;
-                for (n, layer) in order.iter().zip(&layers) {
-                    w.write_planned_layer(&n.id, layer)?;
+                    w.write_layer(&n.id, &layer)?;
                 }
                 order.len()
             }
@@ -606,8 +647,8 @@ mod tests {
             created: Utc::now(),
             metadata: BTreeMap::new(),
             base: None,
-            entries: 1,
-            checksum: String::new(),
+            entries: None,
+            checksum: None,
         });
         let imported = Imported {
             kind: BundleKind::History,

@@ -9,8 +9,12 @@ use serde::{Deserialize, Serialize};
 
 /// Value of the manifest's `format` field.
 pub const FORMAT_NAME: &str = "agentbox-bundle";
-/// The only manifest version this code reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The manifest version this code writes. Version 2 records each layer's entry count and
+/// checksum in `end.json`, after the layer, so that a layer can be written while its tree
+/// is still being read; version 1 recorded them in the manifest, before the layer.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest manifest version this code reads.
+pub const OLDEST_READ_VERSION: u32 = 1;
 /// First entry of a history or snapshot bundle.
 pub const MANIFEST_NAME: &str = "manifest.json";
 /// Last entry of a history or snapshot bundle.
@@ -151,17 +155,34 @@ pub struct ManifestNode {
     pub metadata: BTreeMap<String, serde_json::Value>,
     /// Node whose tree this node's layer is a diff against; `None`: the layer is complete.
     pub base: Option<String>,
-    /// Number of tar entries in the node's layer (markers included).
-    pub entries: u64,
-    /// blake3 hex over the layer's entry records (see [`super::layer_summary`]).
-    pub checksum: String,
+    /// Version 1 only: number of tar entries in the node's layer (markers included).
+    /// Version 2 records it in [`EndRecord::layers`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+    /// Version 1 only: blake3 hex over the layer's entry records (see
+    /// [`super::layer_summary`]). Version 2 records it in [`EndRecord::layers`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 /// The last entry of a history or snapshot bundle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndRecord {
     pub nodes: u64,
     pub entries: u64,
+    /// Version 2: each layer's entry count and checksum, in the manifest's node order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<LayerEnd>,
+}
+
+/// Entry count and checksum of one node's layer, as `end.json` records them (version 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerEnd {
+    pub id: String,
+    /// Number of tar entries in the layer (markers included).
+    pub entries: u64,
+    /// blake3 hex over the layer's entry records (see [`super::layer_summary`]).
+    pub checksum: String,
 }
 
 impl Manifest {
@@ -192,9 +213,10 @@ impl Manifest {
                 self.format
             ));
         }
-        if self.version != FORMAT_VERSION {
+        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&self.version) {
             return Err(format!(
-                "unsupported bundle version {} (this agentbox supports version {FORMAT_VERSION})",
+                "unsupported bundle version {} (this agentbox supports versions \
+                 {OLDEST_READ_VERSION} to {FORMAT_VERSION})",
                 self.version
             ));
         }
@@ -242,6 +264,22 @@ impl Manifest {
             }
             if !seen.insert(n.id.as_str()) {
                 return Err(format!("node {} is listed twice", n.id));
+            }
+            // Where each layer's count and checksum live depends on the version: exactly
+            // one place, so that a reader never has two to choose from.
+            let in_manifest = n.entries.is_some() || n.checksum.is_some();
+            if self.version == 1 && (n.entries.is_none() || n.checksum.is_none()) {
+                return Err(format!(
+                    "node {} has no entry count or checksum (version 1 records them in the manifest)",
+                    n.id
+                ));
+            }
+            if self.version >= 2 && in_manifest {
+                return Err(format!(
+                    "node {} carries an entry count or checksum in the manifest (version {} \
+                     records them in {END_NAME})",
+                    n.id, self.version
+                ));
             }
         }
         if !self.nodes.iter().any(|n| n.id == self.head) {

@@ -205,24 +205,37 @@ fn parent_rel(rel: &Path) -> PathBuf {
     rel.parent().map(Path::to_owned).unwrap_or_default()
 }
 
-/// Plan the tar entries of a list of tree entries (root first), detecting in-tree hardlinks.
-/// `whiteouts` and `opaque_dirs` add markers (history/snapshot layers). Sockets are planned
-/// when `sockets` is set (history/snapshot) and skipped otherwise (rootfs).
-pub(crate) fn plan_entries<'a>(
-    entries: impl IntoIterator<Item = &'a Entry>,
-    whiteouts: &[PathBuf],
-    opaque_dirs: &[PathBuf],
+/// Plans tree entries into tar entries one at a time, in archive order (root first, each
+/// parent before its children), checking the layer rules and detecting in-tree hardlinks:
+/// what [`plan_entries`] does for a whole list, for an export that writes each entry as
+/// its tree is read. Sockets are planned when `sockets` is set (history/snapshot) and
+/// skipped otherwise (rootfs).
+pub(crate) struct Planner {
     sockets: bool,
-) -> std::result::Result<Vec<Planned>, String> {
-    let mut out = Vec::new();
-    let mut dirs: HashSet<PathBuf> = HashSet::new();
-    let mut seen: HashSet<PathBuf> = HashSet::new();
-    let mut inodes: HashMap<(u64, u64), PathBuf> = HashMap::new();
-    for (i, e) in entries.into_iter().enumerate() {
-        if e.meta.kind == Kind::Socket && !sockets {
-            continue;
+    first: bool,
+    dirs: HashSet<PathBuf>,
+    seen: HashSet<PathBuf>,
+    inodes: HashMap<(u64, u64), PathBuf>,
+}
+
+impl Planner {
+    pub(crate) fn new(sockets: bool) -> Planner {
+        Planner {
+            sockets,
+            first: true,
+            dirs: HashSet::new(),
+            seen: HashSet::new(),
+            inodes: HashMap::new(),
         }
-        if i == 0 {
+    }
+
+    /// The tar entry of `e`, `None` for a socket that is skipped; an error says which rule
+    /// `e` breaks.
+    pub(crate) fn entry(&mut self, e: &Entry) -> std::result::Result<Option<Planned>, String> {
+        if e.meta.kind == Kind::Socket && !self.sockets {
+            return Ok(None);
+        }
+        if std::mem::take(&mut self.first) {
             if !e.rel.as_os_str().is_empty() || e.meta.kind != Kind::Dir {
                 return Err(format!(
                     "the first entry must be the root directory, not {:?}",
@@ -236,7 +249,7 @@ pub(crate) fn plan_entries<'a>(
                     e.rel
                 ));
             }
-            if !dirs.contains(&parent_rel(&e.rel)) {
+            if !self.dirs.contains(&parent_rel(&e.rel)) {
                 return Err(format!(
                     "entry {:?} comes before (or without) its parent directory",
                     e.rel
@@ -252,42 +265,59 @@ pub(crate) fn plan_entries<'a>(
                 ));
             }
         }
-        if !seen.insert(e.rel.clone()) {
+        if !self.seen.insert(e.rel.clone()) {
             return Err(format!("entry {:?} is listed twice", e.rel));
         }
         let kind = match e.meta.kind {
             Kind::Dir => {
-                dirs.insert(e.rel.clone());
+                self.dirs.insert(e.rel.clone());
                 PlanKind::Dir
             }
-            _ if e.meta.nlink > 1 && inodes.contains_key(&(e.meta.dev, e.meta.ino)) => {
-                PlanKind::HardLink(inodes[&(e.meta.dev, e.meta.ino)].clone())
-            }
-            k => {
-                if e.meta.nlink > 1 {
-                    inodes.insert((e.meta.dev, e.meta.ino), e.rel.clone());
+            k => match self.inodes.get(&(e.meta.dev, e.meta.ino)) {
+                Some(first) if e.meta.nlink > 1 => PlanKind::HardLink(first.clone()),
+                _ => {
+                    if e.meta.nlink > 1 {
+                        self.inodes.insert((e.meta.dev, e.meta.ino), e.rel.clone());
+                    }
+                    match k {
+                        Kind::File => PlanKind::File { src: e.src.clone() },
+                        Kind::Symlink => PlanKind::Symlink(
+                            e.meta
+                                .target
+                                .clone()
+                                .ok_or_else(|| format!("symlink {:?} has no target", e.rel))?,
+                        ),
+                        Kind::Fifo => PlanKind::Fifo,
+                        Kind::Socket => PlanKind::Socket,
+                        Kind::CharDev => PlanKind::CharDev,
+                        _ => PlanKind::BlockDev,
+                    }
                 }
-                match k {
-                    Kind::File => PlanKind::File { src: e.src.clone() },
-                    Kind::Symlink => PlanKind::Symlink(
-                        e.meta
-                            .target
-                            .clone()
-                            .ok_or_else(|| format!("symlink {:?} has no target", e.rel))?,
-                    ),
-                    Kind::Fifo => PlanKind::Fifo,
-                    Kind::Socket => PlanKind::Socket,
-                    Kind::CharDev => PlanKind::CharDev,
-                    _ => PlanKind::BlockDev,
-                }
-            }
+            },
         };
-        out.push(Planned {
+        Ok(Some(Planned {
             rel: e.rel.clone(),
             kind,
             meta: e.meta.clone(),
-        });
+        }))
     }
+}
+
+/// Plan the tar entries of a list of tree entries (root first), detecting in-tree hardlinks.
+/// `whiteouts` and `opaque_dirs` add markers (history/snapshot layers). Sockets are planned
+/// when `sockets` is set (history/snapshot) and skipped otherwise (rootfs).
+pub(crate) fn plan_entries<'a>(
+    entries: impl IntoIterator<Item = &'a Entry>,
+    whiteouts: &[PathBuf],
+    opaque_dirs: &[PathBuf],
+    sockets: bool,
+) -> std::result::Result<Vec<Planned>, String> {
+    let mut out = Vec::new();
+    let mut planner = Planner::new(sockets);
+    for e in entries {
+        out.extend(planner.entry(e)?);
+    }
+    let Planner { dirs, mut seen, .. } = planner;
     let mut marker = |dir: &Path, name: Vec<u8>, what: &str| -> std::result::Result<(), String> {
         if !dirs.contains(dir) {
             return Err(format!(
@@ -389,13 +419,31 @@ pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
 }
 
 fn summary_of(planned: &[Planned]) -> LayerSummary {
-    let mut h = blake3::Hasher::new();
+    let mut sum = Summing::default();
     for p in planned {
-        p.record().hash_into(&mut h);
+        sum.add(p);
     }
-    LayerSummary {
-        entries: planned.len() as u64,
-        checksum: h.finalize().to_hex().to_string(),
+    sum.finish()
+}
+
+/// A [`LayerSummary`] made one entry at a time, in archive order.
+#[derive(Default)]
+pub(crate) struct Summing {
+    hasher: blake3::Hasher,
+    entries: u64,
+}
+
+impl Summing {
+    pub(crate) fn add(&mut self, p: &Planned) {
+        p.record().hash_into(&mut self.hasher);
+        self.entries += 1;
+    }
+
+    pub(crate) fn finish(&self) -> LayerSummary {
+        LayerSummary {
+            entries: self.entries,
+            checksum: self.hasher.finalize().to_hex().to_string(),
+        }
     }
 }
 

@@ -47,10 +47,10 @@ mod write;
 
 pub use compress::{DEFAULT_ZSTD_LEVEL, GZIP_MAGIC, ZSTD_MAGIC};
 pub use format::{
-    BundleKind, Compression, EndRecord, Manifest, ManifestNode, END_NAME, FORMAT_NAME,
-    FORMAT_VERSION, MANIFEST_NAME, NODES_DIR, OPAQUE_MARKER, OVERLAY_OPAQUE_XATTR,
-    OVERLAY_XATTR_PREFIX, PAX_BLAKE3, PAX_SPARSE, PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX,
-    PAX_XATTR_PREFIX, ROOTFS_LAYER, WHITEOUT_PREFIX,
+    BundleKind, Compression, EndRecord, LayerEnd, Manifest, ManifestNode, END_NAME, FORMAT_NAME,
+    FORMAT_VERSION, MANIFEST_NAME, NODES_DIR, OLDEST_READ_VERSION, OPAQUE_MARKER,
+    OVERLAY_OPAQUE_XATTR, OVERLAY_XATTR_PREFIX, PAX_BLAKE3, PAX_SPARSE, PAX_TYPE, PAX_TYPE_SOCKET,
+    PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX, ROOTFS_LAYER, WHITEOUT_PREFIX,
 };
 pub use layer::{
     apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, plan_layer, plan_tree,

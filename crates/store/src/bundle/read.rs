@@ -1002,7 +1002,7 @@ impl State<'_> {
 
     fn finish(mut self) -> Result<Imported> {
         if let Some(m) = &self.manifest {
-            let Some(end) = self.end else {
+            let Some(end) = self.end.take() else {
                 return Err(bad(
                     self.src,
                     format!("truncated: {END_NAME} is missing after entry {}", self.last),
@@ -1020,25 +1020,64 @@ impl State<'_> {
                     ),
                 ));
             }
-            for n in &m.nodes {
-                let Some(ns) = self.nodes.get(&n.id) else {
-                    continue;
-                };
-                let got = ns.hasher.finalize().to_hex().to_string();
-                if ns.entries != n.entries || got != n.checksum {
+            // Version 1 records each layer's count and checksum in the manifest, version 2
+            // in end.json, in the manifest's node order.
+            let (recorded, place): (Vec<(&str, u64, &str)>, &str) = if m.version == 1 {
+                if !end.layers.is_empty() {
+                    return Err(bad(
+                        self.src,
+                        format!("{END_NAME} of a version 1 bundle records layers"),
+                    ));
+                }
+                let v1 = m
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        (
+                            n.id.as_str(),
+                            n.entries.unwrap_or_default(),
+                            n.checksum.as_deref().unwrap_or_default(),
+                        )
+                    })
+                    .collect();
+                (v1, "the manifest")
+            } else {
+                let ids: Vec<&str> = end.layers.iter().map(|l| l.id.as_str()).collect();
+                let listed: Vec<&str> = m.nodes.iter().map(|n| n.id.as_str()).collect();
+                if ids != listed {
                     return Err(bad(
                         self.src,
                         format!(
-                            "node {}: the layer holds {} entries with checksum {got}, the manifest \
-                             records {} entries with checksum {}",
-                            n.id, ns.entries, n.entries, n.checksum
+                            "{END_NAME} records the layers of {ids:?}, the manifest lists {listed:?}"
+                        ),
+                    ));
+                }
+                let v2 = end
+                    .layers
+                    .iter()
+                    .map(|l| (l.id.as_str(), l.entries, l.checksum.as_str()))
+                    .collect();
+                (v2, END_NAME)
+            };
+            for (id, entries, checksum) in recorded {
+                let Some(ns) = self.nodes.get(id) else {
+                    continue;
+                };
+                let got = ns.hasher.finalize().to_hex().to_string();
+                if ns.entries != entries || got != checksum {
+                    return Err(bad(
+                        self.src,
+                        format!(
+                            "node {id}: the layer holds {} entries with checksum {got}, {place} \
+                             records {entries} entries with checksum {checksum}",
+                            ns.entries
                         ),
                     ));
                 }
                 if !ns.root_seen {
                     return Err(bad(
                         self.src,
-                        format!("node {}: the layer has no root entry", n.id),
+                        format!("node {id}: the layer has no root entry"),
                     ));
                 }
             }

@@ -9,12 +9,16 @@ use std::path::{Path, PathBuf};
 
 use super::compress::{Sink, DEFAULT_ZSTD_LEVEL};
 use super::format::{
-    BundleKind, Compression, EndRecord, Manifest, END_NAME, MANIFEST_NAME, NODES_DIR, PAX_BLAKE3,
-    PAX_SPARSE, PAX_TYPE, PAX_TYPE_SOCKET, PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX,
+    BundleKind, Compression, EndRecord, LayerEnd, Manifest, END_NAME, FORMAT_VERSION,
+    MANIFEST_NAME, NODES_DIR, PAX_BLAKE3, PAX_SPARSE, PAX_TYPE, PAX_TYPE_SOCKET,
+    PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX,
 };
 use super::fsutil;
-use super::layer::{plan_entries, plan_layer_at, LayerSource, PlanKind, Planned, PlannedLayer};
-use crate::fsops::Tree;
+use super::layer::{
+    plan_entries, plan_layer_at, LayerSource, LayerSummary, PlanKind, Planned, PlannedLayer,
+    Planner, Summing,
+};
+use crate::fsops::{Entry, Tree};
 use crate::{Error, Result};
 
 /// Files up to this size are read once into memory; larger ones are read twice (hash, then
@@ -41,6 +45,8 @@ pub struct BundleWriter<W: Write> {
     kind: BundleKind,
     manifest: Option<Manifest>,
     written: HashSet<String>,
+    /// Count and checksum of each layer written, for `end.json`.
+    summaries: Vec<(String, LayerSummary)>,
     entries: u64,
     rootfs_done: bool,
     buf: Vec<u8>,
@@ -138,14 +144,16 @@ impl<W: Write> BundleWriter<W> {
             kind,
             manifest: None,
             written: HashSet::new(),
+            summaries: Vec::new(),
             entries: 0,
             rootfs_done: false,
             buf: vec![0u8; 1 << 20],
         })
     }
 
-    /// Write `manifest.json`; must be the first call for history and snapshot bundles. The
-    /// manifest's node `entries`/`checksum` come from [`super::layer_summary`].
+    /// Write `manifest.json` (version [`FORMAT_VERSION`]); must be the first call for history
+    /// and snapshot bundles. Each layer's entry count and checksum go into `end.json` as the
+    /// layer is written.
     pub fn write_manifest(&mut self, manifest: &Manifest) -> Result<()> {
         if self.kind == BundleKind::Rootfs {
             return Err(werr(MANIFEST_NAME, "a rootfs bundle has no manifest"));
@@ -162,6 +170,15 @@ impl<W: Write> BundleWriter<W> {
                 ),
             ));
         }
+        if manifest.version != FORMAT_VERSION {
+            return Err(werr(
+                MANIFEST_NAME,
+                format!(
+                    "this agentbox writes bundle version {FORMAT_VERSION}, not {}",
+                    manifest.version
+                ),
+            ));
+        }
         manifest.validate().map_err(|m| werr(MANIFEST_NAME, m))?;
         let mut json = serde_json::to_vec_pretty(manifest)
             .map_err(|e| werr(MANIFEST_NAME, format!("serialising: {e}")))?;
@@ -171,43 +188,70 @@ impl<W: Write> BundleWriter<W> {
         Ok(())
     }
 
-    /// Write the layer of node `node_id` under `nodes/<id>/`. Its entry count and checksum
-    /// must match the manifest.
+    /// Write the layer of node `node_id` under `nodes/<id>/`.
     pub fn write_layer(&mut self, node_id: &str, layer: &LayerSource) -> Result<()> {
         let prefix = format!("{NODES_DIR}/{node_id}/");
         let planned = plan_layer_at(layer, Path::new(&prefix))?;
         self.write_planned_layer(node_id, &planned)
     }
 
-    /// [`BundleWriter::write_layer`] of a layer already planned (for its manifest entry).
+    /// [`BundleWriter::write_layer`] of a layer already planned.
     pub fn write_planned_layer(&mut self, node_id: &str, layer: &PlannedLayer) -> Result<()> {
+        let prefix = self.start_layer(node_id)?;
+        for p in &layer.planned {
+            self.write_planned(prefix.as_bytes(), p, true)?;
+        }
+        self.end_layer(node_id, layer.summary().clone());
+        Ok(())
+    }
+
+    /// Write the complete layer of node `node_id` from the entries of its tree as they are
+    /// read, in archive order (root first, each parent before its children): each entry is
+    /// planned and written before the next is taken, so the tree need not be read whole
+    /// first. The first error, of `entries` or of the writing, stops it.
+    pub fn write_tree_entries(
+        &mut self,
+        node_id: &str,
+        entries: impl IntoIterator<Item = Result<Entry>>,
+    ) -> Result<()> {
+        let prefix = self.start_layer(node_id)?;
+        let mut planner = Planner::new(true);
+        let mut sum = Summing::default();
+        for e in entries {
+            let e = e?;
+            let planned = planner.entry(&e).map_err(|m| werr(&prefix, m))?;
+            if let Some(p) = planned {
+                sum.add(&p);
+                self.write_planned(prefix.as_bytes(), &p, true)?;
+            }
+        }
+        let summary = sum.finish();
+        if summary.entries == 0 {
+            return Err(werr(&prefix, "the layer has no root entry"));
+        }
+        self.end_layer(node_id, summary);
+        Ok(())
+    }
+
+    /// Check that node `node_id` may be written now; its prefix in the archive.
+    fn start_layer(&self, node_id: &str) -> Result<String> {
         let prefix = format!("{NODES_DIR}/{node_id}/");
         let Some(manifest) = &self.manifest else {
             return Err(werr(&prefix, "write_manifest must come before any layer"));
         };
-        let Some(node) = manifest.node(node_id) else {
+        if manifest.node(node_id).is_none() {
             return Err(werr(&prefix, "node is not listed in the manifest"));
-        };
+        }
         if self.written.contains(node_id) {
             return Err(werr(&prefix, "layer already written"));
         }
-        let summary = layer.summary();
-        if summary.entries != node.entries || summary.checksum != node.checksum {
-            return Err(werr(
-                &prefix,
-                format!(
-                    "layer does not match the manifest: {} entries / checksum {} in the layer, \
-                     {} / {} in the manifest",
-                    summary.entries, summary.checksum, node.entries, node.checksum
-                ),
-            ));
-        }
-        for p in &layer.planned {
-            self.write_planned(prefix.as_bytes(), p, true)?;
-        }
-        self.entries += layer.planned.len() as u64;
+        Ok(prefix)
+    }
+
+    fn end_layer(&mut self, node_id: &str, summary: LayerSummary) {
+        self.entries += summary.entries;
         self.written.insert(node_id.to_owned());
-        Ok(())
+        self.summaries.push((node_id.to_owned(), summary));
     }
 
     /// Write a complete tree as a rootfs bundle (paths `./…`, sparse files in full, sockets
@@ -242,9 +286,23 @@ impl<W: Write> BundleWriter<W> {
                     "node is listed in the manifest but its layer was not written",
                 ));
             }
+            // In the manifest's node order, whatever order the layers were written in.
+            let layers = m
+                .nodes
+                .iter()
+                .filter_map(|n| {
+                    let (_, s) = self.summaries.iter().find(|(id, _)| *id == n.id)?;
+                    Some(LayerEnd {
+                        id: n.id.clone(),
+                        entries: s.entries,
+                        checksum: s.checksum.clone(),
+                    })
+                })
+                .collect();
             let end = EndRecord {
                 nodes: self.written.len() as u64,
                 entries: self.entries,
+                layers,
             };
             let mut json = serde_json::to_vec(&end)
                 .map_err(|e| werr(END_NAME, format!("serialising: {e}")))?;

@@ -15,7 +15,7 @@ pub mod walk;
 
 pub use copy::{copy_dir, copy_entry, copy_tree, CopyOpts, CopyStats};
 pub use diff::{compare_exact, diff_trees, Change, ChangeKind};
-pub use scan::{read_meta, read_meta_beneath, scan_chain, scan_tree};
+pub use scan::{read_meta, read_meta_beneath, scan_chain, scan_tree, walk_chain};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

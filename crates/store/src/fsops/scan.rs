@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use super::{io_at, Entry, Kind, Meta, Tree};
@@ -76,58 +76,74 @@ pub(crate) fn open_dir_beneath(root: &Path, rel: &Path) -> std::io::Result<rusti
 
 /// [`read_meta`] of `path`, with errors naming `shown`.
 fn read_meta_named(path: &Path, shown: &Path) -> Result<Meta> {
-    let md = std::fs::symlink_metadata(path).map_err(|e| io_at("lstat", shown, e))?;
-    let ft = md.file_type();
-    let kind = if ft.is_dir() {
-        Kind::Dir
-    } else if ft.is_symlink() {
-        Kind::Symlink
-    } else if ft.is_file() {
-        Kind::File
-    } else if ft.is_fifo() {
-        Kind::Fifo
-    } else if ft.is_socket() {
-        Kind::Socket
-    } else if ft.is_char_device() {
-        Kind::CharDev
-    } else if ft.is_block_device() {
-        Kind::BlockDev
-    } else {
-        return Err(Error::Corrupt {
-            path: shown.to_path_buf(),
-            message: format!("unknown file type (mode {:o})", md.mode()),
-        });
+    read_meta_at(rustix::fs::CWD, path.as_os_str(), path, shown)
+}
+
+/// The metadata of `name` in directory `dir` (not following a symlink): `statx` and
+/// `readlinkat` relative to `dir`, so a scan that holds each directory open looks up one
+/// component per entry instead of the whole path. The xattr calls have no form relative to a
+/// directory descriptor: they go through `xattr_path`, which must name the same entry.
+/// Errors name `shown`.
+fn read_meta_at<Fd: rustix::fd::AsFd>(
+    dir: Fd,
+    name: &std::ffi::OsStr,
+    xattr_path: &Path,
+    shown: &Path,
+) -> Result<Meta> {
+    use rustix::fs::{AtFlags, FileType, StatxFlags};
+    let dir = dir.as_fd();
+    let stx = rustix::fs::statx(
+        dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )
+    .map_err(|e| io_at("lstat", shown, e.into()))?;
+    let mode = u32::from(stx.stx_mode);
+    let kind = match FileType::from_raw_mode(mode) {
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => Kind::Symlink,
+        FileType::RegularFile => Kind::File,
+        FileType::Fifo => Kind::Fifo,
+        FileType::Socket => Kind::Socket,
+        FileType::CharacterDevice => Kind::CharDev,
+        FileType::BlockDevice => Kind::BlockDev,
+        FileType::Unknown => {
+            return Err(Error::Corrupt {
+                path: shown.to_path_buf(),
+                message: format!("unknown file type (mode {mode:o})"),
+            })
+        }
     };
     let target = if kind == Kind::Symlink {
-        Some(std::fs::read_link(path).map_err(|e| io_at("readlink", shown, e))?)
+        let link = rustix::fs::readlinkat(dir, name, Vec::new())
+            .map_err(|e| io_at("readlink", shown, e.into()))?;
+        Some(PathBuf::from(OsString::from_vec(link.into_bytes())))
     } else {
         None
     };
+    // statx reports a birth time only where the filesystem keeps one (as `Metadata::created`).
+    let btime = StatxFlags::from_bits_retain(stx.stx_mask)
+        .contains(StatxFlags::BTIME)
+        .then_some((stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec));
     Ok(Meta {
         kind,
-        perm: md.mode() & 0o7777,
-        uid: md.uid(),
-        gid: md.gid(),
-        size: md.size(),
-        mtime_sec: md.mtime(),
-        mtime_nsec: md.mtime_nsec(),
-        ctime_sec: md.ctime(),
-        ctime_nsec: md.ctime_nsec(),
-        btime: birth_time(&md),
-        dev: md.dev(),
-        ino: md.ino(),
-        nlink: md.nlink(),
-        rdev: md.rdev(),
+        perm: mode & 0o7777,
+        uid: stx.stx_uid,
+        gid: stx.stx_gid,
+        size: stx.stx_size,
+        mtime_sec: stx.stx_mtime.tv_sec,
+        mtime_nsec: i64::from(stx.stx_mtime.tv_nsec),
+        ctime_sec: stx.stx_ctime.tv_sec,
+        ctime_nsec: i64::from(stx.stx_ctime.tv_nsec),
+        btime,
+        dev: rustix::fs::makedev(stx.stx_dev_major, stx.stx_dev_minor),
+        ino: stx.stx_ino,
+        nlink: u64::from(stx.stx_nlink),
+        rdev: rustix::fs::makedev(stx.stx_rdev_major, stx.stx_rdev_minor),
         target,
-        xattrs: read_xattrs_named(path, shown)?,
+        xattrs: read_xattrs_named(xattr_path, shown)?,
     })
-}
-
-/// The birth time `lstat` (statx) reported, if the filesystem keeps one.
-fn birth_time(md: &std::fs::Metadata) -> Option<(i64, u32)> {
-    let t = md.created().ok()?;
-    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
-    Some((i64::try_from(d.as_secs()).ok()?, d.subsec_nanos()))
 }
 
 /// True when an xattr call failed because the filesystem (or the file type) has no xattrs.
@@ -249,15 +265,19 @@ pub fn scan_tree(root: &Path) -> Result<Tree> {
 /// Entries found in some directories, and the subdirectories among them (absolute, relative).
 type Scanned = (Vec<Entry>, Vec<(PathBuf, PathBuf)>);
 
-/// The children of each directory `(absolute, relative)` of `dirs`.
+/// The children of each directory `(absolute, relative)` of `dirs`. Each directory is held
+/// open while its entries are read relative to it; it is opened without following a
+/// symlink, so a directory swapped for one after its parent was read is an error, not a
+/// detour.
 fn scan_dirs(dirs: &[(PathBuf, PathBuf)]) -> Result<Scanned> {
     let mut entries = Vec::new();
     let mut subdirs = Vec::new();
     for (abs, rel) in dirs {
-        for name in list_dir(abs)? {
+        let dir = open_dir(abs)?;
+        for name in list_dir_fd(&dir, abs)? {
             let child_abs = abs.join(&name);
+            let meta = read_meta_at(&dir, &name, &child_abs, &child_abs)?;
             let child_rel = rel.join(&name);
-            let meta = read_meta(&child_abs)?;
             if meta.is_dir() {
                 subdirs.push((child_abs.clone(), child_rel.clone()));
             }
@@ -269,6 +289,33 @@ fn scan_dirs(dirs: &[(PathBuf, PathBuf)]) -> Result<Scanned> {
         }
     }
     Ok((entries, subdirs))
+}
+
+/// Directory `dir` opened for reading, not through a symlink.
+fn open_dir(dir: &Path) -> Result<rustix::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_at("open directory", dir, e.into()))
+}
+
+/// The names in the open directory `dir` (shown as `shown`), sorted.
+fn list_dir_fd(dir: &rustix::fd::OwnedFd, shown: &Path) -> Result<Vec<OsString>> {
+    let mut names = Vec::new();
+    let mut reader =
+        rustix::fs::Dir::read_from(dir).map_err(|e| io_at("read directory", shown, e.into()))?;
+    while let Some(item) = reader.read() {
+        let item = item.map_err(|e| io_at("read directory", shown, e.into()))?;
+        let name = item.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(OsString::from_vec(name.to_vec()));
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// A directory whose lower layers are hidden: its attribute `opaque` (the store's,
@@ -329,6 +376,123 @@ pub fn scan_chain(layers: &[&Path], opaque: &str) -> Result<Tree> {
         strip_overlay_xattrs(&mut e.meta);
     }
     Ok(tree)
+}
+
+/// The entries of [`scan_chain`]`(layers, opaque)`, handed to `f` one at a time in the same
+/// order (parents before children, names sorted), as the stack is read depth first: a
+/// consumer (an export) can work on the first entries while the rest are being read,
+/// where [`scan_chain`] reads every layer whole first. Each name is resolved as overlayfs
+/// resolves it (see [`merged_child`]) and looked up only in the layers that list it. The
+/// first error, of the walk or of `f`, stops it.
+///
+/// No directory is held open across the walk of its subdirectories: the open directories
+/// stay within one per layer of the current directory, however deep the tree.
+pub fn walk_chain(
+    layers: &[&Path],
+    opaque: &str,
+    f: &mut dyn FnMut(Entry) -> Result<()>,
+) -> Result<()> {
+    let Some(top) = layers.first() else {
+        return Ok(());
+    };
+    for layer in layers {
+        if !read_meta(layer)?.is_dir() {
+            return Err(Error::Backend {
+                path: layer.to_path_buf(),
+                message: "a layer root must be a directory".into(),
+            });
+        }
+    }
+    // Every layer's root merges, opaque or not (as in `scan_chain`); the topmost gives the
+    // root its metadata.
+    let mut meta = read_meta(top)?;
+    strip_overlay_xattrs(&mut meta);
+    f(Entry {
+        rel: PathBuf::new(),
+        src: top.to_path_buf(),
+        meta,
+    })?;
+    let dirs: Vec<PathBuf> = layers.iter().map(|l| l.to_path_buf()).collect();
+    walk_merged(&dirs, Path::new(""), opaque, f)
+}
+
+/// One child of a merged directory: its entry, and the directories it merges (topmost
+/// first, cut at the first opaque one) when it is a directory.
+type Resolved = (Entry, Vec<PathBuf>);
+
+/// Hand `f` the entries below the merged directory `rel` made of `dirs` (topmost first,
+/// already cut at the first opaque one), depth first.
+fn walk_merged(
+    dirs: &[PathBuf],
+    rel: &Path,
+    opaque: &str,
+    f: &mut dyn FnMut(Entry) -> Result<()>,
+) -> Result<()> {
+    for (entry, child_dirs) in resolve_children(dirs, rel, opaque)? {
+        let is_dir = entry.meta.is_dir();
+        let child_rel = entry.rel.clone();
+        f(entry)?;
+        if is_dir {
+            walk_merged(&child_dirs, &child_rel, opaque, f)?;
+        }
+    }
+    Ok(())
+}
+
+/// The children of the merged directory `rel` made of `dirs`, sorted by name, resolved as
+/// [`merged_child`] resolves a name; each directory of `dirs` is open only while this runs.
+fn resolve_children(dirs: &[PathBuf], rel: &Path, opaque: &str) -> Result<Vec<Resolved>> {
+    let mut open = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        let fd = open_dir(dir)?;
+        let names = list_dir_fd(&fd, dir)?;
+        open.push((dir, fd, names));
+    }
+    let mut names: Vec<&OsString> = open.iter().flat_map(|(_, _, n)| n).collect();
+    names.sort();
+    names.dedup();
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let mut provider: Option<(PathBuf, Meta)> = None;
+        let mut merged = Vec::new();
+        for (dir, fd, listed) in &open {
+            if listed.binary_search(name).is_err() {
+                continue;
+            }
+            let abs = dir.join(name);
+            let meta = read_meta_at(fd, name, &abs, &abs)?;
+            if meta.is_whiteout() {
+                break;
+            }
+            if !meta.is_dir() {
+                if provider.is_none() {
+                    provider = Some((abs, meta));
+                }
+                break;
+            }
+            let hides = is_opaque(&meta, opaque);
+            merged.push(abs.clone());
+            if provider.is_none() {
+                provider = Some((abs, meta));
+            }
+            if hides {
+                break;
+            }
+        }
+        let Some((src, mut meta)) = provider else {
+            continue;
+        };
+        strip_overlay_xattrs(&mut meta);
+        out.push((
+            Entry {
+                rel: rel.join(name),
+                src,
+                meta,
+            },
+            merged,
+        ));
+    }
+    Ok(out)
 }
 
 /// The layers `layers` (top first, raw overlay form) folded into the tree of one layer that

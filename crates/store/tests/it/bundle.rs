@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use agentbox_store::bundle::{
     apply_layer, import, import_into, layer_from_trees, layer_source_from_overlay, layer_summary,
-    plan_layer, plan_tree, to_overlay_layer, BundleKind, BundleWriter, Compression, ImportOpts,
-    LayerSource, Manifest, ManifestNode,
+    plan_tree, to_overlay_layer, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource,
+    Manifest, ManifestNode,
 };
 use agentbox_store::fsops::diff::compare_exact;
 use agentbox_store::fsops::scan::{read_meta, scan_tree};
@@ -191,14 +191,8 @@ pub(crate) fn write_bundle(
     w.finish().expect("finish").flush().expect("flush");
 }
 
-/// The manifest record of node `id` with layer `layer`.
-pub(crate) fn node(
-    id: &str,
-    parent: Option<&str>,
-    base: Option<&str>,
-    layer: &LayerSource,
-) -> ManifestNode {
-    let s = layer_summary(layer).expect("summary");
+/// The manifest record of node `id`.
+pub(crate) fn node(id: &str, parent: Option<&str>, base: Option<&str>) -> ManifestNode {
     ManifestNode {
         id: id.to_owned(),
         parent: parent.map(str::to_owned),
@@ -208,15 +202,15 @@ pub(crate) fn node(
         created: chrono::Utc::now(),
         metadata: BTreeMap::new(),
         base: base.map(str::to_owned),
-        entries: s.entries,
-        checksum: s.checksum,
+        entries: None,
+        checksum: None,
     }
 }
 
 fn snapshot_bundle(tree_root: &Path, out: &Path, compression: Compression) {
     let layer = layer_from_trees(None, &scan(tree_root)).expect("layer");
     let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
-    m.nodes.push(node("n0", None, None, &layer));
+    m.nodes.push(node("n0", None, None));
     write_bundle(out, compression, &m, &[("n0", &layer)]);
 }
 
@@ -279,7 +273,7 @@ fn a_tree_planned_once_writes_the_bundle_its_layer_source_writes() {
     );
 
     let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
-    m.nodes.push(node("n0", None, None, &source));
+    m.nodes.push(node("n0", None, None));
     let via_source = tmp.path().join("a.tar");
     write_bundle(&via_source, Compression::None, &m, &[("n0", &source)]);
     let write_planned = |out: &Path, layer| {
@@ -297,15 +291,46 @@ fn a_tree_planned_once_writes_the_bundle_its_layer_source_writes() {
         "the two routes wrote different bundles"
     );
 
-    // A planned layer that is not the manifest's is refused, as an unplanned one is.
-    let other = src.join("other");
-    fs::create_dir(&other).expect("mkdir other");
-    write(&other.join("f"), b"another tree");
-    let wrong = plan_layer(&layer_from_trees(None, &scan(&other)).expect("layer")).expect("plan");
-    let err = write_planned(&tmp.path().join("c.tar"), &wrong).expect_err("a mismatched layer");
+    // The streaming route: the tree walked (not scanned whole) and each entry planned and
+    // written as it comes writes the same bytes.
+    let via_walk = tmp.path().join("c.tar");
+    let f = std::io::BufWriter::new(fs::File::create(&via_walk).expect("create bundle"));
+    let mut w = BundleWriter::new(f, BundleKind::Snapshot, Compression::None).expect("writer");
+    w.write_manifest(&m).expect("manifest");
+    let mut walked = Vec::new();
+    agentbox_store::fsops::walk_chain(&[src.as_path()], "trusted.overlay.opaque", &mut |e| {
+        walked.push(e);
+        Ok(())
+    })
+    .expect("walk");
+    w.write_tree_entries("n0", walked.into_iter().map(Ok))
+        .expect("streamed layer");
+    w.finish().expect("finish").flush().expect("flush");
     assert!(
-        err.to_string().contains("does not match the manifest"),
+        fs::read(&via_source).expect("read a") == fs::read(&via_walk).expect("read c"),
+        "the streamed layer differs from the planned one"
+    );
+
+    // A walk that fails mid-way fails the layer with the walk's error.
+    let f = std::io::BufWriter::new(fs::File::create(tmp.path().join("d.tar")).expect("create"));
+    let mut w = BundleWriter::new(f, BundleKind::Snapshot, Compression::None).expect("writer");
+    w.write_manifest(&m).expect("manifest");
+    let mut entries: Vec<agentbox_store::Result<agentbox_store::fsops::Entry>> =
+        tree.entries.values().take(3).cloned().map(Ok).collect();
+    entries.push(Err(agentbox_store::Error::Bundle {
+        path: src.join("gone"),
+        message: "vanished".into(),
+    }));
+    let err = w
+        .write_tree_entries("n0", entries)
+        .expect_err("the walk's error stops the layer");
+    assert!(
+        err.to_string().contains("vanished"),
         "unexpected error: {err}"
+    );
+    assert!(
+        w.finish().is_err(),
+        "a bundle whose layer failed cannot be finished as complete"
     );
 }
 
@@ -372,9 +397,9 @@ fn history_layers_reapply_to_the_original_trees() {
     assert!(l1.whiteouts.contains(&PathBuf::from("deleted")));
 
     let mut m = Manifest::new(BundleKind::History, "demo", "n2");
-    m.nodes.push(node("n0", None, None, &l0));
-    m.nodes.push(node("n1", Some("n0"), Some("n0"), &l1));
-    m.nodes.push(node("n2", Some("n1"), Some("n1"), &l2));
+    m.nodes.push(node("n0", None, None));
+    m.nodes.push(node("n1", Some("n0"), Some("n0")));
+    m.nodes.push(node("n2", Some("n1"), Some("n1")));
     m.tags.insert("v1".to_owned(), "n1".to_owned());
     let bundle = tmp.path().join("h.tar.gz");
     write_bundle(
@@ -526,7 +551,7 @@ fn malicious_and_damaged_archives_are_refused() {
     let t = tmp.path();
     let d = b'5';
     let root: RawEntry<'_> = (b"./", d, b"", b"");
-    let bad_version = br#"{"format":"agentbox-bundle","version":2,"kind":"snapshot","created":"2026-01-01T00:00:00Z","env":"e","head":"n0","nodes":[]}"#;
+    let bad_version = br#"{"format":"agentbox-bundle","version":3,"kind":"snapshot","created":"2026-01-01T00:00:00Z","env":"e","head":"n0","nodes":[]}"#;
     let cases: Vec<(&str, Vec<RawEntry<'_>>, &str)> = vec![
         (
             "dotdot",
@@ -604,7 +629,7 @@ fn malicious_and_damaged_archives_are_refused() {
         (
             "version",
             vec![(b"manifest.json", b'0', bad_version, b"")],
-            "unsupported bundle version 2 (this agentbox supports version 1)",
+            "unsupported bundle version 3 (this agentbox supports versions 1 to 2)",
         ),
     ];
     for (name, entries, needle) in &cases {
@@ -806,8 +831,8 @@ fn sockets_travel_as_marked_fifos_in_layers() {
     let l0 = layer_from_trees(None, &t0).expect("l0");
     let l1 = layer_from_trees(Some(&t0), &t1).expect("l1");
     let mut m = Manifest::new(BundleKind::History, "demo", "n1");
-    m.nodes.push(node("n0", None, None, &l0));
-    m.nodes.push(node("n1", Some("n0"), Some("n0"), &l1));
+    m.nodes.push(node("n0", None, None));
+    m.nodes.push(node("n1", Some("n0"), Some("n0")));
     let bundle = t.join("h.tar");
     write_bundle(&bundle, Compression::None, &m, &[("n0", &l0), ("n1", &l1)]);
     let bytes = fs::read(&bundle).expect("read");
@@ -1065,7 +1090,7 @@ fn a_manifest_with_an_invalid_tag_is_refused_before_anything_is_written() {
     write(&src.join("f"), b"f");
     let layer = layer_from_trees(None, &scan(&src)).expect("layer");
     let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
-    m.nodes.push(node("n0", None, None, &layer));
+    m.nodes.push(node("n0", None, None));
     m.tags.insert("a/b".to_owned(), "n0".to_owned());
     let err = m.validate().expect_err("the writer refuses it too");
     assert!(err.contains("invalid tag name \"a/b\""), "{err}");

@@ -382,9 +382,9 @@ fn an_opaque_layer_root_hides_the_whole_base() {
         l1.whiteouts.clear();
         l1.opaque_dirs.push(std::path::PathBuf::new());
         let mut m = Manifest::new(BundleKind::History, "demo", "n1");
-        m.nodes.push(crate::bundle::node("n0", None, None, &l0));
+        m.nodes.push(crate::bundle::node("n0", None, None));
         m.nodes
-            .push(crate::bundle::node("n1", Some("n0"), Some("n0"), &l1));
+            .push(crate::bundle::node("n1", Some("n0"), Some("n0")));
         m.tags.insert("top".to_owned(), "n1".to_owned());
         let bundle = fx.base.join("opaque-root.bundle");
         crate::bundle::write_bundle(&bundle, Compression::Zstd, &m, &[("n0", &l0), ("n1", &l1)]);

@@ -345,6 +345,31 @@ fn layers(home: &TempHome) -> (PathBuf, PathBuf) {
     (lower, upper)
 }
 
+/// `walk_chain` of a stack: what it hands over, in order. It must be exactly `scan_chain`'s
+/// entries in `scan_chain`'s order.
+fn walked(layers: &[&Path], opaque: &str) -> Vec<agentbox_store::fsops::Entry> {
+    let mut out = Vec::new();
+    agentbox_store::fsops::walk_chain(layers, opaque, &mut |e| {
+        out.push(e);
+        Ok(())
+    })
+    .expect("walk_chain");
+    out
+}
+
+fn assert_walk_is_scan(layers: &[&Path], opaque: &str) {
+    let scanned: Vec<_> = scan_chain(layers, opaque)
+        .expect("scan_chain")
+        .entries
+        .into_values()
+        .collect();
+    assert_eq!(
+        walked(layers, opaque),
+        scanned,
+        "walk_chain differs from scan_chain"
+    );
+}
+
 fn rels(tree: &agentbox_store::fsops::Tree) -> Vec<String> {
     tree.entries
         .keys()
@@ -357,6 +382,7 @@ fn chain_merges_and_hides() {
     let home = TempHome::new();
     let (lower, upper) = layers(&home);
     let tree = scan_chain(&[&upper, &lower], "user.overlay.opaque").expect("scan_chain");
+    assert_walk_is_scan(&[&upper, &lower], "user.overlay.opaque");
     assert_eq!(
         rels(&tree),
         [
@@ -432,6 +458,7 @@ fn chain_whiteouts_and_trusted_opaque() {
     xattr::set(mid.join("topq"), "trusted.keep", b"k").expect("setxattr");
 
     let tree = scan_chain(&[&upper, &mid, &lower], "trusted.overlay.opaque").expect("scan_chain");
+    assert_walk_is_scan(&[&upper, &mid, &lower], "trusted.overlay.opaque");
     let names = rels(&tree);
     for gone in [
         "merged/low",
@@ -649,6 +676,9 @@ proptest! {
         let layers = random_stack(&home, seed, count);
         let refs: Vec<&Path> = layers.iter().map(PathBuf::as_path).collect();
         let ours = scan_chain(&refs, "trusted.overlay.opaque").expect("scan_chain");
+        // The walk that exports stream from is held to the same oracle, through scan_chain.
+        let walk = walked(&refs, "trusted.overlay.opaque");
+        prop_assert_eq!(&walk, &ours.entries.values().cloned().collect::<Vec<_>>());
         let kernel = kernel_view(&home, &refs, "view");
         let ours_shown: Vec<String> = ours.entries.values().skip(1).map(shown).collect();
         prop_assert_eq!(ours_shown, kernel.lines);
