@@ -32,7 +32,7 @@ pub struct LayerSource {
     pub opaque_dirs: Vec<PathBuf>,
 }
 
-/// Entry count and checksum of a layer, as recorded in the manifest.
+/// Entry count and checksum of a layer, as `end.json` records them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayerSummary {
     pub entries: u64,
@@ -355,10 +355,8 @@ pub(crate) fn plan_entries<'a>(
     Ok(out)
 }
 
-/// A layer planned into its tar entries, with the summary its [`super::ManifestNode`]
-/// records. An export plans each layer once: the summary goes into the manifest, which comes
-/// first in the bundle, and the same entries are then written
-/// ([`super::BundleWriter::write_planned_layer`]), so they cannot differ from the summary.
+/// A layer planned into its tar entries, with the summary `end.json` records for it
+/// ([`super::BundleWriter::write_planned_layer`] writes both), so the two cannot differ.
 #[derive(Debug, Clone)]
 pub struct PlannedLayer {
     pub(crate) planned: Vec<Planned>,
@@ -366,7 +364,7 @@ pub struct PlannedLayer {
 }
 
 impl PlannedLayer {
-    /// Entry count and checksum, as the manifest records them.
+    /// Entry count and checksum, as `end.json` records them.
     pub fn summary(&self) -> &LayerSummary {
         &self.summary
     }
@@ -398,22 +396,12 @@ pub(crate) fn plan_layer_at(layer: &LayerSource, path: &Path) -> Result<PlannedL
     )
 }
 
-/// Plan `layer` into its tar entries. Reads metadata only (no content), so it is cheap to do
-/// before writing the manifest.
+/// Plan `layer` into its tar entries. Reads metadata only (no content).
 pub fn plan_layer(layer: &LayerSource) -> Result<PlannedLayer> {
     plan_layer_at(layer, Path::new("<layer>"))
 }
 
-/// Plan the complete layer of `tree` (what `layer_from_trees(None, tree)` describes) without
-/// copying the tree's entries into a [`LayerSource`] first.
-pub fn plan_tree(tree: &Tree) -> Result<PlannedLayer> {
-    planned_at(
-        plan_entries(tree.entries.values(), &[], &[], true),
-        Path::new("<layer>"),
-    )
-}
-
-/// Entry count and checksum of a layer, for its [`super::ManifestNode`] (see [`plan_layer`]).
+/// Entry count and checksum of a layer, as `end.json` records them (see [`plan_layer`]).
 pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
     plan_layer(layer).map(|p| p.summary)
 }

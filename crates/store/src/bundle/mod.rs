@@ -10,8 +10,9 @@
 //!   node's data is a layer under `nodes/<id>/`: the entries that differ from its `base`
 //!   node's tree (a node without base is complete), deletions as `.wh.<name>`, opaque
 //!   directories as `<dir>/.wh..wh..opq`, OCI image-layer style. A layer starts with its root
-//!   directory and every entry's parent precedes it. The manifest records each layer's entry
-//!   count and a blake3 checksum over its entry records ([`layer_summary`]).
+//!   directory and every entry's parent precedes it. `end.json` records each layer's entry
+//!   count and a blake3 checksum over its entry records ([`layer_summary`]); version 1
+//!   bundles, still read, record them in the manifest.
 //! * A `rootfs` bundle is a plain tar of one complete tree (`./…` paths), as `docker import`
 //!   accepts; sparse files are written in full and sockets are not stored.
 //! * Fidelity: regular files, directories, symlinks (dangling too), in-tree hardlinks (tar
@@ -53,7 +54,7 @@ pub use format::{
     PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX, ROOTFS_LAYER, WHITEOUT_PREFIX,
 };
 pub use layer::{
-    apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, plan_layer, plan_tree,
+    apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, plan_layer,
     to_overlay_layer, LayerSource, LayerSummary, PlannedLayer,
 };
 pub use read::{

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use agentbox_store::bundle::{
     apply_layer, import, import_into, layer_from_trees, layer_source_from_overlay, layer_summary,
-    plan_tree, to_overlay_layer, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource,
-    Manifest, ManifestNode,
+    to_overlay_layer, BundleKind, BundleWriter, Compression, ImportOpts, LayerSource, Manifest,
+    ManifestNode,
 };
 use agentbox_store::fsops::diff::compare_exact;
 use agentbox_store::fsops::scan::{read_meta, scan_tree};
@@ -257,42 +257,21 @@ fn snapshot_round_trip_keeps_everything() {
     );
 }
 
+/// An export streams a snapshot's layer: the tree walked, each entry planned and written as
+/// it comes. That writes the same bytes as the layer planned whole.
 #[test]
-fn a_tree_planned_once_writes_the_bundle_its_layer_source_writes() {
+fn a_tree_streamed_writes_the_bundle_its_layer_source_writes() {
     let tmp = tempfile::tempdir().expect("tmp");
     let src = tmp.path().join("src");
     fs::create_dir(&src).expect("mkdir");
     fidelity_tree(&src, true);
     let tree = scan(&src);
     let source = layer_from_trees(None, &tree).expect("layer");
-    let planned = plan_tree(&tree).expect("plan");
-    assert_eq!(
-        planned.summary(),
-        &layer_summary(&source).expect("summary"),
-        "planning a tree directly and through its layer source must agree"
-    );
-
     let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
     m.nodes.push(node("n0", None, None));
     let via_source = tmp.path().join("a.tar");
     write_bundle(&via_source, Compression::None, &m, &[("n0", &source)]);
-    let write_planned = |out: &Path, layer| {
-        let f = std::io::BufWriter::new(fs::File::create(out).expect("create bundle"));
-        let mut w = BundleWriter::new(f, BundleKind::Snapshot, Compression::None).expect("writer");
-        w.write_manifest(&m).expect("manifest");
-        w.write_planned_layer("n0", layer)?;
-        w.finish().expect("finish").flush().expect("flush");
-        Ok::<(), agentbox_store::Error>(())
-    };
-    let via_plan = tmp.path().join("b.tar");
-    write_planned(&via_plan, &planned).expect("planned layer");
-    assert!(
-        fs::read(&via_source).expect("read a") == fs::read(&via_plan).expect("read b"),
-        "the two routes wrote different bundles"
-    );
 
-    // The streaming route: the tree walked (not scanned whole) and each entry planned and
-    // written as it comes writes the same bytes.
     let via_walk = tmp.path().join("c.tar");
     let f = std::io::BufWriter::new(fs::File::create(&via_walk).expect("create bundle"));
     let mut w = BundleWriter::new(f, BundleKind::Snapshot, Compression::None).expect("writer");
@@ -307,7 +286,7 @@ fn a_tree_planned_once_writes_the_bundle_its_layer_source_writes() {
         .expect("streamed layer");
     w.finish().expect("finish").flush().expect("flush");
     assert!(
-        fs::read(&via_source).expect("read a") == fs::read(&via_walk).expect("read c"),
+        fs::read(&via_source).expect("read a") == fs::read(&via_walk).expect("read b"),
         "the streamed layer differs from the planned one"
     );
 
@@ -543,6 +522,91 @@ fn write_tmp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);
     fs::write(&p, bytes).expect("write");
     p
+}
+
+/// A member `name` holding `data`, with the `AGENTBOX.blake3` PAX record every regular file
+/// of a history or snapshot bundle carries.
+fn raw_member_with_hash(name: &[u8], data: &[u8]) -> Vec<u8> {
+    let hex = blake3::hash(data).to_hex();
+    let body = format!(" AGENTBOX.blake3={hex}\n");
+    let record = format!("{}{body}", body.len() + (body.len() + 2).to_string().len());
+    let mut out = raw_header(b"././@PaxHeader", b'x', record.len() as u64, b"", None);
+    out.extend_from_slice(record.as_bytes());
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out.extend(raw_tar(&[(name, b'0', data, b"")]));
+    out.truncate(out.len() - 1024);
+    out
+}
+
+/// A bundle of version 1 (the counts and checksums in the manifest), made from one this
+/// version wrote: its layer members verbatim between a version 1 manifest and end record.
+fn as_version_1(v2: &[u8]) -> Vec<u8> {
+    let mut archive = tar::Archive::new(v2);
+    let mut raw = Vec::new();
+    let mut manifest: Option<serde_json::Value> = None;
+    let mut end: Option<serde_json::Value> = None;
+    for e in archive.entries().expect("entries").raw(true) {
+        let mut e = e.expect("entry");
+        let path = e.path_bytes().into_owned();
+        raw.push(e.raw_header_position() as usize);
+        if path == b"manifest.json" || path == b"end.json" {
+            let mut json = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut json).expect("read");
+            let v = serde_json::from_slice(&json).expect("json");
+            if path == b"manifest.json" {
+                manifest = Some(v);
+            } else {
+                end = Some(v);
+            }
+        }
+    }
+    let mut manifest = manifest.expect("manifest.json");
+    let end = end.expect("end.json");
+    manifest["version"] = 1.into();
+    for (n, l) in manifest["nodes"]
+        .as_array_mut()
+        .expect("nodes")
+        .iter_mut()
+        .zip(end["layers"].as_array().expect("layers"))
+    {
+        n["entries"] = l["entries"].clone();
+        n["checksum"] = l["checksum"].clone();
+    }
+    let end_v1 = serde_json::json!({"nodes": end["nodes"], "entries": end["entries"]});
+    // Raw entries: the PAX header and manifest.json, the layers, the PAX header and end.json.
+    let (start, stop) = (raw[2], raw[raw.len() - 2]);
+    let mut out = raw_member_with_hash(b"manifest.json", manifest.to_string().as_bytes());
+    out.extend_from_slice(&v2[start..stop]);
+    out.extend(raw_member_with_hash(
+        b"end.json",
+        end_v1.to_string().as_bytes(),
+    ));
+    out.extend([0u8; 1024]);
+    out
+}
+
+/// Bundles written before version 2 still import, and are checked as strictly.
+#[test]
+fn a_version_1_bundle_still_imports_and_is_checked() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let t = tmp.path();
+    let v1 = as_version_1(&plain_bundle(t));
+    let staging = t.join("v1-staging");
+    import(&write_tmp(t, "v1", &v1), &staging, &ImportOpts::default())
+        .expect("a version 1 bundle imports");
+    assert_eq!(
+        fs::read(staging.join("n0/d/hello")).expect("imported file"),
+        b"hello world, this is the content"
+    );
+    // Its layer checksum, in the manifest, still covers the metadata.
+    let mtime_at = v1
+        .windows(6)
+        .rposition(|w| w == b"mtime=")
+        .expect("a PAX mtime")
+        + 7;
+    let mut bad = v1.clone();
+    bad[mtime_at] = if bad[mtime_at] == b'1' { b'2' } else { b'1' };
+    expect_rejected(t, "v1-mtime", &bad, "the manifest records");
 }
 
 #[test]
