@@ -453,33 +453,22 @@ fn resolve_children(dirs: &[PathBuf], rel: &Path, opaque: &str) -> Result<Vec<Re
     names.dedup();
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        let mut provider: Option<(PathBuf, Meta)> = None;
-        let mut merged = Vec::new();
+        let mut found = Resolution::default();
         for (dir, fd, listed) in &open {
             if listed.binary_search(name).is_err() {
                 continue;
             }
             let abs = dir.join(name);
             let meta = read_meta_at(fd, name, &abs, &abs)?;
-            if meta.is_whiteout() {
-                break;
-            }
-            if !meta.is_dir() {
-                if provider.is_none() {
-                    provider = Some((abs, meta));
-                }
-                break;
-            }
-            let hides = is_opaque(&meta, opaque);
-            merged.push(abs.clone());
-            if provider.is_none() {
-                provider = Some((abs, meta));
-            }
-            if hides {
+            if !found.layer(abs, meta, opaque) {
                 break;
             }
         }
-        let Some((src, mut meta)) = provider else {
+        let Resolution {
+            provider: Some((src, mut meta)),
+            merged,
+        } = found
+        else {
             continue;
         };
         strip_overlay_xattrs(&mut meta);
@@ -607,8 +596,7 @@ pub(crate) fn merged_child(
     name: &std::ffi::OsStr,
     opaque: &str,
 ) -> Result<Option<(PathBuf, Meta, Vec<PathBuf>)>> {
-    let mut provider: Option<(PathBuf, Meta)> = None;
-    let mut merged: Vec<PathBuf> = Vec::new();
+    let mut found = Resolution::default();
     for dir in dirs {
         let abs = dir.join(name);
         let meta = match read_meta(&abs) {
@@ -616,25 +604,40 @@ pub(crate) fn merged_child(
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
-        if meta.is_whiteout() {
-            break;
-        }
-        if !meta.is_dir() {
-            if provider.is_none() {
-                provider = Some((abs, meta));
-            }
-            break;
-        }
-        let hides = is_opaque(&meta, opaque);
-        merged.push(abs.clone());
-        if provider.is_none() {
-            provider = Some((abs, meta));
-        }
-        if hides {
+        if !found.layer(abs, meta, opaque) {
             break;
         }
     }
+    let Resolution { provider, merged } = found;
     Ok(provider.map(|(src, meta)| (src, meta, merged)))
+}
+
+/// How one name resolves through a stack of layers, fed the name as each layer that has it
+/// holds it, topmost first (see [`merged_child`]).
+#[derive(Default)]
+struct Resolution {
+    /// The entry the merged view shows: the topmost one.
+    provider: Option<(PathBuf, Meta)>,
+    /// The directories of that name that merge, when it is a directory.
+    merged: Vec<PathBuf>,
+}
+
+impl Resolution {
+    /// Take the name as the layer at `abs` holds it; false when the layers below no longer
+    /// count: a whiteout or a non-directory hides them, and so does an opaque directory.
+    fn layer(&mut self, abs: PathBuf, meta: Meta, opaque: &str) -> bool {
+        if meta.is_whiteout() {
+            return false;
+        }
+        let goes_on = meta.is_dir() && !is_opaque(&meta, opaque);
+        if meta.is_dir() {
+            self.merged.push(abs.clone());
+        }
+        if self.provider.is_none() {
+            self.provider = Some((abs, meta));
+        }
+        goes_on
+    }
 }
 
 /// Merge the children of directory `rel`, present as a directory at each of `dirs` (topmost
