@@ -115,6 +115,9 @@ fn fidelity_tree(root: &Path, with_sparse: bool) {
     fs::create_dir(root.join("empty")).expect("mkdir");
     write(&root.join("a/f"), b"hello world\n");
     write(&root.join("a/b/c/deep"), &vec![7u8; 3 * 1024 * 1024 + 17]);
+    // Past the size a writer reads in one pass: hashed first, then copied.
+    let big: Vec<u8> = (0..17 * 1024 * 1024 + 5).map(|i| (i % 251) as u8).collect();
+    write(&root.join("a/b/big"), &big);
     write(&root.join("suid"), b"#!/bin/sh\n");
     write(&root.join("emptyfile"), b"");
     let long = "x".repeat(150);
