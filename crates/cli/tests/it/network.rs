@@ -74,10 +74,16 @@ fn token_server(addr: SocketAddr, token: &'static str) -> SocketAddr {
 
 /// A host port nothing listens on now.
 fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    free_ports::<1>()[0]
+}
+
+/// `N` distinct free TCP ports. Each listener is held until all are taken: a port released
+/// at once can be handed out again by the next bind.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).expect("a free port"))
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().expect("a bound address").port())
 }
 
 /// The host's first IPv4 address that is not loopback (`ip -4 -o addr`).
@@ -231,7 +237,7 @@ fn published_ports_reach_servers_in_private_boxes() {
     let Some(t) = Net::new("published_ports_reach_servers_in_private_boxes") else {
         return;
     };
-    let (pa, pb) = (free_port(), free_port());
+    let [pa, pb] = free_ports::<2>();
     assert_ne!(pa, pb);
     t.create(
         "alpha",
