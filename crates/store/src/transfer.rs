@@ -69,7 +69,7 @@ const WALK_AHEAD: usize = 16;
 /// Write the complete layer of `node` while its tree is read: one thread walks the tree
 /// ([`Store::walk_node_tree`]) and hands its entries over in order; this one plans and writes
 /// each ([`BundleWriter::write_tree_entries`]). The walk costs as much as reading the
-/// metadata of every entry, which now overlaps with reading, hashing and compressing the
+/// metadata of every entry; this way it overlaps with reading, hashing and compressing the
 /// content instead of coming before it.
 fn write_tree_streamed<W: Write>(
     store: &Store,
