@@ -355,55 +355,20 @@ pub(crate) fn plan_entries<'a>(
     Ok(out)
 }
 
-/// A layer planned into its tar entries, with the summary `end.json` records for it
-/// ([`super::BundleWriter::write_planned_layer`] writes both), so the two cannot differ.
-#[derive(Debug, Clone)]
-pub struct PlannedLayer {
-    pub(crate) planned: Vec<Planned>,
-    summary: LayerSummary,
-}
-
-impl PlannedLayer {
-    /// Entry count and checksum, as `end.json` records them.
-    pub fn summary(&self) -> &LayerSummary {
-        &self.summary
-    }
-
-    fn of(planned: Vec<Planned>) -> PlannedLayer {
-        let summary = summary_of(&planned);
-        PlannedLayer { planned, summary }
-    }
-}
-
-/// The layer of a [`plan_entries`] result; a malformed layer is an error naming `path`.
-fn planned_at(
-    planned: std::result::Result<Vec<Planned>, String>,
-    path: &Path,
-) -> Result<PlannedLayer> {
-    planned
-        .map(PlannedLayer::of)
-        .map_err(|message| Error::Bundle {
+/// Plan `layer` into its tar entries (metadata only, no content); a malformed layer is an
+/// error naming `path`.
+pub(crate) fn plan_layer_at(layer: &LayerSource, path: &Path) -> Result<Vec<Planned>> {
+    plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true).map_err(|message| {
+        Error::Bundle {
             path: path.to_owned(),
             message,
-        })
+        }
+    })
 }
 
-/// Plan `layer`; a malformed layer is an error naming `path`.
-pub(crate) fn plan_layer_at(layer: &LayerSource, path: &Path) -> Result<PlannedLayer> {
-    planned_at(
-        plan_entries(&layer.entries, &layer.whiteouts, &layer.opaque_dirs, true),
-        path,
-    )
-}
-
-/// Plan `layer` into its tar entries. Reads metadata only (no content).
-pub fn plan_layer(layer: &LayerSource) -> Result<PlannedLayer> {
-    plan_layer_at(layer, Path::new("<layer>"))
-}
-
-/// Entry count and checksum of a layer, as `end.json` records them (see [`plan_layer`]).
+/// Entry count and checksum of a layer, as `end.json` records them.
 pub fn layer_summary(layer: &LayerSource) -> Result<LayerSummary> {
-    plan_layer(layer).map(|p| p.summary)
+    plan_layer_at(layer, Path::new("<layer>")).map(|p| summary_of(&p))
 }
 
 fn summary_of(planned: &[Planned]) -> LayerSummary {

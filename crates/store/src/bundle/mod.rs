@@ -54,8 +54,8 @@ pub use format::{
     PAX_XATTR_HEX_PREFIX, PAX_XATTR_PREFIX, ROOTFS_LAYER, WHITEOUT_PREFIX,
 };
 pub use layer::{
-    apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, plan_layer,
-    to_overlay_layer, LayerSource, LayerSummary, PlannedLayer,
+    apply_layer, layer_from_trees, layer_source_from_overlay, layer_summary, to_overlay_layer,
+    LayerSource, LayerSummary,
 };
 pub use read::{
     default_max_size, import, import_into, ImportOpts, Imported, MAX_EXPANSION, MIN_MAX_SIZE,

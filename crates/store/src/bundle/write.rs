@@ -1,6 +1,6 @@
 //! Streaming bundle writer.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -15,8 +15,7 @@ use super::format::{
 };
 use super::fsutil;
 use super::layer::{
-    plan_entries, plan_layer_at, LayerSource, LayerSummary, PlanKind, Planned, PlannedLayer,
-    Planner, Summing,
+    plan_entries, plan_layer_at, LayerSource, LayerSummary, PlanKind, Planned, Planner, Summing,
 };
 use crate::fsops::{Entry, Tree};
 use crate::{Error, Result};
@@ -46,9 +45,8 @@ pub struct BundleWriter<W: Write> {
     out: Sink<W>,
     kind: BundleKind,
     manifest: Option<Manifest>,
-    written: HashSet<String>,
     /// Count and checksum of each layer written, for `end.json`.
-    summaries: Vec<(String, LayerSummary)>,
+    written: HashMap<String, LayerSummary>,
     entries: u64,
     rootfs_done: bool,
     buf: Vec<u8>,
@@ -147,8 +145,7 @@ impl<W: Write> BundleWriter<W> {
             out,
             kind,
             manifest: None,
-            written: HashSet::new(),
-            summaries: Vec::new(),
+            written: HashMap::new(),
             entries: 0,
             rootfs_done: false,
             buf: vec![0u8; 1 << 20],
@@ -195,19 +192,9 @@ impl<W: Write> BundleWriter<W> {
 
     /// Write the layer of node `node_id` under `nodes/<id>/`.
     pub fn write_layer(&mut self, node_id: &str, layer: &LayerSource) -> Result<()> {
-        let prefix = format!("{NODES_DIR}/{node_id}/");
-        let planned = plan_layer_at(layer, Path::new(&prefix))?;
-        self.write_planned_layer(node_id, &planned)
-    }
-
-    /// [`BundleWriter::write_layer`] of a layer already planned.
-    pub fn write_planned_layer(&mut self, node_id: &str, layer: &PlannedLayer) -> Result<()> {
         let prefix = self.start_layer(node_id)?;
-        for p in &layer.planned {
-            self.write_planned(prefix.as_bytes(), p, true)?;
-        }
-        self.end_layer(node_id, layer.summary().clone());
-        Ok(())
+        let planned = plan_layer_at(layer, Path::new(&prefix))?;
+        self.write_layer_of(node_id, &prefix, planned.into_iter().map(Ok))
     }
 
     /// Write the complete layer of node `node_id` from the entries of its tree as they are
@@ -221,20 +208,33 @@ impl<W: Write> BundleWriter<W> {
     ) -> Result<()> {
         let prefix = self.start_layer(node_id)?;
         let mut planner = Planner::new(true);
+        let planned = entries.into_iter().filter_map(|e| {
+            e.and_then(|e| planner.entry(&e).map_err(|m| werr(&prefix, m)))
+                .transpose()
+        });
+        self.write_layer_of(node_id, &prefix, planned)
+    }
+
+    /// Write the planned entries of node `node_id`'s layer (under `prefix`) and record its
+    /// count and checksum for `end.json`.
+    fn write_layer_of(
+        &mut self,
+        node_id: &str,
+        prefix: &str,
+        planned: impl Iterator<Item = Result<Planned>>,
+    ) -> Result<()> {
         let mut sum = Summing::default();
-        for e in entries {
-            let e = e?;
-            let planned = planner.entry(&e).map_err(|m| werr(&prefix, m))?;
-            if let Some(p) = planned {
-                sum.add(&p);
-                self.write_planned(prefix.as_bytes(), &p, true)?;
-            }
+        for p in planned {
+            let p = p?;
+            sum.add(&p);
+            self.write_planned(prefix.as_bytes(), &p, true)?;
         }
         let summary = sum.finish();
         if summary.entries == 0 {
-            return Err(werr(&prefix, "the layer has no root entry"));
+            return Err(werr(prefix, "the layer has no root entry"));
         }
-        self.end_layer(node_id, summary);
+        self.entries += summary.entries;
+        self.written.insert(node_id.to_owned(), summary);
         Ok(())
     }
 
@@ -247,16 +247,10 @@ impl<W: Write> BundleWriter<W> {
         if manifest.node(node_id).is_none() {
             return Err(werr(&prefix, "node is not listed in the manifest"));
         }
-        if self.written.contains(node_id) {
+        if self.written.contains_key(node_id) {
             return Err(werr(&prefix, "layer already written"));
         }
         Ok(prefix)
-    }
-
-    fn end_layer(&mut self, node_id: &str, summary: LayerSummary) {
-        self.entries += summary.entries;
-        self.written.insert(node_id.to_owned());
-        self.summaries.push((node_id.to_owned(), summary));
     }
 
     /// Write a complete tree as a rootfs bundle (paths `./…`, sparse files in full, sockets
@@ -285,25 +279,21 @@ impl<W: Write> BundleWriter<W> {
     /// compression and return the output.
     pub fn finish(mut self) -> Result<W> {
         if let Some(m) = &self.manifest {
-            if let Some(missing) = m.nodes.iter().find(|n| !self.written.contains(&n.id)) {
-                return Err(werr(
-                    format!("{NODES_DIR}/{}/", missing.id),
-                    "node is listed in the manifest but its layer was not written",
-                ));
-            }
             // In the manifest's node order, whatever order the layers were written in.
-            let layers = m
-                .nodes
-                .iter()
-                .filter_map(|n| {
-                    let (_, s) = self.summaries.iter().find(|(id, _)| *id == n.id)?;
-                    Some(LayerEnd {
-                        id: n.id.clone(),
-                        entries: s.entries,
-                        checksum: s.checksum.clone(),
-                    })
-                })
-                .collect();
+            let mut layers = Vec::with_capacity(m.nodes.len());
+            for n in &m.nodes {
+                let Some(s) = self.written.get(&n.id) else {
+                    return Err(werr(
+                        format!("{NODES_DIR}/{}/", n.id),
+                        "node is listed in the manifest but its layer was not written",
+                    ));
+                };
+                layers.push(LayerEnd {
+                    id: n.id.clone(),
+                    entries: s.entries,
+                    checksum: s.checksum.clone(),
+                });
+            }
             let end = EndRecord {
                 nodes: self.written.len() as u64,
                 entries: self.entries,

@@ -185,13 +185,23 @@ pub(crate) fn write_bundle(
     manifest: &Manifest,
     layers: &[(&str, &LayerSource)],
 ) {
-    let f = std::io::BufWriter::new(fs::File::create(path).expect("create bundle"));
-    let mut w = BundleWriter::new(f, manifest.kind, compression).expect("writer");
-    w.write_manifest(manifest).expect("manifest");
+    let mut w = bundle_writer(path, compression, manifest);
     for (id, layer) in layers {
         w.write_layer(id, layer).expect("layer");
     }
     w.finish().expect("finish").flush().expect("flush");
+}
+
+/// A writer of a bundle at `path` whose manifest is written.
+fn bundle_writer(
+    path: &Path,
+    compression: Compression,
+    manifest: &Manifest,
+) -> BundleWriter<std::io::BufWriter<fs::File>> {
+    let f = std::io::BufWriter::new(fs::File::create(path).expect("create bundle"));
+    let mut w = BundleWriter::new(f, manifest.kind, compression).expect("writer");
+    w.write_manifest(manifest).expect("manifest");
+    w
 }
 
 /// The manifest record of node `id`.
@@ -276,9 +286,7 @@ fn a_tree_streamed_writes_the_bundle_its_layer_source_writes() {
     write_bundle(&via_source, Compression::None, &m, &[("n0", &source)]);
 
     let via_walk = tmp.path().join("c.tar");
-    let f = std::io::BufWriter::new(fs::File::create(&via_walk).expect("create bundle"));
-    let mut w = BundleWriter::new(f, BundleKind::Snapshot, Compression::None).expect("writer");
-    w.write_manifest(&m).expect("manifest");
+    let mut w = bundle_writer(&via_walk, Compression::None, &m);
     let mut walked = Vec::new();
     agentbox_store::fsops::walk_chain(&[src.as_path()], "trusted.overlay.opaque", &mut |e| {
         walked.push(e);
@@ -294,9 +302,7 @@ fn a_tree_streamed_writes_the_bundle_its_layer_source_writes() {
     );
 
     // A walk that fails mid-way fails the layer with the walk's error.
-    let f = std::io::BufWriter::new(fs::File::create(tmp.path().join("d.tar")).expect("create"));
-    let mut w = BundleWriter::new(f, BundleKind::Snapshot, Compression::None).expect("writer");
-    w.write_manifest(&m).expect("manifest");
+    let mut w = bundle_writer(&tmp.path().join("d.tar"), Compression::None, &m);
     let mut entries: Vec<agentbox_store::Result<agentbox_store::fsops::Entry>> =
         tree.entries.values().take(3).cloned().map(Ok).collect();
     entries.push(Err(agentbox_store::Error::Bundle {
