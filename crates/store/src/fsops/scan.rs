@@ -395,17 +395,20 @@ pub fn walk_chain(
     let Some(top) = layers.first() else {
         return Ok(());
     };
+    // Every layer's root merges, opaque or not (as in `scan_chain`); the topmost gives the
+    // root its metadata.
+    let mut root = None;
     for layer in layers {
-        if !read_meta(layer)?.is_dir() {
+        let meta = read_meta(layer)?;
+        if !meta.is_dir() {
             return Err(Error::Backend {
                 path: layer.to_path_buf(),
                 message: "a layer root must be a directory".into(),
             });
         }
+        root.get_or_insert(meta);
     }
-    // Every layer's root merges, opaque or not (as in `scan_chain`); the topmost gives the
-    // root its metadata.
-    let mut meta = read_meta(top)?;
+    let mut meta = root.expect("the chain is not empty, so it has a top layer");
     strip_overlay_xattrs(&mut meta);
     f(Entry {
         rel: PathBuf::new(),

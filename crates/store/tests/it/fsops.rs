@@ -986,3 +986,64 @@ fn metadata_beneath_a_tree_is_never_read_through_a_swapped_directory() {
     let host = read_meta(&upper.join("d/e/f")).expect("meta");
     assert!(host.xattrs.contains_key("user.host"));
 }
+
+/// A box that swaps one of its directories for a symlink to a host directory while its tree
+/// is scanned (as a capture scans a box's upper directory) must not get the host
+/// directory's entries recorded as its own: each directory is opened without following a
+/// symlink, and its entries are read relative to it. The swap is atomic (`RENAME_EXCHANGE`)
+/// and runs the whole time, so scans hit it between the listing of the parent and the
+/// reading of the child.
+#[test]
+fn a_directory_swapped_for_a_symlink_during_a_scan_is_not_followed() {
+    let home = TempHome::new();
+    let secret = home.path().join("host-secret");
+    fs_err::create_dir_all(&secret).expect("mkdir");
+    fs_err::write(secret.join("secret-file"), b"host data").expect("write");
+    let root = home.path().join("box-upper");
+    fs_err::create_dir_all(root.join("d")).expect("mkdir");
+    for i in 0..20 {
+        fs_err::write(root.join(format!("d/mine{i}")), b"box data").expect("write");
+    }
+    std::os::unix::fs::symlink(&secret, root.join("swap")).expect("symlink");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, root) = (stop.clone(), root.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                rustix::fs::renameat_with(
+                    CWD,
+                    root.join("d"),
+                    CWD,
+                    root.join("swap"),
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .expect("exchange");
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let (mut scans, mut failed) = (0, 0);
+    for _ in 0..2000 {
+        match scan_tree(&root) {
+            Ok(tree) => {
+                scans += 1;
+                for e in tree.entries.values() {
+                    assert!(
+                        !e.rel.ends_with("secret-file") && !e.src.starts_with(&secret),
+                        "the scan followed the swapped-in symlink: {} ({})",
+                        e.rel.display(),
+                        e.src.display()
+                    );
+                }
+            }
+            // A directory that turned into a symlink under the scan: refused, not followed.
+            Err(_) => failed += 1,
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().expect("swapper");
+    assert!(swaps > 0 && scans > 0, "{swaps} swaps, {scans} scans");
+    eprintln!("{scans} scans, {failed} refused mid-swap, {swaps} swaps");
+}
