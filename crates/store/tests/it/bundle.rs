@@ -107,6 +107,14 @@ fn fix_dir_mtimes(root: &Path) {
     }
 }
 
+/// `dir/src`, made a [`fidelity_tree`] with a sparse file.
+fn fidelity_src(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    fs::create_dir(&src).expect("mkdir");
+    fidelity_tree(&src, true);
+    src
+}
+
 /// A tree with every supported file type and the tricky metadata.
 fn fidelity_tree(root: &Path, with_sparse: bool) {
     fs::create_dir_all(root.join("a/b/c")).expect("mkdir");
@@ -241,9 +249,7 @@ fn opts() -> ImportOpts {
 #[test]
 fn snapshot_round_trip_keeps_everything() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("src");
-    fs::create_dir(&src).expect("mkdir");
-    fidelity_tree(&src, true);
+    let src = fidelity_src(tmp.path());
     let bundle = tmp.path().join("b.tar.zst");
     snapshot_bundle(&src, &bundle, Compression::Zstd);
 
@@ -275,9 +281,7 @@ fn snapshot_round_trip_keeps_everything() {
 #[test]
 fn a_tree_streamed_writes_the_bundle_its_layer_source_writes() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("src");
-    fs::create_dir(&src).expect("mkdir");
-    fidelity_tree(&src, true);
+    let src = fidelity_src(tmp.path());
     let tree = scan(&src);
     let source = layer_from_trees(None, &tree).expect("layer");
     let mut m = Manifest::new(BundleKind::Snapshot, "demo", "n0");
@@ -1014,9 +1018,7 @@ fn staging_must_be_new_or_empty() {
 #[test]
 fn rootfs_is_readable_by_gnu_tar() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let src = tmp.path().join("src");
-    fs::create_dir(&src).expect("mkdir");
-    fidelity_tree(&src, true);
+    let src = fidelity_src(tmp.path());
     let out = tmp.path().join("rootfs.tar");
     let mut w = BundleWriter::new(
         fs::File::create(&out).expect("create"),
