@@ -50,6 +50,12 @@ enum Durability<'a> {
     /// the directory after the rename: where the filesystem's journal commits in order, that
     /// one journal commit makes both durable.
     Settled(&'a dyn Fn(&std::fs::File) -> std::io::Result<()>),
+    /// `settle` the file, rename it, then `fsync` the file: where an `fsync` of an inode
+    /// logs its new name (and the name it replaced) with it, as btrfs's log tree does, that
+    /// one flush makes the data and the rename durable. The data is settled before the
+    /// rename so that no transaction committed in between can hold the new name over a
+    /// file without its data.
+    SettledThenRenamedSynced(&'a dyn Fn(&std::fs::File) -> std::io::Result<()>),
 }
 
 fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability<'_>) -> Result<()> {
@@ -69,16 +75,26 @@ fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability<'_>) -> R
         match &durability {
             Durability::None => {}
             Durability::Synced => f.sync_all()?,
-            Durability::Settled(settle) => settle(f.file()).map_err(|e| {
-                crate::Error::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("writing out {}: {e}", tmp.display()),
-                ))
-            })?,
+            Durability::Settled(settle) | Durability::SettledThenRenamedSynced(settle) => {
+                settle(f.file()).map_err(|e| {
+                    crate::Error::Io(std::io::Error::new(
+                        e.kind(),
+                        format!("writing out {}: {e}", tmp.display()),
+                    ))
+                })?
+            }
         }
         fs_err::rename(&tmp, path)?;
-        if !matches!(durability, Durability::None) {
-            sync_dir(dir)?;
+        match durability {
+            Durability::None => {}
+            Durability::Synced | Durability::Settled(_) => sync_dir(dir)?,
+            // `f` still names the inode, now at `path`.
+            Durability::SettledThenRenamedSynced(_) => f.file().sync_all().map_err(|e| {
+                crate::Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("fsync {}: {e}", path.display()),
+                ))
+            })?,
         }
         Ok(())
     })();
@@ -116,6 +132,22 @@ pub fn write_json_settled<T: Serialize>(
     settle: &dyn Fn(&std::fs::File) -> std::io::Result<()>,
 ) -> Result<()> {
     write_atomic_with(path, &json_bytes(path, value)?, Durability::Settled(settle))
+}
+
+/// [`write_json`] with one flush where an `fsync` of a renamed inode makes its new name
+/// durable (btrfs): the temporary file's data is made durable by `settle`, it is renamed
+/// over `path`, and the one `fsync` is of the file. Correct only where the caller knows the
+/// filesystem logs a synced inode's names (see `agentbox_store`'s use for btrfs).
+pub fn write_json_renamed_then_synced<T: Serialize>(
+    path: &Path,
+    value: &T,
+    settle: &dyn Fn(&std::fs::File) -> std::io::Result<()>,
+) -> Result<()> {
+    write_atomic_with(
+        path,
+        &json_bytes(path, value)?,
+        Durability::SettledThenRenamedSynced(settle),
+    )
 }
 
 /// Atomically write `value` as pretty JSON.

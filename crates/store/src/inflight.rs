@@ -1,9 +1,9 @@
 //! Intent markers: what lets opening a store skip the full reconcile pass.
 //!
 //! Whoever takes the store lock (shared or exclusive) creates `inflight/<pid>-<random>`,
-//! durably, before it writes anything, and removes it when it releases the lock. An
-//! operation that dies half-way therefore leaves its marker behind, and only then can the
-//! store hold anything half-made (see [`crate::leftovers`]). Opening a store looks at
+//! durable before anything it writes is (see [`StoreLock::marked`]), and removes it when it
+//! releases the lock. An operation that dies half-way therefore leaves its marker behind,
+//! and only then can the store hold anything half-made (see [`crate::leftovers`]). Opening a store looks at
 //! `inflight/` (one directory read of a handful of entries, whatever the number of nodes)
 //! and runs the full pass of [`crate::Store::reconcile`] — which reads every node — only
 //! when a marker is left, or when the store still has to be migrated to the current format.
@@ -26,10 +26,25 @@ use crate::Result;
 pub struct StoreLock {
     _lock: FileLock,
     marker: Option<PathBuf>,
+    /// The marker's directory while the marker's creation may not be durable yet (see
+    /// [`StoreLock::marked`]).
+    unsettled: Option<PathBuf>,
 }
 
 impl StoreLock {
-    /// Take `lock` as an operation that may write: record the intent marker first.
+    /// Take `lock` as an operation that may write: record the intent marker first. Its
+    /// creation is not made durable yet: the holder must call [`StoreLock::settle`] before
+    /// it makes anything durable, unless the first thing it makes durable is a step that
+    /// commits the whole filesystem's transaction (a btrfs snapshot), which carries the
+    /// marker with it ([`StoreLock::carried`]).
+    ///
+    /// Why that is enough: until then the holder writes only unsynced files. They can
+    /// reach the disk early only through a transaction commit, which carries the marker
+    /// (made before them) too, or through another process's `fsync` of a directory they
+    /// share; that process's own marker, durable and removed without a flush, then comes
+    /// back after a power loss unless a later sync carried the removal, and any such sync
+    /// carries this marker as well. Either way a marker survives, and the full reconcile
+    /// pass runs.
     pub(crate) fn marked(layout: &Layout, lock: FileLock) -> Result<StoreLock> {
         let dir = layout.inflight();
         if !dir.is_dir() {
@@ -46,13 +61,27 @@ impl StoreLock {
         // The marker must be on disk before anything it stands for. Where the journal
         // commits metadata in order (ext4, xfs), whatever the operation later makes durable
         // carries the marker's creation with it, so it costs no flush of its own.
-        if !crate::backend::journal_orders_metadata(&dir) {
-            atomic::sync_dir(&dir)?;
-        }
+        let unsettled = (!crate::backend::journal_orders_metadata(&dir)).then_some(dir);
         Ok(StoreLock {
             _lock: lock,
             marker: Some(marker),
+            unsettled,
         })
+    }
+
+    /// Make the marker's creation durable, if it is not yet.
+    pub(crate) fn settle(&mut self) -> Result<()> {
+        if let Some(dir) = &self.unsettled {
+            atomic::sync_dir(dir)?;
+            self.unsettled = None;
+        }
+        Ok(())
+    }
+
+    /// A commit of the filesystem's whole transaction, made after the marker was created,
+    /// has returned: the marker is durable (see [`StoreLock::marked`]).
+    pub(crate) fn carried(&mut self) {
+        self.unsettled = None;
     }
 
     /// Take `lock` without a marker: for the reconcile pass itself, which leaves the
@@ -61,6 +90,7 @@ impl StoreLock {
         StoreLock {
             _lock: lock,
             marker: None,
+            unsettled: None,
         }
     }
 }

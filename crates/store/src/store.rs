@@ -140,7 +140,20 @@ pub struct Store {
 /// Locks held by a writer of one environment; released on drop.
 pub(crate) struct EnvGuard {
     _env: FileLock,
-    _store: StoreLock,
+    store: StoreLock,
+}
+
+impl EnvGuard {
+    /// Make the store marker durable before the holder makes anything else durable.
+    fn settle(&mut self) -> Result<()> {
+        self.store.settle()
+    }
+
+    /// The holder's first durable step, a commit of the filesystem's whole transaction,
+    /// has carried the marker to disk.
+    fn carried(&mut self) {
+        self.store.carried()
+    }
 }
 
 impl Store {
@@ -277,6 +290,14 @@ impl Store {
 
     /// The store lock, with this holder's intent marker (see [`crate::inflight`]).
     pub(crate) fn lock_store(&self, mode: Mode, doing: &str) -> Result<StoreLock> {
+        let mut held = self.lock_store_unsettled(mode, doing)?;
+        held.settle()?;
+        Ok(held)
+    }
+
+    /// [`Store::lock_store`] with the marker not yet durable (see
+    /// [`StoreLock::marked`] for what the holder must do).
+    fn lock_store_unsettled(&self, mode: Mode, doing: &str) -> Result<StoreLock> {
         let lock = FileLock::acquire(&self.layout.lock(), mode, "the store", doing)?;
         StoreLock::marked(&self.layout, lock)
     }
@@ -290,13 +311,20 @@ impl Store {
 
     /// Take the single-writer lock of `env` (plus the shared store lock).
     pub(crate) fn lock_env(&self, env: &str, doing: &str) -> Result<EnvGuard> {
+        let mut guard = self.lock_env_unsettled(env, doing)?;
+        guard.store.settle()?;
+        Ok(guard)
+    }
+
+    /// [`Store::lock_env`] with the store marker perhaps not durable yet: the holder settles
+    /// it ([`EnvGuard::settle`]) before it makes anything durable, or makes a commit of the
+    /// filesystem's transaction its first durable step ([`EnvGuard::carried`]).
+    fn lock_env_unsettled(&self, env: &str, doing: &str) -> Result<EnvGuard> {
         let (store, lock) = self.lock_env_with(Mode::Shared, env, doing)?;
-        let guard = EnvGuard {
-            _env: lock,
-            _store: store,
-        };
+        let mut guard = EnvGuard { _env: lock, store };
         let state = self.env(env)?;
         if let Some(target) = state.checkout_pending.clone() {
+            guard.store.settle()?;
             self.finish_checkout(state, &self.node(&target)?)?;
         }
         Ok(guard)
@@ -324,18 +352,20 @@ impl Store {
         env: &str,
         doing: &str,
     ) -> Result<(StoreLock, FileLock)> {
-        self.lock_env_with(Mode::Exclusive, env, doing)
+        let (mut store, lock) = self.lock_env_with(Mode::Exclusive, env, doing)?;
+        store.settle()?;
+        Ok((store, lock))
     }
 
-    /// The store lock in `store_mode`, then the environment's single-writer lock (never
-    /// waiting: a second writer is told who holds it).
+    /// The store lock in `store_mode` (its marker not yet settled), then the environment's
+    /// single-writer lock (never waiting: a second writer is told who holds it).
     fn lock_env_with(
         &self,
         store_mode: Mode,
         env: &str,
         doing: &str,
     ) -> Result<(StoreLock, FileLock)> {
-        let store = self.lock_store(store_mode, doing)?;
+        let store = self.lock_store_unsettled(store_mode, doing)?;
         if !self.layout.env_state(env).exists() {
             return Err(Error::UnknownEnv { name: env.into() });
         }
@@ -771,7 +801,7 @@ impl Store {
     /// Freeze the working tree of `env` as a child of HEAD and move HEAD to it.
     pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
         let mut timer = agentbox_core::timing::Timer::start("commit");
-        let _g = self.lock_env(env, "commit")?;
+        let mut guard = self.lock_env_unsettled(env, "commit")?;
         let mut state = self.env(env)?;
         let head = self.node(&state.head)?;
         let chain = self.chain(&head)?;
@@ -779,8 +809,11 @@ impl Store {
         timer.lap("prepare");
         let dirs = self.work_dirs(&state);
         if let Some(record) = self.backend.record_ahead(&dirs, &chain, &id) {
-            return self.commit_ahead(state, &head, &chain, &dirs, &id, &record, opts, &mut timer);
+            return self.commit_ahead(
+                &mut guard, state, &head, &chain, &dirs, &id, &record, opts, &mut timer,
+            );
         }
+        guard.settle()?;
         let record = self.backend.commit(&dirs, &chain, &id)?;
         timer.lap("backend");
         let node = match self.commit_point(&mut state, &head, &id, &record, opts, &mut timer) {
@@ -830,10 +863,13 @@ impl Store {
     /// index entry are written first, their data written out without a device flush, and
     /// the layer's creation makes them durable with it — one flush fewer per commit. A crash
     /// before HEAD moves leaves an unacknowledged node (and perhaps a record without its
-    /// layer), which recovery removes as it does for the other order.
+    /// layer), which recovery removes as it does for the other order. The same step makes
+    /// the store marker durable, so it costs no flush of its own either (`guard` is still
+    /// unsettled: nothing was made durable since the marker was created).
     #[allow(clippy::too_many_arguments)]
     fn commit_ahead(
         &self,
+        guard: &mut EnvGuard,
         mut state: EnvState,
         head: &Node,
         chain: &[LayerRecord],
@@ -854,6 +890,7 @@ impl Store {
             }
             return Err(e);
         }
+        guard.carried();
         timer.lap("backend");
         failpoint::hit("commit:after-layer");
         self.move_head(&mut state, head, &node)?;

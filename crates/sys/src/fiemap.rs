@@ -106,6 +106,26 @@ impl Extent {
     }
 }
 
+/// Write out `file`'s dirty data and wait until its extents are recorded in the running
+/// transaction, without flushing the device's cache: a `FIEMAP_FLAG_SYNC` request for no
+/// extents. On btrfs this waits for the file's ordered extents to complete (since Linux
+/// 6.1), which writing out the pages alone (`sync_file_range`) does not: only then does a
+/// transaction that commits later hold the file's data and size.
+pub fn settle(file: &File) -> io::Result<()> {
+    let mut header = FiemapHeader {
+        fm_start: 0,
+        fm_length: u64::MAX,
+        fm_flags: FIEMAP_FLAG_SYNC,
+        fm_mapped_extents: 0,
+        fm_extent_count: 0,
+        fm_reserved: 0,
+    };
+    // SAFETY: `header` is a `struct fiemap` with `fm_extent_count` = 0, so the kernel
+    // writes no extents after it, only the header's `fm_mapped_extents`.
+    unsafe { ioctl_ptr(file, FS_IOC_FIEMAP, &mut header) }?;
+    Ok(())
+}
+
 /// Every extent of `file`, in file order. The file's dirty data is flushed first
 /// (`FIEMAP_FLAG_SYNC`), so delayed allocations get their location.
 pub fn extents(file: &File) -> io::Result<Vec<Extent>> {

@@ -26,6 +26,11 @@ impl FsType {
     }
 }
 
+/// A copy of a [`LoopFs`]'s image, not mounted (see [`LoopFs::crash_image`]); its files go
+/// on drop.
+#[derive(Debug)]
+pub struct CrashImage(LoopFs);
+
 /// A mounted loop-device filesystem, torn down on drop.
 #[derive(Debug)]
 pub struct LoopFs {
@@ -79,6 +84,20 @@ impl LoopFs {
         if !have(fs.mkfs()) && !tier::skip(what, &format!("{} is not installed", fs.mkfs())) {
             return None;
         }
+        let mut this = LoopFs::unset(fs);
+        let made = fs_err::File::create(&this.image)
+            .and_then(|file| file.set_len(size))
+            .map_err(|e| e.to_string())
+            .and_then(|()| this.set_up(true));
+        if let Err(e) = made {
+            // `this` is dropped here, undoing whatever was done.
+            panic!("{what}: {e}");
+        }
+        Some(this)
+    }
+
+    /// Nothing made yet: a temporary directory for the image and the mount point.
+    fn unset(fs: FsType) -> LoopFs {
         let base = std::env::var_os("AGENTBOX_TEST_TMP")
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir);
@@ -86,27 +105,52 @@ impl LoopFs {
             .prefix("agentbox-loopfs-")
             .tempdir_in(base)
             .expect("create a temporary directory for a loop filesystem");
-        let image = dir.path().join("image");
-        let mountpoint = dir.path().join("mnt");
-        let mut this = LoopFs {
+        LoopFs {
             fs,
+            image: dir.path().join("image"),
+            mountpoint: dir.path().join("mnt"),
             dir: Some(dir),
-            image,
-            mountpoint,
             device: None,
             mounted: false,
-        };
-        if let Err(e) = this.set_up(size) {
-            // `this` is dropped here, undoing whatever was done.
-            panic!("{what}: {e}");
         }
-        Some(this)
     }
 
-    fn set_up(&mut self, size: u64) -> Result<(), String> {
-        let file = fs_err::File::create(&self.image).map_err(|e| e.to_string())?;
-        file.set_len(size).map_err(|e| e.to_string())?;
-        drop(file);
+    /// The device as a crash at this instant would leave it: a copy of the image, which
+    /// holds every write the filesystem issued and that completed (the loop device writes
+    /// through to the image's page cache), and nothing the filesystem holds only in memory.
+    /// So what an `fsync` or a transaction commit made durable is in it, and what is only in
+    /// a running transaction is not. It cannot show what a device that loses its volatile
+    /// cache would lose besides. Mount it with [`LoopFs::mount_crashed`].
+    pub fn crash_image(&self) -> CrashImage {
+        let copy = LoopFs::unset(self.fs);
+        fs_err::copy(&self.image, &copy.image).expect("copy the loop image");
+        CrashImage(copy)
+    }
+
+    /// Mount a crash image: its filesystem replays its journal or log as after a reboot.
+    /// Unmount the original first: btrfs does not mount two filesystems with one UUID.
+    pub fn mount_crashed(image: CrashImage) -> LoopFs {
+        let mut fs = image.0;
+        if let Err(e) = fs.set_up(false) {
+            panic!("LoopFs::mount_crashed: {e}");
+        }
+        fs
+    }
+
+    /// Remount with `options` (e.g. `commit=600`, so that no periodic transaction commit
+    /// makes anything durable behind a test's back).
+    pub fn remount(&self, options: &str) {
+        if let Err(e) = run(Command::new("mount")
+            .arg("-o")
+            .arg(format!("remount,{options}"))
+            .arg(&self.mountpoint))
+        {
+            panic!("LoopFs::remount: {e}");
+        }
+    }
+
+    /// Attach the image to a loop device, make the filesystem when `mkfs`, and mount it.
+    fn set_up(&mut self, mkfs: bool) -> Result<(), String> {
         fs_err::create_dir(&self.mountpoint).map_err(|e| e.to_string())?;
         // `losetup --find` can race with another process taking the same free device.
         let mut last_err = String::new();
@@ -128,12 +172,14 @@ impl LoopFs {
         let Some(device) = self.device.clone() else {
             return Err(last_err);
         };
-        let mut mkfs = Command::new(self.fs.mkfs());
-        mkfs.arg("-q");
-        if self.fs == FsType::Ext4 {
-            mkfs.arg("-F");
+        if mkfs {
+            let mut mkfs = Command::new(self.fs.mkfs());
+            mkfs.arg("-q");
+            if self.fs == FsType::Ext4 {
+                mkfs.arg("-F");
+            }
+            run(mkfs.arg(&device))?;
         }
-        run(mkfs.arg(&device))?;
         run(Command::new("mount").arg(&device).arg(&self.mountpoint))?;
         self.mounted = true;
         Ok(())

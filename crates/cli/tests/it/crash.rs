@@ -180,6 +180,68 @@ fn a_btrfs_commit_survives_a_kill_at_every_step() {
     }
 }
 
+/// On btrfs a commit is on disk when it returns, with one flush after its snapshot: the
+/// image of the filesystem taken right then (every write that completed, nothing only in
+/// memory; no periodic transaction commit in between) holds the new HEAD, its node and its
+/// layer, and the store opens from it, passes `fsck` and takes new work.
+#[test]
+fn a_btrfs_commit_is_on_disk_when_it_returns() {
+    use agentbox_testkit::loopfs::LoopFs;
+    if !agentbox_testkit::tier::require_root("a_btrfs_commit_is_on_disk_when_it_returns") {
+        return;
+    }
+    let Some(fs) = LoopFs::btrfs(512 << 20) else {
+        return;
+    };
+    let t = Env::new();
+    std::os::unix::fs::symlink(fs.path(), t.path("home")).expect("symlink home");
+    let dir = prepared(&t);
+    assert_eq!(t.json(&["status", "crashy"])["backend"], "btrfs");
+    // From here on only an fsync (btrfs's log tree) or the commit's own snapshot (a
+    // transaction commit) puts anything on the disk.
+    fs.remount("commit=3600");
+    t.ok(&["checkout", "crashy", "HEAD~1"]);
+    write(&dir.join("a"), "after the checkout");
+    let node = t.json(&["commit", "crashy", "-m", "durable"]);
+    let id = node["id"].as_str().expect("id").to_owned();
+    let image = fs.crash_image();
+    let _ = std::process::Command::new("umount").arg(&dir).status();
+    drop(fs);
+    let fs = LoopFs::mount_crashed(image);
+    let store = fs.path().join("store");
+    let env: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(store.join("envs/crashy/env.json")).expect("env.json after the crash"),
+    )
+    .expect("env.json is whole");
+    assert_eq!(env["head"], id.as_str(), "HEAD after the crash: {env}");
+    assert!(store.join(format!("nodes/{id}.json")).is_file(), "the node");
+    assert_eq!(
+        std::fs::read_to_string(store.join(format!("layers/{id}/a"))).expect("the layer"),
+        "after the checkout"
+    );
+    // The store itself, as agentbox finds it after the reboot.
+    let t = Env::new();
+    std::os::unix::fs::symlink(fs.path(), t.path("home")).expect("symlink home");
+    t.ok(&["fsck"]);
+    let log = t.json(&["log", "crashy"]);
+    let ids: Vec<&str> = log["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["id"].as_str())
+        .collect();
+    assert!(ids.contains(&id.as_str()), "{log}");
+    // The environment still lives at `dir`, which the first test environment holds.
+    t.ok(&["mount", "crashy"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("a")).expect("read"),
+        "after the checkout"
+    );
+    write(&dir.join("b"), "new work");
+    t.ok(&["commit", "crashy", "-m", "after the crash"]);
+    let _ = std::process::Command::new("umount").arg(&dir).status();
+}
+
 /// A commit that hands the working files to its layer unmounts the working tree for a
 /// moment; a crash then leaves it unmounted. Whatever was written at the mount point
 /// meanwhile is part of the working tree once it is mounted again, not hidden under it.

@@ -465,23 +465,33 @@ fn has_fast_commit(dev: &Path) -> std::io::Result<bool> {
 }
 
 /// Atomically and durably replace the small JSON file `path` with `value`, as
-/// `agentbox_core::atomic::write_json` does, with one journal commit instead of two where
-/// the journal commits in order ([`Journal::Ordered`]): the temporary file's data is written
-/// out and waited for (no flush), renamed over `path`, and one `fsync` of the directory
-/// commits the rename and the new inode together, its journal commit flushing the device
-/// after the data. Elsewhere: `write_json` (the file synced, then its directory).
+/// `agentbox_core::atomic::write_json` does, with one flush instead of two where the
+/// filesystem allows. In both cases the temporary file's data is first written out and
+/// waited for (no flush; on btrfs until its extent is recorded), so whichever commit makes
+/// the rename durable comes after the data:
+///
+/// * [`Journal::Ordered`]: renamed over `path`, then one `fsync` of the directory commits
+///   the rename and the new inode together, its journal commit flushing the device.
+/// * [`Journal::Btrfs`]: renamed over `path`, then one `fsync` of the file: btrfs logs the
+///   new name of an inode it syncs (and the removal of the entry it replaced) in the same
+///   log commit, so no `fsync` of the directory is needed.
+///
+/// Elsewhere: `write_json` (the file synced, then its directory).
 pub(crate) fn write_json_durable<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    if journal_of(dir) != Journal::Ordered {
-        return Ok(agentbox_core::atomic::write_json(path, value)?);
-    }
-    // On the device before the rename exists: whichever journal commit makes the rename
-    // durable comes after the data.
-    Ok(agentbox_core::atomic::write_json_settled(
-        path,
-        value,
-        &|f| agentbox_sys::writeback::wait(f),
-    )?)
+    Ok(match journal_of(dir) {
+        Journal::Ordered => {
+            let settle = |f: &std::fs::File| agentbox_sys::writeback::wait(f);
+            agentbox_core::atomic::write_json_settled(path, value, &settle)?
+        }
+        Journal::Btrfs => {
+            // Waits for the ordered extent too: the file's extent and size are in the
+            // running transaction before the rename is.
+            let settle = |f: &std::fs::File| agentbox_sys::fiemap::settle(f);
+            agentbox_core::atomic::write_json_renamed_then_synced(path, value, &settle)?
+        }
+        Journal::Other => agentbox_core::atomic::write_json(path, value)?,
+    })
 }
 
 /// Write the data of the files `files` out to the device and wait for it, without a cache
