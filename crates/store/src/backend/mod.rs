@@ -479,19 +479,20 @@ fn has_fast_commit(dev: &Path) -> std::io::Result<bool> {
 /// Elsewhere: `write_json` (the file synced, then its directory).
 pub(crate) fn write_json_durable<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    Ok(match journal_of(dir) {
+    match journal_of(dir) {
         Journal::Ordered => {
             let settle = |f: &std::fs::File| agentbox_sys::writeback::wait(f);
-            agentbox_core::atomic::write_json_settled(path, value, &settle)?
+            agentbox_core::atomic::write_json_settled(path, value, &settle)
         }
         Journal::Btrfs => {
             // Waits for the ordered extent too: the file's extent and size are in the
             // running transaction before the rename is.
             let settle = |f: &std::fs::File| agentbox_sys::fiemap::settle(f);
-            agentbox_core::atomic::write_json_renamed_then_synced(path, value, &settle)?
+            agentbox_core::atomic::write_json_renamed_then_synced(path, value, &settle)
         }
-        Journal::Other => agentbox_core::atomic::write_json(path, value)?,
-    })
+        Journal::Other => agentbox_core::atomic::write_json(path, value),
+    }
+    .map_err(Into::into)
 }
 
 /// Write the data of the files `files` out to the device and wait for it, without a cache
