@@ -61,6 +61,9 @@ impl Store {
             Ok(_) => Ok(Some(path)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // A shard removed by hand: make it again (and durable, like the entry).
+                // This may reach the disk before the caller's store marker does (a btrfs
+                // commit settles it with its snapshot): harmless, an empty shard is no
+                // half-made state.
                 let shard = self.layout.id_shard(id);
                 fs_err::create_dir_all(&shard)?;
                 atomic::sync_dir(&self.layout.index_ids())?;

@@ -312,7 +312,7 @@ impl Store {
     /// Take the single-writer lock of `env` (plus the shared store lock).
     pub(crate) fn lock_env(&self, env: &str, doing: &str) -> Result<EnvGuard> {
         let mut guard = self.lock_env_unsettled(env, doing)?;
-        guard.store.settle()?;
+        guard.settle()?;
         Ok(guard)
     }
 
@@ -324,7 +324,7 @@ impl Store {
         let mut guard = EnvGuard { _env: lock, store };
         let state = self.env(env)?;
         if let Some(target) = state.checkout_pending.clone() {
-            guard.store.settle()?;
+            guard.settle()?;
             self.finish_checkout(state, &self.node(&target)?)?;
         }
         Ok(guard)
