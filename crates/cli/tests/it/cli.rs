@@ -1,6 +1,6 @@
 //! The `agentbox` command end to end (tier 2: the layers backend mounts an overlay).
 
-use crate::common::{code, stderr, write, Env};
+use crate::common::{code, log_ids, stderr, write, Env};
 
 #[test]
 fn versioned_directory_workflow() {
@@ -338,12 +338,7 @@ fn imported_history_shows_its_tagged_nodes() {
         t.path("again").to_str().expect("utf8"),
     ]);
     let log = t.json(&["log", "again"]);
-    let ids: Vec<&str> = log["nodes"]
-        .as_array()
-        .expect("nodes")
-        .iter()
-        .filter_map(|n| n["id"].as_str())
-        .collect();
+    let ids = log_ids(&log);
     assert!(ids.contains(&later["id"].as_str().expect("id")), "{log}");
     assert_eq!(log["tags"]["later-work"], later["id"]);
 }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::common::{stderr, write, Env};
+use crate::common::{log_ids, stderr, write, Env};
 
 /// Set up an environment with two commits and return its directory.
 fn prepared(t: &Env) -> std::path::PathBuf {
@@ -224,12 +224,7 @@ fn a_btrfs_commit_is_on_disk_when_it_returns() {
     std::os::unix::fs::symlink(fs.path(), t.path("home")).expect("symlink home");
     t.ok(&["fsck"]);
     let log = t.json(&["log", "crashy"]);
-    let ids: Vec<&str> = log["nodes"]
-        .as_array()
-        .expect("nodes")
-        .iter()
-        .filter_map(|n| n["id"].as_str())
-        .collect();
+    let ids = log_ids(&log);
     assert!(ids.contains(&id.as_str()), "{log}");
     // The environment still lives at `dir`, which the first test environment holds.
     t.ok(&["mount", "crashy"]);

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::common::{code, git, kill_supervisors, stderr, write, Env};
+use crate::common::{code, git, kill_supervisors, log_ids, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
 
 /// A temporary home and a host repository; the home's box supervisors are killed when the
@@ -609,12 +609,7 @@ fn keep_moves_the_source_to_the_winner() {
     assert_eq!(f.head("src"), moved["node"].as_str().expect("a node"));
     // Its history runs through the winner's node.
     let log = f.env.json(&["log", "src"]);
-    let ids: Vec<&str> = log["nodes"]
-        .as_array()
-        .expect("nodes")
-        .iter()
-        .filter_map(|n| n["id"].as_str())
-        .collect();
+    let ids = log_ids(&log);
     assert!(ids.contains(&result["winner_node"].as_str().expect("a node")));
     // Both candidates' boxes are gone: the winner's work is the source's now.
     assert!(result["winner_box"].is_null());

@@ -96,6 +96,16 @@ pub fn write(path: &Path, content: &str) {
     std::fs::write(path, content).expect("write");
 }
 
+/// The node ids of a `--json log` document.
+pub fn log_ids(log: &serde_json::Value) -> Vec<&str> {
+    log["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["id"].as_str())
+        .collect()
+}
+
 pub fn code(out: &Output) -> Option<i32> {
     out.status.code()
 }
