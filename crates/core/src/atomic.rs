@@ -31,12 +31,9 @@ pub fn write_atomic_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
 /// makes a whole batch of writes (a layer's files, its record, its node) durable.
 pub fn syncfs(path: &Path) -> Result<()> {
     let dir = fs_err::File::open(path)?;
-    rustix::fs::syncfs(&dir).map_err(|e| {
-        crate::Error::Io(std::io::Error::new(
-            std::io::Error::from(e).kind(),
-            format!("syncfs {}: {e}", path.display()),
-        ))
-    })
+    rustix::fs::syncfs(&dir)
+        .map_err(std::io::Error::from)
+        .map_err(io_error("syncfs", path))
 }
 
 /// How [`write_atomic_with`] makes the new file's data durable before it is renamed into
@@ -76,12 +73,7 @@ fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability<'_>) -> R
             Durability::None => {}
             Durability::Synced => f.sync_all()?,
             Durability::Settled(settle) | Durability::SettledThenRenamedSynced(settle) => {
-                settle(f.file()).map_err(|e| {
-                    crate::Error::Io(std::io::Error::new(
-                        e.kind(),
-                        format!("writing out {}: {e}", tmp.display()),
-                    ))
-                })?
+                settle(f.file()).map_err(io_error("writing out", &tmp))?
             }
         }
         fs_err::rename(&tmp, path)?;
@@ -89,12 +81,9 @@ fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability<'_>) -> R
             Durability::None => {}
             Durability::Synced | Durability::Settled(_) => sync_dir(dir)?,
             // `f` still names the inode, now at `path`.
-            Durability::SettledThenRenamedSynced(_) => f.file().sync_all().map_err(|e| {
-                crate::Error::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("fsync {}: {e}", path.display()),
-                ))
-            })?,
+            Durability::SettledThenRenamedSynced(_) => {
+                f.file().sync_all().map_err(io_error("fsync", path))?
+            }
         }
         Ok(())
     })();
@@ -102,6 +91,16 @@ fn write_atomic_with(path: &Path, bytes: &[u8], durability: Durability<'_>) -> R
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// An IO error of `doing` on `path`, naming both.
+fn io_error<'a>(doing: &'a str, path: &'a Path) -> impl Fn(std::io::Error) -> Error + 'a {
+    move |e| {
+        Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("{doing} {}: {e}", path.display()),
+        ))
+    }
 }
 
 fn json_bytes<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
@@ -135,8 +134,8 @@ pub fn write_json_settled<T: Serialize>(
 }
 
 /// [`write_json`] with one flush where an `fsync` of a renamed inode makes its new name
-/// durable (btrfs): the temporary file's data is made durable by `settle`, it is renamed
-/// over `path`, and the one `fsync` is of the file. Correct only where the caller knows the
+/// durable (btrfs): the temporary file's data is written out by `settle` (on btrfs until its
+/// extent is recorded), it is renamed over `path`, and the one `fsync` is of the file. Correct only where the caller knows the
 /// filesystem logs a synced inode's names (see `agentbox_store`'s use for btrfs).
 pub fn write_json_renamed_then_synced<T: Serialize>(
     path: &Path,
