@@ -1,4 +1,7 @@
 //! The box as a security boundary: each test performs an attack from inside a box, as an
+//!
+//! One file per area of attack below this module; the shared helpers (`boxed`, `Sec::sh`,
+//! `python`) are here.
 //! agent with a shell would, asserts that it fails, and checks the host afterwards (root).
 
 use std::path::{Path, PathBuf};
@@ -7,8 +10,8 @@ use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
 
 /// A temporary home whose box supervisors die with the test.
-struct Sec {
-    env: Env,
+pub(crate) struct Sec {
+    pub(crate) env: Env,
 }
 
 impl Drop for Sec {
@@ -18,7 +21,7 @@ impl Drop for Sec {
 }
 
 /// A root-tier test's home with one box, `name` (`None`: skipped).
-fn boxed(test: &str, name: &str, extra: &[&str]) -> Option<Sec> {
+pub(crate) fn boxed(test: &str, name: &str, extra: &[&str]) -> Option<Sec> {
     if !require_root(test) {
         return None;
     }
@@ -33,7 +36,7 @@ fn boxed(test: &str, name: &str, extra: &[&str]) -> Option<Sec> {
 
 impl Sec {
     /// `sh -c SCRIPT` in box `name` → (status, stdout, stderr).
-    fn sh(&self, name: &str, script: &str) -> (i32, String, String) {
+    pub(crate) fn sh(&self, name: &str, script: &str) -> (i32, String, String) {
         let out = self.env.run(&["exec", name, "--", "sh", "-c", script]);
         (
             code(&out).unwrap_or(-1),
@@ -45,7 +48,7 @@ impl Sec {
 
 /// Python in the box (the host's own, seen through the base), for system calls a shell
 /// cannot make. `None` (with a printed reason; a failure under CI) when there is none.
-fn python(s: &Sec, name: &str) -> bool {
+pub(crate) fn python(s: &Sec, name: &str) -> bool {
     let (status, _, _) = s.sh(name, "command -v python3");
     if status != 0 {
         agentbox_testkit::tier::skip("python3 in the box", "python3 is not installed");
@@ -352,7 +355,7 @@ impl GitBox {
     }
 
     /// `sh -c SCRIPT` in the box, required to succeed; its stdout.
-    fn sh(&self, script: &str) -> String {
+    pub(crate) fn sh(&self, script: &str) -> String {
         self.ok(&["exec", "g", "--", "sh", "-c", script])
     }
 
