@@ -1,8 +1,8 @@
 //! The box as a security boundary: each test performs an attack from inside a box, as an
+//! agent with a shell would, asserts that it fails, and checks the host afterwards (root).
 //!
 //! One file per area of attack below this module; the shared helpers (`boxed`, `Sec::sh`,
 //! `python`) are here.
-//! agent with a shell would, asserts that it fails, and checks the host afterwards (root).
 
 use std::path::{Path, PathBuf};
 
