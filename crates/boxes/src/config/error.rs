@@ -3,6 +3,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::keys::Value;
+use super::trust::Refused;
+
 /// A configuration problem. Each variant names the file (when one is involved) and the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -18,6 +21,13 @@ pub enum ConfigError {
     NotAMapping {
         path: PathBuf,
         what: String,
+        found: String,
+    },
+    /// A section of keys (`box`, `git`) given a value instead of a mapping (`box: none`).
+    #[error("{}: {section} is a section of keys, so it takes a mapping ({section}: {{key: value}}), not {found}", path.display())]
+    NotASection {
+        path: PathBuf,
+        section: String,
         found: String,
     },
     /// A key the registry does not have (asked for by name, e.g. `config get`).
@@ -60,6 +70,9 @@ pub enum ConfigError {
         path: PathBuf,
         source: agentbox_core::Error,
     },
+    /// The home's record of trusted files is damaged.
+    #[error("{}: the record of trusted files is damaged: {why}", path.display())]
+    TrustStore { path: PathBuf, why: String },
 }
 
 impl ConfigError {
@@ -73,9 +86,12 @@ impl ConfigError {
                 ExitCode::NotFound.into()
             }
             ConfigError::WorkspaceReadOnly { .. } => ExitCode::Refused.into(),
-            ConfigError::Io { .. } | ConfigError::Write { .. } => ExitCode::Failure.into(),
+            ConfigError::Io { .. } | ConfigError::Write { .. } | ConfigError::TrustStore { .. } => {
+                ExitCode::Failure.into()
+            }
             ConfigError::Parse { .. }
             | ConfigError::NotAMapping { .. }
+            | ConfigError::NotASection { .. }
             | ConfigError::Renamed { .. }
             | ConfigError::InvalidValue { .. }
             | ConfigError::Duplicate { .. } => ExitCode::BadConfig.into(),
@@ -101,6 +117,7 @@ impl ConfigError {
             ConfigError::InvalidValue { path: Some(p), .. }
             | ConfigError::Parse { path: p, .. }
             | ConfigError::NotAMapping { path: p, .. }
+            | ConfigError::NotASection { path: p, .. }
             | ConfigError::Duplicate { path: p, .. } => Some(format!(
                 "fix {} (`agentbox config schema` describes every key)",
                 p.display()
@@ -116,30 +133,84 @@ impl ConfigError {
                 "run it inside a project (a repository, or a directory with agentbox.yaml), or use --global"
                     .into(),
             ),
+            ConfigError::TrustStore { path, .. } => Some(format!(
+                "remove {} and trust your projects' files again (`agentbox trust`)",
+                path.display()
+            )),
             ConfigError::Io { .. } | ConfigError::Write { .. } => None,
         }
     }
 }
 
-/// A problem that does not stop loading: an unknown key (perhaps from a newer version).
+/// A problem that does not stop loading: an unknown key (perhaps from a newer version), or
+/// a value of an untrusted project file that was ignored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigWarning {
     /// The file, with `defaults:` appended for the workspace file.
     pub file: String,
     pub key: String,
-    pub suggestion: Option<&'static str>,
+    pub kind: WarningKind,
+}
+
+/// What a [`ConfigWarning`] is about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WarningKind {
+    /// A key the registry does not have; ignored.
+    Unknown { suggestion: Option<&'static str> },
+    /// An untrusted project file's value (or part of it) that was ignored.
+    Untrusted(Ignored),
+}
+
+/// A value (or part of one) of an untrusted project file that does not apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ignored {
+    pub key: &'static str,
+    /// What the file sets that was ignored.
+    pub value: Value,
+    /// The project file.
+    pub path: PathBuf,
+    pub why: Refused,
+    /// The file was trusted once, with another content.
+    pub changed: bool,
 }
 
 impl fmt::Display for ConfigWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: unknown config key {:?} (ignored)",
-            self.file, self.key
-        )?;
-        if let Some(s) = self.suggestion {
-            write!(f, "; did you mean {s}?")?;
+        match &self.kind {
+            WarningKind::Unknown { suggestion } => {
+                write!(
+                    f,
+                    "{}: unknown config key {:?} (ignored)",
+                    self.file, self.key
+                )?;
+                if let Some(s) = suggestion {
+                    write!(f, "; did you mean {s}?")?;
+                }
+                Ok(())
+            }
+            WarningKind::Untrusted(i) => write!(
+                f,
+                "{}: {} = {} ignored: {}, and {}; review it, then `agentbox trust {}`",
+                self.file,
+                self.key,
+                // The file's own text: quoted, so no control character reaches a terminal.
+                quoted(&i.value),
+                i.why.describe(),
+                if i.changed {
+                    "the file changed since you trusted it"
+                } else {
+                    "the file is not trusted"
+                },
+                i.path.display()
+            ),
         }
-        Ok(())
+    }
+}
+
+/// A value as an untrusted file wrote it, quoted and escaped.
+fn quoted(v: &Value) -> String {
+    match v {
+        Value::List(items) => format!("{items:?}"),
+        other => format!("{:?}", other.display()),
     }
 }

@@ -5,8 +5,40 @@
 //! (plus a field of [`super::Effective`] when the product reads it). [`RENAMED_KEYS`] maps
 //! old names to new ones; an old name in a file or on the command line is an error naming
 //! the new one.
+//!
+//! # Which layer may set which key
+//!
+//! The user's layers (`<home>/config.yaml`, `<home>/projects/<key>/config.yaml`, flags)
+//! may set every key. The workspace layer (the `defaults:` block of the project's
+//! checked-in `agentbox.yaml`) is untrusted text unless the user ran `agentbox trust` on
+//! that exact file; untrusted, it may set a key only as [`Key::trust`] says (see
+//! [`super::trust`]), and what it may not set is ignored with a warning:
+//!
+//! | key | an untrusted project file may set it | why |
+//! |---|---|---|
+//! | `agents.broker` | only to `true` | `false` puts the real key in the agent's environment |
+//! | `agents.skipPermissions` | only to `false` | the agent asks before acting |
+//! | `box.broker` | only to `false` | a broker lets the box's commands spend the user's key |
+//! | `box.capture` | yes | the box's own history |
+//! | `box.cpus`, `box.memory`, `box.pids` | only to set a limit or a lower one | |
+//! | `box.defaultCheckpoint` | no | it chooses what every new box starts from (a box-made checkpoint) |
+//! | `box.env` | yes | variables inside the box, whose code can set any anyway |
+//! | `box.hostPaths`, `box.homeTools` | only `!PATH` entries (hide more), added to the user's | showing host data or the home's tokens |
+//! | `box.ignore`, `box.keep`, `checkpoint.cleanup`, `checkpoint.maxLayers` | yes | the box's own history and checkpoints |
+//! | `box.image` | no | it chooses the box's whole base |
+//! | `box.network` | only to a stricter mode (none < private < host) | |
+//! | `box.resyncOnStart`, `git.carry` | only to `false` | they carry the host's uncommitted work in |
+//! | `broker.anthropicUpstream`, `broker.openaiUpstream` | no | where the broker sends the real key |
+//! | `claude.isolateConfig`, `codex.isolateConfig`, `opencode.isolateConfig` | only to `true` | |
+//! | `git.withEnv` | only to `false` | it copies secret-bearing files (`.env`) in |
+//! | `git.envPatterns` | no | which ignored (secret) files `git.withEnv` copies in |
+//! | `git.remote` | no | where `agentbox push` sends the box's work with the user's credentials |
+//! | `session.detachKey` | no | the user's way out of an attached terminal |
 
 use crate::cgroup::Limits;
+
+use super::checks::*;
+pub use super::trust::{Stricter, Trust};
 
 /// The type of a key's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +131,8 @@ pub struct Key {
     pub description: &'static str,
     /// A check beyond the type (ranges, shapes); returns why the value is refused.
     pub check: Option<Check>,
+    /// Which layers may set it (see the module's table and [`super::trust`]).
+    pub trust: Trust,
 }
 
 impl Key {
@@ -134,6 +168,7 @@ pub static KEYS: &[Key] = &[
         default: yes,
         description: "Agents that take a base URL (claude, codex) reach their API through the box's credential broker: the real key never enters the box",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(true)),
     },
     Key {
         name: "agents.skipPermissions",
@@ -141,6 +176,7 @@ pub static KEYS: &[Key] = &[
         default: yes,
         description: "Agents skip their own permission prompts in a box (the box is the sandbox); off: they ask, as with --ask",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(false)),
     },
     Key {
         name: "box.broker",
@@ -148,6 +184,7 @@ pub static KEYS: &[Key] = &[
         default: no,
         description: "Run a credential broker for the box: its commands get ANTHROPIC_BASE_URL / OPENAI_BASE_URL and a placeholder key, the host's real key (ANTHROPIC_API_KEY, CLAUDE_CODE_OAUTH_TOKEN, OPENAI_API_KEY, else <home>/credentials/) stays on the host",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(false)),
     },
     Key {
         name: "box.capture",
@@ -155,6 +192,7 @@ pub static KEYS: &[Key] = &[
         default: yes,
         description: "Auto-capture: record a node after every command that changed something",
         check: None,
+        trust: Trust::Any,
     },
     Key {
         name: "box.cpus",
@@ -162,6 +200,7 @@ pub static KEYS: &[Key] = &[
         default: none,
         description: "CPU time limit of a box, in cores (e.g. 1.5)",
         check: Some(check_cpus),
+        trust: Trust::Stricter(Stricter::Limit),
     },
     Key {
         name: "box.defaultCheckpoint",
@@ -169,6 +208,7 @@ pub static KEYS: &[Key] = &[
         default: none,
         description: "The checkpoint new boxes of the project start from (see `agentbox checkpoint set-default`); unset: none",
         check: None,
+        trust: Trust::User,
     },
     Key {
         name: "box.env",
@@ -176,6 +216,7 @@ pub static KEYS: &[Key] = &[
         default: empty_list,
         description: "Environment variables (KEY=VALUE) set in every command of a box",
         check: Some(check_env),
+        trust: Trust::Any,
     },
     Key {
         name: "box.homeTools",
@@ -183,6 +224,7 @@ pub static KEYS: &[Key] = &[
         default: empty_list,
         description: "Paths below the host user's home a box sees besides the default toolchains and caches (.local/share/mytool), or defaults left out (!.pyenv); credentials never show",
         check: Some(check_home_tools),
+        trust: Trust::Stricter(Stricter::HideOnly),
     },
     Key {
         name: "box.hostPaths",
@@ -190,6 +232,7 @@ pub static KEYS: &[Key] = &[
         default: empty_list,
         description: "Host paths a box sees besides the host's software (/srv/datasets), or hides too (!/opt/private); secrets never show",
         check: Some(check_host_paths),
+        trust: Trust::Stricter(Stricter::HideOnly),
     },
     Key {
         name: "box.ignore",
@@ -197,6 +240,7 @@ pub static KEYS: &[Key] = &[
         default: empty_list,
         description: "Paths (relative to the box root, **/ for any depth) whose changes alone never make a node",
         check: None,
+        trust: Trust::Any,
     },
     Key {
         name: "box.image",
@@ -204,6 +248,7 @@ pub static KEYS: &[Key] = &[
         default: none,
         description: "Base image of new boxes (see `agentbox image`); unset: the host's own /",
         check: None,
+        trust: Trust::User,
     },
     Key {
         name: "box.keep",
@@ -211,6 +256,7 @@ pub static KEYS: &[Key] = &[
         default: || Some(Value::U64(crate::record::DEFAULT_KEEP)),
         description: "Retention: the newest N nodes stay when automatic nodes thin the history",
         check: None,
+        trust: Trust::Any,
     },
     Key {
         name: "box.memory",
@@ -218,6 +264,7 @@ pub static KEYS: &[Key] = &[
         default: none,
         description: "Memory limit of a box (RAM and swap together), e.g. 512M, 2G",
         check: Some(check_memory),
+        trust: Trust::Stricter(Stricter::Limit),
     },
     Key {
         name: "box.network",
@@ -225,6 +272,7 @@ pub static KEYS: &[Key] = &[
         default: || Some(Value::Str("host".into())),
         description: "Network of a box: host (the host's network), none (loopback only) or private (its own, with outbound access through pasta and published ports; the host's loopback out of reach)",
         check: None,
+        trust: Trust::Stricter(Stricter::Network),
     },
     Key {
         name: "box.pids",
@@ -232,6 +280,7 @@ pub static KEYS: &[Key] = &[
         default: none,
         description: "Most processes (and threads) a box may run at once",
         check: Some(check_pids),
+        trust: Trust::Stricter(Stricter::Limit),
     },
     Key {
         name: "box.resyncOnStart",
@@ -239,6 +288,7 @@ pub static KEYS: &[Key] = &[
         default: yes,
         description: "A box made from a checkpoint gets the host's current uncommitted work (off: only its fresh branch at the host's commit)",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(false)),
     },
     Key {
         name: "broker.anthropicUpstream",
@@ -246,6 +296,7 @@ pub static KEYS: &[Key] = &[
         default: || Some(Value::Str(agentbox_broker::endpoint::DEFAULT_ANTHROPIC_UPSTREAM.into())),
         description: "Where a box's credential broker sends Anthropic API requests (https, or http to a loopback host)",
         check: Some(check_anthropic_upstream),
+        trust: Trust::User,
     },
     Key {
         name: "broker.openaiUpstream",
@@ -253,6 +304,7 @@ pub static KEYS: &[Key] = &[
         default: || Some(Value::Str(agentbox_broker::endpoint::DEFAULT_OPENAI_UPSTREAM.into())),
         description: "Where a box's credential broker sends OpenAI API requests (https, or http to a loopback host)",
         check: Some(check_openai_upstream),
+        trust: Trust::User,
     },
     Key {
         name: "checkpoint.cleanup",
@@ -260,6 +312,7 @@ pub static KEYS: &[Key] = &[
         default: empty_list,
         description: "More paths (from the box root, **/ for any depth) removed from a checkpoint's capture, besides temporary files, package lists, logs and shell histories",
         check: None,
+        trust: Trust::Any,
     },
     Key {
         name: "checkpoint.maxLayers",
@@ -267,6 +320,7 @@ pub static KEYS: &[Key] = &[
         default: || Some(Value::U64(3)),
         description: "A checkpoint of a box whose lineage is this many checkpoints deep is flattened (self-contained)",
         check: None,
+        trust: Trust::Any,
     },
     Key {
         name: "claude.isolateConfig",
@@ -274,6 +328,7 @@ pub static KEYS: &[Key] = &[
         default: no,
         description: "Each box keeps its own copy of claude's configuration (as --isolate-config) instead of the home's shared one",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(true)),
     },
     Key {
         name: "codex.isolateConfig",
@@ -281,6 +336,7 @@ pub static KEYS: &[Key] = &[
         default: no,
         description: "Each box keeps its own copy of codex's configuration (as --isolate-config) instead of the home's shared one",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(true)),
     },
     Key {
         name: "git.carry",
@@ -288,6 +344,7 @@ pub static KEYS: &[Key] = &[
         default: yes,
         description: "Carry the host's uncommitted and untracked work into a new box",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(false)),
     },
     Key {
         name: "git.envPatterns",
@@ -295,6 +352,7 @@ pub static KEYS: &[Key] = &[
         default: || Some(Value::List(agentbox_git::default_env_patterns())),
         description: "Ignored files copied into a new box when git.withEnv is on (file-name globs)",
         check: None,
+        trust: Trust::User,
     },
     Key {
         name: "git.remote",
@@ -302,6 +360,7 @@ pub static KEYS: &[Key] = &[
         default: || Some(Value::Str("origin".into())),
         description: "The remote `agentbox push` pushes a box's branch to",
         check: None,
+        trust: Trust::User,
     },
     Key {
         name: "git.withEnv",
@@ -309,6 +368,7 @@ pub static KEYS: &[Key] = &[
         default: no,
         description: "Also copy ignored secret-bearing files (git.envPatterns) into a new box",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(false)),
     },
     Key {
         name: "opencode.isolateConfig",
@@ -316,6 +376,7 @@ pub static KEYS: &[Key] = &[
         default: no,
         description: "Each box keeps its own copy of opencode's configuration (as --isolate-config) instead of the home's shared one",
         check: None,
+        trust: Trust::Stricter(Stricter::Bool(true)),
     },
     Key {
         name: "session.detachKey",
@@ -323,28 +384,9 @@ pub static KEYS: &[Key] = &[
         default: || Some(Value::Str(crate::sessions::DEFAULT_DETACH_KEY.into())),
         description: "The keys that detach `agentbox attach` from a session: one or two keys, each ctrl-X or a character (`ctrl-\\ d`: Ctrl-\\ then d), or none",
         check: Some(check_detach_key),
+        trust: Trust::User,
     },
 ];
-
-fn check_upstream(key: &str, v: &Value) -> Result<(), String> {
-    match v {
-        Value::Str(url) => {
-            agentbox_broker::endpoint::check_upstream(key, url).map_err(|e| match e {
-                agentbox_broker::BrokerError::BadUpstream { why, .. } => why,
-                other => other.to_string(),
-            })
-        }
-        _ => Ok(()),
-    }
-}
-
-fn check_anthropic_upstream(v: &Value) -> Result<(), String> {
-    check_upstream("broker.anthropicUpstream", v)
-}
-
-fn check_openai_upstream(v: &Value) -> Result<(), String> {
-    check_upstream("broker.openaiUpstream", v)
-}
 
 /// Keys that were renamed: `(old, new)`. An old name is refused with the new one.
 pub static RENAMED_KEYS: &[(&str, &str)] = &[
@@ -543,81 +585,6 @@ pub fn expected(key: &Key) -> String {
         Kind::Size => "expected a size: bytes, or a number with K, M, G or T (e.g. 512M)".into(),
         Kind::String => "expected text".into(),
         Kind::List => "expected a list".into(),
-    }
-}
-
-fn check_detach_key(v: &Value) -> Result<(), String> {
-    match v {
-        Value::Str(s) => crate::sessions::DetachKey::parse(s).map(|_| ()),
-        _ => Ok(()),
-    }
-}
-
-fn check_env(v: &Value) -> Result<(), String> {
-    if let Value::List(items) = v {
-        for kv in items {
-            match kv.split_once('=') {
-                Some((k, _)) if !k.is_empty() && !k.contains(char::is_whitespace) => {}
-                _ => {
-                    return Err(format!(
-                        "{kv:?} is not KEY=VALUE (for example NODE_ENV=development)"
-                    ))
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-fn check_host_paths(v: &Value) -> Result<(), String> {
-    if let Value::List(items) = v {
-        for entry in items {
-            crate::hostdata::parse(entry)?;
-        }
-    }
-    Ok(())
-}
-
-fn check_home_tools(v: &Value) -> Result<(), String> {
-    if let Value::List(items) = v {
-        for entry in items {
-            crate::hostdata::parse_home_tool(entry)?;
-        }
-    }
-    Ok(())
-}
-
-fn check_limits(limits: Limits) -> Result<(), String> {
-    limits.validate().map_err(|e| e.to_string())
-}
-
-fn check_memory(v: &Value) -> Result<(), String> {
-    match v {
-        Value::Size { bytes, .. } => check_limits(Limits {
-            memory_bytes: Some(*bytes),
-            ..Limits::default()
-        }),
-        _ => Ok(()),
-    }
-}
-
-fn check_pids(v: &Value) -> Result<(), String> {
-    match v {
-        Value::U64(n) => check_limits(Limits {
-            pids: Some(*n),
-            ..Limits::default()
-        }),
-        _ => Ok(()),
-    }
-}
-
-fn check_cpus(v: &Value) -> Result<(), String> {
-    match v {
-        Value::F64(f) => check_limits(Limits {
-            cpus: Some(*f),
-            ..Limits::default()
-        }),
-        _ => Ok(()),
     }
 }
 

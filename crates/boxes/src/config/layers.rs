@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use agentbox_core::home::Home;
 use serde_json::{Map, Value as J};
 
-use super::error::{ConfigError, ConfigWarning};
+use super::error::{ConfigError, ConfigWarning, WarningKind};
 use super::keys::{self, Value};
 use crate::project::PROJECT_FILE;
 
@@ -74,7 +74,31 @@ pub fn read_layer(
     path: &Path,
     layer: Layer,
 ) -> Result<(LayerValues, Vec<ConfigWarning>), ConfigError> {
-    let Some(root) = read_yaml(path)? else {
+    match read_text(path)? {
+        Some(text) => parse_layer(path, layer, &text),
+        None => Ok(Default::default()),
+    }
+}
+
+/// The text of the file at `path`; `None` when it does not exist.
+pub(super) fn read_text(path: &Path) -> Result<Option<String>, ConfigError> {
+    match fs_err::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Io {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// [`read_layer`] of the file at `path` whose content is `text`.
+pub(super) fn parse_layer(
+    path: &Path,
+    layer: Layer,
+    text: &str,
+) -> Result<(LayerValues, Vec<ConfigWarning>), ConfigError> {
+    let Some(root) = parse_yaml(path, text)? else {
         return Ok(Default::default());
     };
     let map = if layer == Layer::Workspace {
@@ -139,9 +163,22 @@ fn flatten<'a>(
             (Some(_), J::Null) => {}
             (Some(key), v) => found.push((key, v)),
             (None, J::Object(inner)) => flatten(path, layer, &name, inner, found, warnings)?,
+            // `box:` with nothing after it sets nothing, as a key set to null.
+            (None, J::Null) if keys::is_section(&name) => {}
+            // `box: none` is a value of the wrong type, not an unknown key: an error, so
+            // that a setting meant to apply (perhaps a stricter one) never silently does not.
+            (None, other) if keys::is_section(&name) => {
+                return Err(ConfigError::NotASection {
+                    path: path.to_owned(),
+                    section: name,
+                    found: describe(other).to_owned(),
+                })
+            }
             (None, _) => warnings.push(ConfigWarning {
                 file: label(path, layer),
-                suggestion: keys::suggest(&name),
+                kind: WarningKind::Unknown {
+                    suggestion: keys::suggest(&name),
+                },
                 key: name,
             }),
         }
@@ -153,30 +190,33 @@ fn not_a_mapping(path: &Path, what: &str, found: &J) -> ConfigError {
     ConfigError::NotAMapping {
         path: path.to_owned(),
         what: what.to_owned(),
-        found: match found {
-            J::Null => "nothing".into(),
-            J::Bool(_) => "a boolean".into(),
-            J::Number(_) => "a number".into(),
-            J::String(_) => "text".into(),
-            J::Array(_) => "a list".into(),
-            J::Object(_) => "a mapping".into(),
-        },
+        found: describe(found).to_owned(),
+    }
+}
+
+/// What kind of YAML value `v` is, for messages.
+fn describe(v: &J) -> &'static str {
+    match v {
+        J::Null => "nothing",
+        J::Bool(_) => "a boolean",
+        J::Number(_) => "a number",
+        J::String(_) => "text",
+        J::Array(_) => "a list",
+        J::Object(_) => "a mapping",
     }
 }
 
 /// The YAML document of `path`; `None` when the file does not exist or holds no document.
 fn read_yaml(path: &Path) -> Result<Option<J>, ConfigError> {
-    let text = match fs_err::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(ConfigError::Io {
-                path: path.to_owned(),
-                source,
-            })
-        }
-    };
-    let doc: Option<J> = serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
+    match read_text(path)? {
+        Some(text) => parse_yaml(path, &text),
+        None => Ok(None),
+    }
+}
+
+/// The YAML document `text` of the file at `path`; `None` when it holds none.
+fn parse_yaml(path: &Path, text: &str) -> Result<Option<J>, ConfigError> {
+    let doc: Option<J> = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
         path: path.to_owned(),
         line: e.location().map(|l| l.line()),
         message: strip_location(&keys::first_line(&e.to_string()))
@@ -337,7 +377,12 @@ mod tests {
         assert_eq!(v["box.capture"], Value::Bool(false));
         assert_eq!(w.len(), 2);
         assert_eq!(w[0].key, "box.netwrk");
-        assert_eq!(w[0].suggestion, Some("box.network"));
+        assert_eq!(
+            w[0].kind,
+            WarningKind::Unknown {
+                suggestion: Some("box.network")
+            }
+        );
         assert!(w[0].to_string().contains(&p.display().to_string()));
 
         std::fs::write(&p, "box:\n  withEnv: true\n").expect("write");
@@ -371,6 +416,22 @@ mod tests {
             read_layer(&p, Layer::Global),
             Err(ConfigError::Duplicate { .. })
         ));
+        // A section given a value is the wrong type, not an unknown key.
+        for text in ["box: none\n", "box: 5\n", "git: [a]\n"] {
+            std::fs::write(&p, text).expect("write");
+            let e = read_layer(&p, Layer::Global).expect_err(text);
+            assert!(matches!(&e, ConfigError::NotASection { .. }), "{text}: {e}");
+            let msg = e.to_string();
+            assert!(msg.contains(&p.display().to_string()), "{msg}");
+            assert!(msg.contains("mapping"), "{msg}");
+            assert_eq!(e.exit_code(), 9);
+            assert!(e.hint().is_some_and(|h| h.contains("schema")));
+        }
+        std::fs::write(&p, "box:\n").expect("write");
+        assert!(read_layer(&p, Layer::Global)
+            .expect("empty section")
+            .0
+            .is_empty());
         std::fs::write(&p, "# nothing yet\n").expect("write");
         assert!(read_layer(&p, Layer::Global).expect("empty").0.is_empty());
         assert!(read_layer(&d.path().join("missing"), Layer::Global)

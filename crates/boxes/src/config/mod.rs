@@ -12,18 +12,27 @@
 //!   typed struct for the code that creates boxes.
 //!
 //! Unknown keys in a file are warnings (a newer version may know them); renamed keys, bad
-//! values and malformed files are errors naming the file and key.
+//! values (of the wrong type, or a section given a value) and malformed files are errors
+//! naming the file and key — in an untrusted project file too, so that a setting meant to
+//! make a box stricter never silently does not apply.
+//!
+//! The workspace layer is the project's checked-in file: unless the user trusted that exact
+//! file ([`trusted`]), it may only make a box stricter than the user's layers do
+//! ([`trust`], the table in [`keys`]); what it may not set is ignored with a warning.
 
+mod checks;
 mod error;
 pub mod keys;
 pub mod layers;
+pub mod trust;
+pub mod trusted;
 
 use std::path::{Path, PathBuf};
 
 use agentbox_core::home::Home;
 use agentbox_sandbox::proto::Network;
 
-pub use error::{ConfigError, ConfigWarning};
+pub use error::{ConfigError, ConfigWarning, Ignored, WarningKind};
 pub use keys::{Key, Kind, Value, KEYS, RENAMED_KEYS};
 pub use layers::{layer_path, set_in, unset_in, Layer};
 
@@ -49,6 +58,7 @@ pub struct Entry {
 pub struct Config {
     entries: Vec<Entry>,
     warnings: Vec<ConfigWarning>,
+    ignored: Vec<Ignored>,
 }
 
 impl Config {
@@ -67,26 +77,36 @@ impl Config {
                 })
                 .collect(),
             warnings: Vec::new(),
+            ignored: Vec::new(),
         }
     }
 
     /// Load the global layer of `home` and, with a project root (canonical, as
     /// [`crate::project::find_root`] gives it), the project and workspace layers. Missing
-    /// files set nothing.
+    /// files set nothing. The workspace file applies whole only when the user trusted its
+    /// exact content; otherwise only what makes the box stricter (see [`trust`]).
     pub fn load(home: &Home, project_root: Option<&Path>) -> Result<Config, ConfigError> {
         let mut config = Config::builtin();
-        for layer in [Layer::Global, Layer::Project, Layer::Workspace] {
+        for layer in [Layer::Global, Layer::Project] {
             if let Some(path) = layer_path(home, project_root, layer) {
-                config.apply_file(&path, layer)?;
+                let (values, warnings) = layers::read_layer(&path, layer)?;
+                config.warnings.extend(warnings);
+                config.apply_values(&path, layer, values)?;
             }
+        }
+        if let Some(path) = layer_path(home, project_root, Layer::Workspace) {
+            config.apply_workspace(home, &path)?;
         }
         Ok(config)
     }
 
-    /// Lay the values of the file at `path` over the current ones, as `layer`.
-    pub fn apply_file(&mut self, path: &Path, layer: Layer) -> Result<(), ConfigError> {
-        let (values, warnings) = layers::read_layer(path, layer)?;
-        self.warnings.extend(warnings);
+    /// Lay `values` (of the file at `path`) over the current ones, as `layer`.
+    fn apply_values(
+        &mut self,
+        path: &Path,
+        layer: Layer,
+        values: layers::LayerValues,
+    ) -> Result<(), ConfigError> {
         for (name, value) in values {
             self.put(
                 name,
@@ -96,6 +116,63 @@ impl Config {
                     file: Some(path.to_owned()),
                 },
             )?;
+        }
+        Ok(())
+    }
+
+    /// Lay the project's workspace file at `path` over the user's layers: whole when the
+    /// user trusted its content, else only what [`trust::untrusted`] lets through.
+    fn apply_workspace(&mut self, home: &Home, path: &Path) -> Result<(), ConfigError> {
+        // Read once: what is checked against the trusted hash is what applies.
+        let Some(text) = layers::read_text(path)? else {
+            return Ok(());
+        };
+        let (values, warnings) = layers::parse_layer(path, Layer::Workspace, &text)?;
+        self.warnings.extend(warnings);
+        if values.is_empty() {
+            return Ok(());
+        }
+        let changed = match trusted::check(home, path, text.as_bytes())? {
+            trusted::FileTrust::Trusted => {
+                return self.apply_values(path, Layer::Workspace, values)
+            }
+            trusted::FileTrust::Untrusted => false,
+            trusted::FileTrust::Changed { .. } => true,
+        };
+        let origin = Origin {
+            layer: Layer::Workspace,
+            file: Some(path.to_owned()),
+        };
+        for (name, given) in values {
+            let key = lookup(name)?;
+            let user = self.value(name).cloned();
+            let (applied, ignored) = match trust::untrusted(key, user.as_ref(), given.clone()) {
+                trust::Outcome::Apply(v) => (Some(v), None),
+                trust::Outcome::Partly {
+                    applied,
+                    ignored,
+                    why,
+                } => (Some(applied), Some((ignored, why))),
+                trust::Outcome::Ignored(why) => (None, Some((given, why))),
+            };
+            if let Some(v) = applied {
+                self.put(name, v, origin.clone())?;
+            }
+            if let Some((value, why)) = ignored {
+                let ignored = Ignored {
+                    key: key.name,
+                    value,
+                    path: path.to_owned(),
+                    why,
+                    changed,
+                };
+                self.warnings.push(ConfigWarning {
+                    file: format!("{} (defaults:)", path.display()),
+                    key: key.name.to_owned(),
+                    kind: WarningKind::Untrusted(ignored.clone()),
+                });
+                self.ignored.push(ignored);
+            }
         }
         Ok(())
     }
@@ -156,9 +233,15 @@ impl Config {
         self.entry(name).ok().and_then(|e| e.value.as_ref())
     }
 
-    /// Unknown keys met while loading.
+    /// Unknown keys met while loading, and the values of an untrusted project file that
+    /// were ignored.
     pub fn warnings(&self) -> &[ConfigWarning] {
         &self.warnings
+    }
+
+    /// The values of an untrusted project file that were ignored (also in [`Self::warnings`]).
+    pub fn ignored(&self) -> &[Ignored] {
+        &self.ignored
     }
 
     /// The typed view of the keys the product reads.
@@ -363,7 +446,8 @@ mod tests {
             Layer::Global,
             "box: {keep: 1, pids: 1, cpus: 1, memory: 1G}\n",
         );
-        w(Layer::Project, "box: {keep: 2, pids: 2, cpus: 2}\n");
+        // The workspace file is untrusted: its pids apply because they are lower.
+        w(Layer::Project, "box: {keep: 2, pids: 5, cpus: 2}\n");
         w(
             Layer::Workspace,
             "name: x\ndefaults:\n  box.keep: 3\n  box.pids: 3\n",
@@ -409,5 +493,69 @@ mod tests {
         let e = c.entry("box.envPatterns").expect_err("renamed");
         assert!(e.to_string().contains("git.envPatterns"));
         assert!(parse_set_args("box.keep", &["abc".into()]).is_err());
+    }
+
+    #[test]
+    fn an_untrusted_project_file_only_makes_a_box_stricter() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(t.path().join("home"));
+        let root = t.path().join("proj");
+        std::fs::create_dir_all(&root).expect("mkdir");
+        let global = layer_path(&home, None, Layer::Global).expect("path");
+        std::fs::create_dir_all(home.root()).expect("mkdir");
+        std::fs::write(&global, "box: {hostPaths: [/srv/mine], pids: 100}\n").expect("write");
+        let file = root.join(crate::project::PROJECT_FILE);
+        let text = "defaults:\n  broker.anthropicUpstream: http://127.0.0.1:9\n  agents.broker: false\n  box:\n    hostPaths: [/home, '!/opt/x']\n    homeTools: [.config]\n    network: none\n    pids: 50\n    keep: 7\n";
+        std::fs::write(&file, text).expect("write");
+        let c = Config::load(&home, Some(&root)).expect("load");
+        let e = c.effective();
+        assert_eq!(
+            e.anthropic_upstream,
+            agentbox_broker::endpoint::DEFAULT_ANTHROPIC_UPSTREAM
+        );
+        assert!(e.agents_broker);
+        assert_eq!(e.host_paths, ["/srv/mine", "!/opt/x"]);
+        assert!(e.home_tools.is_empty());
+        assert_eq!((e.network, e.pids, e.keep), (Network::None, Some(50), 7));
+        let ignored: Vec<&str> = c.ignored().iter().map(|i| i.key).collect();
+        assert_eq!(
+            ignored,
+            [
+                "agents.broker",
+                "box.homeTools",
+                "box.hostPaths",
+                "broker.anthropicUpstream"
+            ]
+        );
+        let lines: Vec<String> = c.warnings().iter().map(ToString::to_string).collect();
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        for l in &lines {
+            assert!(
+                l.contains(&file.display().to_string())
+                    && l.contains("agentbox trust")
+                    && l.contains("not trusted"),
+                "{l}"
+            );
+        }
+        assert!(lines[2].contains("[\"/home\"]"), "{}", lines[2]);
+
+        // Trusted, it applies whole; changed, it is untrusted again, and says so.
+        trusted::trust(&home, &file, text.as_bytes()).expect("trust");
+        let c = Config::load(&home, Some(&root)).expect("load");
+        let e = c.effective();
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        assert_eq!(e.anthropic_upstream, "http://127.0.0.1:9");
+        assert!(!e.agents_broker);
+        assert_eq!(e.host_paths, ["/home", "!/opt/x"]);
+        std::fs::write(&file, format!("{text}  box.capture: false\n")).expect("write");
+        let c = Config::load(&home, Some(&root)).expect("load");
+        assert!(c.effective().agents_broker);
+        assert!(c.warnings()[0]
+            .to_string()
+            .contains("changed since you trusted it"));
+        assert!(
+            !c.effective().capture,
+            "what any file may set still applies"
+        );
     }
 }
