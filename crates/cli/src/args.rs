@@ -117,6 +117,10 @@ pub enum Command {
     /// list-projects.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Trust a project's agentbox.yaml as it is now, so its defaults: may set what only your
+    /// own configuration may (broker upstreams, host paths…); untrusted, it may only make
+    /// boxes stricter. Any change to the file revokes it: [PATH] (--revoke, --list).
+    Trust(TrustArgs),
     /// Base images for boxes: import a rootfs tarball (`docker export`), list, remove.
     #[command(subcommand)]
     Image(ImageCmd),
@@ -210,6 +214,19 @@ pub enum ConfigCmd {
     /// Every project this home knows (boxes made from it, or a configuration file), with
     /// its number of boxes, next box number and configuration file.
     ListProjects,
+}
+
+/// `agentbox trust`.
+#[derive(Debug, Args)]
+pub struct TrustArgs {
+    /// The project file, or its directory (default: the current project's agentbox.yaml).
+    pub path: Option<PathBuf>,
+    /// Forget the trust of the file instead: its defaults may only make boxes stricter.
+    #[arg(long, conflicts_with = "list")]
+    pub revoke: bool,
+    /// List the trusted files, and whether each still has the content that was trusted.
+    #[arg(long, conflicts_with = "path")]
+    pub list: bool,
 }
 
 /// Which file `config set|unset|edit|path` acts on (default: the project's file inside a

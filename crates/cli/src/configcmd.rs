@@ -97,10 +97,25 @@ struct EntryOut {
     kind: String,
     default: Option<serde_json::Value>,
     description: &'static str,
+    /// Which layers may set it: `any`, `stricter` (an untrusted project file only towards
+    /// stricter) or `user` (not an untrusted project file).
+    trust: &'static str,
+    /// What an untrusted project file sets for it that does not apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ignored: Option<IgnoredOut>,
+}
+
+#[derive(Serialize)]
+struct IgnoredOut {
+    value: serde_json::Value,
+    file: PathBuf,
+    why: config::trust::Refused,
+    /// The file was trusted once, with another content.
+    changed: bool,
 }
 
 impl EntryOut {
-    fn new(e: &Entry) -> EntryOut {
+    fn new(e: &Entry, config: &Config) -> EntryOut {
         EntryOut {
             key: e.key.name,
             value: e.value.as_ref().map(Value::to_json),
@@ -109,12 +124,46 @@ impl EntryOut {
             kind: e.key.kind.describe(),
             default: e.key.default_value().map(|v| v.to_json()),
             description: e.key.description,
+            trust: e.key.trust.name(),
+            ignored: config
+                .ignored()
+                .iter()
+                .find(|i| i.key == e.key.name)
+                .map(|i| IgnoredOut {
+                    value: i.value.to_json(),
+                    file: i.path.clone(),
+                    why: i.why,
+                    changed: i.changed,
+                }),
         }
     }
 }
 
+/// A value for people; a project's file is untrusted text, so it is escaped.
 fn shown(v: Option<&Value>) -> String {
-    v.map(Value::display).unwrap_or_else(|| "(unset)".into())
+    v.map(|v| crate::render::text(&v.display()).into_owned())
+        .unwrap_or_else(|| "(unset)".into())
+}
+
+/// A line per value of an untrusted project file that does not apply.
+fn ignored_lines(config: &Config) -> String {
+    config
+        .ignored()
+        .iter()
+        .map(|i| {
+            format!(
+                "ignored: {} = {} from {} ({}; `agentbox trust` applies it)\n",
+                i.key,
+                shown(Some(&i.value)),
+                crate::render::path(&i.path),
+                if i.changed {
+                    "changed since trusted"
+                } else {
+                    "untrusted"
+                }
+            )
+        })
+        .collect()
 }
 
 /// `project /path/to/config.yaml`, `builtin`.
@@ -137,18 +186,27 @@ fn get(
     if e.value.is_none() {
         ctx.note(format!("{} is not set", e.key.name));
     }
-    ctx.out(&EntryOut::new(e), || match (&e.value, show_origin) {
-        (None, false) => String::new(),
-        (v, true) => format!("{}\t{}\n", origin_text(e), shown(v.as_ref())),
-        // One item per line, so a shell loop can read a list.
-        (Some(Value::List(items)), false) => items.iter().map(|i| format!("{i}\n")).collect(),
-        (Some(v), false) => format!("{}\n", v.display()),
+    ctx.out(&EntryOut::new(e, &config), || {
+        match (&e.value, show_origin) {
+            (None, false) => String::new(),
+            (v, true) => format!("{}\t{}\n", origin_text(e), shown(v.as_ref())),
+            // One item per line, so a shell loop can read a list.
+            (Some(Value::List(items)), false) => items
+                .iter()
+                .map(|i| format!("{}\n", crate::render::text(i)))
+                .collect(),
+            (Some(v), false) => format!("{}\n", v.display()),
+        }
     })
 }
 
 fn list(ctx: &Ctx, root: Option<&Path>, show_origin: bool, flags: &ConfigFlags) -> CliResult {
     let config = load(ctx, root, flags)?;
-    let out: Vec<EntryOut> = config.entries().iter().map(EntryOut::new).collect();
+    let out: Vec<EntryOut> = config
+        .entries()
+        .iter()
+        .map(|e| EntryOut::new(e, &config))
+        .collect();
     ctx.out(&out, || {
         let rows: Vec<Vec<String>> = config
             .entries()
@@ -156,6 +214,7 @@ fn list(ctx: &Ctx, root: Option<&Path>, show_origin: bool, flags: &ConfigFlags) 
             .map(|e| {
                 let mut row = vec![e.key.name.to_owned(), shown(e.value.as_ref())];
                 if show_origin {
+                    row.push(e.key.trust.name().to_owned());
                     row.push(e.origin.layer.name().to_owned());
                     row.push(
                         e.origin
@@ -171,11 +230,11 @@ fn list(ctx: &Ctx, root: Option<&Path>, show_origin: bool, flags: &ConfigFlags) 
             })
             .collect();
         let header: &[&str] = if show_origin {
-            &["KEY", "VALUE", "ORIGIN", "FILE"]
+            &["KEY", "VALUE", "TRUST", "ORIGIN", "FILE"]
         } else {
             &["KEY", "VALUE", "DESCRIPTION"]
         };
-        table(header, &rows)
+        table(header, &rows) + &ignored_lines(&config)
     })
 }
 

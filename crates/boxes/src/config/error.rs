@@ -211,6 +211,8 @@ impl fmt::Display for ConfigWarning {
 fn quoted(v: &Value) -> String {
     match v {
         Value::List(items) => format!("{items:?}"),
-        other => format!("{:?}", other.display()),
+        Value::Str(s) => format!("{s:?}"),
+        Value::Size { text, .. } => format!("{text:?}"),
+        other => other.display(),
     }
 }

@@ -86,6 +86,18 @@ impl Config {
     /// files set nothing. The workspace file applies whole only when the user trusted its
     /// exact content; otherwise only what makes the box stricter (see [`trust`]).
     pub fn load(home: &Home, project_root: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut config = Config::user_layers(home, project_root)?;
+        if let Some(path) = layer_path(home, project_root, Layer::Workspace) {
+            config.apply_workspace(home, &path)?;
+        }
+        Ok(config)
+    }
+
+    /// The built-in, global and (with a project root) project layers: the user's own.
+    pub(crate) fn user_layers(
+        home: &Home,
+        project_root: Option<&Path>,
+    ) -> Result<Config, ConfigError> {
         let mut config = Config::builtin();
         for layer in [Layer::Global, Layer::Project] {
             if let Some(path) = layer_path(home, project_root, layer) {
@@ -93,9 +105,6 @@ impl Config {
                 config.warnings.extend(warnings);
                 config.apply_values(&path, layer, values)?;
             }
-        }
-        if let Some(path) = layer_path(home, project_root, Layer::Workspace) {
-            config.apply_workspace(home, &path)?;
         }
         Ok(config)
     }

@@ -164,6 +164,46 @@ pub fn trust(
     Ok((canonical, record))
 }
 
+/// What [`trust_file`] recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trusted {
+    /// The file's canonical path.
+    pub file: PathBuf,
+    #[serde(flatten)]
+    pub record: TrustedFile,
+    /// The keys its `defaults:` block sets as only a trusted file may (looser than the
+    /// user's own configuration), now applying.
+    pub keys: Vec<&'static str>,
+}
+
+/// Trust the project file at `path` as it is now: it must read as a workspace file (a
+/// file with an error is refused, never trusted), and the content checked is the content
+/// whose hash is recorded.
+pub fn trust_file(home: &Home, path: &Path) -> Result<Trusted, ConfigError> {
+    let text = super::layers::read_text(path)?.ok_or_else(|| ConfigError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })?;
+    let (values, _) = super::layers::parse_layer(path, super::Layer::Workspace, &text)?;
+    // Compared with the user's layers of the project the file is the workspace file of.
+    let root = fs_err::canonicalize(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_owned));
+    let user = super::Config::user_layers(home, root.as_deref())?;
+    let keys = values
+        .into_iter()
+        .filter_map(|(name, v)| {
+            let key = super::keys::key(name)?;
+            match super::trust::untrusted(key, user.value(name), v) {
+                super::trust::Outcome::Apply(_) => None,
+                _ => Some(key.name),
+            }
+        })
+        .collect();
+    let (file, record) = trust(home, path, text.as_bytes())?;
+    Ok(Trusted { file, record, keys })
+}
+
 /// Forget the trust of the file at `path` (its canonical path, or the path as given when
 /// the file is gone); false when it was not trusted.
 pub fn revoke(home: &Home, path: &Path) -> Result<bool, ConfigError> {

@@ -26,6 +26,7 @@ mod ctx;
 mod envs;
 mod history;
 mod status;
+mod trust;
 
 pub(crate) use self::ctx::Ctx;
 use self::{envs::*, history::*, status::*};
@@ -216,6 +217,7 @@ pub fn run(cli: Cli) -> CliResult {
             checkout(&ctx, &[name.into_string(), "HEAD~1".to_owned()], false)
         }
         Command::Config(a) => crate::configcmd::run(&ctx, a),
+        Command::Trust(a) => trust::trust(&ctx, a),
         Command::Push(a) => boxcmds::push(&ctx, a),
         Command::Pull(a) => boxcmds::pull(&ctx, a),
         Command::Fork(a) => crate::forkcmds::fork(&ctx, a),
