@@ -432,7 +432,9 @@ fn path(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResu
                 .map(|(l, p)| {
                     let where_ = match (p, l) {
                         (None, _) => "(not inside a project)".to_owned(),
-                        (Some(p), Layer::Workspace) => format!("{} (defaults:)", p.display()),
+                        (Some(p), Layer::Workspace) => {
+                            format!("{} (defaults:{})", p.display(), workspace_trust(ctx, p))
+                        }
                         (Some(p), _) => p.display().to_string(),
                     };
                     vec![l.name().to_owned(), where_]
@@ -441,6 +443,21 @@ fn path(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResu
             table(&["LAYER", "FILE"], &rows)
         },
     )
+}
+
+/// Whether the workspace file at `path` is trusted, for `config path`.
+fn workspace_trust(ctx: &Ctx, path: &Path) -> &'static str {
+    use config::trusted::{check, FileTrust};
+    match fs_err::read(path) {
+        Err(_) => "",
+        Ok(bytes) => match check(&ctx.home, path, &bytes) {
+            Ok(FileTrust::Trusted) => ", trusted",
+            Ok(FileTrust::Changed { .. }) => {
+                ", changed since trusted: only stricter settings apply"
+            }
+            Ok(FileTrust::Untrusted) | Err(_) => ", untrusted: only stricter settings apply",
+        },
+    }
 }
 
 fn edit(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResult {

@@ -636,6 +636,8 @@ fn key_schema(k: &Key) -> serde_json::Value {
         Kind::List => json!({"type": "array", "items": {"type": "string"}}),
     };
     s["description"] = k.description.into();
+    // Who may set it: an untrusted project file only as `x-agentbox-trust` says.
+    s["x-agentbox-trust"] = k.trust.name().into();
     if let Some(d) = k.default_value() {
         s["default"] = d.to_json();
     }
@@ -730,6 +732,22 @@ mod tests {
         assert_eq!(suggest("network"), Some("box.network"));
         assert_eq!(suggest("completely.unrelated.thing"), None);
         assert!(is_section("box") && is_section("git") && !is_section("bo"));
+    }
+
+    #[test]
+    fn the_trust_table_names_every_key() {
+        let table: String = include_str!("keys.rs")
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .filter(|l| l.starts_with("//! | `"))
+            .collect();
+        for k in KEYS {
+            assert!(
+                table.contains(&format!("`{}`", k.name)),
+                "the module's trust table misses `{}`",
+                k.name
+            );
+        }
     }
 
     #[test]

@@ -93,7 +93,18 @@ fn update<T>(
         path: path.clone(),
         source,
     };
-    fs_err::create_dir_all(home.root()).map_err(|e| write_err(e.into()))?;
+    if !home.root().exists() {
+        // A home made here is private, as the store makes it.
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(home.root())
+            .map_err(|source| ConfigError::Io {
+                path: home.root().to_owned(),
+                source,
+            })?;
+    }
     let _lock = agentbox_core::lock::FileLock::acquire(
         &home.root().join("trusted.lock"),
         agentbox_core::lock::Mode::Exclusive,
@@ -260,6 +271,11 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+        let mode = std::fs::metadata(home.root())
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "a home made by trust is private");
         // Another spelling of the same file is the same file.
         let dotted = t.path().join(".").join("agentbox.yaml");
         assert_eq!(
