@@ -1,11 +1,20 @@
 //! What of the host's files a box on the host's `/` sees: the host's software, not its data.
 //!
+//! The base is an **allow-list** ([`allow::SHOWN`]): `/usr`, `/bin`, `/sbin`, `/lib*`,
+//! `/etc`, and of `/var` the package managers' state and caches. Every other entry of those
+//! directories — `/opt`, `/srv`, `/home`, `/root`, `/var/log`, `/var/lib/postgresql`, a
+//! directory the host makes tomorrow — is hidden, as listed when the box starts. A root
+//! box's base also hides every file there that an unprivileged host user could not read
+//! ([`allow::unreadable`]): box root owns the host's files through the idmapped base, and
+//! must not read by that what no unprivileged user could.
+//!
 //! Hidden paths come in two kinds:
-//! * **data** ([`HOST_DATA`], `/var/lib` but package-manager state): hidden by default, and
-//!   shown where the box's `box.hostPaths` asks (`/srv/datasets`);
+//! * **data** (the complement of the allow-list): hidden by default, and shown where the
+//!   box's `box.hostPaths` asks (`/srv/datasets`);
 //! * **secrets** ([`SECRETS`], host keys, the user's home, the agentbox home and store, the
-//!   file behind the store's filesystem, the host project and its git directory): hidden
-//!   whatever `box.hostPaths` says — an entry that would show one is refused.
+//!   file behind the store's filesystem, the host project and its git directory, and what
+//!   others may not read): hidden whatever `box.hostPaths` says — an entry that would show
+//!   one is refused.
 //!
 //! `box.hostPaths` entries are absolute paths: `/PATH` shows a hidden data path (read-only,
 //! as the rest of the base), `!/PATH` hides one more. Showing a path below a hidden data
@@ -16,7 +25,8 @@
 //! ([`HOME_TOOLS`]) and package caches ([`HOME_CACHES`]), plus what `box.homeTools` adds,
 //! are shown again at their host paths ([`HostView::show`]): read from the host,
 //! copy-on-write into the box's layer. Credentials in the home ([`HOME_SECRETS`]) and every
-//! other secret stay hidden even inside a shown directory.
+//! other secret stay hidden even inside a shown directory. They are the user's own files,
+//! shown as the user sees them: they are not scanned for what others may not read.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -24,6 +34,7 @@ use agentbox_core::home::Home;
 
 use crate::record::BoxRecord;
 
+mod allow;
 mod home;
 
 pub use self::home::{
@@ -31,19 +42,6 @@ pub use self::home::{
     HOME_TOOLS, TOOL_ENV,
 };
 use self::home::{home_tools, tool_env};
-
-/// Host data directories a box never sees unless `box.hostPaths` shows them.
-const HOST_DATA: &[&str] = &[
-    "/root",
-    "/home",
-    "/srv",
-    "/mnt",
-    "/media",
-    "/var/backups",
-    "/var/mail",
-    "/var/spool/mail",
-    "/var/spool/cron",
-];
 
 /// Host files a box never sees, whatever `box.hostPaths` says: credentials and the host's
 /// container engine's configuration.
@@ -55,20 +53,11 @@ const SECRETS: &[&str] = &[
     "/etc/shadow-",
     "/etc/gshadow",
     "/etc/gshadow-",
+    "/etc/sudoers",
     "/etc/sudoers.d",
-];
-
-/// What of `/var/lib` a box sees: the package managers' state, so that `apt`, `dpkg -l`
-/// and `pip` see what is installed. Everything else there is data (databases, container
-/// images, other programs' state).
-const VAR_LIB_SHOWN: &[&str] = &[
-    "dpkg",
-    "apt",
-    "ucf",
-    "pam",
-    "python",
-    "misc",
-    "shells.state",
+    // Old password hashes, and the passwords debconf was given at package installation.
+    "/etc/security/opasswd",
+    "/var/cache/debconf/passwords.dat",
 ];
 
 /// What of the host's `/` a box sees.
@@ -147,15 +136,8 @@ fn ssh_host_keys() -> Vec<PathBuf> {
 /// What of the host's `/` the box `rec` of agentbox home `home` sees: the paths hidden,
 /// and below them the host user's toolchains and caches shown again.
 pub fn host_view(home: &Home, rec: &BoxRecord) -> HostView {
-    let mut data: Vec<PathBuf> = HOST_DATA.iter().map(PathBuf::from).collect();
-    if let Ok(entries) = fs_err::read_dir("/var/lib") {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            if !VAR_LIB_SHOWN.iter().any(|s| name == *s) {
-                data.push(e.path());
-            }
-        }
-    }
+    // Listed now, not when the box was made: what the host made since is hidden too.
+    let mut data = allow::hidden_by_default(&allow::host_entries);
     let mut secrets: Vec<PathBuf> = SECRETS.iter().map(PathBuf::from).collect();
     secrets.extend(ssh_host_keys());
     for p in [home.root(), home.store_dir().as_path()] {
@@ -223,6 +205,13 @@ pub fn host_view(home: &Home, rec: &BoxRecord) -> HostView {
             .map(|entries| entries.flatten().map(|e| e.path()).collect())
             .unwrap_or_default()
     });
+    if !rec.rootless {
+        // Box root owns the host's files (see `allow`); a rootless box's root is the user
+        // who runs it, whom the kernel holds to the files' modes.
+        let mut roots = allow::shown_roots();
+        roots.extend(shown);
+        hide.extend(allow::unreadable(&roots));
+    }
     hide.extend(secrets);
     HostView { hide, show, env }
 }
@@ -252,24 +241,83 @@ fn expand(
 }
 
 /// Files backing the loop device the store's filesystem is on (none when it is not on a
-/// loop device).
+/// loop device). The device number of the store's files says which only for a file system
+/// that reports its own device: btrfs gives its files an anonymous one, so the loop device
+/// is also taken from the source of the mount the store is on.
 fn store_backing_files(store: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = fs_err::metadata(store) else {
-        return Vec::new();
-    };
-    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-    let Ok(backing) =
-        fs_err::read_to_string(format!("/sys/dev/block/{major}:{minor}/loop/backing_file"))
-    else {
-        return Vec::new();
-    };
-    let path = PathBuf::from(backing.trim_end_matches('\n'));
-    if path.is_absolute() {
-        vec![path]
-    } else {
-        Vec::new()
+    let mut devices = Vec::new();
+    if let Ok(meta) = fs_err::metadata(store) {
+        let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+        devices.push(PathBuf::from(format!("/sys/dev/block/{major}:{minor}")));
     }
+    let canonical = fs_err::canonicalize(store).unwrap_or_else(|_| store.to_owned());
+    if let Some(name) = fs_err::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|info| mount_source(&info, &canonical))
+        .as_deref()
+        .and_then(|src| src.strip_prefix("/dev/"))
+        .filter(|name| name.starts_with("loop") && !name.contains('/'))
+    {
+        devices.push(Path::new("/sys/block").join(name));
+    }
+    let mut out = Vec::new();
+    for dev in devices {
+        let Ok(backing) = fs_err::read_to_string(dev.join("loop/backing_file")) else {
+            continue;
+        };
+        let path = PathBuf::from(backing.trim_end_matches('\n'));
+        if path.is_absolute() && !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The source of the mount `path` (canonical) is on, from the text of a `mountinfo` file:
+/// the mount whose mount point is the longest prefix of `path`, the last one mounted there.
+fn mount_source(mountinfo: &str, path: &Path) -> Option<String> {
+    let mut best: Option<(usize, String)> = None;
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let Some(point) = left.split(' ').nth(4) else {
+            continue;
+        };
+        let Some(source) = right.split(' ').nth(1) else {
+            continue;
+        };
+        let point = PathBuf::from(unescape_mountinfo(point));
+        if !path.starts_with(&point) {
+            continue;
+        }
+        let depth = point.components().count();
+        if best.as_ref().is_none_or(|(d, _)| depth >= *d) {
+            best = Some((depth, unescape_mountinfo(source)));
+        }
+    }
+    best.map(|(_, s)| s)
+}
+
+/// A `mountinfo` field with its octal escapes (`\040` for a space) undone.
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -278,6 +326,32 @@ mod tests {
 
     fn paths(v: &[&str]) -> Vec<PathBuf> {
         v.iter().map(PathBuf::from).collect()
+    }
+
+    #[test]
+    fn the_store_s_mount_source_is_found_in_mountinfo() {
+        let info = "\
+22 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+90 22 0:55 / /opt/x\\040y/mnt rw,relatime shared:50 - btrfs /dev/loop3 rw,space_cache=v2
+91 22 0:56 / /opt/x\\040y/mnt/sub rw shared:51 - tmpfs tmpfs rw
+";
+        assert_eq!(
+            mount_source(info, Path::new("/opt/x y/mnt/store/envs")).as_deref(),
+            Some("/dev/loop3")
+        );
+        assert_eq!(
+            mount_source(info, Path::new("/opt/x y/mnt/sub/a")).as_deref(),
+            Some("tmpfs")
+        );
+        assert_eq!(
+            mount_source(info, Path::new("/srv")).as_deref(),
+            Some("/dev/vda")
+        );
+        // `/opt/x y/mn` is not below `/opt/x y/mnt`.
+        assert_eq!(
+            mount_source(info, Path::new("/opt/x y/mn")).as_deref(),
+            Some("/dev/vda")
+        );
     }
 
     #[test]
