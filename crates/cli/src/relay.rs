@@ -36,7 +36,7 @@ fn refused_option(args: &[String]) -> Option<&String> {
 fn not_here(what: String) -> CliError {
     CliError::new(crate::errors::ExitCode::Refused,
         what,
-        Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps, push, pull — on this box only".into()),
+        Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps, push, pull, checkpoint create — on this box only".into()),
     )
 }
 

@@ -266,13 +266,16 @@ fn in_box_agentbox_reaches_only_its_own_history(test: &str, rootless: bool) {
     let (status, _, err) = h.sh("a0", "echo after > /workspace/after.txt");
     assert_eq!(status, 0, "{err}");
     h.ok(&["commit", "a0", "-m", "a0 after the checkpoint"]);
+    // A checkpoint of a's own project that a was not made from.
+    let later = h.json_in(&proj_a, &["checkpoint", "create", "a0", "--name", "later"]);
+    let later_node = later["node"].as_str().expect("node").to_owned();
 
     let own = ids(&h, "a");
     assert!(own.contains(&a_cp_node), "a descends from acp: {own:?}");
     let mut foreign: Vec<String> = others
         .iter()
         .flat_map(|e| ids(&h, e))
-        .chain([b_cp_node.clone()])
+        .chain([b_cp_node.clone(), later_node])
         .filter(|id| !own.contains(id))
         .collect();
     foreign.sort();
@@ -290,6 +293,8 @@ fn in_box_agentbox_reaches_only_its_own_history(test: &str, rootless: bool) {
         .find(|r| r.starts_with("checkpoints/") && r.ends_with("/acp"))
         .unwrap_or_else(|| panic!("a's checkpoint ref: {refs:?}"))
         .clone();
+    let later_ref = a_ref.replace("/acp", "/later");
+    assert!(refs.contains(&later_ref), "{refs:?}");
     let a_head = h.json(&["show", "a"])["node"]["id"]
         .as_str()
         .expect("head")
@@ -310,7 +315,7 @@ fn in_box_agentbox_reaches_only_its_own_history(test: &str, rootless: bool) {
             }
         }
     }
-    attacks.push(b_ref.clone());
+    attacks.extend([b_ref.clone(), later_ref]);
     attacks.sort();
     attacks.dedup();
     let nothing_full = unused(&all, 16);
