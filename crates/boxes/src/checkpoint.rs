@@ -279,6 +279,11 @@ impl Boxes {
         if (spec.in_box || !spec.replace) && taken(self.home(), store, project.as_deref(), &name)? {
             return Err(BoxError::CheckpointExists { name });
         }
+        // The name the project's configuration makes its default, which no checkpoint has
+        // (removed by hand, or not made yet): a box's capture of it would be the default.
+        if spec.in_box && default_of(self.home(), project.as_deref())?.as_deref() == Some(&name) {
+            return Err(BoxError::CheckpointFromBox { name });
+        }
         // The box's tree now: a running box through its provider (serialised with
         // auto-capture); nothing changed since HEAD is HEAD itself.
         let node = match self.commit(

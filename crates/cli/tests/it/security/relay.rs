@@ -457,6 +457,15 @@ fn in_box_checkpoints_never_replace_or_become_the_default(test: &str, rootless: 
             "{attack}: {err}"
         );
     }
+    // The name the project's configuration makes its default, no checkpoint having it.
+    h.ok_in(&proj, &["config", "set", "box.defaultCheckpoint", "future"]);
+    let (status, _, err) = h.sh("a", "agentbox checkpoint create --name future");
+    assert_eq!(status, 4, "{err}");
+    assert!(
+        err.contains("cannot replace one or become the default"),
+        "{err}"
+    );
+    h.ok_in(&proj, &["config", "set", "box.defaultCheckpoint", "golden"]);
     // A new name is the box's to add; it takes the next default name of box a, which the
     // host's next capture then goes past.
     let (status, out, err) = h.sh("a", "agentbox checkpoint create --name a-1");
