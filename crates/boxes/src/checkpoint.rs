@@ -643,3 +643,16 @@ fn next_name(
     write_json(&path, &counters)?;
     Ok(name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::validate_name;
+
+    #[test]
+    fn names_of_the_projects_own_files_are_refused() {
+        validate_name("golden").expect("a name");
+        for bad in ["counters", "HEAD", "../x", "a/b", "abcd"] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+}
