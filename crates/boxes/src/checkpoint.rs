@@ -137,6 +137,28 @@ pub struct CheckpointSpec {
     pub merged: bool,
     /// Move an existing name.
     pub replace: bool,
+    /// Asked from inside the box itself (the in-box `agentbox`): the box may add a
+    /// checkpoint of its own tree under a new name, never move an existing one or make one
+    /// its project's default — those decide what every future box of the project starts
+    /// from, which only the user on the host may (see [`Boxes::checkpoint_create`]).
+    pub in_box: bool,
+}
+
+/// Names a checkpoint may not have: its manifest's file would be one of the project's
+/// own files beside the manifests (`counters.json`, the default names' counters).
+const RESERVED: &[&str] = &["counters"];
+
+/// Check a checkpoint name given by the user or a box: a valid ref name, not reserved.
+fn validate_name(name: &str) -> Result<()> {
+    agentbox_store::names::validate("checkpoint", name)?;
+    if RESERVED.contains(&name) {
+        return Err(agentbox_store::Error::InvalidName {
+            name: name.to_owned(),
+            reason: "the name is reserved for the project's own checkpoint records".into(),
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// The project key as refs and directories use it (`none` outside a project).
@@ -230,28 +252,37 @@ fn secret_patterns(env_patterns: &[String]) -> Vec<String> {
 }
 
 impl Boxes {
-    /// Capture box `spec.box_name` as a checkpoint of its project.
+    /// Capture box `spec.box_name` as a checkpoint of its project. Asked from inside the
+    /// box (`spec.in_box`), `replace` and `set_default` are refused and so is a name that
+    /// exists: a box adds checkpoints, the user promotes them on the host.
     pub fn checkpoint_create(&self, spec: &CheckpointSpec) -> Result<Checkpoint> {
+        if spec.in_box && (spec.replace || spec.set_default) {
+            return Err(BoxError::CheckpointFromBox {
+                name: spec.name.clone().unwrap_or_else(|| "NAME".to_owned()),
+            });
+        }
         let rec = record::read(self.home(), &spec.box_name)?;
         let project = rec.project.clone();
         let config = crate::config::Config::load(self.home(), project.as_deref())
             .map_err(|e| BoxError::Config(Box::new(e)))?
             .effective();
         let _lock = lock(self.home(), project.as_deref())?;
+        let store = self.store()?;
         let name = match &spec.name {
             Some(n) => {
-                agentbox_store::names::validate("checkpoint", n)?;
+                validate_name(n)?;
                 n.clone()
             }
-            None => next_name(self.home(), project.as_deref(), &rec.name)?,
+            None => next_name(self.home(), store, project.as_deref(), &rec.name)?,
         };
         let full_ref = ref_name(project.as_deref(), &name);
-        let store = self.store()?;
-        if !spec.replace
-            && (store.get_ref(&full_ref)?.is_some()
-                || manifest_path(self.home(), project.as_deref(), &name).exists())
-        {
+        if (spec.in_box || !spec.replace) && taken(self.home(), store, project.as_deref(), &name)? {
             return Err(BoxError::CheckpointExists { name });
+        }
+        // The name the project's configuration makes its default, which no checkpoint has
+        // (removed by hand, or not made yet): a box's capture of it would be the default.
+        if spec.in_box && default_of(self.home(), project.as_deref())?.as_deref() == Some(&name) {
+            return Err(BoxError::CheckpointFromBox { name });
         }
         // The box's tree now: a running box through its provider (serialised with
         // auto-capture); nothing changed since HEAD is HEAD itself.
@@ -577,14 +608,51 @@ fn set_default_locked(home: &Home, project: Option<&Path>, name: Option<&str>) -
     .map_err(|e| BoxError::Config(Box::new(e)))
 }
 
+/// Whether checkpoint `name` of `project` exists, or its ref or manifest does (a damaged
+/// one still holds its name).
+fn taken(
+    home: &Home,
+    store: &agentbox_store::Store,
+    project: Option<&Path>,
+    name: &str,
+) -> Result<bool> {
+    Ok(store.get_ref(&ref_name(project, name))?.is_some()
+        || manifest_path(home, project, name).exists())
+}
+
 /// The next default name of a checkpoint of box `box_name`: `<box>-<n>`, `n` one more than
-/// the last one given to that box name in the project (never reused, even after `rm`).
-fn next_name(home: &Home, project: Option<&Path>, box_name: &str) -> Result<String> {
+/// the last one given to that box name in the project (never reused, even after `rm`), and
+/// past any name already taken — one that another box chose by hand cannot make the next
+/// default capture fail.
+fn next_name(
+    home: &Home,
+    store: &agentbox_store::Store,
+    project: Option<&Path>,
+    box_name: &str,
+) -> Result<String> {
     let path = dir(home, project).join("counters.json");
     let mut counters: BTreeMap<String, u64> = read_json_opt(&path)?.unwrap_or_default();
     let n = counters.entry(box_name.to_owned()).or_insert(0);
-    *n += 1;
-    let name = format!("{box_name}-{n}");
+    let name = loop {
+        *n += 1;
+        let name = format!("{box_name}-{n}");
+        if !taken(home, store, project, &name)? {
+            break name;
+        }
+    };
     write_json(&path, &counters)?;
     Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_name;
+
+    #[test]
+    fn names_of_the_projects_own_files_are_refused() {
+        validate_name("golden").expect("a name");
+        for bad in ["counters", "HEAD", "../x", "a/b", "abcd"] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -21,6 +21,7 @@ pub mod registry;
 pub mod relay;
 pub mod remote;
 pub mod reseed;
+pub mod scope;
 pub mod seeding;
 pub mod sessions;
 pub mod tournament;
@@ -67,6 +68,9 @@ pub enum BoxError {
     },
     #[error("a checkpoint named {name:?} already exists")]
     CheckpointExists { name: String },
+    /// `checkpoint create --replace` or `--set-default` asked from inside a box.
+    #[error("inside a box a checkpoint cannot replace one or become the default; promote it on the host with `agentbox checkpoint set-default {name:?}`")]
+    CheckpointFromBox { name: String },
     #[error("no checkpoint named {name:?}{}", project.as_ref().map(|p| format!(" in project {}", p.display())).unwrap_or_default())]
     NoSuchCheckpoint {
         name: String,
@@ -254,7 +258,8 @@ impl BoxError {
             | BoxError::NoSuchImage { .. } => ExitCode::NotFound.into(),
             BoxError::StoreExists { .. }
             | BoxError::InvalidName(_)
-            | BoxError::CheckpointExists { .. } => ExitCode::Refused.into(),
+            | BoxError::CheckpointExists { .. }
+            | BoxError::CheckpointFromBox { .. } => ExitCode::Refused.into(),
             BoxError::NoSuchCheckpoint { .. } | BoxError::NoSuchAgent { .. } => {
                 ExitCode::NotFound.into()
             }

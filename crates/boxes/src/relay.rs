@@ -9,6 +9,10 @@
 //! reach a host command line as an option. Anything the enum cannot say is refused before it
 //! is sent, and a message that does not decode as one of these (an unknown operation or
 //! field) is refused by the supervisor. Every text field is bounded ([`RelayCall::check`]).
+//! Every node a request names (`show`, `diff`, `checkout`, `tag`) resolves in the box's own
+//! history only ([`crate::scope`]): another box's, project's or versioned directory's node
+//! is "no such node", as one that never existed. A checkpoint made from inside a box never
+//! replaces one or becomes its project's default ([`crate::checkpoint`]).
 
 use serde::{Deserialize, Serialize};
 

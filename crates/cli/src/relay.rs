@@ -36,7 +36,7 @@ fn refused_option(args: &[String]) -> Option<&String> {
 fn not_here(what: String) -> CliError {
     CliError::new(crate::errors::ExitCode::Refused,
         what,
-        Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps, push, pull — on this box only".into()),
+        Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps, push, pull, checkpoint create — on this box only".into()),
     )
 }
 
@@ -199,6 +199,67 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
     })
 }
 
+/// `request` of box `name` with every node it names resolved in the box's own history
+/// (see [`agentbox_boxes::scope`]): a full id of a node of that history, or a reference
+/// relative to HEAD, which the store walks along the box's own ancestry. A reference to
+/// anything else fails here as a node that does not exist, before any command runs.
+///
+/// Every request naming a node is here; the others name none (`log`, `status`, `commit`,
+/// `undo` — HEAD's parent —, `tags`, `untag` — a tag of the box's own —, `ps`, `push`,
+/// `pull`, `remote_refs` — repositories of the box's own record, by label —, `checkpoint`
+/// — a capture of the box itself).
+pub(crate) fn confine(
+    boxes: &agentbox_boxes::ops::Boxes,
+    name: &str,
+    request: RelayRequest,
+) -> agentbox_boxes::Result<RelayRequest> {
+    use RelayRequest as R;
+    let scope = std::cell::OnceCell::new();
+    let node = |reference: String| -> agentbox_boxes::Result<String> {
+        let scope = match scope.get() {
+            Some(s) => s,
+            None => {
+                let made = boxes.scope(name)?;
+                scope.get_or_init(|| made)
+            }
+        };
+        Ok(scope.resolve(&reference)?.into_reference())
+    };
+    let node_opt = |reference: Option<String>| reference.map(&node).transpose();
+    Ok(match request {
+        R::Show { reference } => R::Show {
+            reference: node_opt(reference)?,
+        },
+        R::Diff { from, to, patch } => R::Diff {
+            from: node_opt(from)?,
+            to: node_opt(to)?,
+            patch,
+        },
+        R::Checkout {
+            reference,
+            keep_processes,
+        } => R::Checkout {
+            reference: node(reference)?,
+            keep_processes,
+        },
+        R::Tag { name, reference } => R::Tag {
+            name,
+            reference: node_opt(reference)?,
+        },
+        other @ (R::Log { .. }
+        | R::Status { .. }
+        | R::Commit { .. }
+        | R::Undo
+        | R::Tags
+        | R::Untag { .. }
+        | R::Ps
+        | R::Push { .. }
+        | R::Pull { .. }
+        | R::RemoteRefs { .. }
+        | R::Checkpoint { .. }) => other,
+    })
+}
+
 /// Answers the in-box `agentbox` on the host: the request becomes the host command it
 /// stands for, on the caller's box, printed to the caller's stdout and stderr.
 pub struct CliRelay {
@@ -215,7 +276,10 @@ impl RelayHandler for CliRelay {
     ) -> i32 {
         let ctx =
             crate::commands::Ctx::for_relay(self.home.clone(), call.json, name, stdout, stderr);
-        match crate::commands::answer(&ctx, call.request) {
+        let answered = confine(ctx.boxes(), name, call.request)
+            .map_err(CliError::from)
+            .and_then(|request| crate::commands::answer(&ctx, request));
+        match answered {
             Ok(()) => 0,
             Err(e) => {
                 ctx.error(&e);

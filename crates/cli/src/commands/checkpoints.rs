@@ -23,6 +23,7 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
                     set_default,
                     merged,
                     replace,
+                    in_box: ctx.relayed(),
                 })
             })?;
             let m = &made.manifest;

@@ -45,6 +45,11 @@ impl Ctx {
         ctx
     }
 
+    /// Whether this is a request of the in-box `agentbox` (the box itself is asking).
+    pub(crate) fn relayed(&self) -> bool {
+        self.relayed.is_some()
+    }
+
     /// Write `text` to the command's stdout (`to_err`: stderr). A closed pipe (`| head`) is
     /// not an error worth reporting.
     fn write(&self, text: &str, to_err: bool) {

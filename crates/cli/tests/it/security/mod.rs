@@ -972,3 +972,4 @@ fn host_paths_show_only_what_is_asked_and_never_secrets() {
         assert_ne!(code(&out), Some(0), "{}", stderr(&out));
     }
 }
+mod relay;
