@@ -252,9 +252,12 @@ pub(super) fn setup_root(
 
 /// Mount the box's root overlay at `root`: its layers (over `base`, when given) with its
 /// working upper directory. A rootless box's overlay is an unprivileged one (`userxattr`,
-/// which keeps redirects and metacopy off itself and refuses them as options). With
-/// `mapped`, each layer and the upper directory's parent are idmapped mounts made below its
-/// scratch directory, and the overlay is mounted as box root (see [`crate::idmap`]).
+/// which keeps redirects and metacopy off itself and refuses them as options). Each layer
+/// and the upper directory's parent are mounted below the scratch directory (with
+/// `mapped`, idmapped, and the overlay is mounted as box root, see [`crate::idmap`]; else
+/// plain binds), and the overlay names them relative to it (`m/0`, `m/u/upper`): the
+/// options are what the box reads in `/proc/self/mountinfo`, and the store's paths (the
+/// home's) are none of its business.
 pub(super) fn mount_box_root(
     k: &mut dyn Kernel,
     spec: &BoxSpec,
@@ -262,48 +265,61 @@ pub(super) fn mount_box_root(
     base: Option<&Path>,
     mapped: Option<(&crate::idmap::BoxUserNs, &Path)>,
 ) -> Result<(), String> {
-    let (mut lowers, upper, workdir) = match mapped {
-        None => (
-            spec.lowers.clone(),
-            spec.upper.clone(),
-            spec.workdir.clone(),
-        ),
-        Some((ns, scratch)) => {
-            let mut lowers = Vec::new();
-            for (i, l) in spec.lowers.iter().enumerate() {
-                let at = scratch.join(format!("m/{i}"));
-                mkdir_p(k, &at)?;
-                k.idmapped_mount(ns, l, &at)?;
-                lowers.push(at);
-            }
-            // Upper and work directory must be on one mount: their common parent.
-            let (Some(parent), Some(u), Some(w)) = (
-                spec.upper.parent(),
-                spec.upper.file_name(),
-                spec.workdir.file_name(),
-            ) else {
-                return Err("the box's upper directory has no parent".into());
-            };
-            if spec.workdir.parent() != Some(parent) {
-                return Err(format!(
-                    "{} and {} are not in one directory",
-                    spec.upper.display(),
-                    spec.workdir.display()
-                ));
-            }
-            let at = scratch.join("m/u");
-            mkdir_p(k, &at)?;
-            k.idmapped_mount(ns, parent, &at)?;
-            (lowers, at.join(u), at.join(w))
+    let scratch = &spec.scratch;
+    let ns = mapped.map(|(ns, _)| ns);
+    let stage = |k: &mut dyn Kernel, src: &Path, at: &Path| -> Result<(), String> {
+        mkdir_p(k, at)?;
+        match ns {
+            Some(ns) => k.idmapped_mount(ns, src, at),
+            None => k
+                .bind(src, at)
+                .map_err(|e| err(format!("binding {}", src.display()), e)),
         }
     };
+    let mut lowers = Vec::new();
+    for (i, l) in spec.lowers.iter().enumerate() {
+        let at = scratch.join(format!("m/{i}"));
+        stage(k, l, &at)?;
+        lowers.push(at);
+    }
+    // Upper and work directory must be on one mount: their common parent.
+    let (Some(parent), Some(u), Some(w)) = (
+        spec.upper.parent(),
+        spec.upper.file_name(),
+        spec.workdir.file_name(),
+    ) else {
+        return Err("the box's upper directory has no parent".into());
+    };
+    if spec.workdir.parent() != Some(parent) {
+        return Err(format!(
+            "{} and {} are not in one directory",
+            spec.upper.display(),
+            spec.workdir.display()
+        ));
+    }
+    let at = scratch.join("m/u");
+    stage(k, parent, &at)?;
+    let (upper, workdir) = (at.join(u), at.join(w));
     if let Some(b) = base {
         lowers.push(b.to_owned());
     }
+    // Relative to the scratch directory, the overlay's working directory when it resolves
+    // them (a base outside it, `/`, says nothing).
+    let named = |p: &Path| {
+        p.strip_prefix(scratch)
+            .map_or_else(|_| p.to_owned(), Path::to_owned)
+    };
+    let (lowers, upper, workdir) = (
+        lowers.iter().map(|l| named(l)).collect::<Vec<_>>(),
+        named(&upper),
+        named(&workdir),
+    );
     let lowers = lowers
         .iter()
         .map(|l| path_str(l))
         .collect::<Result<Vec<_>, _>>()?;
+    k.chdir(scratch)
+        .map_err(|e| err(format!("chdir to {}", scratch.display()), e))?;
     let mode = if spec.rootless {
         "userxattr"
     } else {

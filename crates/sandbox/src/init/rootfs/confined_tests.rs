@@ -2,7 +2,7 @@
 //! against a recording kernel that resolves symlinks as the real one does, with a box that
 //! planted symlinks in its layer and in the shared directory bound read-write into it.
 
-use super::tests::{built, host, p, r, rootless, rootless_host, spec, ROOT};
+use super::tests::{built, host, mounts_at, p, r, rootless, rootless_host, spec, ROOT};
 use super::*;
 use crate::init::kernel::recording::{Op, Recording};
 use crate::init::kernel::Kind;
@@ -174,4 +174,34 @@ fn a_rootless_hidden_path_through_a_host_symlink_is_hidden_at_its_real_place() {
     built(&mut rec, &spec);
     assert!(rec.ops().iter().any(|op| matches!(op,
         Op::Mount { target, fstype, .. } if *target == r("var/mail") && fstype == "tmpfs")));
+}
+
+/// Not about symlinks, but about what PID 1 mounts in the box's `/sys`: the host's energy
+/// counters (`powercap`, RAPL) are masked as Docker masks them, on a fresh sysfs and on
+/// the host's bound one alike.
+#[test]
+fn the_hosts_energy_counters_are_masked() {
+    let powercap = "sys/devices/virtual/powercap";
+    for (spec, rec) in [
+        (spec(), host()),
+        (rootless(), rootless_host()),
+        (
+            BoxSpec {
+                network: Network::Private,
+                ..rootless()
+            },
+            rootless_host(),
+        ),
+    ] {
+        let mut rec = rec.dir(&format!("{ROOT}/{powercap}"));
+        built(&mut rec, &spec);
+        assert!(
+            rec.ops().iter().any(|op| matches!(op,
+                Op::Mount { target, fstype, flags, .. }
+                    if *target == r(powercap) && fstype == "tmpfs"
+                        && flags.contains(MountFlags::RDONLY))),
+            "{:?}",
+            mounts_at(&rec, &r(powercap))
+        );
+    }
 }
