@@ -387,10 +387,11 @@ impl Kernel for Linux {
             Some(rustix::fs::Gid::from_raw(gid)),
         );
         let at = self.confined.resolve(path)?;
-        Ok(match at.fd() {
+        match at.fd() {
             Some(fd) => rustix::fs::chownat(fd, "", uid, gid, rustix::fs::AtFlags::EMPTY_PATH)?,
             None => rustix::fs::chown(path, uid, gid)?,
-        })
+        }
+        Ok(())
     }
 
     fn chmod(&mut self, path: &Path, mode: u32) -> io::Result<()> {

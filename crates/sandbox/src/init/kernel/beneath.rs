@@ -184,14 +184,14 @@ mod tests {
     /// refused at every step a change takes, and nothing appears at the host path.
     #[test]
     fn a_symlink_below_the_root_is_never_followed() {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().expect("test setup");
         let (root, host) = (tmp.path().join("r"), tmp.path().join("host"));
-        std::fs::create_dir_all(root.join("etc")).unwrap();
-        std::fs::create_dir_all(root.join("run")).unwrap();
-        std::fs::create_dir_all(&host).unwrap();
-        std::os::unix::fs::symlink(&host, root.join("run/dir")).unwrap();
-        std::os::unix::fs::symlink(host.join("pwned"), root.join("run/x")).unwrap();
-        std::os::unix::fs::symlink("/run/x", root.join("etc/resolv.conf")).unwrap();
+        std::fs::create_dir_all(root.join("etc")).expect("test setup");
+        std::fs::create_dir_all(root.join("run")).expect("test setup");
+        std::fs::create_dir_all(&host).expect("test setup");
+        std::os::unix::fs::symlink(&host, root.join("run/dir")).expect("test setup");
+        std::os::unix::fs::symlink(host.join("pwned"), root.join("run/x")).expect("test setup");
+        std::os::unix::fs::symlink("/run/x", root.join("etc/resolv.conf")).expect("test setup");
         let c = confined(&root);
         let create = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC;
         let loops = |r: io::Result<()>| r.err().and_then(|e| e.raw_os_error()) == Some(libc::ELOOP);
@@ -206,19 +206,27 @@ mod tests {
         assert!(loops(c.mkdir_p(&root.join("run/dir/a/b")).map(drop)));
         assert!(loops(c.parent(&root.join("run/dir/pwned")).map(drop)));
         assert!(loops(c.resolve(&root.join("run/x")).map(drop)));
-        assert!(std::fs::read_dir(&host).unwrap().next().is_none());
+        assert!(std::fs::read_dir(&host)
+            .expect("test setup")
+            .next()
+            .is_none());
         // `..` is refused by name, never looked up.
         assert!(c
             .open(&root.join("etc/../../host/y"), create, 0o644)
             .is_err());
         // Plain directories are made and files written.
-        assert!(c.mkdir_p(&root.join("run/systemd/resolve")).unwrap());
+        assert!(c
+            .mkdir_p(&root.join("run/systemd/resolve"))
+            .expect("test setup"));
         let fd = c
             .open(&root.join("run/systemd/resolve/f"), create, 0o644)
-            .unwrap();
+            .expect("test setup");
         assert!(fd.is_some());
         assert!(root.join("run/systemd/resolve/f").is_file());
         // Outside every confined root, nothing is done here.
-        assert!(c.open(&host.join("z"), create, 0o644).unwrap().is_none());
+        assert!(c
+            .open(&host.join("z"), create, 0o644)
+            .expect("test setup")
+            .is_none());
     }
 }
