@@ -7,9 +7,10 @@
 //! * [`Linux`] is the only implementation that reaches the kernel, and the rootfs builder
 //!   holds no `unsafe` of its own (the module denies it): what is left to trust is a thin,
 //!   one-call-per-method layer.
-//! * Each method of [`Linux`] makes exactly the call the builder made before the seam
-//!   existed (same arguments, same flags), and returns the kernel's error untouched: the
-//!   builder adds the context (which path, which step) to the message.
+//! * Each method of [`Linux`] makes the one call its name says (same arguments, same
+//!   flags), and returns the kernel's error untouched: the builder adds the context (which
+//!   path, which step) to the message. Below a root given to [`Kernel::confine`], the call
+//!   is made on the path resolved without following any symlink (`kernel/beneath.rs`).
 //! * The queries (`stat`, `read_link`, …) look, never change: a recording answers them from
 //!   the paths a test said exist and the ones the recorded calls made.
 

@@ -19,6 +19,11 @@
 //! * a layer path overlayfs would misread is refused before the first mount when every
 //!   layer path is known then (see [`refuse_bad_layer_paths`]), and always before the
 //!   overlay that would take it;
+//! * nothing done below the box's root (or a rootless box's upper directory) follows a
+//!   symlink: the root is confined ([`Kernel::confine`]) before anything is made or mounted
+//!   below it, as PID 1 acts there with the host's privileges on a tree the box controls;
+//! * the root overlay names its layers relative to the scratch directory, where they are
+//!   staged: the box reads its options in `/proc/self/mountinfo`;
 //! * a bind lands below the box's `/run`, a hidden path below the base or the box's root:
 //!   anything else (`..`, a relative path) is refused;
 //! * a hidden path below a shown one stays hidden (see [`show`]);
