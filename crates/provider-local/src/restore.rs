@@ -155,8 +155,7 @@ impl BoxRoot {
                 };
                 rustix::fs::mknodat(&pfd, name, ft, mode, meta.rdev)?;
                 own_at(&pfd, name, meta, self.owner(meta))?;
-                rustix::fs::chmodat(&pfd, name, mode, AtFlags::empty())?;
-                Ok(())
+                chmod_node(&pfd, name, ft, mode)
             }
         }
     }
@@ -165,6 +164,33 @@ impl BoxRoot {
     pub fn settle_dir(&self, rel: &Path, meta: &Meta) -> io::Result<()> {
         apply_meta(&self.dir(rel)?, meta, self.owner(meta))
     }
+}
+
+/// Give node `name` of `pfd` (a device, FIFO or socket just made, of type `ft`) its mode.
+/// `chmodat` would follow a symlink the running box put there meanwhile — resolved against
+/// the host's `/`, not the box's root — so the node itself is pinned first (`O_PATH`,
+/// not following) and changed through its descriptor's magic link, which names that very
+/// inode.
+fn chmod_node(
+    pfd: &OwnedFd,
+    name: &std::ffi::OsStr,
+    ft: rustix::fs::FileType,
+    mode: Mode,
+) -> io::Result<()> {
+    let fd = rustix::fs::openat(
+        pfd,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    if rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != ft {
+        return Err(io::Error::other(format!(
+            "{} was replaced while it was restored",
+            Path::new(name).display()
+        )));
+    }
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+    Ok(rustix::fs::chmod(path.as_str(), mode)?)
 }
 
 /// Owner and times of a non-directory that cannot be opened (symlinks, devices).

@@ -81,6 +81,8 @@ impl IdRange {
     }
 }
 
+const MIB: u64 = 1 << 20;
+
 /// Byte sizes of a box's private tmpfs mounts (`0`: the kernel's default, half of RAM each).
 /// Their pages are memory: sized so that a box cannot pin more of the host's RAM through
 /// them than its owner allowed.
@@ -92,16 +94,32 @@ pub struct TmpfsSizes {
 }
 
 impl TmpfsSizes {
-    /// The sizes for a box whose memory limit is `memory` bytes (`None`: no limit, and then
-    /// half of the host's `ram` counts as the limit): `/tmp` half of it, `/dev/shm` a
-    /// quarter, `/run` (sockets, PID files) 64 MiB at most.
+    /// `/dev/shm` without a memory limit: Docker's default.
+    pub const SHM_DEFAULT: u64 = 64 * MIB;
+    /// `/tmp` without a memory limit: enough for a build's or an installer's scratch files
+    /// (what needs more belongs in the box's layer, on disk), yet a handful of idle boxes
+    /// cannot pin a host's RAM through it. Tmpfs pages are charged to the memory cgroup of
+    /// whoever touched them first, so with a limit the limit bounds them.
+    pub const TMP_DEFAULT: u64 = 1024 * MIB;
+
+    /// The sizes for a box whose memory limit is `memory` bytes: `/tmp` half of it,
+    /// `/dev/shm` a quarter, `/run` (sockets, PID files) an eighth, 64 MiB at most. Without a
+    /// limit (`None`) the pages would be charged to nothing the user chose: `/tmp` gets
+    /// [`Self::TMP_DEFAULT`] and `/dev/shm` [`Self::SHM_DEFAULT`], each at most what half of
+    /// the host's `ram` as the limit would give.
     pub fn for_memory(memory: Option<u64>, ram: u64) -> TmpfsSizes {
-        const MIB: u64 = 1 << 20;
         let basis = memory.unwrap_or(ram / 2).max(16 * MIB);
+        let (tmp, shm) = match memory {
+            Some(_) => (basis / 2, basis / 4),
+            None => (
+                (basis / 2).min(Self::TMP_DEFAULT),
+                (basis / 4).min(Self::SHM_DEFAULT),
+            ),
+        };
         TmpfsSizes {
-            tmp: basis / 2,
+            tmp,
             run: (basis / 8).min(64 * MIB),
-            shm: basis / 4,
+            shm,
         }
     }
 
@@ -207,5 +225,35 @@ impl FromInit {
             (None, Some(s)) => 128 + s,
             (None, None) => 255,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1024 * MIB;
+
+    /// Without `--memory`, a big host gives a box no more than Docker's `/dev/shm` and a
+    /// bounded `/tmp`, not fractions of its RAM.
+    #[test]
+    fn without_a_memory_limit_tmp_and_shm_are_bounded() {
+        let s = TmpfsSizes::for_memory(None, 64 * GIB);
+        assert_eq!((s.tmp, s.shm, s.run), (GIB, 64 * MIB, 64 * MIB));
+        // A small host: below the bounds, the fractions of half its RAM.
+        let s = TmpfsSizes::for_memory(None, 512 * MIB);
+        assert_eq!((s.tmp, s.shm, s.run), (128 * MIB, 64 * MIB, 32 * MIB));
+        let s = TmpfsSizes::for_memory(None, 256 * MIB);
+        assert_eq!((s.tmp, s.shm), (64 * MIB, 32 * MIB));
+    }
+
+    /// With `--memory`, the limit bounds the pages (they are charged to the box's cgroup):
+    /// the sizes follow it.
+    #[test]
+    fn with_a_memory_limit_the_sizes_follow_it() {
+        let s = TmpfsSizes::for_memory(Some(8 * GIB), 64 * GIB);
+        assert_eq!((s.tmp, s.shm, s.run), (4 * GIB, 2 * GIB, 64 * MIB));
+        let s = TmpfsSizes::for_memory(Some(256 * MIB), 64 * GIB);
+        assert_eq!((s.tmp, s.shm, s.run), (128 * MIB, 64 * MIB, 32 * MIB));
     }
 }

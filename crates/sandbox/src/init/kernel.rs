@@ -7,9 +7,10 @@
 //! * [`Linux`] is the only implementation that reaches the kernel, and the rootfs builder
 //!   holds no `unsafe` of its own (the module denies it): what is left to trust is a thin,
 //!   one-call-per-method layer.
-//! * Each method of [`Linux`] makes exactly the call the builder made before the seam
-//!   existed (same arguments, same flags), and returns the kernel's error untouched: the
-//!   builder adds the context (which path, which step) to the message.
+//! * Each method of [`Linux`] makes the one call its name says (same arguments, same
+//!   flags), and returns the kernel's error untouched: the builder adds the context (which
+//!   path, which step) to the message. Below a root given to [`Kernel::confine`], the call
+//!   is made on the path resolved without following any symlink (`kernel/beneath.rs`).
 //! * The queries (`stat`, `read_link`, …) look, never change: a recording answers them from
 //!   the paths a test said exist and the ones the recorded calls made.
 
@@ -24,6 +25,7 @@ use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 use crate::idmap::BoxUserNs;
 
+mod beneath;
 #[cfg(test)]
 pub(crate) mod recording;
 
@@ -94,6 +96,16 @@ pub(crate) trait Kernel {
     fn idmapped_mount(&mut self, ns: &BoxUserNs, src: &Path, target: &Path) -> Result<(), String>;
     fn unmount(&mut self, target: &Path, flags: UnmountFlags) -> io::Result<()>;
 
+    /// From here on, every change below `root` — a file or directory made, written or
+    /// removed, its owner, mode or extended attributes changed, a mount placed on it or a
+    /// bind taken from it — is resolved below `root` without following a symlink anywhere
+    /// on the way (the last component included, but for the calls that act on a name
+    /// itself: removing, making a symlink or a whiteout): such a change fails with `ELOOP`.
+    /// The box controls what is below `root`, and this process acts there with the host's
+    /// privileges (see `kernel/beneath.rs`). The queries are not confined: they change
+    /// nothing.
+    fn confine(&mut self, root: &Path);
+
     /// `path` and every missing directory above it.
     fn mkdir_p(&mut self, path: &Path) -> io::Result<()>;
     /// An empty regular file at `path` (truncated if it exists): a mount point for a file.
@@ -120,7 +132,10 @@ pub(crate) trait Kernel {
 }
 
 /// The real kernel.
-pub(crate) struct Linux;
+#[derive(Debug, Default)]
+pub(crate) struct Linux {
+    confined: beneath::Confined,
+}
 
 fn stat_of(m: &std::fs::Metadata) -> Stat {
     Stat {
@@ -208,17 +223,26 @@ impl Kernel for Linux {
         flags: MountFlags,
         data: &CStr,
     ) -> io::Result<()> {
-        Ok(rustix::mount::mount(src, target, fstype, flags, data)?)
+        let target = self.confined.resolve(target)?;
+        Ok(rustix::mount::mount(
+            src,
+            target.path(),
+            fstype,
+            flags,
+            data,
+        )?)
     }
 
     fn bind(&mut self, src: &Path, target: &Path) -> io::Result<()> {
-        Ok(rustix::mount::mount_bind(src, target)?)
+        let (src, target) = (self.confined.resolve(src)?, self.confined.resolve(target)?);
+        Ok(rustix::mount::mount_bind(src.path(), target.path())?)
     }
 
     fn rbind(&mut self, src: &Path, target: &Path) -> io::Result<()> {
+        let (src, target) = (self.confined.resolve(src)?, self.confined.resolve(target)?);
         Ok(rustix::mount::mount(
-            src,
-            target,
+            src.path(),
+            target.path(),
             "",
             MountFlags::BIND | MountFlags::REC,
             c"",
@@ -226,11 +250,13 @@ impl Kernel for Linux {
     }
 
     fn remount(&mut self, target: &Path, flags: MountFlags) -> io::Result<()> {
-        Ok(rustix::mount::mount_remount(target, flags, "")?)
+        let target = self.confined.resolve(target)?;
+        Ok(rustix::mount::mount_remount(target.path(), flags, "")?)
     }
 
     fn set_propagation(&mut self, target: &Path, flags: MountPropagationFlags) -> io::Result<()> {
-        Ok(rustix::mount::mount_change(target, flags)?)
+        let target = self.confined.resolve(target)?;
+        Ok(rustix::mount::mount_change(target.path(), flags)?)
     }
 
     fn idmapped_mount(&mut self, ns: &BoxUserNs, src: &Path, target: &Path) -> Result<(), String> {
@@ -274,13 +300,28 @@ impl Kernel for Linux {
                 io::Error::last_os_error()
             ));
         }
-        rustix::mount::move_mount(
-            tree.as_fd(),
-            "",
-            rustix::fs::CWD,
-            target,
-            rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-        )
+        let at = self
+            .confined
+            .resolve(target)
+            .map_err(|e| format!("{}: {e}", target.display()))?;
+        match at.fd() {
+            // `move_mount` does not follow a magic link: it takes the descriptor itself.
+            Some(fd) => rustix::mount::move_mount(
+                tree.as_fd(),
+                "",
+                fd,
+                "",
+                rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH
+                    | rustix::mount::MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+            ),
+            None => rustix::mount::move_mount(
+                tree.as_fd(),
+                "",
+                rustix::fs::CWD,
+                target,
+                rustix::mount::MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            ),
+        }
         .map_err(|e| {
             format!(
                 "placing the idmapped {} at {}: {e}",
@@ -291,44 +332,78 @@ impl Kernel for Linux {
     }
 
     fn unmount(&mut self, target: &Path, flags: UnmountFlags) -> io::Result<()> {
-        Ok(rustix::mount::unmount(target, flags)?)
+        let target = self.confined.resolve(target)?;
+        Ok(rustix::mount::unmount(target.path(), flags)?)
+    }
+
+    fn confine(&mut self, root: &Path) {
+        self.confined.add(root);
     }
 
     fn mkdir_p(&mut self, path: &Path) -> io::Result<()> {
+        if self.confined.mkdir_p(path)? {
+            return Ok(());
+        }
         std::fs::create_dir_all(path)
     }
 
     fn create_file(&mut self, path: &Path) -> io::Result<()> {
-        std::fs::File::create(path).map(drop)
+        self.write_file(path, b"")
     }
 
     fn write_file(&mut self, path: &Path, content: &[u8]) -> io::Result<()> {
-        std::fs::write(path, content)
+        use rustix::fs::OFlags;
+        // `NONBLOCK`: a FIFO the box planted fails to open rather than hold PID 1.
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NONBLOCK;
+        match self.confined.open(path, flags, 0o666)? {
+            Some(fd) => {
+                let mut file = std::fs::File::from(fd);
+                io::Write::write_all(&mut file, content)
+            }
+            None => std::fs::write(path, content),
+        }
     }
 
     fn remove_file(&mut self, path: &Path) -> io::Result<()> {
-        std::fs::remove_file(path)
+        match self.confined.parent(path)? {
+            Some((dir, name)) => Ok(rustix::fs::unlinkat(
+                &dir,
+                name,
+                rustix::fs::AtFlags::empty(),
+            )?),
+            None => std::fs::remove_file(path),
+        }
     }
 
     fn symlink(&mut self, target: &Path, link: &Path) -> io::Result<()> {
-        std::os::unix::fs::symlink(target, link)
+        match self.confined.parent(link)? {
+            Some((dir, name)) => Ok(rustix::fs::symlinkat(target, &dir, name)?),
+            None => std::os::unix::fs::symlink(target, link),
+        }
     }
 
     fn chown(&mut self, path: &Path, uid: u32, gid: u32) -> io::Result<()> {
-        Ok(rustix::fs::chown(
-            path,
+        let (uid, gid) = (
             Some(rustix::fs::Uid::from_raw(uid)),
             Some(rustix::fs::Gid::from_raw(gid)),
-        )?)
+        );
+        let at = self.confined.resolve(path)?;
+        match at.fd() {
+            Some(fd) => rustix::fs::chownat(fd, "", uid, gid, rustix::fs::AtFlags::EMPTY_PATH)?,
+            None => rustix::fs::chown(path, uid, gid)?,
+        }
+        Ok(())
     }
 
     fn chmod(&mut self, path: &Path, mode: u32) -> io::Result<()> {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        let at = self.confined.resolve(path)?;
+        std::fs::set_permissions(at.path(), std::fs::Permissions::from_mode(mode))
     }
 
     fn set_xattr(&mut self, path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+        let at = self.confined.resolve(path)?;
         Ok(rustix::fs::setxattr(
-            path,
+            at.path(),
             name,
             value,
             rustix::fs::XattrFlags::empty(),
@@ -336,9 +411,14 @@ impl Kernel for Linux {
     }
 
     fn whiteout(&mut self, path: &Path) -> io::Result<()> {
+        let (dir, name) = match self.confined.parent(path)? {
+            Some((dir, name)) => (Some(dir), name.as_ref()),
+            None => (None, path),
+        };
+        let dir = dir.as_ref().map_or(rustix::fs::CWD, |d| d.as_fd());
         Ok(rustix::fs::mknodat(
-            rustix::fs::CWD,
-            path,
+            dir,
+            name,
             rustix::fs::FileType::CharacterDevice,
             rustix::fs::Mode::empty(),
             0,

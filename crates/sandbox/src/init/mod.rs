@@ -148,9 +148,9 @@ fn pid1(spec: BoxSpec, ctl: OwnedFd, userns: Option<crate::idmap::BoxUserNs>) ->
     // SAFETY: plain prctl; dies with the launcher, which dies with the supervisor.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
     let setup = if spec.rootless {
-        setup_root_rootless(&mut kernel::Linux, &spec).map(|()| false)
+        setup_root_rootless(&mut kernel::Linux::default(), &spec).map(|()| false)
     } else {
-        setup_root(&mut kernel::Linux, &spec, userns.as_ref())
+        setup_root(&mut kernel::Linux::default(), &spec, userns.as_ref())
     };
     match (setup, userns) {
         (Err(e), _) => fail(&ctl, e),

@@ -19,6 +19,11 @@
 //! * a layer path overlayfs would misread is refused before the first mount when every
 //!   layer path is known then (see [`refuse_bad_layer_paths`]), and always before the
 //!   overlay that would take it;
+//! * nothing done below the box's root (or a rootless box's upper directory) follows a
+//!   symlink: the root is confined ([`Kernel::confine`]) before anything is made or mounted
+//!   below it, as PID 1 acts there with the host's privileges on a tree the box controls;
+//! * the root overlay names its layers relative to the scratch directory, where they are
+//!   staged: the box reads its options in `/proc/self/mountinfo`;
 //! * a bind lands below the box's `/run`, a hidden path below the base or the box's root:
 //!   anything else (`..`, a relative path) is refused;
 //! * a hidden path below a shown one stays hidden (see [`show`]);
@@ -29,7 +34,10 @@
 use super::kernel::{Kernel, Kind};
 use super::*;
 
+mod names;
 mod show;
+
+use names::*;
 
 /// Device nodes bound from the host into the box's private `/dev`.
 pub(super) const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -164,6 +172,9 @@ pub(super) fn setup_root(
     for d in [&empty, &base, &root] {
         mkdir_p(k, d)?;
     }
+    // Everything below the root is the box's to shape (its layers, the directories bound
+    // into it): nothing done there as host root may follow a symlink.
+    k.confine(&root);
     hide_dirs(k, &empty, &spec.base, &spec.hide)?;
     let mut redirected = false;
     for s in show::plan(&spec.hide, &spec.show, &|_| false) {
@@ -228,7 +239,7 @@ pub(super) fn setup_root(
     let resolv = k.read_file(Path::new("/etc/resolv.conf")).ok();
     special_mounts(k, &root, spec, ns)?;
     if spec.network == Network::Private {
-        private_resolv_conf(k, scratch, &root, resolv.as_deref())?;
+        private_resolv_conf(k, scratch, &root, resolv.as_deref(), &spec.binds)?;
         if spec.base != Path::new("/") {
             share_host_file(k, scratch, &root, "etc/hosts")?;
         }
@@ -238,7 +249,7 @@ pub(super) fn setup_root(
             share_host_file(k, scratch, &root, file)?;
         }
     } else if let Some(content) = resolv {
-        provide_resolv_conf(k, &root, &content)?;
+        provide_resolv_conf(k, &root, &content, &spec.binds)?;
     }
     enter_root(k, &root, spec)?;
     Ok(ns.is_some())
@@ -246,9 +257,12 @@ pub(super) fn setup_root(
 
 /// Mount the box's root overlay at `root`: its layers (over `base`, when given) with its
 /// working upper directory. A rootless box's overlay is an unprivileged one (`userxattr`,
-/// which keeps redirects and metacopy off itself and refuses them as options). With
-/// `mapped`, each layer and the upper directory's parent are idmapped mounts made below its
-/// scratch directory, and the overlay is mounted as box root (see [`crate::idmap`]).
+/// which keeps redirects and metacopy off itself and refuses them as options). Each layer
+/// and the upper directory's parent are mounted below the scratch directory (with
+/// `mapped`, idmapped, and the overlay is mounted as box root, see [`crate::idmap`]; else
+/// plain binds), and the overlay names them relative to it (`m/0`, `m/u/upper`): the
+/// options are what the box reads in `/proc/self/mountinfo`, and the store's paths (the
+/// home's) are none of its business.
 pub(super) fn mount_box_root(
     k: &mut dyn Kernel,
     spec: &BoxSpec,
@@ -256,48 +270,61 @@ pub(super) fn mount_box_root(
     base: Option<&Path>,
     mapped: Option<(&crate::idmap::BoxUserNs, &Path)>,
 ) -> Result<(), String> {
-    let (mut lowers, upper, workdir) = match mapped {
-        None => (
-            spec.lowers.clone(),
-            spec.upper.clone(),
-            spec.workdir.clone(),
-        ),
-        Some((ns, scratch)) => {
-            let mut lowers = Vec::new();
-            for (i, l) in spec.lowers.iter().enumerate() {
-                let at = scratch.join(format!("m/{i}"));
-                mkdir_p(k, &at)?;
-                k.idmapped_mount(ns, l, &at)?;
-                lowers.push(at);
-            }
-            // Upper and work directory must be on one mount: their common parent.
-            let (Some(parent), Some(u), Some(w)) = (
-                spec.upper.parent(),
-                spec.upper.file_name(),
-                spec.workdir.file_name(),
-            ) else {
-                return Err("the box's upper directory has no parent".into());
-            };
-            if spec.workdir.parent() != Some(parent) {
-                return Err(format!(
-                    "{} and {} are not in one directory",
-                    spec.upper.display(),
-                    spec.workdir.display()
-                ));
-            }
-            let at = scratch.join("m/u");
-            mkdir_p(k, &at)?;
-            k.idmapped_mount(ns, parent, &at)?;
-            (lowers, at.join(u), at.join(w))
+    let scratch = &spec.scratch;
+    let ns = mapped.map(|(ns, _)| ns);
+    let stage = |k: &mut dyn Kernel, src: &Path, at: &Path| -> Result<(), String> {
+        mkdir_p(k, at)?;
+        match ns {
+            Some(ns) => k.idmapped_mount(ns, src, at),
+            None => k
+                .bind(src, at)
+                .map_err(|e| err(format!("binding {}", src.display()), e)),
         }
     };
+    let mut lowers = Vec::new();
+    for (i, l) in spec.lowers.iter().enumerate() {
+        let at = scratch.join(format!("m/{i}"));
+        stage(k, l, &at)?;
+        lowers.push(at);
+    }
+    // Upper and work directory must be on one mount: their common parent.
+    let (Some(parent), Some(u), Some(w)) = (
+        spec.upper.parent(),
+        spec.upper.file_name(),
+        spec.workdir.file_name(),
+    ) else {
+        return Err("the box's upper directory has no parent".into());
+    };
+    if spec.workdir.parent() != Some(parent) {
+        return Err(format!(
+            "{} and {} are not in one directory",
+            spec.upper.display(),
+            spec.workdir.display()
+        ));
+    }
+    let at = scratch.join("m/u");
+    stage(k, parent, &at)?;
+    let (upper, workdir) = (at.join(u), at.join(w));
     if let Some(b) = base {
         lowers.push(b.to_owned());
     }
+    // Relative to the scratch directory, the overlay's working directory when it resolves
+    // them (a base outside it, `/`, says nothing).
+    let named = |p: &Path| {
+        p.strip_prefix(scratch)
+            .map_or_else(|_| p.to_owned(), Path::to_owned)
+    };
+    let (lowers, upper, workdir) = (
+        lowers.iter().map(|l| named(l)).collect::<Vec<_>>(),
+        named(&upper),
+        named(&workdir),
+    );
     let lowers = lowers
         .iter()
         .map(|l| path_str(l))
         .collect::<Result<Vec<_>, _>>()?;
+    k.chdir(scratch)
+        .map_err(|e| err(format!("chdir to {}", scratch.display()), e))?;
     let mode = if spec.rootless {
         "userxattr"
     } else {
@@ -342,6 +369,10 @@ pub(super) fn setup_root_rootless(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<
     let scratch = &private_scratch(k, spec)?;
     let root = scratch.join("r");
     mkdir_p(k, &root)?;
+    // The box's tree and its upper directory are the box's to shape: nothing done there
+    // as the host user may follow a symlink.
+    k.confine(&root);
+    k.confine(&spec.upper);
     // Before the overlay: what the shown paths need in the box's upper directory is made
     // while nothing else uses it.
     let shows = show::prepare_rootless(k, spec, scratch)?;
@@ -370,14 +401,22 @@ pub(super) fn setup_root_rootless(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<
     }
     let mut writable = Vec::new();
     for h in &spec.hide {
-        let inside = under(&root, h)?;
+        // Where the host's directories, bound at their own paths, have it: the hiding mount
+        // is made there without following a symlink (see `Kernel::confine`).
+        // A path that is not plain is refused as it is written.
+        under(&root, h)?;
+        let real = host_real_path(k, h);
+        let inside = under(&root, &real)?;
         // Below a directory the box does not take from the host (its own `/home`, a fresh
         // `/tmp`), nothing of the host's is there to hide.
-        let top = h.components().nth(1).and_then(|c| c.as_os_str().to_str());
+        let top = real
+            .components()
+            .nth(1)
+            .and_then(|c| c.as_os_str().to_str());
         if top.is_some_and(|t| NOT_BOUND.contains(&t)) {
             continue;
         }
-        if h.parent().is_some() && k.stat(&inside).is_ok_and(|m| m.kind == Kind::Dir) {
+        if real.parent().is_some() && k.stat(&inside).is_ok_and(|m| m.kind == Kind::Dir) {
             // Written once more, to make the mount points of the paths shown below it; read-only
             // before the box starts (see `show::mount_rootless`).
             let shown_below = shows
@@ -404,9 +443,47 @@ pub(super) fn setup_root_rootless(k: &mut dyn Kernel, spec: &BoxSpec) -> Result<
     let resolv = k.read_file(Path::new("/etc/resolv.conf")).ok();
     special_mounts(k, &root, spec, None)?;
     if spec.network == Network::Private {
-        private_resolv_conf(k, scratch, &root, resolv.as_deref())?;
+        private_resolv_conf(k, scratch, &root, resolv.as_deref(), &spec.binds)?;
     }
     enter_root(k, &root, spec)
+}
+
+/// `path` with the host's symlinks on the way resolved (the host's own, which no box can
+/// change), by name: where a rootless box, which sees the host's directories at their own
+/// paths, has it. A path that loops, or that has no plain absolute spelling, is returned as
+/// given (a hiding mount there then fails rather than lands elsewhere).
+pub(super) fn host_real_path(k: &dyn Kernel, path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    // Still to walk, last first.
+    let mut rest: Vec<PathBuf> = path
+        .components()
+        .rev()
+        .map(|c| PathBuf::from(c.as_os_str()))
+        .collect();
+    let mut hops = 0;
+    while let Some(c) = rest.pop() {
+        match c.components().next() {
+            Some(Component::RootDir) => out = PathBuf::from("/"),
+            Some(Component::ParentDir) => {
+                out.pop();
+            }
+            Some(Component::Normal(n)) => {
+                let next = out.join(n);
+                match k.read_link(&next) {
+                    Ok(to) => {
+                        hops += 1;
+                        if hops > 40 {
+                            return path.to_owned();
+                        }
+                        rest.extend(to.components().rev().map(|c| PathBuf::from(c.as_os_str())));
+                    }
+                    Err(_) => out = next,
+                }
+            }
+            Some(Component::CurDir | Component::Prefix(_)) | None => {}
+        }
+    }
+    out
 }
 
 /// The skeleton a rootless box's first layer needs, made in `dir`: an empty directory for
@@ -520,7 +597,11 @@ pub(super) fn special_mounts(
             "",
         )?;
     }
-    mask_dir(k, &sys.join("firmware"))?;
+    // As Docker's `MaskedPaths`: the firmware's tables, and the host's energy counters
+    // (RAPL, a side channel on what else the machine computes).
+    for masked in SYS_MASKED_DIRS {
+        mask_dir(k, &sys.join(masked))?;
+    }
     let dev = root.join("dev");
     mkdir_p(k, &dev)?;
     // `nodev` too: the device nodes below are bind mounts of the host's, which keep their
@@ -577,6 +658,9 @@ pub(super) fn special_mounts(
     }
     Ok(())
 }
+
+/// Directories of `/sys` masked by an empty read-only directory.
+pub(super) const SYS_MASKED_DIRS: &[&str] = &["firmware", "devices/virtual/powercap"];
 
 /// Entries of `/proc` that are the host kernel's knobs: read-only in the box (as Docker's
 /// `ReadonlyPaths`). `/proc/sys` holds `kernel.core_pattern` (a pipe to a program the host
@@ -694,116 +778,8 @@ pub(super) fn bind(
     Ok(())
 }
 
-/// Show the host's `/<file>` at the same place in the box (a bind of a private copy, so the
-/// box can neither change the host's file nor see later host edits).
-pub(super) fn share_host_file(
-    k: &mut dyn Kernel,
-    scratch: &Path,
-    root: &Path,
-    file: &str,
-) -> Result<(), String> {
-    let Ok(content) = k.read_file(&Path::new("/").join(file)) else {
-        return Ok(());
-    };
-    bind_content(k, scratch, root, file, &content)
-}
-
-/// The private network's `/etc/resolv.conf` (see [`crate::net::resolv_conf`]). Where the
-/// base's file is a symlink into `/run` (systemd-resolved), the content goes at its target
-/// in the box's own `/run`, so the box's layer is not touched; otherwise a bind of a private
-/// copy covers the file.
-pub(super) fn private_resolv_conf(
-    k: &mut dyn Kernel,
-    scratch: &Path,
-    root: &Path,
-    host: Option<&[u8]>,
-) -> Result<(), String> {
-    let content =
-        crate::net::resolv_conf(&String::from_utf8_lossy(host.unwrap_or_default())).into_bytes();
-    let etc = root.join("etc/resolv.conf");
-    if let Ok(target) = k.read_link(&etc) {
-        // Lexically (`../run/…` is the usual spelling): the box's tree is not looked up.
-        let mut abs = PathBuf::from(if target.is_absolute() { "/" } else { "/etc" });
-        for c in target.components() {
-            match c {
-                Component::ParentDir => {
-                    abs.pop();
-                }
-                Component::Normal(n) => abs.push(n),
-                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-            }
-        }
-        if abs.starts_with("/run/") {
-            let inside = under(root, &abs)?;
-            if let Some(parent) = inside.parent() {
-                mkdir_p(k, parent)?;
-            }
-            return k
-                .write_file(&inside, &content)
-                .map_err(|e| err(format!("writing {}", inside.display()), e));
-        }
-    }
-    bind_content(k, scratch, root, "etc/resolv.conf", &content)
-}
-
-/// Show `content` at `/<file>` in the box: a bind of a copy in the scratch tmpfs (which the
-/// box may change: the copy is its own, in memory; the layer's file stays as it was).
-pub(super) fn bind_content(
-    k: &mut dyn Kernel,
-    scratch: &Path,
-    root: &Path,
-    file: &str,
-    content: &[u8],
-) -> Result<(), String> {
-    let copy = scratch.join(file.replace('/', "_"));
-    k.write_file(&copy, content)
-        .map_err(|e| err(format!("writing {}", copy.display()), e))?;
-    let target = root.join(file);
-    if k.lstat(&target).is_ok_and(|m| m.kind == Kind::Symlink) {
-        k.remove_file(&target)
-            .map_err(|e| err(format!("replacing /{file}"), e))?;
-    }
-    if k.stat(&target).is_err() {
-        if let Some(parent) = target.parent() {
-            mkdir_p(k, parent)?;
-        }
-        k.create_file(&target)
-            .map_err(|e| err(format!("creating /{file}"), e))?;
-    }
-    k.bind(&copy, &target)
-        .map_err(|e| err(format!("binding /{file}"), e))
-}
-
-/// `/etc/resolv.conf` is often a symlink into `/run` (systemd-resolved), which is private in
-/// the box: recreate its target there with the host's content.
-pub(super) fn provide_resolv_conf(
-    k: &mut dyn Kernel,
-    root: &Path,
-    content: &[u8],
-) -> Result<(), String> {
-    let etc = root.join("etc/resolv.conf");
-    if k.stat(&etc).is_ok() {
-        return Ok(());
-    }
-    let Ok(target) = k.read_link(&etc) else {
-        return Ok(());
-    };
-    let abs = if target.is_absolute() {
-        target
-    } else {
-        Path::new("/etc").join(target)
-    };
-    if !abs.starts_with("/run/") {
-        return Ok(());
-    }
-    let inside = under(root, &abs)?;
-    if let Some(parent) = inside.parent() {
-        mkdir_p(k, parent)?;
-    }
-    k.write_file(&inside, content)
-        .map_err(|e| err(format!("writing {}", inside.display()), e))
-}
-
+#[cfg(test)]
+mod confined_tests;
 #[cfg(test)]
 mod show_tests;
 #[cfg(test)]

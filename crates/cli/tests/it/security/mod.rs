@@ -4,14 +4,15 @@
 //! One file per area of attack below this module; the shared helpers (`boxed`, `Sec::sh`,
 //! `python`) are here.
 
+mod base;
 mod config_trust;
+mod host_writes;
+mod relay;
 
 use std::path::{Path, PathBuf};
 
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
-
-mod base;
 
 /// A temporary home whose box supervisors die with the test.
 pub(crate) struct Sec {
@@ -972,4 +973,3 @@ fn host_paths_show_only_what_is_asked_and_never_secrets() {
         assert_ne!(code(&out), Some(0), "{}", stderr(&out));
     }
 }
-mod relay;

@@ -56,6 +56,8 @@ pub(crate) enum Op {
         target: PathBuf,
         flags: UnmountFlags,
     },
+    /// From here on, changes below this root follow no symlink (see [`Kernel::confine`]).
+    Confine(PathBuf),
     MkdirP(PathBuf),
     CreateFile(PathBuf),
     WriteFile {
@@ -129,6 +131,7 @@ impl Op {
             | Op::SetXattr { path: p, .. }
             | Op::Symlink { link: p, .. } => Some(p),
             Op::ActOnFilesAsBoxRoot
+            | Op::Confine(_)
             | Op::SetHostname(_)
             | Op::LoopbackUp
             | Op::Chdir(_)
@@ -311,6 +314,29 @@ impl Tree {
         }
     }
 
+    /// Whether a change at `path`, below the confined `root`, would follow a symlink: a
+    /// component below `root` that is one (the last one too unless `own_name`: the call acts
+    /// on the name itself), or one that is not a plain name.
+    fn follows_symlink(&self, root: &Path, path: &Path, own_name: bool) -> bool {
+        let Ok(rel) = path.strip_prefix(root) else {
+            return false;
+        };
+        let mut at = self.resolve(root, true).unwrap_or_else(|_| root.to_owned());
+        let n = rel.components().count();
+        rel.components().enumerate().any(|(i, c)| {
+            at.push(c);
+            !matches!(c, Component::Normal(_))
+                || (!(own_name && i + 1 == n)
+                    && matches!(
+                        self.0.get(&at),
+                        Some(Node {
+                            content: Content::Symlink(_),
+                            ..
+                        })
+                    ))
+        })
+    }
+
     /// What a bind of `src` on `target` needs: both there, and of matching kinds.
     fn bindable(&self, src: &Path, target: &Path) -> io::Result<()> {
         let (s, t) = (
@@ -331,6 +357,8 @@ pub(crate) struct Recording {
     refused: Vec<usize>,
     tree: Tree,
     refuse: Vec<Refusal>,
+    /// The roots given to [`Kernel::confine`].
+    confined: Vec<PathBuf>,
 }
 
 /// Which calls a test makes fail.
@@ -346,6 +374,7 @@ impl Recording {
             refused: Vec::new(),
             tree: Tree(tree),
             refuse: Vec::new(),
+            confined: Vec::new(),
         }
     }
 
@@ -470,8 +499,23 @@ impl Recording {
         apply: impl FnOnce(&mut Tree) -> io::Result<()>,
     ) -> io::Result<()> {
         let refused = self.refuse.iter().any(|r| r(&op));
+        // As `openat2(RESOLVE_NO_SYMLINKS)` does for the real kernel.
+        let own_name = matches!(op, Op::RemoveFile(_) | Op::Symlink { .. } | Op::Whiteout(_));
+        let src = match &op {
+            Op::Bind { src, .. } | Op::Rbind { src, .. } | Op::IdmappedMount { src, .. } => {
+                Some(src.as_path())
+            }
+            _ => None,
+        };
+        let loops = self.confined.iter().any(|root| {
+            op.target()
+                .is_some_and(|t| self.tree.follows_symlink(root, t, own_name))
+                || src.is_some_and(|s| self.tree.follows_symlink(root, s, false))
+        });
         self.ops.push(op);
-        let result = if refused {
+        let result = if loops {
+            Err(errno(libc::ELOOP))
+        } else if refused {
             Err(errno(libc::EPERM))
         } else {
             apply(&mut self.tree)
@@ -600,6 +644,11 @@ impl Kernel for Recording {
             flags,
         };
         self.effect(op, |_| Ok(()))
+    }
+
+    fn confine(&mut self, root: &Path) {
+        self.confined.push(root.to_owned());
+        self.ops.push(Op::Confine(root.to_owned()));
     }
 
     fn mkdir_p(&mut self, path: &Path) -> io::Result<()> {

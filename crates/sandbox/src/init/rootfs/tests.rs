@@ -275,12 +275,27 @@ fn the_root_overlay_stacks_the_boxs_layers_over_the_read_only_base() {
             fstype: "overlay".into(),
             // No device node of a layer opens as a device.
             flags: MountFlags::NODEV,
-            data: format!(
-                "lowerdir={LOWER_TOP}:{LOWER}:{SCRATCH}/b,upperdir={UPPER},workdir={WORK},\
-                 redirect_dir=off,metacopy=off,index=off,xino=off"
-            ),
+            // The layers staged in the scratch directory, named relative to it: the box
+            // reads these options in its mountinfo.
+            data: "lowerdir=m/0:m/1:b,upperdir=m/u/upper,workdir=m/u/work,\
+                   redirect_dir=off,metacopy=off,index=off,xino=off"
+                .into(),
         }
     );
+    for (layer, at) in [
+        (LOWER_TOP, "m/0"),
+        (LOWER, "m/1"),
+        ("/home/alice/.agentbox/boxes/b1", "m/u"),
+    ] {
+        assert!(
+            rec.ops()[..root].contains(&Op::Bind {
+                src: p(layer),
+                target: p(SCRATCH).join(at),
+            }),
+            "{layer} is staged at {at}"
+        );
+    }
+    assert!(rec.ops()[..root].contains(&Op::Chdir(p(SCRATCH))));
     // The first call makes every mount private: nothing done after it reaches the host's
     // mount table.
     assert_eq!(
@@ -298,10 +313,7 @@ fn a_rootless_boxs_overlay_is_unprivileged_and_has_no_base_layer() {
     built(&mut rec, &rootless());
     assert_eq!(
         overlay_data(&rec, Path::new(ROOT)),
-        format!(
-            "lowerdir={LOWER_TOP}:{LOWER},upperdir={UPPER},workdir={WORK},\
-             userxattr,index=off,xino=off"
-        )
+        "lowerdir=m/0:m/1,upperdir=m/u/upper,workdir=m/u/work,userxattr,index=off,xino=off"
     );
     let overlays = rec
         .ops()
@@ -714,14 +726,8 @@ fn an_idmapped_box_reaches_every_layer_through_its_idmapped_copy() {
     );
     assert_eq!(
         overlay_data(&rec, Path::new(ROOT)),
-        format!(
-            "lowerdir={}:{}:{SCRATCH}/b,upperdir={}/upper,workdir={}/work,\
-             redirect_dir=off,metacopy=off,index=off,xino=off",
-            l0.display(),
-            l1.display(),
-            u.display(),
-            u.display()
-        )
+        "lowerdir=m/0:m/1:b,upperdir=m/u/upper,workdir=m/u/work,\
+         redirect_dir=off,metacopy=off,index=off,xino=off"
     );
     // The overlay's work files are made as box root: acting so starts after the base
     // wrapper (made as host root) and before the root overlay.
@@ -787,9 +793,13 @@ fn a_base_that_cannot_be_idmapped_leaves_box_root_host_root() {
         host().refusing(|op| matches!(op, Op::IdmappedMount { src, .. } if src == Path::new("/")));
     assert_eq!(setup_root(&mut rec, &spec(), Some(&ns)), Ok(false));
     assert!(!rec.ops().contains(&Op::ActOnFilesAsBoxRoot));
-    assert!(overlay_data(&rec, Path::new(ROOT)).starts_with(&format!(
-        "lowerdir={LOWER_TOP}:{LOWER}:{SCRATCH}/b,upperdir={UPPER},"
-    )));
+    assert!(
+        overlay_data(&rec, Path::new(ROOT)).starts_with("lowerdir=m/0:m/1:b,upperdir=m/u/upper,")
+    );
+    assert!(rec.ops().contains(&Op::Bind {
+        src: p(LOWER_TOP),
+        target: p(SCRATCH).join("m/0"),
+    }));
     // The binds are then plain binds too: no idmapped mount after the refused one.
     let refused = first(
         &rec,
@@ -933,7 +943,8 @@ fn pivot_root_comes_last() {
         assert!(
             !ops[..named]
                 .iter()
-                .any(|op| matches!(op, Op::PivotRoot { .. } | Op::Unmount { .. } | Op::Chdir(_))),
+                .any(|op| matches!(op, Op::PivotRoot { .. } | Op::Unmount { .. })
+                    || matches!(op, Op::Chdir(d) if *d != p(SCRATCH))),
             "nothing of entering the root happens early"
         );
     }
@@ -1008,20 +1019,19 @@ fn with_idmapping_the_stores_paths_never_reach_an_overlays_options() {
     assert_eq!(setup_root(&mut rec, &spec, Some(&ns)), Ok(true));
     let data = overlay_data(&rec, Path::new(ROOT));
     assert!(!data.contains(bad), "{data}");
-    assert!(
-        data.starts_with(&format!("lowerdir={SCRATCH}/m/0:")),
-        "{data}"
-    );
-    // Without idmapping (the base cannot be), the same path is refused at the overlay.
+    assert!(data.starts_with("lowerdir=m/0:"), "{data}");
+    // Without idmapping (the base cannot be), the layer is staged by a plain bind: its path
+    // is a system call's argument, never an overlay's option.
     let mut rec = host()
         .dir(bad)
         .refusing(|op| matches!(op, Op::IdmappedMount { src, .. } if src == Path::new("/")));
-    let e = setup_root(&mut rec, &spec, Some(&ns)).expect_err("refused");
-    assert!(e.starts_with(bad), "{e}");
-    assert!(!rec
-        .ops()
-        .iter()
-        .any(|op| is_mount_of(op, "overlay", Path::new(ROOT))));
+    assert_eq!(setup_root(&mut rec, &spec, Some(&ns)), Ok(false));
+    let data = overlay_data(&rec, Path::new(ROOT));
+    assert!(!data.contains(bad), "{data}");
+    assert!(rec.ops().contains(&Op::Bind {
+        src: p(bad),
+        target: p(SCRATCH).join("m/0"),
+    }));
 }
 
 #[test]
