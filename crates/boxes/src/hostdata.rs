@@ -133,9 +133,38 @@ fn ssh_host_keys() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The files [`allow::unreadable`] found below the roots it was last asked about, kept by a
+/// box's supervisor for its lifetime: a checkout starts the box again, and the scan
+/// (0.5 s with a warm cache, seconds with a cold one) would otherwise be paid on every
+/// rollback. A file the host makes unreadable to others while the box's supervisor runs is
+/// hidden from the box at its next `start`, as the README says.
+#[derive(Debug, Default)]
+pub struct UnreadableScan {
+    last: Option<(Vec<PathBuf>, Vec<PathBuf>)>,
+}
+
+impl UnreadableScan {
+    /// What others may not read below `roots`: scanned once per set of roots.
+    fn unreadable(&mut self, roots: Vec<PathBuf>) -> Vec<PathBuf> {
+        match &self.last {
+            Some((scanned, found)) if *scanned == roots => found.clone(),
+            _ => {
+                let found = allow::unreadable(&roots);
+                self.last = Some((roots, found.clone()));
+                found
+            }
+        }
+    }
+}
+
 /// What of the host's `/` the box `rec` of agentbox home `home` sees: the paths hidden,
 /// and below them the host user's toolchains and caches shown again.
 pub fn host_view(home: &Home, rec: &BoxRecord) -> HostView {
+    host_view_scanned(home, rec, &mut UnreadableScan::default())
+}
+
+/// [`host_view`], with the scan for unreadable files kept in `scans` between calls.
+pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableScan) -> HostView {
     // Listed now, not when the box was made: what the host made since is hidden too.
     let mut data = allow::hidden_by_default(&allow::host_entries);
     let mut secrets: Vec<PathBuf> = SECRETS.iter().map(PathBuf::from).collect();
@@ -210,7 +239,7 @@ pub fn host_view(home: &Home, rec: &BoxRecord) -> HostView {
         // who runs it, whom the kernel holds to the files' modes.
         let mut roots = allow::shown_roots();
         roots.extend(shown);
-        hide.extend(allow::unreadable(&roots));
+        hide.extend(scans.unreadable(roots));
     }
     hide.extend(secrets);
     HostView { hide, show, env }

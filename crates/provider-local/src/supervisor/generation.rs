@@ -29,7 +29,11 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
             HostView::default(),
         ),
         None => {
-            let mut view = agentbox_boxes::hostdata::host_view(&shared.home, &shared.rec);
+            let mut view = agentbox_boxes::hostdata::host_view_scanned(
+                &shared.home,
+                &shared.rec,
+                &mut lock(&shared.unreadable),
+            );
             if shared.rec.rootless {
                 // A rootless box has its own /root and /home (the host's are never bound).
                 view.hide

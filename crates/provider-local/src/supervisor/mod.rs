@@ -125,6 +125,9 @@ struct Shared {
     /// Variables pointing the shown toolchains at their homes (`HostView::env`), set at
     /// each launch.
     tool_env: Mutex<Vec<(String, String)>>,
+    /// The base's scan for files others may not read, kept across the box's restarts (a
+    /// checkout restarts the box; the host's files did not change with it).
+    unreadable: Mutex<agentbox_boxes::hostdata::UnreadableScan>,
     /// The box's credential broker, once the owner asked for it (see [`broker`]).
     broker: Mutex<Option<broker::BrokerState>>,
 }
@@ -176,6 +179,7 @@ pub fn run(
         sessions: Mutex::new(BTreeMap::new()),
         shown: Mutex::new(Vec::new()),
         tool_env: Mutex::new(Vec::new()),
+        unreadable: Mutex::default(),
         broker: Mutex::new(None),
     });
     fs_err::create_dir_all(dirs.inbox())?;
