@@ -69,6 +69,11 @@ pub struct Synced {
     /// Files left out because their name is not UTF-8 (the manifest holds text).
     #[serde(default)]
     pub skipped: u64,
+    /// What of the host's configuration was left out because it is not on the agent's
+    /// allow-list (host side only): entries (`.claude/backups`) and keys of sanitised files
+    /// (`.claude.json:primaryApiKey`), by name, never by value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 /// One file of the mirror.
@@ -184,14 +189,10 @@ pub fn stage(
     let prev = previous(stage);
     let mut files: BTreeMap<String, Entry> = BTreeMap::new();
     // Written below from their sanitised content, not copied.
-    let sanitised: BTreeSet<PathBuf> = match agent.name.as_str() {
-        "claude" => [".claude.json", ".claude/settings.json"].as_slice(),
-        "codex" => [".codex/config.toml"].as_slice(),
-        _ => [].as_slice(),
-    }
-    .iter()
-    .map(PathBuf::from)
-    .collect();
+    let sanitised: BTreeSet<PathBuf> = sanitised_files(&agent.name)
+        .iter()
+        .map(|(f, _)| PathBuf::from(f))
+        .collect();
     let mut ctx = Mirror {
         host_home,
         stage,
@@ -209,26 +210,26 @@ pub fn stage(
         ctx.one(c)?;
     }
     // Sanitised files are written when their content changes.
-    let mut rewrite = |rel: &str, f: &dyn Fn(&str) -> Option<String>| -> Result<()> {
-        if let Ok(text) = fs_err::read_to_string(host_home.join(rel)) {
-            // A file that does not parse is passed on as it is.
-            let clean = f(&text).unwrap_or(text);
-            ctx.put_text(rel.to_owned(), &clean)?;
+    for (rel, kind) in sanitised_files(&agent.name) {
+        let Ok(text) = fs_err::read_to_string(host_home.join(rel)) else {
+            continue;
+        };
+        let clean = match kind {
+            Sanitise::ClaudeJson => super::sanitize::claude_json(&text, project),
+            Sanitise::ClaudeSettings => super::sanitize::claude_settings(&text, host_home),
+            Sanitise::Codex => super::sanitize::codex_config(&text, host_home),
+            Sanitise::OpenCode => super::sanitize::opencode_config(&text),
+        };
+        match clean {
+            Some(clean) => {
+                ctx.stats
+                    .dropped
+                    .extend(clean.dropped.iter().map(|k| format!("{rel}:{k}")));
+                ctx.put_text((*rel).to_owned(), &clean.text)?;
+            }
+            // A file that does not parse cannot be filtered: it stays on the host.
+            None => ctx.stats.dropped.push(format!("{rel} (does not parse)")),
         }
-        Ok(())
-    };
-    if agent.name == "claude" {
-        rewrite(".claude.json", &|t| {
-            super::sanitize::claude_json(t, project)
-        })?;
-        rewrite(".claude/settings.json", &|t| {
-            super::sanitize::claude_settings(t, host_home)
-        })?;
-    }
-    if agent.name == "codex" {
-        rewrite(".codex/config.toml", &|t| {
-            super::sanitize::codex_config(t, host_home)
-        })?;
     }
     // What the host no longer has leaves the mirror.
     let gone: Vec<PathBuf> = match &prev {
@@ -250,6 +251,7 @@ pub fn stage(
             stats.removed += 1;
         }
     }
+    stats.dropped.sort();
     let manifest = Manifest {
         version: 1,
         files: files.into_values().collect(),
@@ -262,6 +264,32 @@ pub fn stage(
         agentbox_core::atomic::write_json_unsynced(&manifest_file(stage), &manifest)?;
     }
     Ok(stats)
+}
+
+/// How a file is sanitised ([`super::sanitize`]).
+#[derive(Clone, Copy)]
+enum Sanitise {
+    ClaudeJson,
+    ClaudeSettings,
+    Codex,
+    OpenCode,
+}
+
+/// Agent `agent`'s files (relative to the home) filtered key by key on their way in.
+fn sanitised_files(agent: &str) -> &'static [(&'static str, Sanitise)] {
+    match agent {
+        "claude" => &[
+            (".claude.json", Sanitise::ClaudeJson),
+            (".claude/settings.json", Sanitise::ClaudeSettings),
+        ],
+        "codex" => &[(".codex/config.toml", Sanitise::Codex)],
+        "opencode" => &[
+            (".config/opencode/opencode.json", Sanitise::OpenCode),
+            (".config/opencode/opencode.jsonc", Sanitise::OpenCode),
+            (".config/opencode/config.json", Sanitise::OpenCode),
+        ],
+        _ => &[],
+    }
 }
 
 /// Every regular file below `root`, relative to it (symlinks not followed).
@@ -382,6 +410,16 @@ impl Mirror<'_> {
             let Ok(st) = st else { continue };
             if !p.rel.as_os_str().is_empty() && excluded(&p.rel) {
                 continue;
+            }
+            // Directly below a directory root: only what the agent's allow-list names.
+            if let (Some(include), Some(n), 1) = (&c.include, &name, p.rel.components().count())
+            {
+                if !include.iter().any(|i| std::ffi::OsStr::new(i) == n) {
+                    self.stats
+                        .dropped
+                        .push(rel_root.join(&p.rel).to_string_lossy().into_owned());
+                    continue;
+                }
             }
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::Directory => {
