@@ -84,8 +84,8 @@ pub struct Agent {
     /// that takes its base URL from its configuration rather than the environment.
     #[serde(default)]
     pub broker_args: Vec<String>,
-    /// Whether each box keeps its own copy of its configuration (as `--isolate-config`),
-    /// instead of the home's shared one.
+    /// Accepted for `agents.yaml` files of earlier versions: every box now keeps its own
+    /// copy of an agent's configuration (nothing writable is shared between boxes).
     #[serde(default)]
     pub isolate_config: bool,
     /// Whether it is built in (`false`: from `agents.yaml`).
@@ -459,7 +459,8 @@ pub struct LaunchSpec {
     pub new: bool,
     /// Keep the agent's own permission prompts.
     pub ask: bool,
-    /// The box keeps its own copy of the agent's configuration (from now on).
+    /// Accepted for compatibility (`--isolate-config`): every box keeps its own copy of the
+    /// agent's configuration.
     pub isolate_config: bool,
     pub prompt: Option<String>,
     /// Arguments for the agent, exactly as given.
@@ -477,12 +478,10 @@ pub struct Launch {
     pub argv: Vec<String>,
     /// `KEY=VALUE`s for the agent's process only.
     pub env: Vec<String>,
-    /// What the configuration sync copied (host mirror, then into the box).
+    /// What the configuration sync copied (host mirror, then into the box's own copy) and
+    /// left out ([`sync::Synced::dropped`], in `staged`).
     pub staged: sync::Synced,
     pub synced: sync::Synced,
-    /// Whether the agent uses the home's shared copy of its configuration (else the box's
-    /// own).
-    pub shared_config: bool,
 }
 
 /// The host user's home: whose configuration and tools the agents get (`HOME`).

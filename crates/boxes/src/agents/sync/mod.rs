@@ -2,14 +2,14 @@
 //! additive and host-authoritative (a file the host has replaces the box's copy; what only
 //! the box's copy has stays), never back.
 //!
-//! Where the agent's copy lives: by default one **shared copy per agentbox home**
-//! (`<home>/agent-home/<agent>/`, mounted read-write in every box at
-//! `/run/agentbox/agent-home/` and reached from the box's home by symlinks: `/root/.claude ->
-//! /run/agentbox/agent-home/claude/.claude`), so the agent's logins, history and settings made
-//! in one box are there in the next, as on the host. With `--isolate-config` (or
-//! `<agent>.isolateConfig`) a box keeps **its own copy** in its home, versioned with the box
-//! and removed with it. Nothing of either copy is written back to the host, and the host
-//! never reads or writes either: both are box-controlled.
+//! Where the agent's copy lives: **each box keeps its own**, in its home (`/root/.claude`),
+//! versioned with the box and removed with it. Nothing writable is shared between boxes
+//! (a hook one box's agent plants never runs in another), nothing of a copy is written back
+//! to the host, and the host never reads or writes a copy: it is box-controlled.
+//!
+//! What enters a box is an allow-list ([`super::allow`], [`ConfigPath::include`]): the
+//! entries and keys known to carry no credential; everything else is left out and named in
+//! [`Synced::dropped`]. The agent reaches its API through the box's credential broker.
 //!
 //! Two halves, so the host never writes into a box-controlled tree:
 //!
@@ -113,12 +113,6 @@ pub fn stage_in_box(name: &str) -> PathBuf {
         "{}/agent-config/{name}/home",
         crate::record::INBOX_DIR
     ))
-}
-
-/// The home's shared copies of the agents' configuration (one directory per agent), mounted
-/// in every box at [`crate::record::AGENT_HOME_DIR`].
-pub fn shared_dir(home: &agentbox_core::home::Home) -> PathBuf {
-    home.root().join("agent-home")
 }
 
 fn entry_of(path: String, meta: &std::fs::Metadata) -> Entry {
@@ -590,15 +584,13 @@ mod tests {
         let boxed = t.path().join("boxroot");
         write(&boxed.join(".claude/projects/log.jsonl"), "box history");
         write(&boxed.join(".claude.json"), "{}");
-        let plan = |shared: Option<PathBuf>| inbox::Plan {
+        let plan = || inbox::Plan {
             mirror: stage_dir.clone(),
             manifest: manifest_file(&stage_dir),
             home: boxed.clone(),
-            shared,
-            agent: "claude".into(),
             roots: vec![".claude".into(), ".claude.json".into()],
         };
-        let s = inbox::run(&plan(None)).expect("inside");
+        let s = inbox::run(&plan()).expect("inside");
         assert!(s.synced.copied >= 3, "{s:?}");
         assert_eq!(
             std::fs::read_to_string(boxed.join(".claude/projects/log.jsonl")).expect("kept"),
@@ -607,13 +599,13 @@ mod tests {
         assert!(std::fs::read_to_string(boxed.join(".claude.json"))
             .expect("read")
             .contains('{'));
-        let s2 = inbox::run(&plan(None)).expect("inside");
+        let s2 = inbox::run(&plan()).expect("inside");
         assert_eq!(s2.synced.copied, 0);
         // A box-side edit of a host file is undone by the next launch.
         write(&boxed.join(".claude/agents/b.md"), "box edit");
         std::fs::write(host.join(".claude/agents/b.md"), "host").expect("write");
         stage(&agent, &host, &stage_dir, None).expect("stage");
-        inbox::run(&plan(None)).expect("inside");
+        inbox::run(&plan()).expect("inside");
         assert_eq!(
             std::fs::read_to_string(boxed.join(".claude/agents/b.md")).expect("read"),
             "host"
@@ -621,7 +613,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_copy_is_linked_from_the_home_and_never_followed_out() {
+    fn the_boxs_copy_is_written_below_its_home_through_no_planted_symlink() {
         let t = tempfile::tempdir().expect("tmp");
         let host = t.path().join("home");
         write(&host.join(".claude/agents/a.md"), "agent");
@@ -630,67 +622,93 @@ mod tests {
         let agent = super::super::builtin().remove(0);
         let stage_dir = t.path().join("stage");
         stage(&agent, &host, &stage_dir, None).expect("stage");
-        let mount = t.path().join("agent-home");
         let outside = t.path().join("outside");
         std::fs::create_dir_all(&outside).expect("mkdir");
-        // Another box planted symlinks in the shared copy: to a directory and a file outside.
-        std::fs::create_dir_all(mount.join("claude/.claude")).expect("mkdir");
-        std::os::unix::fs::symlink(&outside, mount.join("claude/.claude/agents")).expect("ln");
-        std::os::unix::fs::symlink(
-            outside.join("victim"),
-            mount.join("claude/.claude/commands"),
-        )
-        .expect("ln");
-        let plan = |home: &Path| inbox::Plan {
+        let boxed = t.path().join("box");
+        // The box planted symlinks where the host's files go (a link of an earlier version
+        // to the shared copy is one too): a directory, a file, and the whole root.
+        std::fs::create_dir_all(boxed.join(".claude")).expect("mkdir");
+        std::os::unix::fs::symlink(&outside, boxed.join(".claude/agents")).expect("ln");
+        std::os::unix::fs::symlink(outside.join("victim"), boxed.join(".claude/commands"))
+            .expect("ln");
+        std::os::unix::fs::symlink(outside.join("cj"), boxed.join(".claude.json")).expect("ln");
+        let plan = inbox::Plan {
             mirror: stage_dir.clone(),
             manifest: manifest_file(&stage_dir),
-            home: home.to_owned(),
-            shared: Some(mount.clone()),
-            agent: "claude".into(),
+            home: boxed.clone(),
             roots: vec![".claude".into(), ".claude.json".into()],
         };
-        let box_a = t.path().join("a");
-        let done = inbox::run(&plan(&box_a)).expect("run");
-        assert!(done.own.is_empty(), "{done:?}");
-        assert_eq!(
-            std::fs::read_link(box_a.join(".claude")).expect("a link"),
-            mount.join("claude/.claude")
-        );
-        assert_eq!(
-            std::fs::read_to_string(box_a.join(".claude/agents/a.md")).expect("through the link"),
-            "agent"
-        );
+        inbox::run(&plan).expect("run");
         assert_eq!(
             std::fs::read_dir(&outside).expect("ls").count(),
             0,
             "nothing written through a planted symlink"
         );
-        // What one box's agent writes, the next box's sees.
-        write(&box_a.join(".claude/projects/p.jsonl"), "history");
-        let box_b = t.path().join("b");
-        // A box that already had its own copy keeps it.
-        write(&box_b.join(".claude.json"), r#"{"own":true}"#);
-        let done = inbox::run(&plan(&box_b)).expect("run");
-        assert_eq!(done.own, vec![".claude.json".to_owned()]);
+        for p in [".claude/agents", ".claude/commands", ".claude.json"] {
+            assert!(
+                !std::fs::symlink_metadata(boxed.join(p))
+                    .expect("stat")
+                    .file_type()
+                    .is_symlink(),
+                "{p} replaced"
+            );
+        }
         assert_eq!(
-            std::fs::read_to_string(box_b.join(".claude/projects/p.jsonl")).expect("shared"),
-            "history"
+            std::fs::read_to_string(boxed.join(".claude/agents/a.md")).expect("read"),
+            "agent"
         );
-        assert!(std::fs::symlink_metadata(box_b.join(".claude.json"))
-            .expect("stat")
-            .is_file());
-        // Nothing was ever written on the host's side.
-        assert!(!host.join(".claude/projects").exists());
-        // Launches at once in one box (two terminals): each makes or finds the links.
-        let box_c = t.path().join("c");
-        std::thread::scope(|s| {
-            let runs: Vec<_> = (0..8)
-                .map(|_| s.spawn(|| inbox::run(&plan(&box_c))))
-                .collect();
-            for r in runs {
-                let done = r.join().expect("no panic").expect("run");
-                assert!(done.own.is_empty(), "{done:?}");
-            }
-        });
+        // The whole root a symlink: replaced by a directory, never followed.
+        std::fs::remove_dir_all(boxed.join(".claude")).expect("rm");
+        std::os::unix::fs::symlink(&outside, boxed.join(".claude")).expect("ln");
+        stage(&agent, &host, &stage_dir, None).expect("stage");
+        std::fs::write(host.join(".claude/agents/a.md"), "agent v2").expect("write");
+        stage(&agent, &host, &stage_dir, None).expect("stage");
+        inbox::run(&plan).expect("run");
+        assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0);
+        assert!(boxed.join(".claude").is_dir() && !boxed.join(".claude").is_symlink());
+    }
+
+    #[test]
+    fn credentials_and_unlisted_entries_never_reach_the_mirror_and_are_named() {
+        let t = tempfile::tempdir().expect("tmp");
+        let host = t.path().join("home");
+        write(
+            &host.join(".claude.json"),
+            r#"{"theme":"dark","primaryApiKey":"SECRET1","oauthAccount":{"accessToken":"SECRET2"}}"#,
+        );
+        write(&host.join(".claude/backups/.claude.json.backup.1"), "SECRET1");
+        write(&host.join(".claude/.credentials.json"), "SECRET3");
+        write(&host.join(".claude/projects/p/t.jsonl"), "transcript");
+        write(
+            &host.join(".claude/settings.json"),
+            r#"{"model":"opus","apiKeyHelper":"echo SECRET4","env":{"ANTHROPIC_AUTH_TOKEN":"SECRET5","BASH_DEFAULT_TIMEOUT_MS":"1"}}"#,
+        );
+        let agent = super::super::builtin().remove(0);
+        let stage_dir = t.path().join("stage");
+        let s = stage(&agent, &host, &stage_dir, None).expect("stage");
+        assert_eq!(
+            s.dropped,
+            [
+                ".claude.json:oauthAccount",
+                ".claude.json:primaryApiKey",
+                ".claude/.credentials.json",
+                ".claude/backups",
+                ".claude/projects",
+                ".claude/settings.json:apiKeyHelper",
+                ".claude/settings.json:env.ANTHROPIC_AUTH_TOKEN",
+            ]
+        );
+        for f in walk(&stage_dir).expect("walk") {
+            let text = std::fs::read_to_string(stage_dir.join(&f)).expect("read");
+            assert!(!text.contains("SECRET"), "{}: {text}", f.display());
+        }
+        let settings =
+            std::fs::read_to_string(stage_dir.join(".claude/settings.json")).expect("read");
+        assert!(settings.contains("opus") && settings.contains("BASH_DEFAULT_TIMEOUT_MS"));
+        // A sanitised file that does not parse stays on the host.
+        write(&host.join(".claude.json"), "{ not json SECRET6");
+        let s = stage(&agent, &host, &stage_dir, None).expect("stage");
+        assert!(s.dropped.contains(&".claude.json (does not parse)".to_owned()));
+        assert!(!stage_dir.join(".claude.json").exists());
     }
 }
