@@ -19,6 +19,24 @@ pub enum Rule {
     Fields(&'static [(&'static str, Rule)]),
     /// An object of user-chosen names (MCP servers by name): every entry, by this rule.
     Each(&'static Rule),
+    /// Text that only names a variable (`{env:NAME}`, `${NAME}`, `$NAME`): where a value
+    /// would be a credential, a reference to one is kept (the box has no such variable
+    /// unless it is given one) and anything else dropped.
+    Reference,
+}
+
+/// Whether `s` is only a reference to a variable, with no secret of its own.
+fn is_reference(s: &str) -> bool {
+    let name = s
+        .strip_prefix("{env:")
+        .and_then(|r| r.strip_suffix('}'))
+        .or_else(|| s.strip_prefix("${").and_then(|r| r.strip_suffix('}')))
+        .or_else(|| s.strip_prefix('$'));
+    name.is_some_and(|n| {
+        !n.is_empty()
+            && !n.starts_with(|c: char| c.is_ascii_digit())
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// Filter `v` by `rule`; `path` names `v` (`mcpServers.db`), and every key dropped is added
@@ -41,6 +59,9 @@ pub fn filter(v: &mut Value, rule: &Rule, path: &str, dropped: &mut Vec<String>)
                         Some((_, r)) => {
                             if let Some(child) = obj.get_mut(&k) {
                                 filter(child, r, &join(&k), dropped);
+                                if child.is_null() && matches!(r, Rule::Reference) {
+                                    obj.remove(&k);
+                                }
                             }
                         }
                         None => {
@@ -58,9 +79,17 @@ pub fn filter(v: &mut Value, rule: &Rule, path: &str, dropped: &mut Vec<String>)
                 for (k, child) in obj.iter_mut() {
                     filter(child, each, &join(k), dropped);
                 }
+                // A value a rule dropped as a whole goes with its key.
+                obj.retain(|_, c| !matches!(c, Value::Null));
             }
             _ => drop_value(v, path, dropped),
         },
+        Rule::Reference => {
+            if !v.as_str().is_some_and(is_reference) {
+                *v = Value::Null;
+                dropped.push(path.to_owned());
+            }
+        }
     }
 }
 
@@ -104,6 +133,7 @@ const CLAUDE_MCP_SERVER: Rule = Rule::Fields(&[
     ("args", Rule::Keep),
     ("url", Rule::Keep),
     ("timeout", Rule::Keep),
+    ("env", Rule::Each(&Rule::Reference)),
 ]);
 
 /// The per-project entry of `~/.claude.json` (`projects.<path>`).
@@ -259,7 +289,11 @@ const OPENCODE_PROVIDER: Rule = Rule::Fields(&[
     ("blacklist", Rule::Keep),
     (
         "options",
-        Rule::Fields(&[("baseURL", Rule::Keep), ("timeout", Rule::Keep)]),
+        Rule::Fields(&[
+            ("baseURL", Rule::Keep),
+            ("timeout", Rule::Keep),
+            ("apiKey", Rule::Reference),
+        ]),
     ),
 ]);
 
@@ -270,6 +304,7 @@ const OPENCODE_MCP: Rule = Rule::Fields(&[
     ("url", Rule::Keep),
     ("enabled", Rule::Keep),
     ("timeout", Rule::Keep),
+    ("environment", Rule::Each(&Rule::Reference)),
 ]);
 
 /// A formatter or language server of OpenCode: never its `environment`.
@@ -325,12 +360,12 @@ mod tests {
         assert_eq!(
             dropped,
             [
-                "mcpServers.db.env",
+                "mcpServers.db.env.TOKEN",
                 "mcpServers.db.headers",
                 "oauthAccount",
                 "primaryApiKey",
                 "projects./p.history",
-                "projects./p.mcpServers.m.env"
+                "projects./p.mcpServers.m.env.K"
             ]
         );
         assert_eq!(v["theme"], "dark");
@@ -339,6 +374,33 @@ mod tests {
         let text = v.to_string();
         for secret in ["sk-1", "\"t\"", "\"v\"", "\"b\""] {
             assert!(!text.contains(secret), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_reference_to_a_variable_stays_and_a_value_goes() {
+        let mut v: Value = serde_json::from_str(
+            r#"{"mcpServers":{"a":{"env":{"R":"${GH_TOKEN}","S":"ghp_secret","D":"$X","N":1}}}}"#,
+        )
+        .expect("json");
+        let mut dropped = Vec::new();
+        filter(&mut v, &CLAUDE_JSON, "", &mut dropped);
+        assert_eq!(
+            v["mcpServers"]["a"]["env"],
+            serde_json::json!({"R":"${GH_TOKEN}","D":"$X"})
+        );
+        dropped.sort();
+        assert_eq!(dropped, ["mcpServers.a.env.N", "mcpServers.a.env.S"]);
+        for (s, ok) in [
+            ("{env:OPENAI_API_KEY}", true),
+            ("${A_1}", true),
+            ("$A", true),
+            ("sk-$A", false),
+            ("${A}x", false),
+            ("$1", false),
+            ("", false),
+        ] {
+            assert_eq!(is_reference(s), ok, "{s}");
         }
     }
 

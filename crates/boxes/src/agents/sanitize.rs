@@ -257,9 +257,12 @@ mod tests {
                 {"type":"command","command":"npx prettier --write"},
                 {"type":"command","command":"/home/u/.local/bin/notify"}]}]},
             "model":"opus"}"#;
-        let out: Value =
-            serde_json::from_str(&claude_settings(settings, Path::new("/home/u")).expect("json").text)
-                .expect("valid");
+        let out: Value = serde_json::from_str(
+            &claude_settings(settings, Path::new("/home/u"))
+                .expect("json")
+                .text,
+        )
+        .expect("valid");
         assert!(out["hooks"].get("Stop").is_none(), "{out}");
         let kept = &out["hooks"]["PostToolUse"][0]["hooks"];
         assert_eq!(kept.as_array().map(Vec::len), Some(1));
@@ -337,7 +340,7 @@ env = { GITHUB_TOKEN = "GHTOK" }
         assert!(clean.text.contains("tokyonight") && clean.text.contains("https://x/"));
         assert_eq!(
             clean.dropped,
-            ["mcp.m.environment", "provider.anthropic.options.apiKey"]
+            ["mcp.m.environment.T", "provider.anthropic.options.apiKey"]
         );
     }
 

@@ -406,8 +406,7 @@ impl Mirror<'_> {
                 continue;
             }
             // Directly below a directory root: only what the agent's allow-list names.
-            if let (Some(include), Some(n), 1) = (&c.include, &name, p.rel.components().count())
-            {
+            if let (Some(include), Some(n), 1) = (&c.include, &name, p.rel.components().count()) {
                 if !include.iter().any(|i| std::ffi::OsStr::new(i) == n) {
                     self.stats
                         .dropped
@@ -676,7 +675,10 @@ mod tests {
             &host.join(".claude.json"),
             r#"{"theme":"dark","primaryApiKey":"SECRET1","oauthAccount":{"accessToken":"SECRET2"}}"#,
         );
-        write(&host.join(".claude/backups/.claude.json.backup.1"), "SECRET1");
+        write(
+            &host.join(".claude/backups/.claude.json.backup.1"),
+            "SECRET1",
+        );
         write(&host.join(".claude/.credentials.json"), "SECRET3");
         write(&host.join(".claude/projects/p/t.jsonl"), "transcript");
         write(
@@ -708,7 +710,9 @@ mod tests {
         // A sanitised file that does not parse stays on the host.
         write(&host.join(".claude.json"), "{ not json SECRET6");
         let s = stage(&agent, &host, &stage_dir, None).expect("stage");
-        assert!(s.dropped.contains(&".claude.json (does not parse)".to_owned()));
+        assert!(s
+            .dropped
+            .contains(&".claude.json (does not parse)".to_owned()));
         assert!(!stage_dir.join(".claude.json").exists());
     }
 }
