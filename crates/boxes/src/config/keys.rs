@@ -272,14 +272,14 @@ pub static KEYS: &[Key] = &[
         name: "claude.isolateConfig",
         kind: Kind::Bool,
         default: no,
-        description: "Each box keeps its own copy of claude's configuration (as --isolate-config) instead of the home's shared one",
+        description: "Accepted for compatibility: every box keeps its own copy of claude's configuration",
         check: None,
     },
     Key {
         name: "codex.isolateConfig",
         kind: Kind::Bool,
         default: no,
-        description: "Each box keeps its own copy of codex's configuration (as --isolate-config) instead of the home's shared one",
+        description: "Accepted for compatibility: every box keeps its own copy of codex's configuration",
         check: None,
     },
     Key {
@@ -314,7 +314,7 @@ pub static KEYS: &[Key] = &[
         name: "opencode.isolateConfig",
         kind: Kind::Bool,
         default: no,
-        description: "Each box keeps its own copy of opencode's configuration (as --isolate-config) instead of the home's shared one",
+        description: "Accepted for compatibility: every box keeps its own copy of opencode's configuration",
         check: None,
     },
     Key {
