@@ -314,7 +314,7 @@ fn one_boxs_agent_configuration_never_reaches_another(test: &str, rootless: bool
     a.launch("claude", "boxa");
     // Box A's agent plants a SessionStart hook, an agent, a hook script and a key, as one
     // with a shell would, in every place its configuration is.
-    a.sh(
+    let wrote = a.sh(
         "boxa",
         r#"cat > /root/.claude/settings.json <<'EOF'
 {"model":"opus","hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch /workspace/PWNED"}]}]}}
@@ -327,6 +327,7 @@ for d in /run/agentbox/agent-home /run/agentbox/ctl/agent-config/claude/home/.cl
   touch "$d/planted" 2>/dev/null && echo "wrote $d"
 done; true"#,
     );
+    assert_eq!(wrote, "", "the host's mirror or a shared copy is writable");
     assert_eq!(
         a.sh(
             "boxa",
