@@ -9,9 +9,13 @@
 //!   skip_permissions: [--yolo]
 //!   config:
 //!     - path: ~/.pi
-//!       exclude: [sessions/**]
+//!       include: [settings.json, prompts]   # only these entries of ~/.pi (default: all)
+//!       exclude: [prompts/**/node_modules]
 //!   env: [PI_API_KEY]
 //! ```
+//!
+//! A built-in agent's configuration enters a box by an allow-list ([`allow`]): the entries
+//! and keys known to carry no credential; a user-defined one by its `include`/`exclude`.
 //!
 //! How an agent's configuration reaches a box is [`sync`]'s business; launching is
 //! [`crate::ops::Boxes::launch_agent`]'s.
