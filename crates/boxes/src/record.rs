@@ -39,9 +39,6 @@ pub const REMOTE_HELPER: &str = "/run/agentbox/bin/git-remote-agentbox";
 /// `ld.so`), bound read-only from the host: a box on an image may have other libraries,
 /// or none.
 pub const BOX_LIB_DIR: &str = "/run/agentbox/lib";
-/// Where every box sees the home's shared copies of the agents' configuration (read-write;
-/// see [`crate::agents::sync`]).
-pub const AGENT_HOME_DIR: &str = "/run/agentbox/agent-home";
 
 /// The host files the agentbox binary needs to run inside any box: its program loader and
 /// shared libraries, with the names they get in [`BOX_LIB_DIR`] (`None`: the binary is

@@ -283,8 +283,7 @@ pub struct AgentArgs {
     /// sandbox).
     #[arg(long)]
     pub ask: bool,
-    /// The box keeps its own copy of the agent's configuration (from now on), instead of the
-    /// copy all boxes of this home share.
+    /// Accepted for compatibility: every box keeps its own copy of the agent's configuration.
     #[arg(long)]
     pub isolate_config: bool,
     /// Arguments for the agent, exactly as given (after `--`).

@@ -52,11 +52,6 @@ impl Boxes {
         let config = crate::config::Config::load(self.home(), record.project.as_deref())
             .map_err(|e| BoxError::Config(Box::new(e)))?
             .effective();
-        // Isolation is kept once chosen: the box's own copy is in its tree.
-        let isolate = spec.isolate_config
-            || agent.isolate_config
-            || config.isolate_config.contains(&agent.name)
-            || record.isolated_config.contains(&agent.name);
         self.start(&name)?;
         timer.lap("start");
         let dirs = crate::record::BoxDirs::new(self.home(), &name);
@@ -88,8 +83,6 @@ impl Boxes {
             mirror: sync::stage_in_box(&agent.name),
             manifest: sync::manifest_file(&sync::stage_in_box(&agent.name)),
             home: std::path::PathBuf::from("/root"),
-            shared: (!isolate).then(|| std::path::PathBuf::from(crate::record::AGENT_HOME_DIR)),
-            agent: agent.name.clone(),
             roots: agent
                 .config
                 .iter()
@@ -116,14 +109,6 @@ impl Boxes {
             }
         };
         timer.lap("sync in the box");
-        let own_copy = isolate || !done.own.is_empty();
-        let record = if own_copy && !record.isolated_config.contains(&agent.name) {
-            crate::registry::update(self.home(), &name, |r| {
-                r.isolated_config.push(agent.name.clone())
-            })?
-        } else {
-            record
-        };
         let synced = done.synced;
         let record = if record.last_agent.as_deref() == Some(agent.name.as_str()) {
             record
@@ -163,7 +148,6 @@ impl Boxes {
             created,
             staged,
             synced,
-            shared_config: !own_copy,
         })
     }
 }

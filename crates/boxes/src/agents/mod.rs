@@ -9,13 +9,18 @@
 //!   skip_permissions: [--yolo]
 //!   config:
 //!     - path: ~/.pi
-//!       exclude: [sessions/**]
+//!       include: [settings.json, prompts]   # only these entries of ~/.pi (default: all)
+//!       exclude: [prompts/**/node_modules]
 //!   env: [PI_API_KEY]
 //! ```
+//!
+//! A built-in agent's configuration enters a box by an allow-list ([`allow`]): the entries
+//! and keys known to carry no credential; a user-defined one by its `include`/`exclude`.
 //!
 //! How an agent's configuration reaches a box is [`sync`]'s business; launching is
 //! [`crate::ops::Boxes::launch_agent`]'s.
 
+pub mod allow;
 pub mod launch;
 pub mod sanitize;
 pub mod sync;
@@ -34,10 +39,16 @@ use crate::{BoxError, Result};
 pub struct ConfigPath {
     /// `~/…`: a directory or a file.
     pub path: String,
-    /// Patterns (relative to `path`, `**` for any depth) never copied into a box: secrets,
-    /// transcripts, caches, native binaries of the host.
+    /// Patterns (relative to `path`, `**` for any depth) never copied into a box: caches,
+    /// native binaries of the host.
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// The entries directly below a directory `path` that are copied (a file, or a whole
+    /// directory): an allow-list, so a credential store or a transcript an agent adds later
+    /// stays on the host. Everything else is left out and named at each sync. `None`
+    /// (`agents.yaml` without `include`): every entry not excluded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<Vec<String>>,
 }
 
 /// An agent agentbox can launch.
@@ -77,8 +88,8 @@ pub struct Agent {
     /// that takes its base URL from its configuration rather than the environment.
     #[serde(default)]
     pub broker_args: Vec<String>,
-    /// Whether each box keeps its own copy of its configuration (as `--isolate-config`),
-    /// instead of the home's shared one.
+    /// Accepted for `agents.yaml` files of earlier versions: every box now keeps its own
+    /// copy of an agent's configuration (nothing writable is shared between boxes).
     #[serde(default)]
     pub isolate_config: bool,
     /// Whether it is built in (`false`: from `agents.yaml`).
@@ -99,19 +110,26 @@ pub fn builtin() -> Vec<Agent> {
             skip_permissions: owned(&["--dangerously-skip-permissions"]),
             prompt: Vec::new(),
             config: vec![
+                // Not `.credentials.json`, `backups` (copies of `~/.claude.json` with its
+                // keys), transcripts (`projects`, `history.jsonl`, `todos`…), caches.
                 ConfigPath {
                     path: "~/.claude".into(),
-                    exclude: owned(&[
-                        ".credentials.json",
-                        "**/node_modules",
-                        "shell-snapshots",
-                        "statsig",
-                        "ide",
-                    ]),
+                    exclude: owned(&["**/node_modules"]),
+                    include: Some(owned(&[
+                        "settings.json",
+                        "CLAUDE.md",
+                        "agents",
+                        "commands",
+                        "skills",
+                        "output-styles",
+                        "plugins",
+                        "hooks",
+                    ])),
                 },
                 ConfigPath {
                     path: "~/.claude.json".into(),
                     exclude: Vec::new(),
+                    include: None,
                 },
             ],
             env: owned(&[
@@ -137,26 +155,22 @@ pub fn builtin() -> Vec<Agent> {
             skip_permissions: owned(&["--dangerously-bypass-approvals-and-sandbox"]),
             prompt: Vec::new(),
             config: vec![
+                // Not `auth.json`, sessions, logs, history, state databases.
                 ConfigPath {
                     path: "~/.codex".into(),
-                    exclude: owned(&[
-                        "auth.json",
-                        "sessions",
-                        "log",
-                        "history.jsonl",
-                        "state_*.sqlite*",
-                        "logs_*.sqlite*",
-                        "session_index.jsonl",
-                        "external_agent_session_imports.json",
-                        "shell_snapshots",
-                        "hooks.json",
-                        "skills",
-                        ".tmp",
-                    ]),
+                    exclude: Vec::new(),
+                    include: Some(owned(&[
+                        "config.toml",
+                        "AGENTS.md",
+                        "instructions.md",
+                        "prompts",
+                        "rules",
+                    ])),
                 },
                 ConfigPath {
                     path: "~/.agents".into(),
                     exclude: Vec::new(),
+                    include: Some(owned(&["skills"])),
                 },
             ],
             env: owned(&["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"]),
@@ -181,17 +195,33 @@ pub fn builtin() -> Vec<Agent> {
             skip_permissions: Vec::new(),
             prompt: owned(&["--prompt", "{}"]),
             config: vec![
+                // `~/.local/share/opencode` holds its credentials (`auth.json`,
+                // `mcp-auth.json`), sessions and binaries: none of it enters a box.
                 ConfigPath {
                     path: "~/.config/opencode".into(),
-                    exclude: Vec::new(),
-                },
-                ConfigPath {
-                    path: "~/.local/share/opencode".into(),
-                    exclude: owned(&["auth.json", "storage", "log", "project", "cache", "bin"]),
+                    exclude: owned(&["**/node_modules"]),
+                    include: Some(owned(&[
+                        "opencode.json",
+                        "opencode.jsonc",
+                        "config.json",
+                        "AGENTS.md",
+                        "agent",
+                        "agents",
+                        "command",
+                        "commands",
+                        "mode",
+                        "modes",
+                        "plugin",
+                        "plugins",
+                        "tool",
+                        "tools",
+                        "themes",
+                    ])),
                 },
                 ConfigPath {
                     path: "~/.local/state/opencode".into(),
-                    exclude: owned(&["locks", "*.lock"]),
+                    exclude: Vec::new(),
+                    include: Some(owned(&["model.json", "kv.json"])),
                 },
             ],
             env: owned(&[
@@ -433,7 +463,8 @@ pub struct LaunchSpec {
     pub new: bool,
     /// Keep the agent's own permission prompts.
     pub ask: bool,
-    /// The box keeps its own copy of the agent's configuration (from now on).
+    /// Accepted for compatibility (`--isolate-config`): every box keeps its own copy of the
+    /// agent's configuration.
     pub isolate_config: bool,
     pub prompt: Option<String>,
     /// Arguments for the agent, exactly as given.
@@ -451,12 +482,10 @@ pub struct Launch {
     pub argv: Vec<String>,
     /// `KEY=VALUE`s for the agent's process only.
     pub env: Vec<String>,
-    /// What the configuration sync copied (host mirror, then into the box).
+    /// What the configuration sync copied (host mirror, then into the box's own copy) and
+    /// left out ([`sync::Synced::dropped`], in `staged`).
     pub staged: sync::Synced,
     pub synced: sync::Synced,
-    /// Whether the agent uses the home's shared copy of its configuration (else the box's
-    /// own).
-    pub shared_config: bool,
 }
 
 /// The host user's home: whose configuration and tools the agents get (`HOME`).

@@ -1,11 +1,21 @@
 //! What of an agent's host configuration is changed on its way into a box (the host's own
-//! files are never changed): references to host-only paths are dropped, host-specific
-//! markers removed, and the box's project path (`/workspace`) given the host project's
-//! settings and trust.
+//! files are never changed): only the keys [`super::allow`] lists are kept (every other key
+//! dropped and named), references to host-only paths are dropped, host-specific markers
+//! removed, and the box's project path (`/workspace`) given the host project's settings and
+//! trust.
 
 use std::path::Path;
 
 use serde_json::Value;
+
+use super::allow::{self, Rule};
+
+/// A configuration file's text for a box, and the key paths left out (never their values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clean {
+    pub text: String,
+    pub dropped: Vec<String>,
+}
 
 /// Whether `text` names a path that exists only on the host: below the host user's home
 /// (which a box does not see, except the toolchains it is shown), or in a macOS location.
@@ -18,26 +28,52 @@ fn host_only(text: &str, host_home: &Path) -> bool {
             .any(|p| text.contains(p))
 }
 
-/// `~/.claude.json` for a box: `installMethod` removed (the box's Claude Code detects its
-/// own), and the host project's entry (`projects[<project>]`: its MCP servers, trust,
-/// history) also under `/workspace`, where the box has the project.
-pub fn claude_json(text: &str, project: Option<&Path>) -> Option<String> {
-    let mut v: Value = serde_json::from_str(text).ok()?;
-    let obj = v.as_object_mut()?;
-    obj.remove("installMethod");
-    if let (Some(p), Some(Value::Object(projects))) = (project, obj.get_mut("projects")) {
-        if let Some(entry) = projects.get(&*p.to_string_lossy()).cloned() {
-            projects.insert(crate::record::WORKSPACE.to_owned(), entry);
-        }
-    }
-    serde_json::to_string_pretty(&v).ok()
+fn filtered(v: &mut Value, rule: &Rule) -> Vec<String> {
+    let mut dropped = Vec::new();
+    allow::filter(v, rule, "", &mut dropped);
+    dropped
 }
 
-/// `~/.claude/settings.json` for a box: hooks whose command names a host-only path are
-/// dropped (they would fail on every event in the box); a matcher left without hooks, and
-/// an event left without matchers, go too.
-pub fn claude_settings(text: &str, host_home: &Path) -> Option<String> {
+/// `~/.claude.json` for a box: the keys of [`allow::CLAUDE_JSON`] only (no `primaryApiKey`,
+/// `oauthAccount`, MCP `env`…), and of the host's projects only the box's own
+/// (`projects[<project>]`: its MCP servers, trust), under `/workspace`, where the box has
+/// the project. `None`: the text does not parse (the file is left out).
+pub fn claude_json(text: &str, project: Option<&Path>) -> Option<Clean> {
     let mut v: Value = serde_json::from_str(text).ok()?;
+    let obj = v.as_object_mut()?;
+    let mut others = 0usize;
+    if let Some(projects) = obj.remove("projects") {
+        let mut kept = serde_json::Map::new();
+        if let Value::Object(projects) = projects {
+            for (path, entry) in projects {
+                if project.is_some_and(|p| *p.to_string_lossy() == path) {
+                    kept.insert(crate::record::WORKSPACE.to_owned(), entry);
+                } else {
+                    // Other projects of the host: none of the box's business (counted, not
+                    // named: a home has many).
+                    others += 1;
+                }
+            }
+        }
+        obj.insert("projects".into(), Value::Object(kept));
+    }
+    let mut dropped = filtered(&mut v, &allow::CLAUDE_JSON);
+    if others > 0 {
+        dropped.push(format!("projects ({others} other project(s))"));
+    }
+    Some(Clean {
+        text: serde_json::to_string_pretty(&v).ok()?,
+        dropped,
+    })
+}
+
+/// `~/.claude/settings.json` for a box: the keys of [`allow::CLAUDE_SETTINGS`] only (no
+/// `apiKeyHelper`, no `env` token); hooks whose command names a host-only path are dropped
+/// (they would fail on every event in the box); a matcher left without hooks, and an event
+/// left without matchers, go too.
+pub fn claude_settings(text: &str, host_home: &Path) -> Option<Clean> {
+    let mut v: Value = serde_json::from_str(text).ok()?;
+    let dropped = filtered(&mut v, &allow::CLAUDE_SETTINGS);
     if let Some(Value::Object(events)) = v.get_mut("hooks") {
         for groups in events.values_mut() {
             if let Value::Array(groups) = groups {
@@ -59,13 +95,88 @@ pub fn claude_settings(text: &str, host_home: &Path) -> Option<String> {
         }
         events.retain(|_, groups| groups.as_array().is_none_or(|g| !g.is_empty()));
     }
-    serde_json::to_string_pretty(&v).ok()
+    Some(Clean {
+        text: serde_json::to_string_pretty(&v).ok()?,
+        dropped,
+    })
 }
 
-/// Codex's `config.toml` for a box: MCP servers, `notify` and local marketplaces that run
+/// OpenCode's `opencode.json` for a box: the keys of [`allow::OPENCODE_CONFIG`] only (no
+/// provider `apiKey`, MCP `environment` or `headers`). JSON with comments (`.jsonc`) is
+/// read with its comments removed.
+pub fn opencode_config(text: &str) -> Option<Clean> {
+    let mut v: Value = serde_json::from_str(text)
+        .ok()
+        .or_else(|| serde_json::from_str(&strip_jsonc(text)).ok())?;
+    let dropped = filtered(&mut v, &allow::OPENCODE_CONFIG);
+    Some(Clean {
+        text: serde_json::to_string_pretty(&v).ok()?,
+        dropped,
+    })
+}
+
+/// `text` without `//` and `/* */` comments (outside strings) and trailing commas.
+fn strip_jsonc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        if in_str {
+            out.push(c);
+            if c == '\\' {
+                if let Some(n) = chars.next() {
+                    out.push(n);
+                }
+            } else if c == '"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_str = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut prev = ' ';
+                for n in chars.by_ref() {
+                    if prev == '*' && n == '/' {
+                        break;
+                    }
+                    prev = n;
+                }
+            }
+            (',', _) => {
+                // A trailing comma: the next non-space is a closing bracket.
+                let rest: String = chars.clone().collect();
+                let next = rest.trim_start().chars().next();
+                if !matches!(next, Some('}' | ']')) {
+                    out.push(c);
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Codex's `config.toml` for a box: the keys of [`allow::CODEX_CONFIG`] only (no bearer
+/// token, `http_headers` or MCP `env`), MCP servers, `notify` and local marketplaces that run
 /// host-only programs removed, and `/workspace` trusted (so Codex does not ask).
-pub fn codex_config(text: &str, host_home: &Path) -> Option<String> {
-    let mut t: toml::Table = text.parse().ok()?;
+pub fn codex_config(text: &str, host_home: &Path) -> Option<Clean> {
+    let t: toml::Table = text.parse().ok()?;
+    let mut v = serde_json::to_value(&t).ok()?;
+    let dropped = filtered(&mut v, &allow::CODEX_CONFIG);
+    let mut t: toml::Table = serde_json::from_value(v).ok()?;
     let names_host = |v: &toml::Value| host_only(&v.to_string(), host_home);
     if let Some(toml::Value::Table(servers)) = t.get_mut("mcp_servers") {
         servers.retain(|_, s| !names_host(s));
@@ -77,7 +188,10 @@ pub fn codex_config(text: &str, host_home: &Path) -> Option<String> {
         m.retain(|_, s| !names_host(s));
     }
     trust_workspace(&mut t);
-    toml::to_string(&t).ok()
+    Some(Clean {
+        text: toml::to_string(&t).ok()?,
+        dropped,
+    })
 }
 
 /// `[projects."/workspace"] trust_level = "trusted"`.
@@ -121,21 +235,24 @@ mod tests {
 
     #[test]
     fn claude_json_drops_install_method_and_aliases_the_project() {
-        let host = r#"{"installMethod":"native","projects":{"/home/u/proj":{"mcpServers":{"db":{}},"hasTrustDialogAccepted":true}},"x":1}"#;
-        let out: Value = serde_json::from_str(
-            &claude_json(host, Some(Path::new("/home/u/proj"))).expect("json"),
-        )
-        .expect("valid");
+        let host = r#"{"installMethod":"native","projects":{"/home/u/proj":{"mcpServers":{"db":{}},"hasTrustDialogAccepted":true},"/home/u/other":{}},"x":1,"theme":"dark"}"#;
+        let clean = claude_json(host, Some(Path::new("/home/u/proj"))).expect("json");
+        let out: Value = serde_json::from_str(&clean.text).expect("valid");
         assert!(out.get("installMethod").is_none());
-        assert_eq!(
-            out["projects"]["/workspace"],
-            out["projects"]["/home/u/proj"]
-        );
+        assert!(out["projects"].get("/home/u/proj").is_none());
         assert_eq!(
             out["projects"]["/workspace"]["hasTrustDialogAccepted"],
             true
         );
-        assert_eq!(out["x"], 1);
+        assert!(out["projects"]["/workspace"]["mcpServers"]["db"].is_object());
+        assert!(out.get("x").is_none());
+        assert_eq!(out["theme"], "dark");
+        let mut dropped = clean.dropped;
+        dropped.sort();
+        assert_eq!(
+            dropped,
+            ["installMethod", "projects (1 other project(s))", "x"]
+        );
     }
 
     #[test]
@@ -146,9 +263,12 @@ mod tests {
                 {"type":"command","command":"npx prettier --write"},
                 {"type":"command","command":"/home/u/.local/bin/notify"}]}]},
             "model":"opus"}"#;
-        let out: Value =
-            serde_json::from_str(&claude_settings(settings, Path::new("/home/u")).expect("json"))
-                .expect("valid");
+        let out: Value = serde_json::from_str(
+            &claude_settings(settings, Path::new("/home/u"))
+                .expect("json")
+                .text,
+        )
+        .expect("valid");
         assert!(out["hooks"].get("Stop").is_none(), "{out}");
         let kept = &out["hooks"]["PostToolUse"][0]["hooks"];
         assert_eq!(kept.as_array().map(Vec::len), Some(1));
@@ -171,6 +291,7 @@ trust_level = "trusted"
 "#;
         let out: toml::Table = codex_config(host, Path::new("/home/u"))
             .expect("toml")
+            .text
             .parse()
             .expect("valid");
         assert!(out.get("notify").is_none());
@@ -181,6 +302,52 @@ trust_level = "trusted"
             Some("trusted")
         );
         assert_eq!(out["model"].as_str(), Some("gpt-5"));
+    }
+
+    #[test]
+    fn codex_and_opencode_credentials_are_dropped() {
+        let host = r#"
+model = "gpt-5"
+[model_providers.corp]
+base_url = "https://llm.corp"
+experimental_bearer_token = "BEARER"
+http_headers = { "X-Key" = "HDR" }
+[mcp_servers.gh]
+command = "gh-mcp"
+env = { GITHUB_TOKEN = "GHTOK" }
+"#;
+        let clean = codex_config(host, Path::new("/home/u")).expect("toml");
+        for s in ["BEARER", "HDR", "GHTOK"] {
+            assert!(!clean.text.contains(s), "{}", clean.text);
+        }
+        assert!(clean.text.contains("https://llm.corp") && clean.text.contains("gpt-5"));
+        let mut d = clean.dropped;
+        d.sort();
+        assert_eq!(
+            d,
+            [
+                "mcp_servers.gh.env",
+                "model_providers.corp.experimental_bearer_token",
+                "model_providers.corp.http_headers"
+            ]
+        );
+        let oc = r#"{
+  // a comment, "with a quote"
+  "theme": "tokyonight", /* block */
+  "provider": {"anthropic": {"options": {"apiKey": "OCKEY", "baseURL": "https://x/"}}},
+  "mcp": {"m": {"type": "local", "command": ["m"], "environment": {"T": "MCPENV"}},},
+}"#;
+        let clean = opencode_config(oc).expect("jsonc");
+        assert!(
+            !clean.text.contains("OCKEY") && !clean.text.contains("MCPENV"),
+            "{}",
+            clean.text
+        );
+        assert!(clean.text.contains("tokyonight") && clean.text.contains("https://x/"));
+        assert_eq!(
+            clean.dropped,
+            ["mcp.m.environment.T", "provider.anthropic.options.apiKey"]
+        );
     }
 
     #[test]

@@ -38,14 +38,16 @@ pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
         ));
     }
     ctx.note(format!(
-        "{agent}'s configuration: {} file(s) updated in {}",
+        "{agent}'s configuration: {} file(s) updated in the box's own copy",
         launch.synced.copied,
-        if launch.shared_config {
-            "the copy this home's boxes share"
-        } else {
-            "the box's own copy"
-        }
     ));
+    if !launch.staged.dropped.is_empty() {
+        // Names only (entries and key paths), never a value.
+        ctx.note(format!(
+            "{agent}'s configuration: left out of the box (not on its allow-list, may carry credentials): {}",
+            render::text(&launch.staged.dropped.join(", "))
+        ));
+    }
     let opts = CommandOpts {
         vars: launch.env.clone(),
         workdir: None,

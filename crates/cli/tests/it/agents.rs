@@ -405,32 +405,25 @@ fn claude_answers_through_the_broker_and_the_key_never_enters_the_box() {
     let name = s.only_box();
     let found = search_box_for(&s, &name, &key);
     assert_eq!(found, "0\n", "the key is in the box: {found}");
-    // Claude wrote its state through the box's links into the home's shared copy.
-    let links = s.ok(
+    // Claude wrote its state into the box's own copy: nothing of it is outside the box.
+    let kinds = s.ok(
         &[
             "exec",
             &name,
             "--",
             "sh",
             "-c",
-            "readlink /root/.claude /root/.claude.json",
+            "test -d /root/.claude && ! test -L /root/.claude && echo dir; test -f /root/.claude.json && echo file",
         ],
         &[],
     );
-    assert_eq!(
-        links,
-        "/run/agentbox/agent-home/claude/.claude\n/run/agentbox/agent-home/claude/.claude.json\n"
-    );
-    assert!(
-        s.env.path("home/agent-home/claude/.claude.json").is_file(),
-        "claude's own state is in the shared copy"
-    );
+    assert_eq!(kinds, "dir\nfile\n");
+    assert!(!s.env.path("home/agent-home").exists());
 }
 
 #[test]
-fn boxes_share_one_copy_of_an_agents_configuration_unless_isolated() {
-    let Some(s) = Setup::new("boxes_share_one_copy_of_an_agents_configuration_unless_isolated")
-    else {
+fn each_box_keeps_its_own_copy_of_an_agents_configuration() {
+    let Some(s) = Setup::new("each_box_keeps_its_own_copy_of_an_agents_configuration") else {
         return;
     };
     write(&s.user.join(".myagent/conf"), "host conf\n");
@@ -438,77 +431,41 @@ fn boxes_share_one_copy_of_an_agents_configuration_unless_isolated() {
         &s.env.path("home/agents.yaml"),
         "myagent:\n  command: [cat, /root/.myagent/conf]\n  config:\n    - path: ~/.myagent\n",
     );
-    let boxes = |s: &Setup| -> Vec<serde_json::Value> {
+    let names = |s: &Setup| -> Vec<String> {
         s.env
             .json(&["list", "--all"])
             .as_array()
             .expect("rows")
-            .clone()
+            .iter()
+            .map(|b| b["name"].as_str().expect("name").to_owned())
+            .collect()
     };
     let sh = |name: &str, script: &str| s.ok(&["exec", name, "--", "sh", "-c", script], &[]);
     assert_eq!(s.ok(&["agent", "myagent"], &[]), "host conf\n");
-    let one = boxes(&s)[0]["name"].as_str().expect("name").to_owned();
+    let one = names(&s)[0].clone();
     assert_eq!(
-        sh(&one, "readlink /root/.myagent"),
-        "/run/agentbox/agent-home/myagent/.myagent\n"
-    );
-    sh(&one, "echo from one > /root/.myagent/history");
-    // What the agent keeps in one box is there in the next; the host never sees it.
-    s.ok(&["agent", "myagent", "--new"], &[]);
-    let two = boxes(&s)
-        .iter()
-        .map(|b| b["name"].as_str().expect("name").to_owned())
-        .find(|n| *n != one)
-        .expect("a second box");
-    assert_eq!(sh(&two, "cat /root/.myagent/history"), "from one\n");
-    assert!(!s.user.join(".myagent/history").exists());
-    // On the host the shared copy is owned by the boxes' ids, never by host root.
-    {
-        use std::os::unix::fs::MetadataExt;
-        let written = std::fs::metadata(s.env.path("home/agent-home/myagent/.myagent/history"))
-            .expect("in the shared copy");
-        assert_ne!(written.uid(), 0, "a box's file is not host root's");
-        let dir = std::fs::metadata(s.env.path("home/agent-home")).expect("stat");
-        assert_eq!(dir.mode() & 0o777, 0o700);
-    }
-    // An attack from box one on box two's next launch: a planted symlink where the host's
-    // file goes, to a file of box two's workspace. The sync replaces the link, never
-    // follows it.
-    sh(
-        &one,
-        "ln -sf /workspace/planted /run/agentbox/agent-home/myagent/.myagent/conf",
-    );
-    write(&s.user.join(".myagent/conf"), "host conf v2\n");
-    assert_eq!(s.ok(&["agent", "myagent", &two], &[]), "host conf v2\n");
-    assert_eq!(
-        sh(&two, "test -e /workspace/planted && echo followed; test -L /root/.myagent/conf && echo link; true"),
+        sh(&one, "test -L /root/.myagent && echo link; echo from one > /root/.myagent/history; test -e /run/agentbox/agent-home && echo shared; true"),
         ""
     );
-    // An isolated box has its own copy (in its tree), and stays so.
-    s.ok(&["agent", "myagent", "--new", "--isolate-config"], &[]);
-    let three = boxes(&s)
-        .iter()
-        .find(|b| b["box"]["isolated_config"][0] == "myagent")
-        .and_then(|b| b["name"].as_str())
-        .expect("an isolated box")
-        .to_owned();
+    // What the agent keeps in one box stays there; the host never sees it.
+    s.ok(&["agent", "myagent", "--new"], &[]);
+    let two = names(&s)
+        .into_iter()
+        .find(|n| *n != one)
+        .expect("a second box");
     assert_eq!(
-        sh(&three, "test -L /root/.myagent || cat /root/.myagent/conf; cat /root/.myagent/history 2>&1 >/dev/null | wc -l"),
-        "host conf v2\n1\n"
+        sh(&two, "cat /root/.myagent/history 2>&1 >/dev/null | wc -l"),
+        "1\n"
     );
-    sh(&three, "echo mine > /root/.myagent/own");
-    s.ok(&["agent", "myagent", &three], &[]);
-    assert_eq!(
-        sh(&three, "test -L /root/.myagent || echo own copy"),
-        "own copy\n"
-    );
+    assert!(!s.user.join(".myagent/history").exists());
+    // The host's changes reach both on their next launch; each keeps its own files.
+    write(&s.user.join(".myagent/conf"), "host conf v2\n");
+    assert_eq!(s.ok(&["agent", "myagent", &one], &[]), "host conf v2\n");
     assert_eq!(sh(&one, "ls /root/.myagent"), "conf\nhistory\n");
-    // The shared copy outlives the boxes.
-    s.ok(&["destroy", &one], &[]);
-    assert!(s
-        .env
-        .path("home/agent-home/myagent/.myagent/history")
-        .is_file());
+    // --isolate-config is still accepted (it is what every box does).
+    s.ok(&["agent", "myagent", "--new", "--isolate-config"], &[]);
+    assert_eq!(names(&s).len(), 3);
+    assert!(!s.env.path("home/agent-home").exists());
 }
 
 #[test]
@@ -655,11 +612,10 @@ fn opencode_answers_with_its_configuration_and_without_its_credentials() {
 }
 
 #[test]
-fn a_rootless_box_gets_the_shared_copy_too() {
-    if !require_root("a_rootless_box_gets_the_shared_copy_too") {
+fn a_rootless_box_keeps_its_own_copy_too() {
+    if !require_root("a_rootless_box_keeps_its_own_copy_too") {
         return;
     }
-    use std::os::unix::fs::MetadataExt;
     let dir = PathBuf::from(format!("/srv/agentbox-agents-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (user, home, proj) = (dir.join("user"), dir.join("abhome"), dir.join("proj"));
@@ -702,13 +658,11 @@ fn a_rootless_box_gets_the_shared_copy_too() {
             "--",
             "sh",
             "-c",
-            "readlink /root/.myagent; echo kept > /root/.myagent/history"
+            "test -L /root/.myagent && echo link; echo kept > /root/.myagent/history; cat /root/.myagent/history"
         ]),
-        "/run/agentbox/agent-home/myagent/.myagent\n"
+        "kept\n"
     );
-    let written = std::fs::metadata(home.join("agent-home/myagent/.myagent/history"))
-        .expect("in the shared copy");
-    assert_eq!(written.uid(), 65534, "the user's own file");
+    assert!(!home.join("agent-home").exists(), "no copy outside the box");
     let _ = run(&["stop", "rl"]);
     kill_supervisors(&home);
     let _ = std::fs::remove_dir_all(&dir);

@@ -75,12 +75,8 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
             readonly: true,
         },
     ];
-    // The home's shared copies of the agents' configuration (see `agents::sync`).
-    binds.push(Bind {
-        src: agent_home(shared)?,
-        dst: PathBuf::from(record::AGENT_HOME_DIR),
-        readonly: false,
-    });
+    // No copy of the agents' configuration is shared between boxes (each keeps its own in
+    // its home: see `agents::sync`), so nothing of the home is bound writable.
     // What the binary needs to run on any base (an image may lack its libraries).
     for (src, name) in record::box_binary_libs().unwrap_or_default() {
         binds.push(Bind {
@@ -383,30 +379,4 @@ pub(super) fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
             }
         }
     }
-}
-
-/// The home's directory of shared agent configuration, made (mode 0700: only the box's root
-/// and the host's owner reach it) and owned by the box's root: the user a rootless box runs
-/// as, or the first id of root boxes' range. Its content is the boxes' (box-controlled): the
-/// host never reads it.
-fn agent_home(shared: &Shared) -> Result<PathBuf> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let dir = agentbox_boxes::agents::sync::shared_dir(&shared.home);
-    fs_err::create_dir_all(&dir)?;
-    let meta = fs_err::metadata(&dir)?;
-    if meta.mode() & 0o777 != 0o700 {
-        fs_err::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    if !shared.rec.rootless {
-        let ids = agentbox_sandbox::proto::IdRange::for_root_boxes();
-        if (meta.uid(), meta.gid()) != (ids.uid, ids.gid) {
-            rustix::fs::chown(
-                &dir,
-                Some(rustix::fs::Uid::from_raw(ids.uid)),
-                Some(rustix::fs::Gid::from_raw(ids.gid)),
-            )
-            .map_err(|e| BoxError::io(&dir, e.into()))?;
-        }
-    }
-    Ok(dir)
 }

@@ -1,14 +1,15 @@
 //! The in-box half of an agent's configuration sync ([`super::COMMAND`], run as a box
 //! process): the host's mirror (read-only at `/run/agentbox/ctl/agent-config/<agent>/`) is
-//! copied over the agent's copy — the shared one of the home (`/run/agentbox/agent-home/
-//! <agent>/`, reached from the box's home by symlinks made here) or the box's own (its
-//! home, `--isolate-config`) — where a file's size or mtime differs from the manifest's.
+//! copied over the box's own copy of the agent's configuration (in its home, versioned with
+//! the box), where a file's size or mtime differs from the manifest's. No copy is shared
+//! between boxes: what one box's agent writes (a hook, a setting, a login) stays in that box.
 //!
-//! The destination is box-controlled (and a shared copy is writable by every box of the
-//! home), so every write is resolved below its root with no symlink followed: directories are
-//! opened one component at a time with `O_NOFOLLOW`, and a symlink or file where a directory
-//! belongs is replaced. Files are written to a temporary name and renamed into place, so a
-//! concurrent reader (another box's agent) sees the old file or the new, never half of one.
+//! The destination is box-controlled, so every write is resolved below its root with no
+//! symlink followed: directories are opened one component at a time with `O_NOFOLLOW`, and a
+//! symlink or file where a directory belongs is replaced (a box of an earlier version has its
+//! links to the former shared copy replaced so). Files are written to a temporary name and
+//! renamed into place, so a concurrent reader sees the old file or the new, never half of
+//! one.
 
 use std::collections::HashMap;
 use std::io;
@@ -29,10 +30,6 @@ pub struct Plan {
     pub manifest: PathBuf,
     /// The box's home (`/root`).
     pub home: PathBuf,
-    /// Where the home's shared copies are mounted (`/run/agentbox/agent-home`; `None`: the
-    /// box keeps its own, in its home). This agent's is its directory `agent` there.
-    pub shared: Option<PathBuf>,
-    pub agent: String,
     /// The agent's configuration roots, relative to the home (`.claude`, `.claude.json`).
     pub roots: Vec<String>,
 }
@@ -42,11 +39,6 @@ pub struct Plan {
 pub struct Done {
     #[serde(flatten)]
     pub synced: Synced,
-    /// Roots the box keeps its own copy of although a shared one was asked for: they were
-    /// there, as real files, before the first shared launch (nothing of the box's is
-    /// replaced or moved).
-    #[serde(default)]
-    pub own: Vec<String>,
 }
 
 /// Run `plan` (inside the box).
@@ -56,51 +48,17 @@ pub fn run(plan: &Plan) -> Result<Done, String> {
     let manifest: Manifest =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", plan.manifest.display()))?;
     let mut home = Tree::open(&plan.home)?;
-    // The agent's directory of the mount is the other boxes' to change too: opened without
-    // following a symlink.
-    let shared_dir = plan.shared.as_ref().map(|m| m.join(&plan.agent));
-    let mut shared = match &plan.shared {
-        Some(mount) => Some(Tree::open(mount)?.below(&plan.agent)?),
-        None => None,
-    };
     let mut done = Done::default();
-    // Where each root's files go: the shared copy (linked from the home), or the home.
-    let mut into_shared: HashMap<&str, bool> = HashMap::new();
-    for root in &plan.roots {
-        let linked = match (&shared_dir, shared.as_mut()) {
-            (Some(dir), Some(tree)) => match home.link(root, &dir.join(root))? {
-                Linked::Yes => {
-                    // A directory the host has none of yet is made, so the link is not left
-                    // dangling (an agent's `mkdir -p` would fail on it); a missing file is
-                    // made by the agent's first write, through the link.
-                    if is_dir_root(root, &manifest) {
-                        let at = tree.root.join(root);
-                        tree.dir(Path::new(root))
-                            .map_err(|e| format!("{}: {e}", at.display()))?;
-                    }
-                    true
-                }
-                Linked::Own => {
-                    done.own.push(root.clone());
-                    false
-                }
-            },
-            _ => false,
-        };
-        into_shared.insert(root.as_str(), linked);
-    }
     for entry in &manifest.files {
-        let root = plan
+        if !plan
             .roots
             .iter()
-            .find(|r| Path::new(&entry.path).starts_with(r.as_str()));
-        let Some(root) = root else { continue };
-        let tree = match (into_shared.get(root.as_str()), shared.as_mut()) {
-            (Some(true), Some(s)) => s,
-            _ => &mut home,
-        };
+            .any(|r| Path::new(&entry.path).starts_with(r.as_str()))
+        {
+            continue;
+        }
         let from = plan.mirror.join(&entry.path);
-        if tree
+        if home
             .put(Path::new(&entry.path), &from, entry)
             .map_err(|e| format!("{}: {e}", entry.path))?
         {
@@ -112,33 +70,8 @@ pub fn run(plan: &Plan) -> Result<Done, String> {
     Ok(done)
 }
 
-/// Whether configuration root `root` is a directory: as the mirror has it, else as its name
-/// says (`.claude`, `.config/opencode`: directories; `.claude.json`: a file).
-fn is_dir_root(root: &str, manifest: &Manifest) -> bool {
-    if manifest.files.iter().any(|e| e.path == root) {
-        return false;
-    }
-    if manifest
-        .files
-        .iter()
-        .any(|e| Path::new(&e.path).starts_with(root))
-    {
-        return true;
-    }
-    let name = root.rsplit('/').next().unwrap_or(root);
-    !name.trim_start_matches('.').contains('.')
-}
-
-enum Linked {
-    /// The home's entry is (now) the symlink to the shared copy.
-    Yes,
-    /// The home has its own entry there.
-    Own,
-}
-
 /// A directory tree written below its root only.
 struct Tree {
-    root: PathBuf,
     /// Open directories by path relative to the root (`""`: the root).
     dirs: HashMap<PathBuf, OwnedFd>,
 }
@@ -158,24 +91,7 @@ impl Tree {
         .map_err(|e| format!("{}: {e}", root.display()))?;
         let mut dirs = HashMap::new();
         dirs.insert(PathBuf::new(), fd);
-        Ok(Tree {
-            root: root.to_owned(),
-            dirs,
-        })
-    }
-
-    /// The tree of directory `name` of this one (made when missing, never a symlink's).
-    fn below(mut self, name: &str) -> Result<Tree, String> {
-        let fd = self
-            .dir(Path::new(name))
-            .and_then(|fd| fd.try_clone())
-            .map_err(|e| format!("{}: {e}", self.root.join(name).display()))?;
-        let mut dirs = HashMap::new();
-        dirs.insert(PathBuf::new(), fd);
-        Ok(Tree {
-            root: self.root.join(name),
-            dirs,
-        })
+        Ok(Tree { dirs })
     }
 
     /// The directory `rel` (made when missing; a non-directory there is replaced by one).
@@ -199,32 +115,6 @@ impl Tree {
             }
         }
         Ok(self.dirs.get(rel).expect("opened above"))
-    }
-
-    /// Make the home's `rel` a symlink to `target` unless the home has its own entry there.
-    fn link(&mut self, rel: &str, target: &Path) -> Result<Linked, String> {
-        let (parent, name) =
-            agentbox_core::at::split(Path::new(rel)).map_err(|e| format!("{rel}: {e}"))?;
-        let pfd = self.dir(parent).map_err(|e| format!("{rel}: {e}"))?;
-        // `Some(true)`: our link; `Some(false)`: the box's own entry (a symlink elsewhere is
-        // the box's own choice too); `None`: nothing there.
-        let ours = |pfd: &OwnedFd| match rustix::fs::readlinkat(pfd, name, Vec::new()) {
-            Ok(t) => Some(Path::new(std::ffi::OsStr::from_bytes(t.as_bytes())) == target),
-            Err(rustix::io::Errno::NOENT) => None,
-            Err(_) => Some(false),
-        };
-        match ours(pfd) {
-            Some(true) => return Ok(Linked::Yes),
-            Some(false) => return Ok(Linked::Own),
-            None => {}
-        }
-        match rustix::fs::symlinkat(target, pfd, name) {
-            Ok(()) => Ok(Linked::Yes),
-            // Another launch in this box made it meanwhile: as if it had been there.
-            Err(rustix::io::Errno::EXIST) if ours(pfd) == Some(true) => Ok(Linked::Yes),
-            Err(rustix::io::Errno::EXIST) => Ok(Linked::Own),
-            Err(e) => Err(format!("{}: {e}", self.root.join(rel).display())),
-        }
     }
 
     /// Make `rel` hold mirror file `from` (whose manifest entry is `entry`) unless it already
@@ -271,8 +161,6 @@ impl Tree {
         Ok(true)
     }
 }
-
-use std::os::unix::ffi::OsStrExt;
 
 fn open_or_make_dir(parent: &OwnedFd, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
     match agentbox_core::at::open_dir(parent, name) {

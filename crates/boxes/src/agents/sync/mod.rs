@@ -2,14 +2,14 @@
 //! additive and host-authoritative (a file the host has replaces the box's copy; what only
 //! the box's copy has stays), never back.
 //!
-//! Where the agent's copy lives: by default one **shared copy per agentbox home**
-//! (`<home>/agent-home/<agent>/`, mounted read-write in every box at
-//! `/run/agentbox/agent-home/` and reached from the box's home by symlinks: `/root/.claude ->
-//! /run/agentbox/agent-home/claude/.claude`), so the agent's logins, history and settings made
-//! in one box are there in the next, as on the host. With `--isolate-config` (or
-//! `<agent>.isolateConfig`) a box keeps **its own copy** in its home, versioned with the box
-//! and removed with it. Nothing of either copy is written back to the host, and the host
-//! never reads or writes either: both are box-controlled.
+//! Where the agent's copy lives: **each box keeps its own**, in its home (`/root/.claude`),
+//! versioned with the box and removed with it. Nothing writable is shared between boxes
+//! (a hook one box's agent plants never runs in another), nothing of a copy is written back
+//! to the host, and the host never reads or writes a copy: it is box-controlled.
+//!
+//! What enters a box is an allow-list ([`super::allow`], [`ConfigPath::include`]): the
+//! entries and keys known to carry no credential; everything else is left out and named in
+//! [`Synced::dropped`]. The agent reaches its API through the box's credential broker.
 //!
 //! Two halves, so the host never writes into a box-controlled tree:
 //!
@@ -69,6 +69,11 @@ pub struct Synced {
     /// Files left out because their name is not UTF-8 (the manifest holds text).
     #[serde(default)]
     pub skipped: u64,
+    /// What of the host's configuration was left out because it is not on the agent's
+    /// allow-list (host side only): entries (`.claude/backups`) and keys of sanitised files
+    /// (`.claude.json:primaryApiKey`), by name, never by value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 /// One file of the mirror.
@@ -108,12 +113,6 @@ pub fn stage_in_box(name: &str) -> PathBuf {
         "{}/agent-config/{name}/home",
         crate::record::INBOX_DIR
     ))
-}
-
-/// The home's shared copies of the agents' configuration (one directory per agent), mounted
-/// in every box at [`crate::record::AGENT_HOME_DIR`].
-pub fn shared_dir(home: &agentbox_core::home::Home) -> PathBuf {
-    home.root().join("agent-home")
 }
 
 fn entry_of(path: String, meta: &std::fs::Metadata) -> Entry {
@@ -184,14 +183,10 @@ pub fn stage(
     let prev = previous(stage);
     let mut files: BTreeMap<String, Entry> = BTreeMap::new();
     // Written below from their sanitised content, not copied.
-    let sanitised: BTreeSet<PathBuf> = match agent.name.as_str() {
-        "claude" => [".claude.json", ".claude/settings.json"].as_slice(),
-        "codex" => [".codex/config.toml"].as_slice(),
-        _ => [].as_slice(),
-    }
-    .iter()
-    .map(PathBuf::from)
-    .collect();
+    let sanitised: BTreeSet<PathBuf> = sanitised_files(&agent.name)
+        .iter()
+        .map(|(f, _)| PathBuf::from(f))
+        .collect();
     let mut ctx = Mirror {
         host_home,
         stage,
@@ -209,26 +204,26 @@ pub fn stage(
         ctx.one(c)?;
     }
     // Sanitised files are written when their content changes.
-    let mut rewrite = |rel: &str, f: &dyn Fn(&str) -> Option<String>| -> Result<()> {
-        if let Ok(text) = fs_err::read_to_string(host_home.join(rel)) {
-            // A file that does not parse is passed on as it is.
-            let clean = f(&text).unwrap_or(text);
-            ctx.put_text(rel.to_owned(), &clean)?;
+    for (rel, kind) in sanitised_files(&agent.name) {
+        let Ok(text) = fs_err::read_to_string(host_home.join(rel)) else {
+            continue;
+        };
+        let clean = match kind {
+            Sanitise::ClaudeJson => super::sanitize::claude_json(&text, project),
+            Sanitise::ClaudeSettings => super::sanitize::claude_settings(&text, host_home),
+            Sanitise::Codex => super::sanitize::codex_config(&text, host_home),
+            Sanitise::OpenCode => super::sanitize::opencode_config(&text),
+        };
+        match clean {
+            Some(clean) => {
+                ctx.stats
+                    .dropped
+                    .extend(clean.dropped.iter().map(|k| format!("{rel}:{k}")));
+                ctx.put_text((*rel).to_owned(), &clean.text)?;
+            }
+            // A file that does not parse cannot be filtered: it stays on the host.
+            None => ctx.stats.dropped.push(format!("{rel} (does not parse)")),
         }
-        Ok(())
-    };
-    if agent.name == "claude" {
-        rewrite(".claude.json", &|t| {
-            super::sanitize::claude_json(t, project)
-        })?;
-        rewrite(".claude/settings.json", &|t| {
-            super::sanitize::claude_settings(t, host_home)
-        })?;
-    }
-    if agent.name == "codex" {
-        rewrite(".codex/config.toml", &|t| {
-            super::sanitize::codex_config(t, host_home)
-        })?;
     }
     // What the host no longer has leaves the mirror.
     let gone: Vec<PathBuf> = match &prev {
@@ -250,6 +245,7 @@ pub fn stage(
             stats.removed += 1;
         }
     }
+    stats.dropped.sort();
     let manifest = Manifest {
         version: 1,
         files: files.into_values().collect(),
@@ -262,6 +258,32 @@ pub fn stage(
         agentbox_core::atomic::write_json_unsynced(&manifest_file(stage), &manifest)?;
     }
     Ok(stats)
+}
+
+/// How a file is sanitised ([`super::sanitize`]).
+#[derive(Clone, Copy)]
+enum Sanitise {
+    ClaudeJson,
+    ClaudeSettings,
+    Codex,
+    OpenCode,
+}
+
+/// Agent `agent`'s files (relative to the home) filtered key by key on their way in.
+fn sanitised_files(agent: &str) -> &'static [(&'static str, Sanitise)] {
+    match agent {
+        "claude" => &[
+            (".claude.json", Sanitise::ClaudeJson),
+            (".claude/settings.json", Sanitise::ClaudeSettings),
+        ],
+        "codex" => &[(".codex/config.toml", Sanitise::Codex)],
+        "opencode" => &[
+            (".config/opencode/opencode.json", Sanitise::OpenCode),
+            (".config/opencode/opencode.jsonc", Sanitise::OpenCode),
+            (".config/opencode/config.json", Sanitise::OpenCode),
+        ],
+        _ => &[],
+    }
 }
 
 /// Every regular file below `root`, relative to it (symlinks not followed).
@@ -382,6 +404,15 @@ impl Mirror<'_> {
             let Ok(st) = st else { continue };
             if !p.rel.as_os_str().is_empty() && excluded(&p.rel) {
                 continue;
+            }
+            // Directly below a directory root: only what the agent's allow-list names.
+            if let (Some(include), Some(n), 1) = (&c.include, &name, p.rel.components().count()) {
+                if !include.iter().any(|i| std::ffi::OsStr::new(i) == n) {
+                    self.stats
+                        .dropped
+                        .push(rel_root.join(&p.rel).to_string_lossy().into_owned());
+                    continue;
+                }
             }
             match FileType::from_raw_mode(st.st_mode) {
                 FileType::Directory => {
@@ -552,15 +583,13 @@ mod tests {
         let boxed = t.path().join("boxroot");
         write(&boxed.join(".claude/projects/log.jsonl"), "box history");
         write(&boxed.join(".claude.json"), "{}");
-        let plan = |shared: Option<PathBuf>| inbox::Plan {
+        let plan = || inbox::Plan {
             mirror: stage_dir.clone(),
             manifest: manifest_file(&stage_dir),
             home: boxed.clone(),
-            shared,
-            agent: "claude".into(),
             roots: vec![".claude".into(), ".claude.json".into()],
         };
-        let s = inbox::run(&plan(None)).expect("inside");
+        let s = inbox::run(&plan()).expect("inside");
         assert!(s.synced.copied >= 3, "{s:?}");
         assert_eq!(
             std::fs::read_to_string(boxed.join(".claude/projects/log.jsonl")).expect("kept"),
@@ -569,13 +598,13 @@ mod tests {
         assert!(std::fs::read_to_string(boxed.join(".claude.json"))
             .expect("read")
             .contains('{'));
-        let s2 = inbox::run(&plan(None)).expect("inside");
+        let s2 = inbox::run(&plan()).expect("inside");
         assert_eq!(s2.synced.copied, 0);
         // A box-side edit of a host file is undone by the next launch.
         write(&boxed.join(".claude/agents/b.md"), "box edit");
         std::fs::write(host.join(".claude/agents/b.md"), "host").expect("write");
         stage(&agent, &host, &stage_dir, None).expect("stage");
-        inbox::run(&plan(None)).expect("inside");
+        inbox::run(&plan()).expect("inside");
         assert_eq!(
             std::fs::read_to_string(boxed.join(".claude/agents/b.md")).expect("read"),
             "host"
@@ -583,7 +612,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_copy_is_linked_from_the_home_and_never_followed_out() {
+    fn the_boxs_copy_is_written_below_its_home_through_no_planted_symlink() {
         let t = tempfile::tempdir().expect("tmp");
         let host = t.path().join("home");
         write(&host.join(".claude/agents/a.md"), "agent");
@@ -592,67 +621,98 @@ mod tests {
         let agent = super::super::builtin().remove(0);
         let stage_dir = t.path().join("stage");
         stage(&agent, &host, &stage_dir, None).expect("stage");
-        let mount = t.path().join("agent-home");
         let outside = t.path().join("outside");
         std::fs::create_dir_all(&outside).expect("mkdir");
-        // Another box planted symlinks in the shared copy: to a directory and a file outside.
-        std::fs::create_dir_all(mount.join("claude/.claude")).expect("mkdir");
-        std::os::unix::fs::symlink(&outside, mount.join("claude/.claude/agents")).expect("ln");
-        std::os::unix::fs::symlink(
-            outside.join("victim"),
-            mount.join("claude/.claude/commands"),
-        )
-        .expect("ln");
-        let plan = |home: &Path| inbox::Plan {
+        let boxed = t.path().join("box");
+        // The box planted symlinks where the host's files go (a link of an earlier version
+        // to the shared copy is one too): a directory, a file, and the whole root.
+        std::fs::create_dir_all(boxed.join(".claude")).expect("mkdir");
+        std::os::unix::fs::symlink(&outside, boxed.join(".claude/agents")).expect("ln");
+        std::os::unix::fs::symlink(outside.join("victim"), boxed.join(".claude/commands"))
+            .expect("ln");
+        std::os::unix::fs::symlink(outside.join("cj"), boxed.join(".claude.json")).expect("ln");
+        let plan = inbox::Plan {
             mirror: stage_dir.clone(),
             manifest: manifest_file(&stage_dir),
-            home: home.to_owned(),
-            shared: Some(mount.clone()),
-            agent: "claude".into(),
+            home: boxed.clone(),
             roots: vec![".claude".into(), ".claude.json".into()],
         };
-        let box_a = t.path().join("a");
-        let done = inbox::run(&plan(&box_a)).expect("run");
-        assert!(done.own.is_empty(), "{done:?}");
-        assert_eq!(
-            std::fs::read_link(box_a.join(".claude")).expect("a link"),
-            mount.join("claude/.claude")
-        );
-        assert_eq!(
-            std::fs::read_to_string(box_a.join(".claude/agents/a.md")).expect("through the link"),
-            "agent"
-        );
+        inbox::run(&plan).expect("run");
         assert_eq!(
             std::fs::read_dir(&outside).expect("ls").count(),
             0,
             "nothing written through a planted symlink"
         );
-        // What one box's agent writes, the next box's sees.
-        write(&box_a.join(".claude/projects/p.jsonl"), "history");
-        let box_b = t.path().join("b");
-        // A box that already had its own copy keeps it.
-        write(&box_b.join(".claude.json"), r#"{"own":true}"#);
-        let done = inbox::run(&plan(&box_b)).expect("run");
-        assert_eq!(done.own, vec![".claude.json".to_owned()]);
+        for p in [".claude/agents", ".claude/commands", ".claude.json"] {
+            assert!(
+                !std::fs::symlink_metadata(boxed.join(p))
+                    .expect("stat")
+                    .file_type()
+                    .is_symlink(),
+                "{p} replaced"
+            );
+        }
         assert_eq!(
-            std::fs::read_to_string(box_b.join(".claude/projects/p.jsonl")).expect("shared"),
-            "history"
+            std::fs::read_to_string(boxed.join(".claude/agents/a.md")).expect("read"),
+            "agent"
         );
-        assert!(std::fs::symlink_metadata(box_b.join(".claude.json"))
-            .expect("stat")
-            .is_file());
-        // Nothing was ever written on the host's side.
-        assert!(!host.join(".claude/projects").exists());
-        // Launches at once in one box (two terminals): each makes or finds the links.
-        let box_c = t.path().join("c");
-        std::thread::scope(|s| {
-            let runs: Vec<_> = (0..8)
-                .map(|_| s.spawn(|| inbox::run(&plan(&box_c))))
-                .collect();
-            for r in runs {
-                let done = r.join().expect("no panic").expect("run");
-                assert!(done.own.is_empty(), "{done:?}");
-            }
-        });
+        // The whole root a symlink: replaced by a directory, never followed.
+        std::fs::remove_dir_all(boxed.join(".claude")).expect("rm");
+        std::os::unix::fs::symlink(&outside, boxed.join(".claude")).expect("ln");
+        stage(&agent, &host, &stage_dir, None).expect("stage");
+        std::fs::write(host.join(".claude/agents/a.md"), "agent v2").expect("write");
+        stage(&agent, &host, &stage_dir, None).expect("stage");
+        inbox::run(&plan).expect("run");
+        assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0);
+        assert!(boxed.join(".claude").is_dir() && !boxed.join(".claude").is_symlink());
+    }
+
+    #[test]
+    fn credentials_and_unlisted_entries_never_reach_the_mirror_and_are_named() {
+        let t = tempfile::tempdir().expect("tmp");
+        let host = t.path().join("home");
+        write(
+            &host.join(".claude.json"),
+            r#"{"theme":"dark","primaryApiKey":"SECRET1","oauthAccount":{"accessToken":"SECRET2"}}"#,
+        );
+        write(
+            &host.join(".claude/backups/.claude.json.backup.1"),
+            "SECRET1",
+        );
+        write(&host.join(".claude/.credentials.json"), "SECRET3");
+        write(&host.join(".claude/projects/p/t.jsonl"), "transcript");
+        write(
+            &host.join(".claude/settings.json"),
+            r#"{"model":"opus","apiKeyHelper":"echo SECRET4","env":{"ANTHROPIC_AUTH_TOKEN":"SECRET5","BASH_DEFAULT_TIMEOUT_MS":"1"}}"#,
+        );
+        let agent = super::super::builtin().remove(0);
+        let stage_dir = t.path().join("stage");
+        let s = stage(&agent, &host, &stage_dir, None).expect("stage");
+        assert_eq!(
+            s.dropped,
+            [
+                ".claude.json:oauthAccount",
+                ".claude.json:primaryApiKey",
+                ".claude/.credentials.json",
+                ".claude/backups",
+                ".claude/projects",
+                ".claude/settings.json:apiKeyHelper",
+                ".claude/settings.json:env.ANTHROPIC_AUTH_TOKEN",
+            ]
+        );
+        for f in walk(&stage_dir).expect("walk") {
+            let text = std::fs::read_to_string(stage_dir.join(&f)).expect("read");
+            assert!(!text.contains("SECRET"), "{}: {text}", f.display());
+        }
+        let settings =
+            std::fs::read_to_string(stage_dir.join(".claude/settings.json")).expect("read");
+        assert!(settings.contains("opus") && settings.contains("BASH_DEFAULT_TIMEOUT_MS"));
+        // A sanitised file that does not parse stays on the host.
+        write(&host.join(".claude.json"), "{ not json SECRET6");
+        let s = stage(&agent, &host, &stage_dir, None).expect("stage");
+        assert!(s
+            .dropped
+            .contains(&".claude.json (does not parse)".to_owned()));
+        assert!(!stage_dir.join(".claude.json").exists());
     }
 }
