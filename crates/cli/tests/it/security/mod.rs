@@ -4,6 +4,7 @@
 //! One file per area of attack below this module; the shared helpers (`boxed`, `Sec::sh`,
 //! `python`) are here.
 
+mod agents;
 mod base;
 mod config_trust;
 mod host_writes;
@@ -13,8 +14,6 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
-
-mod agents;
 
 /// A temporary home whose box supervisors die with the test.
 pub(crate) struct Sec {
