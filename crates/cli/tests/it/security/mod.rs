@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
 
+mod bundles;
+
 /// A temporary home whose box supervisors die with the test.
 pub(crate) struct Sec {
     pub(crate) env: Env,
