@@ -536,6 +536,11 @@ pub struct CreateArgs {
     /// CPU time limit in cores, e.g. 1.5 (config box.cpus).
     #[arg(long, value_name = "CORES")]
     pub cpus: Option<f64>,
+    /// Disk limit of what the box writes, e.g. 10G (default: none). Enforced by the store's
+    /// filesystem: btrfs qgroups, or ext4/xfs project quotas (mounted with prjquota);
+    /// refused where it has neither. Writes past it fail with "Disk quota exceeded".
+    #[arg(long, value_name = "SIZE")]
+    pub disk: Option<String>,
     /// Keep the newest N nodes when thinning after automatic nodes (config box.keep,
     /// built-in 100).
     #[arg(long, value_name = "N")]

@@ -609,6 +609,7 @@ fn import_history_locked(
         tags: manifest.tags.clone(),
         checkout_pending: None,
         box_base: None,
+        disk_limit: None,
     };
     let head = store.node(&state.head)?;
     let result = (|| {
