@@ -10,6 +10,7 @@ use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
 
 mod bundles;
+mod disk;
 
 /// A temporary home whose box supervisors die with the test.
 pub(crate) struct Sec {
