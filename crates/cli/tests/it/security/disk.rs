@@ -57,6 +57,11 @@ fn write_past_the_limit(s: &Sec, name: &str, fs: &LoopFs, what: &str) {
     assert_ne!(status, 0, "{what}: {err}");
     assert!(size <= 50 << 20, "{what}: the box wrote {size} bytes");
     let used = before.saturating_sub(free_bytes(fs.path()));
+    eprintln!(
+        "{what} ({:?}): the box wrote {size} bytes, the store's filesystem {used} bytes, {} free",
+        fs.fs_type(),
+        free_bytes(fs.path())
+    );
     assert!(
         free_bytes(fs.path()) > 100 << 20,
         "{what}: the store's filesystem kept its room ({used} bytes used)"
@@ -134,4 +139,46 @@ fn disk_is_refused_where_the_filesystem_cannot_enforce_it() {
     s.env.ok(&["create", "free", "--from", p]);
     let status = s.env.ok(&["status", "free"]);
     assert!(!status.contains("disk "), "{status}");
+}
+
+/// A rootless box cannot have its disk limited (quotas need CAP_SYS_ADMIN on the host): the
+/// flag is refused before anything is made, saying so.
+#[test]
+fn disk_is_refused_for_a_rootless_box_with_the_reason() {
+    let test = "disk_is_refused_for_a_rootless_box_with_the_reason";
+    if !require_root(test) {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let root = env.home.path().to_owned();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let home = root.join("nobody-home");
+    let proj = root.join("proj");
+    write(&proj.join("README"), "readme\n");
+    std::fs::create_dir(&home).expect("mkdir");
+    for p in [&home, &proj] {
+        assert!(std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(p)
+            .status()
+            .expect("chown")
+            .success());
+    }
+    let p = proj.to_str().expect("utf-8");
+    let out = crate::common::as_nobody(&home, &["create", "r", "--from", p, "--disk", "50M"]);
+    assert_ne!(code(&out), Some(0));
+    assert!(
+        stderr(&out).contains("a disk limit needs root"),
+        "{}",
+        stderr(&out)
+    );
+    let out = crate::common::as_nobody(&home, &["list"]);
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !list
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some("r")),
+        "nothing was made: {list}"
+    );
 }
