@@ -65,6 +65,8 @@ pub struct Settings {
     pub pids: Option<u64>,
     /// `box.cpus`.
     pub cpus: Option<f64>,
+    /// The box's disk limit, as text (`10G`); `--disk` only (see `agentbox_store::disk`).
+    pub disk: Option<String>,
     /// `box.image`.
     pub image: Option<String>,
     /// `git.carry`.
@@ -294,6 +296,18 @@ pub fn create(
             reason: e.to_string(),
         })?;
     }
+    let disk = spec
+        .settings
+        .disk
+        .as_deref()
+        .map(|text| {
+            Limits::parse_memory(text).map_err(|_| BoxError::BadSetting {
+                key: "--disk".into(),
+                given: text.to_owned(),
+                reason: "expected a size such as 512M or 10G".into(),
+            })
+        })
+        .transpose()?;
     let source = match &spec.workspace {
         Workspace::From(d) => {
             let why = if !d.exists() {
@@ -324,6 +338,10 @@ pub fn create(
         Workspace::Empty => None,
     };
     let store = Store::open_or_init(&home.store_dir(), None)?;
+    if disk.is_some() {
+        // Before anything is copied: say what the store's filesystem lacks.
+        store.check_disk_limit()?;
+    }
     if let Some(image) = &o.image {
         crate::images::get(home, image)?;
     }
@@ -378,6 +396,12 @@ pub fn create(
             (state, seeded, None)
         }
     };
+    if let Some(bytes) = disk {
+        if let Err(e) = store.set_disk_limit(&name, bytes) {
+            let _ = store.remove_env(&name);
+            return Err(e.into());
+        }
+    }
     let rec = BoxRecord {
         id: agentbox_core::id::BoxId::random(),
         name: name.clone(),

@@ -504,6 +504,19 @@ impl Boxes {
         if let Some(c) = l.cpus {
             limits.push(format!("{c} CPUs"));
         }
+        // The store's counters: how much the box wrote against its disk limit.
+        match store.disk_usage(name) {
+            Ok(Some(d)) => limits.push(match d.used {
+                Some(used) => format!(
+                    "disk {} of {}",
+                    agentbox_core::units::bytes(used),
+                    agentbox_core::units::bytes(d.limit)
+                ),
+                None => format!("disk {}", agentbox_core::units::bytes(d.limit)),
+            }),
+            Ok(None) => {}
+            Err(e) => limits.push(format!("disk unknown ({e})")),
+        }
         // The box's repositories are read only inside the box: a stopped box's
         // uncommitted paths are not known.
         let dirty = if rec.repos.is_empty() {

@@ -552,6 +552,11 @@ pub struct CreateArgs {
     /// CPU time limit in cores, e.g. 1.5 (config box.cpus).
     #[arg(long, value_name = "CORES")]
     pub cpus: Option<f64>,
+    /// Disk limit of what the box writes, e.g. 10G (default: none). Enforced by the store's
+    /// filesystem: btrfs qgroups, or ext4/xfs project quotas (mounted with prjquota);
+    /// refused where it has neither. Writes past it fail with "Disk quota exceeded".
+    #[arg(long, value_name = "SIZE")]
+    pub disk: Option<String>,
     /// Keep the newest N nodes when thinning after automatic nodes (config box.keep,
     /// built-in 100).
     #[arg(long, value_name = "N")]
@@ -826,12 +831,13 @@ pub struct ImportArgs {
     pub allow_devices: bool,
     /// Keep setuid/setgid bits and file capabilities (security.capability) of imported
     /// files. Without it they are stripped, since a bundle may come from an untrusted box.
-    /// (overlayfs attributes, trusted.overlay.* and user.overlay.*, are never imported.)
+    /// (overlayfs attributes, trusted.overlay.* and user.overlay.*, and every other
+    /// trusted.* or security.* attribute are never imported.)
     #[arg(long)]
     pub allow_setuid: bool,
     /// Stop the import once the archive expands past SIZE bytes of tar data (e.g. 64G,
     /// 512M); a guard against decompression bombs. Default: 64 times the bundle's
-    /// compressed size, at least 16G.
+    /// compressed size, at least 256M.
     #[arg(long, value_name = "SIZE", env = "AGENTBOX_IMPORT_MAX_SIZE")]
     pub max_size: Option<String>,
 }

@@ -112,6 +112,7 @@ fn create_settings(a: &CreateArgs) -> create::Settings {
         memory: a.memory.clone(),
         pids: a.pids,
         cpus: a.cpus,
+        disk: a.disk.clone(),
         image: a.image.clone(),
         carry: either(a.carry, a.no_carry),
         with_env: either(a.with_env, a.no_with_env),

@@ -47,6 +47,9 @@ pub enum Error {
     /// (a decompression bomb, or a bundle larger than the limit allows).
     #[error("bundle {path}: {message}")]
     TooLarge { path: PathBuf, message: String },
+    /// A disk limit cannot be set or read here (see `crate::disk`).
+    #[error("cannot limit the disk of a box: {path}: {reason}")]
+    DiskLimit { path: PathBuf, reason: String },
 }
 
 /// True when `e` is ENOSPC or EDQUOT (by raw errno or by kind, which `fs_err` keeps).
@@ -137,6 +140,9 @@ impl Error {
             ),
             Error::TooLarge { .. } => Some(
                 "nothing was imported; if you trust the bundle, raise the limit with `--max-size SIZE` (or AGENTBOX_IMPORT_MAX_SIZE)",
+            ),
+            Error::DiskLimit { .. } => Some(
+                "create the box without --disk (it then has no disk limit), or keep the store on a filesystem with quotas",
             ),
             Error::Core(agentbox_core::Error::Locked { .. }) => {
                 Some("wait for that process to finish, or stop it")

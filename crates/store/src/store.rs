@@ -106,6 +106,10 @@ pub struct EnvState {
     /// no base recorded (older boxes, until their next start), every whiteout is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub box_base: Option<crate::backend::BoxBase>,
+    /// For a box: the disk limit of its work area ([`Store::set_disk_limit`]), applied
+    /// again each time a checkout makes the work area anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_limit: Option<crate::disk::DiskLimit>,
 }
 
 /// Where a new environment's first node comes from.
@@ -338,7 +342,12 @@ impl Store {
             self.write_env(&state)?;
         }
         let chain = self.chain(node)?;
-        self.backend.reset_work(&self.work_dirs(&state), &chain)?;
+        let dirs = self.work_dirs(&state);
+        self.backend.reset_work(&dirs, &chain)?;
+        // The work area is new: its limit goes on before the box can write to it.
+        if let Some(limit) = &state.disk_limit {
+            crate::disk::apply(self.backend.kind(), &dirs.work, limit)?;
+        }
         failpoint::hit("checkout:after-reset");
         state.head = node.id.clone();
         state.checkout_pending = None;
@@ -619,11 +628,62 @@ impl Store {
             tags: BTreeMap::new(),
             checkout_pending: None,
             box_base: None,
+            disk_limit: None,
         };
         let dirs = self.work_dirs(&state);
         self.backend.reset_work(&dirs, &[record])?;
         self.write_env(&state)?;
         Ok(state)
+    }
+
+    /// Limit the disk a box's work area may use to `bytes` (see [`crate::disk`]): recorded
+    /// in its state and applied now and after every checkout. Refused, with what the
+    /// filesystem lacks, where it cannot be enforced; refused for an environment with a
+    /// mount point (only boxes have one work area that is all theirs).
+    pub fn set_disk_limit(&self, env: &str, bytes: u64) -> Result<crate::disk::DiskLimit> {
+        crate::disk::check(self.backend.kind(), self.layout.root())?;
+        let _g = self.lock_env(env, "limit the disk of")?;
+        let mut state = self.env(env)?;
+        if state.mountpoint.is_some() {
+            return Err(Error::Refused {
+                action: "limit the disk of",
+                id: env.to_owned(),
+                reason: "only a box's work area can be limited".to_owned(),
+            });
+        }
+        let project = match self.backend.kind() {
+            crate::BackendKind::Btrfs => 0,
+            crate::BackendKind::Layers => {
+                let taken: Vec<u32> = self
+                    .envs()?
+                    .iter()
+                    .filter(|e| e.name != env)
+                    .filter_map(|e| e.disk_limit.map(|l| l.project))
+                    .collect();
+                crate::disk::project_for(self.layout.root(), env, &taken)
+            }
+        };
+        let limit = crate::disk::DiskLimit { bytes, project };
+        crate::disk::apply(self.backend.kind(), &self.work_dirs(&state).work, &limit)?;
+        state.disk_limit = Some(limit);
+        self.write_env(&state)?;
+        Ok(limit)
+    }
+
+    /// Whether disk limits can be set on this store (see [`Store::set_disk_limit`]); the
+    /// error says what the filesystem lacks.
+    pub fn check_disk_limit(&self) -> Result<()> {
+        crate::disk::check(self.backend.kind(), self.layout.root())
+    }
+
+    /// The disk used by box `env`'s work area against its limit; `None` without a limit.
+    pub fn disk_usage(&self, env: &str) -> Result<Option<crate::disk::DiskUsage>> {
+        let state = self.env(env)?;
+        let Some(limit) = &state.disk_limit else {
+            return Ok(None);
+        };
+        let dirs = self.work_dirs(&state);
+        crate::disk::usage(self.backend.kind(), &dirs.work, limit).map(Some)
     }
 
     /// Canonical form of a new environment's mount point, refused when another environment
@@ -697,6 +757,7 @@ impl Store {
                 tags: BTreeMap::new(),
                 checkout_pending: None,
                 box_base: None,
+                disk_limit: None,
             };
             self.backend
                 .reset_work(&self.work_dirs(&state), &self.chain(&node)?)?;
@@ -728,8 +789,13 @@ impl Store {
         let state = self.env(name)?;
         let _g = self.lock_env(name, "mount")?;
         let head = self.node(&state.head)?;
-        self.backend
-            .mount(&self.work_dirs(&state), &self.chain(&head)?)?;
+        let dirs = self.work_dirs(&state);
+        self.backend.mount(&dirs, &self.chain(&head)?)?;
+        // A box's work area lost in a crash is made anew by the mount: limit it again
+        // (idempotent when it was there all along).
+        if let Some(limit) = &state.disk_limit {
+            crate::disk::apply(self.backend.kind(), &dirs.work, limit)?;
+        }
         Ok(state)
     }
 

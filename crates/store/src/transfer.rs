@@ -47,6 +47,9 @@ pub struct ImportReport {
     pub stripped_setuid: u64,
     /// Overlayfs-private xattrs in the archive that were not applied (always dropped).
     pub dropped_overlay_xattrs: u64,
+    /// Other `trusted.*`/`security.*` xattrs in the archive that were not applied (always
+    /// dropped, see [`bundle::Imported::dropped_privileged_xattrs`]).
+    pub dropped_privileged_xattrs: u64,
 }
 
 /// Choices of [`import`].
@@ -383,8 +386,11 @@ pub fn import(
             bundle::import_into(&file, &stage.join("x"), &opts, &|id| store.node(id).is_ok())?;
         timer.lap("extract");
         failpoint::hit("import:after-stage");
-        let (stripped_setuid, dropped_overlay_xattrs) =
-            (imported.stripped_setuid, imported.dropped_overlay_xattrs);
+        let (stripped_setuid, dropped_overlay_xattrs, dropped_privileged_xattrs) = (
+            imported.stripped_setuid,
+            imported.dropped_overlay_xattrs,
+            imported.dropped_privileged_xattrs,
+        );
         let mut report = match imported.manifest.take() {
             None => {
                 let layer = only_tree(imported.layers, &file)?;
@@ -402,12 +408,14 @@ pub fn import(
                     reused_nodes: 0,
                     stripped_setuid: 0,
                     dropped_overlay_xattrs: 0,
+                    dropped_privileged_xattrs: 0,
                 }
             }
             Some(manifest) => import_history(store, &manifest, &imported, name, dir)?,
         };
         report.stripped_setuid = stripped_setuid;
         report.dropped_overlay_xattrs = dropped_overlay_xattrs;
+        report.dropped_privileged_xattrs = dropped_privileged_xattrs;
         timer.lap("store");
         Ok(report)
     })();
@@ -601,6 +609,7 @@ fn import_history_locked(
         tags: manifest.tags.clone(),
         checkout_pending: None,
         box_base: None,
+        disk_limit: None,
     };
     let head = store.node(&state.head)?;
     let result = (|| {
@@ -621,6 +630,7 @@ fn import_history_locked(
         reused_nodes: reused,
         stripped_setuid: 0,
         dropped_overlay_xattrs: 0,
+        dropped_privileged_xattrs: 0,
     })
 }
 
@@ -656,6 +666,7 @@ mod tests {
             layers: Vec::new(),
             stripped_setuid: 0,
             dropped_overlay_xattrs: 0,
+            dropped_privileged_xattrs: 0,
             held: vec!["0123456789abcdef".to_owned()],
         };
         let dir = tmp.path().join("copy");

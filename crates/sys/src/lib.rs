@@ -2,6 +2,7 @@
 //!
 //! * [`btrfs`]: subvolumes and snapshots;
 //! * [`fiemap`]: file extent maps and the true (sharing-aware) disk usage of trees;
+//! * [`quota`]: disk limits of trees (btrfs qgroups, ext4/xfs project quotas);
 //! * [`writeback`]: writing file data out without a device flush per file;
 //! * [`release`]: closing a descriptor whose last close is slow in the background.
 //!
@@ -10,6 +11,7 @@
 
 pub mod btrfs;
 pub mod fiemap;
+pub mod quota;
 mod raw;
 pub mod release;
 pub mod writeback;

@@ -41,6 +41,8 @@ pub struct LoopFs {
     mountpoint: PathBuf,
     device: Option<String>,
     mounted: bool,
+    /// Mount options (`-o`), if any.
+    options: Option<&'static str>,
 }
 
 fn run(cmd: &mut Command) -> Result<String, String> {
@@ -77,7 +79,29 @@ impl LoopFs {
         LoopFs::new(FsType::Ext4, size, "LoopFs::ext4")
     }
 
+    /// A fresh ext4 of `size` bytes that enforces project quotas (made with
+    /// `-O quota,project`, mounted with `prjquota`), or `None` as for [`LoopFs::btrfs`].
+    pub fn ext4_project_quotas(size: u64) -> Option<LoopFs> {
+        LoopFs::new_with(
+            FsType::Ext4,
+            size,
+            "LoopFs::ext4_project_quotas",
+            &["-O", "quota,project"],
+            Some("prjquota"),
+        )
+    }
+
     fn new(fs: FsType, size: u64, what: &str) -> Option<LoopFs> {
+        LoopFs::new_with(fs, size, what, &[], None)
+    }
+
+    fn new_with(
+        fs: FsType,
+        size: u64,
+        what: &str,
+        mkfs_args: &[&str],
+        options: Option<&'static str>,
+    ) -> Option<LoopFs> {
         if !tier::require_root(what) {
             return None;
         }
@@ -85,11 +109,22 @@ impl LoopFs {
             return None;
         }
         let mut this = LoopFs::unset(fs);
+        this.options = options;
         let made = fs_err::File::create(&this.image)
             .and_then(|file| file.set_len(size))
             .map_err(|e| e.to_string())
-            .and_then(|()| this.set_up(true));
+            .and_then(|()| this.set_up(Some(mkfs_args)));
         if let Err(e) = made {
+            // A mount with options the kernel was built without (ext4 quotas need
+            // CONFIG_QFMT_V2) is a missing capability, not a broken test.
+            if let Some(o) = options.filter(|_| this.device.is_some() && !this.mounted) {
+                drop(this);
+                tier::skip(
+                    what,
+                    &format!("this kernel cannot mount {fs:?} with {o} (see dmesg): {e}"),
+                );
+                return None;
+            }
             // `this` is dropped here, undoing whatever was done.
             panic!("{what}: {e}");
         }
@@ -112,6 +147,7 @@ impl LoopFs {
             dir: Some(dir),
             device: None,
             mounted: false,
+            options: None,
         }
     }
 
@@ -131,7 +167,7 @@ impl LoopFs {
     /// Unmount the original first: btrfs does not mount two filesystems with one UUID.
     pub fn mount_crashed(image: CrashImage) -> LoopFs {
         let mut fs = image.0;
-        if let Err(e) = fs.set_up(false) {
+        if let Err(e) = fs.set_up(None) {
             panic!("LoopFs::mount_crashed: {e}");
         }
         fs
@@ -149,8 +185,9 @@ impl LoopFs {
         }
     }
 
-    /// Attach the image to a loop device, make the filesystem when `mkfs`, and mount it.
-    fn set_up(&mut self, mkfs: bool) -> Result<(), String> {
+    /// Attach the image to a loop device, make the filesystem when `mkfs` (with those extra
+    /// arguments), and mount it.
+    fn set_up(&mut self, mkfs: Option<&[&str]>) -> Result<(), String> {
         fs_err::create_dir(&self.mountpoint).map_err(|e| e.to_string())?;
         // `losetup --find` can race with another process taking the same free device.
         let mut last_err = String::new();
@@ -172,15 +209,19 @@ impl LoopFs {
         let Some(device) = self.device.clone() else {
             return Err(last_err);
         };
-        if mkfs {
+        if let Some(args) = mkfs {
             let mut mkfs = Command::new(self.fs.mkfs());
             mkfs.arg("-q");
             if self.fs == FsType::Ext4 {
                 mkfs.arg("-F");
             }
-            run(mkfs.arg(&device))?;
+            run(mkfs.args(args).arg(&device))?;
         }
-        run(Command::new("mount").arg(&device).arg(&self.mountpoint))?;
+        let mut mount = Command::new("mount");
+        if let Some(o) = self.options {
+            mount.args(["-o", o]);
+        }
+        run(mount.arg(&device).arg(&self.mountpoint))?;
         self.mounted = true;
         Ok(())
     }

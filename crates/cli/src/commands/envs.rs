@@ -238,6 +238,12 @@ pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
                 render::count(report.dropped_overlay_xattrs, "overlayfs attribute", "overlayfs attributes")
             ));
         }
+        if report.dropped_privileged_xattrs > 0 {
+            s.push_str(&format!(
+                "ignored {} (trusted.*, security.*) found in the archive; they are never imported\n",
+                render::count(report.dropped_privileged_xattrs, "privileged attribute", "privileged attributes")
+            ));
+        }
         s
     })
 }

@@ -274,8 +274,8 @@ fn import_help_documents_the_new_options() {
 
 /// Replace the manifest (the first entry) of an uncompressed bundle, leaving every other
 /// byte as `agentbox export` wrote it. The manifest's PAX header (its checksum record) is
-/// dropped, as an attacker would.
-fn with_manifest(bundle: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+/// rewritten for the new text, as an attacker would.
+pub(crate) fn with_manifest(bundle: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
     let mut bundle = bundle;
     let first = tar::Header::from_byte_slice(&bundle[..512]);
     if first.entry_type() == tar::EntryType::XHeader {
@@ -296,7 +296,18 @@ fn with_manifest(bundle: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Ve
     let mut h = old.clone();
     h.set_size(json.len() as u64);
     h.set_cksum();
-    let mut out = h.as_bytes().to_vec();
+    let record = pax(&[("AGENTBOX.blake3", blake3::hash(&json).to_hex().as_bytes())]);
+    let mut out = header(
+        "PaxHeaders/manifest.json",
+        tar::EntryType::XHeader,
+        0o644,
+        record.len() as u64,
+    )
+    .as_bytes()
+    .to_vec();
+    out.extend_from_slice(&record);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out.extend_from_slice(h.as_bytes());
     out.extend_from_slice(&json);
     out.resize(out.len().div_ceil(512) * 512, 0);
     out.extend_from_slice(&bundle[512 + size.div_ceil(512) * 512..]);

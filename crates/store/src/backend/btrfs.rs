@@ -336,8 +336,14 @@ impl Backend for BtrfsBackend {
         let top = self.top_layer(chain)?;
         if dirs.mountpoint.is_none() {
             // A box: HEAD's layer is the overlay's read-only lower; the working state is an
-            // empty upper directory. O(1), and nothing to snapshot.
+            // empty upper directory. O(1), and nothing to snapshot. The work area is a
+            // subvolume of its own, so that a disk limit (a qgroup, see `crate::disk`) can
+            // bound exactly what the box writes.
             LayersBackend::discard_work_dirs(dirs, &|p| remove_any(p))?;
+            if let (Some(env_dir), Some(name)) = (dirs.work.parent(), dirs.work.file_name()) {
+                fs_err::create_dir_all(env_dir)?;
+                btrfs::create_subvolume(env_dir, name).map_err(sys)?;
+            }
             fs_err::create_dir_all(LayersBackend::ovl(dirs))?;
             return LayersBackend::fresh_upper_from(dirs, &top);
         }

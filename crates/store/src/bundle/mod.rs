@@ -34,10 +34,13 @@
 //! Import is also wary of what it would make: setuid/setgid bits and `security.capability`
 //! xattrs are stripped unless allowed ([`ImportOpts::allow_setuid`]), overlayfs-private
 //! xattrs (`trusted.overlay.*`, `user.overlay.*`) are never applied (the markers above are
-//! the only way a bundle expresses whiteouts and opaque directories), tag names are
-//! validated like `agentbox tag` does, the decompressed stream is capped
-//! ([`ImportOpts::max_size`], [`default_max_size`]) against decompression bombs, and a full
-//! disk is reported as such ([`crate::Error::NoSpace`]), not as a damaged archive.
+//! the only way a bundle expresses whiteouts and opaque directories), nor is any other
+//! `trusted.*` or `security.*` xattr (only the host's privileged code sets those), tag names
+//! are validated like `agentbox tag` does, `manifest.json` and `end.json` must carry their
+//! checksum like every file, the decompressed stream is capped ([`ImportOpts::max_size`],
+//! [`default_max_size`]) against decompression bombs (an entry whose declared size alone
+//! passes the cap is refused before a byte of it is written), and a full disk is reported
+//! as such ([`crate::Error::NoSpace`]), not as a damaged archive.
 
 mod compress;
 mod format;

@@ -42,9 +42,13 @@ const MAX_JSON: u64 = 256 << 20;
 pub const MAX_EXPANSION: u64 = 64;
 
 /// Floor of the default decompressed-size limit: small bundles of very redundant data (a
-/// tiny bundle of a sparse-looking image written in full) stay importable, and a bomb made
-/// of a tiny file still stops at 16 GiB of tar data.
-pub const MIN_MAX_SIZE: u64 = 16 << 30;
+/// few MiB of mostly-zero files) stay importable, and a bomb made of a tiny file stops at
+/// 256 MiB of tar data. Why not more: the floor is what any bundle of a few KiB may write
+/// to the store before being refused (it was 16 GiB, enough to fill a small disk), and an
+/// ordinary bundle's limit is its own 64× long before the floor matters. Sparse files
+/// travel as their data segments, so a sparse image costs the floor nothing; a bundle of
+/// real zeros (a preallocated image) past it needs `--max-size`.
+pub const MIN_MAX_SIZE: u64 = 256 << 20;
 
 /// The default decompressed-size limit for a bundle of `compressed` bytes:
 /// `max(MAX_EXPANSION × compressed, MIN_MAX_SIZE)`.
@@ -91,6 +95,10 @@ pub struct Imported {
     /// directories travel as the format's own markers), so a non-zero count means a crafted
     /// or foreign archive; overlayfs would obey them (redirects, metacopy, opaque).
     pub dropped_overlay_xattrs: u64,
+    /// Other `trusted.*` and `security.*` xattrs found in the archive and not applied
+    /// (SELinux labels, IMA/EVM, `security.capability` on a directory): only the host's
+    /// privileged code may set them, and a bundle may come from an untrusted box.
+    pub dropped_privileged_xattrs: u64,
     /// Nodes the caller said it holds already (see [`import_into`]), in manifest order:
     /// their entries were read and checked like any others, and nothing of them was written
     /// (they are not in `layers`).
@@ -149,20 +157,7 @@ pub fn import_into(
     let result =
         import_inner(src, staging, opts, held, &tripped).map_err(|e| match tripped.get() {
             // Whatever error the cut-off stream caused downstream, the cause is the limit.
-            Some(limit) => Error::TooLarge {
-                path: src.to_owned(),
-                message: format!(
-                    "the archive expands past {limit} bytes of tar data, the import limit ({}); \
-                 stopped there",
-                    match opts.max_size {
-                        Some(_) => "set explicitly".to_owned(),
-                        None => format!(
-                            "{MAX_EXPANSION} × the compressed size, at least {} GiB",
-                            MIN_MAX_SIZE >> 30
-                        ),
-                    }
-                ),
-            },
+            Some(limit) => too_large(src, limit, opts, "stopped there"),
             None => e,
         });
     drop(flusher);
@@ -170,6 +165,24 @@ pub fn import_into(
         let _ = fsutil::remove_tree(staging);
     }
     result
+}
+
+/// The error of an import that passed its decompressed-size `limit`; `what` says where
+/// it stopped.
+fn too_large(src: &Path, limit: u64, opts: &ImportOpts, what: &str) -> Error {
+    Error::TooLarge {
+        path: src.to_owned(),
+        message: format!(
+            "the archive expands past {limit} bytes of tar data, the import limit ({}); {what}",
+            match opts.max_size {
+                Some(_) => "set explicitly".to_owned(),
+                None => format!(
+                    "{MAX_EXPANSION} × the compressed size, at least {} MiB",
+                    MIN_MAX_SIZE >> 20
+                ),
+            }
+        ),
+    }
 }
 
 /// An IO failure at `path` while importing `src`: [`Error::NoSpace`] for a full filesystem
@@ -208,29 +221,52 @@ enum Limit {
     OfCompressed,
 }
 
+/// How much tar data the import has read, against its limit; shared by the reader that
+/// enforces it ([`Limited`]) and the unpacker, which refuses an entry whose declared size
+/// alone would pass the limit before writing a byte of it.
+struct Budget {
+    read: Cell<u64>,
+    limit: Limit,
+    compressed: Arc<AtomicU64>,
+}
+
+impl Budget {
+    fn limit(&self) -> u64 {
+        match self.limit {
+            Limit::Fixed(n) => n,
+            Limit::OfCompressed => default_max_size(self.compressed.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// The bytes that may still be read, when the limit is known up front (a file); `None`
+    /// for stdin, whose limit grows with the compressed bytes read.
+    fn remaining(&self) -> Option<(u64, u64)> {
+        match self.limit {
+            Limit::Fixed(n) => Some((n.saturating_sub(self.read.get()), n)),
+            Limit::OfCompressed => None,
+        }
+    }
+}
+
 /// Fails every read once more than the limit has come out of the decompressor, and
 /// records the limit in `tripped` so the import reports the cause, not the symptom.
 struct Limited<R> {
     inner: R,
-    read: u64,
-    limit: Limit,
-    compressed: Arc<AtomicU64>,
+    budget: Rc<Budget>,
     tripped: Rc<Cell<Option<u64>>>,
 }
 
 impl<R: Read> Read for Limited<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let limit = match self.limit {
-            Limit::Fixed(n) => n,
-            Limit::OfCompressed => default_max_size(self.compressed.load(Ordering::Relaxed)),
-        };
-        if self.read > limit {
+        let limit = self.budget.limit();
+        if self.budget.read.get() > limit {
             self.tripped.set(Some(limit));
             return Err(io::Error::other("decompressed-size limit exceeded"));
         }
         let n = self.inner.read(buf)?;
-        self.read = self.read.saturating_add(n as u64);
-        if self.read > limit {
+        let read = self.budget.read.get().saturating_add(n as u64);
+        self.budget.read.set(read);
+        if read > limit {
             self.tripped.set(Some(limit));
             return Err(io::Error::other("decompressed-size limit exceeded"));
         }
@@ -290,11 +326,14 @@ fn import_inner(
     ));
     // Decompression runs beside the unpacking (one core each).
     let dec = decompress_in_thread(input).map_err(|e| bad(src, format!("decompressing: {e}")))?;
-    let dec: Box<dyn Read> = Box::new(Limited {
-        inner: dec,
-        read: 0,
+    let budget = Rc::new(Budget {
+        read: Cell::new(0),
         limit,
         compressed,
+    });
+    let dec: Box<dyn Read> = Box::new(Limited {
+        inner: dec,
+        budget: budget.clone(),
         tripped: tripped.clone(),
     });
     let tarr = expect_tar(dec).map_err(|e| bad(src, e.to_string()))?;
@@ -316,6 +355,8 @@ fn import_inner(
         last: String::from("<start>"),
         stripped_setuid: 0,
         dropped_overlay_xattrs: 0,
+        dropped_privileged_xattrs: 0,
+        budget,
         buf: vec![0u8; 1 << 20],
     };
     {
@@ -407,6 +448,8 @@ struct State<'a> {
     last: String,
     stripped_setuid: u64,
     dropped_overlay_xattrs: u64,
+    dropped_privileged_xattrs: u64,
+    budget: Rc<Budget>,
     /// The copy buffer of file contents, one for the whole import (most files are a few
     /// KiB: a fresh zeroed MiB per file would cost more than their data).
     buf: Vec<u8>,
@@ -516,11 +559,45 @@ impl State<'_> {
         if e.size() > MAX_JSON {
             return Err(self.bad_entry(name, "too large"));
         }
+        // The format requires a content checksum on every regular file of a history or
+        // snapshot bundle, these two records included: a manifest or end record without
+        // one is not what `agentbox export` writes, and nothing of it is believed.
+        let mut want = None;
+        if let Some(exts) = e
+            .pax_extensions()
+            .map_err(|err| self.bad_entry(name, format!("reading PAX records: {err}")))?
+        {
+            for x in exts {
+                let x = x.map_err(|err| self.bad_entry(name, format!("bad PAX record: {err}")))?;
+                if x.key_bytes() == PAX_BLAKE3.as_bytes() {
+                    want = Some(x.value_bytes().to_vec());
+                }
+            }
+        }
+        let Some(want) = want else {
+            return Err(self.bad_entry(
+                name,
+                format!(
+                    "no {PAX_BLAKE3} record: the format requires a checksum on {name} \
+                     (every bundle `agentbox export` writes has one)"
+                ),
+            ));
+        };
         let mut data = Vec::new();
         e.read_to_end(&mut data)
             .map_err(|err| self.bad_entry(name, format!("reading: {err} (truncated?)")))?;
         if data.len() as u64 != e.size() {
             return Err(self.bad_entry(name, "truncated"));
+        }
+        let got = blake3::hash(&data).to_hex();
+        if want != got.as_bytes() {
+            return Err(self.bad_entry(
+                name,
+                format!(
+                    "checksum mismatch: content hashes to {got}, the archive records {}",
+                    String::from_utf8_lossy(&want)
+                ),
+            ));
         }
         serde_json::from_slice(&data)
             .map_err(|err| self.bad_entry(name, format!("invalid JSON: {err}")))
@@ -755,6 +832,18 @@ impl State<'_> {
                 None
             };
             let payload = e.size();
+            if let Some((left, limit)) = self.budget.remaining() {
+                if payload > left {
+                    return Err(too_large(
+                        &src,
+                        limit,
+                        &opts,
+                        &format!(
+                            "entry {name} declares {payload} bytes, refused before writing it"
+                        ),
+                    ));
+                }
+            }
             let sparse = match get(PAX_SPARSE) {
                 Some(v) => {
                     let (size, segs) =
@@ -971,8 +1060,15 @@ impl State<'_> {
                 self.dropped_overlay_xattrs += 1;
                 continue;
             }
-            if k == CAPABILITY_XATTR && !opts.allow_setuid && kind != Kind::Dir {
-                stripped = true;
+            if k == CAPABILITY_XATTR && kind != Kind::Dir {
+                if !opts.allow_setuid {
+                    stripped = true;
+                    continue;
+                }
+            } else if is_privileged_xattr(k) {
+                // Only the host's privileged code sets these (security modules, overlayfs,
+                // IMA/EVM); a bundle is a box's text, so none of them reaches the disk.
+                self.dropped_privileged_xattrs += 1;
                 continue;
             }
             match &file {
@@ -1106,6 +1202,7 @@ impl State<'_> {
             layers,
             stripped_setuid: self.stripped_setuid,
             dropped_overlay_xattrs: self.dropped_overlay_xattrs,
+            dropped_privileged_xattrs: self.dropped_privileged_xattrs,
             held,
         })
     }
@@ -1113,6 +1210,13 @@ impl State<'_> {
 
 /// The xattr holding a file's capabilities (what makes `ping` work without setuid).
 const CAPABILITY_XATTR: &str = "security.capability";
+
+/// An xattr of the `trusted.` or `security.` namespace: read by privileged code only
+/// (overlayfs, security modules, IMA/EVM, file capabilities), and settable only with
+/// `CAP_SYS_ADMIN` (trusted) or by the security module that owns the name.
+fn is_privileged_xattr(name: &str) -> bool {
+    name.starts_with("trusted.") || name.starts_with("security.")
+}
 
 /// Decode lowercase or uppercase hex; `None` when malformed.
 fn decode_hex(v: &[u8]) -> Option<Vec<u8>> {
@@ -1128,12 +1232,43 @@ fn decode_hex(v: &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    fn fixed(n: u64) -> Rc<Budget> {
+        Rc::new(Budget {
+            read: Cell::new(0),
+            limit: Limit::Fixed(n),
+            compressed: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
     #[test]
     fn the_default_limit_is_a_multiple_of_the_compressed_size_with_a_floor() {
         assert_eq!(default_max_size(0), MIN_MAX_SIZE);
         assert_eq!(default_max_size(1 << 20), MIN_MAX_SIZE);
+        assert_eq!(default_max_size(16 << 20), 1 << 30);
         assert_eq!(default_max_size(1 << 30), 64 << 30);
         assert_eq!(default_max_size(u64::MAX), u64::MAX);
+        // A bundle of a few KiB cannot make the store write GiBs before it is refused.
+        assert!(default_max_size(4 << 10) <= 256 << 20);
+    }
+
+    #[test]
+    fn privileged_xattrs_are_the_trusted_and_security_namespaces() {
+        for n in [
+            "trusted.overlay.opaque",
+            "trusted.x",
+            "security.selinux",
+            "security.ima",
+        ] {
+            assert!(is_privileged_xattr(n), "{n}");
+        }
+        for n in [
+            "user.x",
+            "system.posix_acl_access",
+            "user.overlay.opaque",
+            "trustedx",
+        ] {
+            assert!(!is_privileged_xattr(n), "{n}");
+        }
     }
 
     #[test]
@@ -1141,9 +1276,7 @@ mod tests {
         let tripped = Rc::new(Cell::new(None));
         let mut r = Limited {
             inner: io::repeat(7).take(10_000),
-            read: 0,
-            limit: Limit::Fixed(4096),
-            compressed: Arc::new(AtomicU64::new(0)),
+            budget: fixed(4096),
             tripped: tripped.clone(),
         };
         let mut buf = Vec::new();
@@ -1154,9 +1287,7 @@ mod tests {
         let tripped = Rc::new(Cell::new(None));
         let mut r = Limited {
             inner: io::repeat(7).take(4096),
-            read: 0,
-            limit: Limit::Fixed(4096),
-            compressed: Arc::new(AtomicU64::new(0)),
+            budget: fixed(4096),
             tripped: tripped.clone(),
         };
         let mut buf = Vec::new();

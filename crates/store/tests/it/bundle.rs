@@ -260,14 +260,23 @@ fn snapshot_round_trip_keeps_everything() {
     let (id, dir) = &imp.layers[0];
     assert_eq!(id, "n0");
     assert_eq!(imp.manifest.as_ref().map(|m| m.head.as_str()), Some("n0"));
-    // Without root, owners cannot be restored; everything else must be.
+    // Without root, owners cannot be restored; everything else must be, but the
+    // privileged xattrs, which travel in the archive and are never applied.
     let except: &[&str] = if is_root() {
-        &[]
+        &["xattrs differ: -trusted."]
     } else {
         &[": uid ", ": gid "]
     };
     let diffs = differences(&src, dir, except);
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    if is_root() {
+        // On the socket, the symlink and the file (its hardlinks are one inode).
+        assert_eq!(imp.dropped_privileged_xattrs, 3);
+        assert_eq!(
+            xattr::get(dir.join("a/f"), "trusted.agentbox").expect("get"),
+            None
+        );
+    }
     let blocks = |p: &Path| fs::metadata(p).expect("stat").blocks();
     let (orig, back) = (blocks(&src.join("sparse")), blocks(&dir.join("sparse")));
     assert!(
@@ -418,7 +427,9 @@ fn history_layers_reapply_to_the_original_trees() {
     apply_layer(&imp.layers[0].1, &target).expect("apply n0");
     assert_same_tree(&d0, &target);
     apply_layer(&imp.layers[1].1, &target).expect("apply n1");
-    assert_same_tree(&d1, &target);
+    // The socket's trusted.* xattr travels and is never applied.
+    let diffs = differences(&d1, &target, &["sock: xattrs differ: -trusted.s"]);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
     apply_layer(&imp.layers[2].1, &target).expect("apply n2");
     assert_same_tree(&d2, &target);
 }
@@ -629,6 +640,7 @@ fn malicious_and_damaged_archives_are_refused() {
     let d = b'5';
     let root: RawEntry<'_> = (b"./", d, b"", b"");
     let bad_version = br#"{"format":"agentbox-bundle","version":3,"kind":"snapshot","created":"2026-01-01T00:00:00Z","env":"e","head":"n0","nodes":[]}"#;
+    let good_manifest = br#"{"format":"agentbox-bundle","version":2,"kind":"snapshot","created":"2026-01-01T00:00:00Z","env":"e","head":"n0","nodes":[{"id":"n0","parent":null,"seq":1,"message":"m","created":"2026-01-01T00:00:00Z","base":null}]}"#;
     let cases: Vec<(&str, Vec<RawEntry<'_>>, &str)> = vec![
         (
             "dotdot",
@@ -704,14 +716,23 @@ fn malicious_and_damaged_archives_are_refused() {
             "manifest.json must be the first entry",
         ),
         (
-            "version",
-            vec![(b"manifest.json", b'0', bad_version, b"")],
-            "unsupported bundle version 3 (this agentbox supports versions 1 to 2)",
+            // The manifest of a good bundle, without the checksum the format requires.
+            "manifest-without-checksum",
+            vec![(b"manifest.json", b'0', good_manifest, b"")],
+            "entry manifest.json: no AGENTBOX.blake3 record",
         ),
     ];
     for (name, entries, needle) in &cases {
         expect_rejected(t, name, &raw_tar(entries), needle);
     }
+    let mut version = raw_member_with_hash(b"manifest.json", bad_version);
+    version.extend([0u8; 1024]);
+    expect_rejected(
+        t,
+        "version",
+        &version,
+        "unsupported bundle version 3 (this agentbox supports versions 1 to 2)",
+    );
     let good = plain_bundle(t);
     let staging = t.join("ok");
     import(
@@ -922,7 +943,9 @@ fn sockets_travel_as_marked_fifos_in_layers() {
     apply_layer(&imp.layers[0].1, &target).expect("apply n0");
     assert_same_tree(&d0, &target);
     apply_layer(&imp.layers[1].1, &target).expect("apply n1");
-    assert_same_tree(&d1, &target);
+    // The socket's trusted.* xattr travels and is never applied.
+    let diffs = differences(&d1, &target, &["sock: xattrs differ: -trusted.s"]);
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 
     // Turning the socket into a plain fifo breaks the node checksum.
     let mut tampered = bytes.clone();
@@ -937,12 +960,11 @@ fn xattr_values_with_newlines_and_binary_bytes_round_trip() {
     let src = tmp.path().join("src");
     fs::create_dir_all(src.join("d")).expect("mkdir");
     write(&src.join("f"), b"content");
-    let ns = if is_root() {
-        "trusted"
-    } else if user_xattrs_supported(&src) {
+    // user.*: an import never applies trusted.* or security.* ones.
+    let ns = if user_xattrs_supported(&src) {
         "user"
     } else {
-        eprintln!("skipped: neither trusted nor user xattrs can be set here");
+        eprintln!("skipped: user xattrs cannot be set here");
         return;
     };
     let values: [(&str, &[u8]); 4] = [
@@ -1054,7 +1076,7 @@ fn rootfs_is_readable_by_gnu_tar() {
     // A rootfs stores sparse files in full and no socket; everything else comes back.
     let rootfs_loses = vec![format!("sock: only in {}", src.display())];
     let except: &[&str] = if is_root() {
-        &["lost holes"]
+        &["lost holes", "xattrs differ: -trusted."]
     } else {
         &["lost holes", ": uid ", ": gid "]
     };
@@ -1178,5 +1200,20 @@ fn a_manifest_with_an_invalid_tag_is_refused_before_anything_is_written() {
     let at = find(&bytes, b"\"v1\"");
     let mut evil = bytes.clone();
     evil[at + 1..at + 3].copy_from_slice(b"..");
+    // As it is, the manifest no longer matches its checksum.
+    expect_rejected(
+        tmp.path(),
+        "evil-tag-unsigned",
+        &evil,
+        "entry manifest.json: checksum mismatch",
+    );
+    // With the checksum made to match, the tag itself is refused.
+    let header = find(&evil, b"manifest.json\0");
+    let size = tar::Header::from_byte_slice(&evil[header..header + 512])
+        .entry_size()
+        .expect("size") as usize;
+    let hex = blake3::hash(&evil[header + 512..header + 512 + size]).to_hex();
+    let record = find(&evil, b"AGENTBOX.blake3=") + "AGENTBOX.blake3=".len();
+    evil[record..record + 64].copy_from_slice(hex.as_bytes());
     expect_rejected(tmp.path(), "evil-tag", &evil, "invalid tag name \"..\"");
 }

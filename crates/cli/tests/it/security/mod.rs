@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
 
+mod bundles;
+mod disk;
+
 /// A temporary home whose box supervisors die with the test.
 pub(crate) struct Sec {
     pub(crate) env: Env,
