@@ -6,7 +6,9 @@
 
 mod agents;
 mod base;
+mod bundles;
 mod config_trust;
+mod disk;
 mod host_writes;
 mod relay;
 
@@ -14,9 +16,6 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
-
-mod bundles;
-mod disk;
 
 /// A temporary home whose box supervisors die with the test.
 pub(crate) struct Sec {
