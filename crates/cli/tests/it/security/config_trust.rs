@@ -294,7 +294,11 @@ fn a_project_file_makes_a_box_stricter_without_trust() {
     ) else {
         return;
     };
-    let opt = PathBuf::from(format!("/opt/agentbox-trust-{}", std::process::id()));
+    // Below a system path every box sees (the base shows `/usr`), so only the hiding entry hides it.
+    let opt = PathBuf::from(format!(
+        "/usr/local/share/agentbox-trust-{}",
+        std::process::id()
+    ));
     write(&opt.join("f"), "opt\n");
     let proj = s.env.path("strict");
     write(
