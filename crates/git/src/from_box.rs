@@ -35,10 +35,21 @@ fn box_branch_only(repo_root: &Path, branch: &str) -> Result<()> {
     })
 }
 
-/// Move the host repository's `refs/heads/<branch>` to commit `id`, which it already has
-/// (a rollback in the box, or a branch reset onto a host commit). Refused while the branch
-/// is checked out in one of the host's worktrees, like any fetch into it.
-pub fn set_box_branch(repo_root: &Path, branch: &str, id: &str) -> Result<()> {
+/// Where a bundle's branch waits in the host repository while [`check_box_tip`] looks at it
+/// (outside `refs/agentbox/<box>/`, the box's own refs, and outside `refs/heads/`).
+const INCOMING: &str = "refs/agentbox-incoming";
+
+/// Move the host repository's `refs/heads/<branch>` (box `name`'s branch, made at `base`) to
+/// commit `id`, which it already has (a rollback in the box, or a branch reset onto a host
+/// commit) — once [`check_box_tip`] accepts it. Refused while the branch is checked out in one
+/// of the host's worktrees, like any fetch into it.
+pub fn set_box_branch(
+    repo_root: &Path,
+    name: &str,
+    branch: &str,
+    base: &str,
+    id: &str,
+) -> Result<()> {
     box_branch_only(repo_root, branch)?;
     if !is_object_id(id) {
         return Err(GitError::Command {
@@ -47,6 +58,7 @@ pub fn set_box_branch(repo_root: &Path, branch: &str, id: &str) -> Result<()> {
             message: format!("the box reported {id:?}, which is not a commit id"),
         });
     }
+    check_box_tip(repo_root, name, branch, base, id)?;
     fetch_into_branch(
         repo_root,
         ".",
@@ -55,11 +67,107 @@ pub fn set_box_branch(repo_root: &Path, branch: &str, id: &str) -> Result<()> {
     )
 }
 
-/// Take box branch `branch` at commit `tip` from the git bundle at `bundle` (made inside the
-/// box) into the host repository at `repo_root`. The bundle must carry exactly that branch
-/// at that tip; its objects are checked as they arrive (`fetch.fsckObjects`), so a malformed
-/// object never enters the user's repository.
-pub fn take_bundle(repo_root: &Path, bundle: &Path, branch: &str, tip: &str) -> Result<()> {
+/// Refuse `tip` as box `name`'s branch `branch` (made at `base`) when it carries a commit the
+/// box did not make: one beyond what the box already has in the host repository (its base,
+/// its branch as last synced, its own refs `refs/agentbox/<name>/…`) that another host ref
+/// reaches (the user's unpushed branches, another box's branch, a stash, a detached `HEAD`).
+/// The box reads the host's whole object store, so without this it could name such a commit
+/// as its tip and have the host push it with the user's credentials.
+///
+/// Two counts of one walk bounded by the box's new commits (`rev-list --count`), so the cost
+/// follows the box's work and the host refs' distance from it, not the repository's size.
+pub fn check_box_tip(
+    repo_root: &Path,
+    name: &str,
+    branch: &str,
+    base: &str,
+    tip: &str,
+) -> Result<()> {
+    let old = git(
+        repo_root,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}^{{commit}}"),
+        ],
+    )
+    .ok()
+    .filter(|id| is_object_id(id));
+    let own = format!("--glob=refs/agentbox/{name}/*");
+    let mut new: Vec<&str> = vec!["rev-list", tip, "--not"];
+    if has_commit(repo_root, base) {
+        new.push(base);
+    }
+    new.extend(old.as_deref());
+    new.push(&own);
+    let not_own = [
+        format!("--exclude=refs/heads/{branch}"),
+        format!("--exclude=refs/agentbox/{name}/*"),
+        format!("--exclude={INCOMING}/*"),
+        "--all".to_owned(),
+    ];
+    let mut others = new.clone();
+    others.extend(not_own.iter().map(String::as_str));
+    let count = |args: &[&str]| -> Result<u64> {
+        let mut with = vec!["rev-list", "--count"];
+        with.extend_from_slice(&args[1..]);
+        Ok(git(repo_root, &with)?.trim().parse().unwrap_or(0))
+    };
+    if count(&new)? == count(&others)? {
+        return Ok(());
+    }
+    // Refused: name one such commit, and what reaches it.
+    let mine: std::collections::HashSet<String> = git(repo_root, &others)?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let all = git(repo_root, &new)?;
+    let commit = all
+        .lines()
+        .find(|c| !mine.contains(*c))
+        .unwrap_or(tip)
+        .to_owned();
+    let refs = git(
+        repo_root,
+        &["for-each-ref", "--format=%(refname)", "--contains", &commit],
+    )?;
+    let reached: Vec<&str> = refs
+        .lines()
+        .filter(|r| {
+            *r != format!("refs/heads/{branch}")
+                && !r.starts_with(&format!("refs/agentbox/{name}/"))
+                && !r.starts_with(&format!("{INCOMING}/"))
+        })
+        .take(3)
+        .collect();
+    Err(GitError::ForeignCommit {
+        repo: repo_root.to_owned(),
+        box_name: name.to_owned(),
+        tip: tip.to_owned(),
+        commit,
+        reached_by: if reached.is_empty() {
+            "the host's HEAD reaches it".to_owned()
+        } else {
+            format!("the host's {} reach it", reached.join(", "))
+        },
+    })
+}
+
+/// Take box `name`'s branch `branch` (made at `base`) at commit `tip` from the git bundle at
+/// `bundle` (made inside the box) into the host repository at `repo_root`. The bundle must
+/// carry exactly that branch at that tip; its objects are checked as they arrive
+/// (`fetch.fsckObjects`), so a malformed object never enters the user's repository; and the
+/// tip must pass [`check_box_tip`] before the branch moves (until then it waits under
+/// `refs/agentbox-incoming/`).
+pub fn take_bundle(
+    repo_root: &Path,
+    bundle: &Path,
+    name: &str,
+    branch: &str,
+    base: &str,
+    tip: &str,
+) -> Result<()> {
     box_branch_only(repo_root, branch)?;
     let refused = |message: String| GitError::Command {
         dir: repo_root.to_owned(),
@@ -78,12 +186,23 @@ pub fn take_bundle(repo_root: &Path, bundle: &Path, branch: &str, tip: &str) -> 
             heads.lines().collect::<Vec<_>>().join(", ")
         )));
     }
+    let incoming = format!("{INCOMING}/{name}");
     fetch_into_branch(
         repo_root,
         src,
-        &format!("+refs/heads/{branch}:refs/heads/{branch}"),
+        &format!("+refs/heads/{branch}:{incoming}"),
         branch,
-    )
+    )?;
+    let taken = check_box_tip(repo_root, name, branch, base, tip).and_then(|()| {
+        fetch_into_branch(
+            repo_root,
+            ".",
+            &format!("+{tip}:refs/heads/{branch}"),
+            branch,
+        )
+    });
+    let cleared = git(repo_root, &["update-ref", "-d", &incoming]).map(|_| ());
+    taken.and(cleared)
 }
 
 /// `git fetch SRC SPEC` into the host repository: no tags, no `FETCH_HEAD`, every received

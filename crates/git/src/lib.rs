@@ -50,6 +50,15 @@ pub enum GitError {
         branch: String,
         message: String,
     },
+    #[error("{}: refused box {box_name:?}'s tip {tip}: it carries commit {commit}, which the box did not make ({reached_by})", repo.display())]
+    ForeignCommit {
+        repo: PathBuf,
+        box_name: String,
+        tip: String,
+        commit: String,
+        /// The host refs that already reach the commit, for the message.
+        reached_by: String,
+    },
     #[error(transparent)]
     Store(#[from] agentbox_store::Error),
     #[error(transparent)]
@@ -62,7 +71,9 @@ impl GitError {
         use agentbox_core::exit::ExitCode;
         match self {
             GitError::Store(s) => s.exit_code(),
-            GitError::NoCommits { .. } | GitError::BadBranch { .. } => ExitCode::Refused.into(),
+            GitError::NoCommits { .. }
+            | GitError::BadBranch { .. }
+            | GitError::ForeignCommit { .. } => ExitCode::Refused.into(),
             GitError::NoRemote { .. } | GitError::NoSuchRef { .. } => ExitCode::NotFound.into(),
             GitError::Io(_)
             | GitError::Spawn(_)
@@ -92,6 +103,9 @@ impl GitError {
             ),
             GitError::Fetch { remote, .. } => Some(format!(
                 "check that {remote} has that branch, or name one with --branch"
+            )),
+            GitError::ForeignCommit { box_name, .. } => Some(format!(
+                "a box's branch may carry only commits made in box {box_name:?} on top of its base; reset the box's branch (`git reset` inside the box) to drop the others"
             )),
             GitError::Io(_)
             | GitError::Spawn(_)
