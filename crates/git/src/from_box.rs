@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use crate::{git, git_with, GitError, Result};
+use crate::{git, git_stdin, git_with, GitError, Result};
 
 /// Whether `s` is a full object id (SHA-1 or SHA-256, lowercase hex), the only form a box's
 /// answer may take before it reaches a host git command line.
@@ -76,6 +76,8 @@ pub fn set_box_branch(
 ///
 /// Two counts of one walk bounded by the box's new commits (`rev-list --count`), so the cost
 /// follows the box's work and the host refs' distance from it, not the repository's size.
+/// Still open: a host commit that no ref reaches (only a reflog, or dangling) is not told
+/// from one the box made.
 pub fn check_box_tip(
     repo_root: &Path,
     name: &str,
@@ -109,20 +111,36 @@ pub fn check_box_tip(
     ];
     let mut others = new.clone();
     others.extend(not_own.iter().map(String::as_str));
-    let count = |args: &[&str]| -> Result<u64> {
-        let mut with = vec!["rev-list", "--count"];
+    // Every tip the branch had (its reflog): commits the host took from this box before, which
+    // a rollback and a return to them brings back. Given on standard input, as there may be
+    // many.
+    let earlier: String = git(
+        repo_root,
+        &["log", "-g", "--format=%H", &format!("refs/heads/{branch}")],
+    )
+    .unwrap_or_default()
+    .lines()
+    .filter(|id| is_object_id(id))
+    .collect::<std::collections::BTreeSet<_>>()
+    .into_iter()
+    .map(|id| format!("^{id}\n"))
+    .collect();
+    let walk = |args: &[&str], count: bool| -> Result<String> {
+        let mut with = vec!["rev-list", "--ignore-missing"];
+        if count {
+            with.push("--count");
+        }
+        with.push("--stdin");
         with.extend_from_slice(&args[1..]);
-        Ok(git(repo_root, &with)?.trim().parse().unwrap_or(0))
+        git_stdin(repo_root, &with, &earlier)
     };
-    if count(&new)? == count(&others)? {
+    if walk(&new, true)?.trim() == walk(&others, true)?.trim() {
         return Ok(());
     }
     // Refused: name one such commit, and what reaches it.
-    let mine: std::collections::HashSet<String> = git(repo_root, &others)?
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    let all = git(repo_root, &new)?;
+    let mine: std::collections::HashSet<String> =
+        walk(&others, false)?.lines().map(str::to_owned).collect();
+    let all = walk(&new, false)?;
     let commit = all
         .lines()
         .find(|c| !mine.contains(*c))

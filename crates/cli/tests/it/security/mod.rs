@@ -4,6 +4,8 @@
 //! One file per area of attack below this module; the shared helpers (`boxed`, `Sec::sh`,
 //! `python`) are here.
 
+mod host_side;
+
 use std::path::{Path, PathBuf};
 
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
