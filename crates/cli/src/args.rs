@@ -495,8 +495,9 @@ pub struct CreateArgs {
     /// Default: config box.network (built-in: host).
     #[arg(long)]
     pub network: Option<String>,
-    /// Forward a host TCP port to a port of a private box: HOST:BOX or HOSTIP:HOST:BOX
-    /// (repeatable; needs --network private).
+    /// Forward a host TCP port to a port of a private box: HOST:BOX (on the host's loopback,
+    /// 127.0.0.1) or HOSTIP:HOST:BOX (0.0.0.0: every address) (repeatable; needs --network
+    /// private).
     #[arg(long = "publish", short = 'p', value_name = "[HOSTIP:]HOST:BOX")]
     pub publish: Vec<String>,
     /// Do not record a node after each command that changed something (config box.capture).
