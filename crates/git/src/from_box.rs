@@ -248,6 +248,73 @@ fn fetch_into_branch(repo_root: &Path, src: &str, spec: &str, branch: &str) -> R
 mod tests {
     use super::*;
 
+    /// `git ARGS` in `dir` with a fixed identity; its stdout.
+    fn run(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=u", "-c", "user.email=u@x"])
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// A commit on top of `parent` with `parent`'s tree, not on any ref.
+    fn commit_on(dir: &Path, parent: &str, msg: &str) -> String {
+        let tree = run(dir, &["rev-parse", &format!("{parent}^{{tree}}")]);
+        run(dir, &["commit-tree", &tree, "-p", parent, "-m", msg])
+    }
+
+    #[test]
+    fn a_tip_may_carry_only_the_box_s_commits() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let repo = d.path();
+        run(repo, &["init", "-q", "-b", "main"]);
+        run(repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
+        let base = run(repo, &["rev-parse", "HEAD"]);
+        run(repo, &["update-ref", "refs/agentbox/b/base", &base]);
+        run(repo, &["update-ref", "refs/heads/agentbox/b", &base]);
+        // The user's unpushed work, and another box's.
+        let private = commit_on(repo, &base, "private");
+        run(repo, &["update-ref", "refs/heads/private", &private]);
+        let other = commit_on(repo, &base, "other box");
+        run(repo, &["update-ref", "refs/heads/agentbox/c", &other]);
+        let check = |tip: &str| check_box_tip(repo, "b", "agentbox/b", &base, tip);
+
+        for foreign in [&private, &other] {
+            match check(foreign) {
+                Err(GitError::ForeignCommit { commit, .. }) => assert_eq!(&commit, foreign),
+                r => panic!("{foreign}: {r:?}"),
+            }
+            // Built on: still carried.
+            let on_top = commit_on(repo, foreign, "mine on top");
+            match check(&on_top) {
+                Err(GitError::ForeignCommit { commit, .. }) => assert_eq!(&commit, foreign),
+                r => panic!("{on_top}: {r:?}"),
+            }
+        }
+        // The box's own work, the base itself, and a return to an earlier tip pass.
+        let mine = commit_on(repo, &base, "mine");
+        check(&mine).expect("the box's own commit");
+        check(&base).expect("the base");
+        set_box_branch(repo, "b", "agentbox/b", &base, &mine).expect("taken");
+        set_box_branch(repo, "b", "agentbox/b", &base, &base).expect("a rollback");
+        // The user merged the box's work meanwhile: it is still the box's.
+        run(repo, &["update-ref", "refs/heads/main", &mine]);
+        set_box_branch(repo, "b", "agentbox/b", &base, &mine).expect("back to its own tip");
+        // What the box fetched (its own refs) may be built on.
+        let fetched = commit_on(repo, &base, "upstream");
+        run(repo, &["update-ref", "refs/agentbox/b/fetched", &fetched]);
+        run(repo, &["update-ref", "refs/remotes/origin/main", &fetched]);
+        check(&commit_on(repo, &fetched, "merge")).expect("built on a fetch");
+    }
+
     #[test]
     fn object_ids() {
         assert!(is_object_id(&"a".repeat(40)));

@@ -434,8 +434,12 @@ pub fn exec_collect(
     cwd: Option<String>,
     capture: bool,
 ) -> Result<(ExecOutcome, String)> {
+    use crate::pipe_copy::{pipe, Capped, FromPipe};
     let null = fs_err::File::open("/dev/null")?;
-    let mut out = tempfile::tempfile()?;
+    // Through a pipe whose start this process keeps: the box never writes a host file, and
+    // a command that says more than that is read on, not stored.
+    let (r, out) = pipe()?;
+    let collect = FromPipe::spawn(r, Capped::new(COLLECT_LIMIT), None, false);
     let req = Request::Exec {
         argv,
         env: caller_env(&["LC_ALL=C".to_owned()]),
@@ -445,16 +449,17 @@ pub fn exec_collect(
         capture,
     };
     client.send(&req, &[null.as_fd(), out.as_fd(), out.as_fd()])?;
+    drop(out);
     loop {
         if let Some(outcome) = exited(client.recv()?.0) {
-            let mut text = String::new();
-            use std::io::Seek;
-            out.rewind()?;
-            out.read_to_string(&mut text)?;
-            return Ok((outcome, text));
+            let (_, said) = collect.finish()?;
+            return Ok((outcome, String::from_utf8_lossy(&said.kept).into_owned()));
         }
     }
 }
+
+/// The most of a collected command's output kept (16 MiB).
+const COLLECT_LIMIT: usize = 16 << 20;
 
 /// The signals forwarded to a foreground command: SIGTERM, SIGHUP, SIGUSR1/2, and without
 /// a PTY also SIGINT and SIGQUIT (with one, Ctrl-C travels as a byte through the terminal).
