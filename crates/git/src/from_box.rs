@@ -69,8 +69,8 @@ pub fn set_box_branch(
 
 /// Refuse `tip` as box `name`'s branch `branch` (made at `base`) when it carries a commit the
 /// box did not make: one beyond what the box already has in the host repository (its base,
-/// its branch as last synced, its own refs `refs/agentbox/<name>/…`) that another host ref
-/// reaches (the user's unpushed branches, another box's branch, a stash, a detached `HEAD`).
+/// every tip its branch had, its own refs `refs/agentbox/<name>/…`) that a ref of the user
+/// reaches (an unpushed branch, a tag, a stash, a detached `HEAD`, a remote-tracking branch).
 /// The box reads the host's whole object store, so without this it could name such a commit
 /// as its tip and have the host push it with the user's credentials.
 ///
@@ -103,9 +103,13 @@ pub fn check_box_tip(
     }
     new.extend(old.as_deref());
     new.push(&own);
+    // The user's refs: every ref but agentbox's own (box branches, pins, fetched heads). A
+    // box's work moves between boxes of a repository by agentbox's own doing (a fork
+    // inherits its source's commits, `fork --keep` gives the source the winner's), so another
+    // box's commits are not refused here; what is guarded is the user's.
     let not_own = [
-        format!("--exclude=refs/heads/{branch}"),
-        format!("--exclude=refs/agentbox/{name}/*"),
+        "--exclude=refs/heads/agentbox/*".to_owned(),
+        "--exclude=refs/agentbox/*".to_owned(),
         format!("--exclude={INCOMING}/*"),
         "--all".to_owned(),
     ];
@@ -153,8 +157,8 @@ pub fn check_box_tip(
     let reached: Vec<&str> = refs
         .lines()
         .filter(|r| {
-            *r != format!("refs/heads/{branch}")
-                && !r.starts_with(&format!("refs/agentbox/{name}/"))
+            !r.starts_with("refs/heads/agentbox/")
+                && !r.starts_with("refs/agentbox/")
                 && !r.starts_with(&format!("{INCOMING}/"))
         })
         .take(3)
@@ -280,14 +284,16 @@ mod tests {
         let base = run(repo, &["rev-parse", "HEAD"]);
         run(repo, &["update-ref", "refs/agentbox/b/base", &base]);
         run(repo, &["update-ref", "refs/heads/agentbox/b", &base]);
-        // The user's unpushed work, and another box's.
+        // The user's unpushed work, a tag, a stash.
         let private = commit_on(repo, &base, "private");
         run(repo, &["update-ref", "refs/heads/private", &private]);
-        let other = commit_on(repo, &base, "other box");
-        run(repo, &["update-ref", "refs/heads/agentbox/c", &other]);
+        let tagged = commit_on(repo, &base, "tagged");
+        run(repo, &["update-ref", "refs/tags/v1", &tagged]);
+        let stashed = commit_on(repo, &base, "stashed");
+        run(repo, &["update-ref", "refs/stash", &stashed]);
         let check = |tip: &str| check_box_tip(repo, "b", "agentbox/b", &base, tip);
 
-        for foreign in [&private, &other] {
+        for foreign in [&private, &tagged, &stashed] {
             match check(foreign) {
                 Err(GitError::ForeignCommit { commit, .. }) => assert_eq!(&commit, foreign),
                 r => panic!("{foreign}: {r:?}"),
@@ -313,6 +319,11 @@ mod tests {
         run(repo, &["update-ref", "refs/agentbox/b/fetched", &fetched]);
         run(repo, &["update-ref", "refs/remotes/origin/main", &fetched]);
         check(&commit_on(repo, &fetched, "merge")).expect("built on a fetch");
+        // Another box's work (a fork's inheritance, a kept tournament winner) is agentbox's
+        // to move between boxes.
+        let other = commit_on(repo, &base, "other box");
+        run(repo, &["update-ref", "refs/heads/agentbox/c", &other]);
+        check(&other).expect("another box's commit");
     }
 
     #[test]
