@@ -163,7 +163,7 @@ pub fn check_box_tip(
         })
         .take(3)
         .collect();
-    Err(GitError::ForeignCommit {
+    Err(GitError::ForeignCommit(Box::new(crate::Foreign {
         repo: repo_root.to_owned(),
         box_name: name.to_owned(),
         tip: tip.to_owned(),
@@ -173,7 +173,7 @@ pub fn check_box_tip(
         } else {
             format!("the host's {} reach it", reached.join(", "))
         },
-    })
+    })))
 }
 
 /// Take box `name`'s branch `branch` (made at `base`) at commit `tip` from the git bundle at
@@ -295,13 +295,13 @@ mod tests {
 
         for foreign in [&private, &tagged, &stashed] {
             match check(foreign) {
-                Err(GitError::ForeignCommit { commit, .. }) => assert_eq!(&commit, foreign),
+                Err(GitError::ForeignCommit(f)) => assert_eq!(&f.commit, foreign),
                 r => panic!("{foreign}: {r:?}"),
             }
             // Built on: still carried.
             let on_top = commit_on(repo, foreign, "mine on top");
             match check(&on_top) {
-                Err(GitError::ForeignCommit { commit, .. }) => assert_eq!(&commit, foreign),
+                Err(GitError::ForeignCommit(f)) => assert_eq!(&f.commit, foreign),
                 r => panic!("{on_top}: {r:?}"),
             }
         }

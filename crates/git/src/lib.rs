@@ -50,15 +50,8 @@ pub enum GitError {
         branch: String,
         message: String,
     },
-    #[error("{}: refused box {box_name:?}'s tip {tip}: it carries commit {commit}, which the box did not make ({reached_by})", repo.display())]
-    ForeignCommit {
-        repo: PathBuf,
-        box_name: String,
-        tip: String,
-        commit: String,
-        /// The host refs that already reach the commit, for the message.
-        reached_by: String,
-    },
+    #[error("{}: refused box {:?}'s tip {}: it carries commit {}, which the box did not make ({})", .0.repo.display(), .0.box_name, .0.tip, .0.commit, .0.reached_by)]
+    ForeignCommit(Box<Foreign>),
     #[error(transparent)]
     Store(#[from] agentbox_store::Error),
     #[error(transparent)]
@@ -73,7 +66,7 @@ impl GitError {
             GitError::Store(s) => s.exit_code(),
             GitError::NoCommits { .. }
             | GitError::BadBranch { .. }
-            | GitError::ForeignCommit { .. } => ExitCode::Refused.into(),
+            | GitError::ForeignCommit(_) => ExitCode::Refused.into(),
             GitError::NoRemote { .. } | GitError::NoSuchRef { .. } => ExitCode::NotFound.into(),
             GitError::Io(_)
             | GitError::Spawn(_)
@@ -104,8 +97,9 @@ impl GitError {
             GitError::Fetch { remote, .. } => Some(format!(
                 "check that {remote} has that branch, or name one with --branch"
             )),
-            GitError::ForeignCommit { box_name, .. } => Some(format!(
-                "a box's branch may carry only commits made in box {box_name:?} on top of its base; reset the box's branch (`git reset` inside the box) to drop the others"
+            GitError::ForeignCommit(f) => Some(format!(
+                "a box's branch may carry only commits made in box {:?} on top of its base; reset the box's branch (`git reset` inside the box) to drop the others",
+                f.box_name
             )),
             GitError::Io(_)
             | GitError::Spawn(_)
@@ -113,6 +107,17 @@ impl GitError {
             | GitError::Command { .. } => None,
         }
     }
+}
+
+/// A box's tip refused by [`check_box_tip`]: it carries a commit of the user's.
+#[derive(Debug)]
+pub struct Foreign {
+    pub repo: PathBuf,
+    pub box_name: String,
+    pub tip: String,
+    pub commit: String,
+    /// The host refs that already reach the commit, for the message.
+    pub reached_by: String,
 }
 
 pub type Result<T, E = GitError> = std::result::Result<T, E>;

@@ -184,17 +184,22 @@ fn exec_on(
         .stdin(stdio(ends[0]))
         .stdout(stdio(ends[1]))
         .stderr(stdio(ends[2]));
-    let child = cmd.spawn().expect("run agentbox exec");
+    let mut child = cmd.spawn().expect("run agentbox exec");
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
+    let status = loop {
         if let Ok(text) = std::fs::read_to_string(&status_file) {
             if text.ends_with('\n') {
-                return (text.trim().parse().unwrap_or(-1), child);
+                break text.trim().parse().unwrap_or(-1);
             }
         }
-        assert!(Instant::now() < deadline, "agentbox exec never ended");
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("agentbox exec never ended");
+        }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    (status, child)
 }
 
 /// A box daemon started by an `exec` whose streams are partly a terminal keeps what it was
