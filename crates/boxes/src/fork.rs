@@ -232,9 +232,10 @@ fn fork_rest(
         registry::note_pins(home, name, &roots)?;
         made.noted = true;
     }
-    for g in &repos {
+    for (g, from) in repos.iter().zip(&src.repos) {
         agentbox_git::fork_refs(&g.repo, &src.name, name, &g.branch, &g.base)?;
         made.refs.push((g.repo.clone(), g.branch.clone()));
+        agentbox_git::inherit(&g.repo, name, &from.branch)?;
     }
     if !src.publish.is_empty() {
         progress.note(&format!(

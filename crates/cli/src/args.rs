@@ -511,8 +511,9 @@ pub struct CreateArgs {
     /// Default: config box.network (built-in: host).
     #[arg(long)]
     pub network: Option<String>,
-    /// Forward a host TCP port to a port of a private box: HOST:BOX or HOSTIP:HOST:BOX
-    /// (repeatable; needs --network private).
+    /// Forward a host TCP port to a port of a private box: HOST:BOX (on the host's loopback,
+    /// 127.0.0.1) or HOSTIP:HOST:BOX (0.0.0.0: every address) (repeatable; needs --network
+    /// private).
     #[arg(long = "publish", short = 'p', value_name = "[HOSTIP:]HOST:BOX")]
     pub publish: Vec<String>,
     /// Do not record a node after each command that changed something (config box.capture).
@@ -529,8 +530,8 @@ pub struct CreateArgs {
     #[arg(long)]
     pub broker: bool,
     /// An environment variable set in every command of the box (repeatable; replaces
-    /// config box.env).
-    #[arg(long = "env", value_name = "KEY=VALUE")]
+    /// config box.env). KEY alone takes its value from this shell.
+    #[arg(long = "env", value_name = "KEY[=VALUE]", value_parser = env_var)]
     pub vars: Vec<String>,
     /// A path (relative to the box root, `**/` for any depth) whose changes alone never
     /// make a node, besides the defaults (caches, /tmp, logs, shell histories). Repeatable;
@@ -566,8 +567,9 @@ pub struct CreateArgs {
 /// Options of every command started in a box.
 #[derive(Debug, Args)]
 pub struct CommandOpts {
-    /// Environment variable for this command (repeatable).
-    #[arg(long = "env", value_name = "KEY=VALUE")]
+    /// Environment variable for this command (repeatable). KEY alone takes its value from
+    /// this shell.
+    #[arg(long = "env", value_name = "KEY[=VALUE]", value_parser = env_var)]
     pub vars: Vec<String>,
     /// Working directory inside the box (default: /workspace).
     #[arg(short = 'w', long)]
@@ -849,8 +851,43 @@ pub struct FsckArgs {
     pub repair: bool,
 }
 
+/// An `--env` value: `KEY=VALUE`, or `KEY` alone, which takes the value `KEY` has in this
+/// process's environment (as `docker run -e KEY` does: the user named the variable). A `KEY`
+/// this environment does not set is refused rather than dropped, so a typo is not silent.
+fn env_var(s: &str) -> Result<String, String> {
+    if let Some((key, _)) = s.split_once('=') {
+        if key.is_empty() {
+            return Err("the variable has no name (expected KEY=VALUE)".to_owned());
+        }
+        return Ok(s.to_owned());
+    }
+    if s.is_empty() {
+        return Err("expected KEY=VALUE, or KEY to pass this shell's value".to_owned());
+    }
+    match std::env::var(s) {
+        Ok(value) => Ok(format!("{s}={value}")),
+        Err(_) => Err(format!(
+            "{s} is not set in this shell (or not UTF-8); give its value: --env {s}=VALUE"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn env_values_take_the_shell_s_value_or_are_refused() {
+        assert_eq!(super::env_var("A=b=c"), Ok("A=b=c".to_owned()));
+        assert_eq!(super::env_var("A="), Ok("A=".to_owned()));
+        assert!(super::env_var("=x").is_err());
+        let path = std::env::var("PATH").expect("PATH is set for tests");
+        assert_eq!(super::env_var("PATH"), Ok(format!("PATH={path}")));
+        let unset = super::env_var("AGENTBOX_TEST_SURELY_UNSET_VARIABLE").expect_err("unset");
+        assert!(
+            unset.contains("--env AGENTBOX_TEST_SURELY_UNSET_VARIABLE=VALUE"),
+            "{unset}"
+        );
+    }
+
     #[test]
     fn the_command_line_definition_is_consistent() {
         use clap::CommandFactory;

@@ -10,8 +10,12 @@ use agentbox_store::Node;
 /// Characters of an id shown to humans (any unique prefix of 4+ is accepted back).
 pub const SHORT: usize = 12;
 
+/// The first [`SHORT`] characters of `id` (cut at a character's boundary: an id read from
+/// an imported manifest may be any text). Box- or bundle-controlled ids still go through
+/// [`text`] before they are printed.
 pub fn short(id: &str) -> &str {
-    &id[..id.len().min(SHORT)]
+    let end = id.char_indices().nth(SHORT).map_or(id.len(), |(i, _)| i);
+    &id[..end]
 }
 
 /// Box-controlled text (node messages, command labels, tags, file names) as printed for

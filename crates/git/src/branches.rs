@@ -69,6 +69,30 @@ pub fn fork_refs(repo_root: &Path, from: &str, to: &str, branch: &str, base: &st
     git_stdin(repo_root, &["update-ref", "--stdin"], &tx).map(|_| ())
 }
 
+/// Let box `to`, forked from the box whose branch is `from_branch`, keep what that branch has
+/// in the host repository at `repo_root` as its own (`refs/agentbox/<to>/inherited`): the
+/// fork's history is its source's up to the fork, and a sync of it must not take those
+/// commits for the user's (see [`crate::check_box_tip`]) where the user has merged them.
+/// Nothing is written when the source has no such branch.
+pub fn inherit(repo_root: &Path, to: &str, from_branch: &str) -> Result<()> {
+    let Ok(tip) = git(
+        repo_root,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{from_branch}^{{commit}}"),
+        ],
+    ) else {
+        return Ok(());
+    };
+    git(
+        repo_root,
+        &["update-ref", &format!("refs/agentbox/{to}/inherited"), &tip],
+    )
+    .map(|_| ())
+}
+
 /// The branch checked out in the host repository at `repo_root` (`None`: detached HEAD).
 pub fn current_branch(repo_root: &Path) -> Result<Option<String>> {
     Ok(git(repo_root, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok())

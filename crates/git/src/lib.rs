@@ -50,6 +50,8 @@ pub enum GitError {
         branch: String,
         message: String,
     },
+    #[error("{}: refused box {:?}'s tip {}: it carries commit {}, which the box did not make ({})", .0.repo.display(), .0.box_name, .0.tip, .0.commit, .0.reached_by)]
+    ForeignCommit(Box<Foreign>),
     #[error(transparent)]
     Store(#[from] agentbox_store::Error),
     #[error(transparent)]
@@ -62,7 +64,9 @@ impl GitError {
         use agentbox_core::exit::ExitCode;
         match self {
             GitError::Store(s) => s.exit_code(),
-            GitError::NoCommits { .. } | GitError::BadBranch { .. } => ExitCode::Refused.into(),
+            GitError::NoCommits { .. }
+            | GitError::BadBranch { .. }
+            | GitError::ForeignCommit(_) => ExitCode::Refused.into(),
             GitError::NoRemote { .. } | GitError::NoSuchRef { .. } => ExitCode::NotFound.into(),
             GitError::Io(_)
             | GitError::Spawn(_)
@@ -93,12 +97,27 @@ impl GitError {
             GitError::Fetch { remote, .. } => Some(format!(
                 "check that {remote} has that branch, or name one with --branch"
             )),
+            GitError::ForeignCommit(f) => Some(format!(
+                "a box's branch may carry only commits made in box {:?} on top of its base; reset the box's branch (`git reset` inside the box) to drop the others",
+                f.box_name
+            )),
             GitError::Io(_)
             | GitError::Spawn(_)
             | GitError::NoCommits { .. }
             | GitError::Command { .. } => None,
         }
     }
+}
+
+/// A box's tip refused by [`check_box_tip`]: it carries a commit of the user's.
+#[derive(Debug)]
+pub struct Foreign {
+    pub repo: PathBuf,
+    pub box_name: String,
+    pub tip: String,
+    pub commit: String,
+    /// The host refs that already reach the commit, for the message.
+    pub reached_by: String,
 }
 
 pub type Result<T, E = GitError> = std::result::Result<T, E>;

@@ -30,6 +30,15 @@ pub const CHECK_COMMAND: &str = "__check-box-repo";
 /// The most of a box command's output the host reads for ids and path lists.
 const TEXT_LIMIT: u64 = 64 << 20;
 
+/// The largest git bundle a box may send the host in one sync (2 GiB): the host spools it to
+/// its own disk before verifying it, so the box's answer must not be able to fill that disk.
+/// Larger work is synced in steps (sync, push, then sync again) or moved with `git push`
+/// from inside the box to a remote.
+pub const BUNDLE_LIMIT: u64 = 2 << 30;
+
+/// The most of the in-box check's answer the host keeps.
+const CHECK_LIMIT: u64 = 64 << 10;
+
 /// How a box command ended: its exit status and the start of its stderr.
 pub struct Ran {
     pub status: i32,
@@ -48,6 +57,25 @@ pub trait BoxRunner {
     fn box_name(&self) -> &str;
 }
 
+/// [`BoxRunner::run`] with the box's stdout going through a pipe this process copies into
+/// `dest`, at most `limit` bytes: the box never writes a host file itself, and a box command
+/// that says more is cut off there (it gets `EPIPE`). The second value is whether it was.
+fn run_bounded(
+    runner: &dyn BoxRunner,
+    argv: &[String],
+    cwd: &str,
+    dest: &std::fs::File,
+    limit: u64,
+) -> Result<(Ran, bool)> {
+    use crate::pipe_copy::{pipe, FromPipe};
+    let (r, w) = pipe()?;
+    let copy = FromPipe::spawn(r, dest.try_clone()?, Some(limit), false);
+    // The pipe's write end is the box's alone once this call returns.
+    let ran = runner.run(argv, cwd, &std::fs::File::from(w));
+    let (copied, _) = copy.finish()?;
+    Ok((ran?, copied.over_limit))
+}
+
 /// The error for box repository `git` that `why` refused or failed.
 fn repo_error(runner: &dyn BoxRunner, git: &GitRecord, why: impl Into<String>) -> BoxError {
     BoxError::BoxRepo {
@@ -60,16 +88,29 @@ fn repo_error(runner: &dyn BoxRunner, git: &GitRecord, why: impl Into<String>) -
 /// Run `git -C <repo> ARGS` in the box; its stdout (at most [`TEXT_LIMIT`] bytes).
 fn git_text(runner: &dyn BoxRunner, git: &GitRecord, args: &[&str]) -> Result<(Ran, String)> {
     let mut out = tempfile::tempfile_in(runner.spool())?;
-    let ran = runner.run(
+    let (ran, over) = run_bounded(
+        runner,
         &git_argv(git, args),
         &git.workspace().to_string_lossy(),
         &out,
+        TEXT_LIMIT,
     )?;
+    if over {
+        return Err(repo_error(
+            runner,
+            git,
+            format!(
+                "git {} answered more than {} MiB",
+                args.join(" "),
+                TEXT_LIMIT >> 20
+            ),
+        ));
+    }
     out.rewind()?;
     let mut text = String::new();
     // Bytes that are not UTF-8 in a path list are replaced, never interpreted.
     let mut raw = Vec::new();
-    out.take(TEXT_LIMIT).read_to_end(&mut raw)?;
+    out.read_to_end(&mut raw)?;
     text.push_str(&String::from_utf8_lossy(&raw));
     Ok((ran, text))
 }
@@ -144,7 +185,7 @@ pub fn sync(runner: &dyn BoxRunner, git: &GitRecord) -> Result<Option<String>> {
         git.box_objects.to_string_lossy().into_owned(),
     ]);
     let mut said = tempfile::tempfile_in(runner.spool())?;
-    let ran = runner.run(&check, "/", &said)?;
+    let (ran, _) = run_bounded(runner, &check, "/", &said, CHECK_LIMIT)?;
     if ran.status != 0 {
         said.rewind()?;
         let mut why = String::new();
@@ -164,7 +205,7 @@ pub fn sync(runner: &dyn BoxRunner, git: &GitRecord) -> Result<Option<String>> {
         return Ok(None);
     };
     if agentbox_git::has_commit(host, &tip) {
-        agentbox_git::set_box_branch(host, &git.branch, &tip)?;
+        agentbox_git::set_box_branch(host, runner.box_name(), &git.branch, &git.base, &tip)?;
         return Ok(Some(tip));
     }
     // What the host has of this branch already (its last synced tip, the base) stays out of
@@ -186,16 +227,45 @@ pub fn sync(runner: &dyn BoxRunner, git: &GitRecord) -> Result<Option<String>> {
     }
     let bundle = tempfile::NamedTempFile::new_in(runner.spool())?;
     let argv_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let ran = runner.run(
+    let (ran, over) = run_bounded(
+        runner,
         &git_argv(git, &argv_refs),
         &git.workspace().to_string_lossy(),
         bundle.as_file(),
+        bundle_limit(),
     )?;
+    if over {
+        return Err(repo_error(
+            runner,
+            git,
+            format!(
+                "refused to sync: the box's bundle of {} is larger than {} MiB (the most a box may send the host at once); push from inside the box, or sync smaller steps",
+                git.branch,
+                bundle_limit() >> 20
+            ),
+        ));
+    }
     if ran.status != 0 {
         return Err(repo_error(runner, git, failed("git bundle create", &ran)));
     }
-    agentbox_git::take_bundle(host, bundle.path(), &git.branch, &tip)?;
+    agentbox_git::take_bundle(
+        host,
+        bundle.path(),
+        runner.box_name(),
+        &git.branch,
+        &git.base,
+        &tip,
+    )?;
     Ok(Some(tip))
+}
+
+/// [`BUNDLE_LIMIT`], or `AGENTBOX_BUNDLE_LIMIT` (bytes) of the supervisor's environment:
+/// set by the host user who starts agentbox, never by a box.
+fn bundle_limit() -> u64 {
+    std::env::var("AGENTBOX_BUNDLE_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(BUNDLE_LIMIT)
 }
 
 /// The checks [`sync`] has the box's agentbox binary make on the repository whose working

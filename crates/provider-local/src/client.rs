@@ -325,13 +325,16 @@ pub fn exec(
         kind,
         capture,
     };
-    if size.is_some() {
+    let relays = if size.is_some() {
         client.send(&req, &[])?;
+        Vec::new()
     } else {
-        let out = std::io::stdout();
-        let err = std::io::stderr();
-        client.send(&req, &[stdin.as_fd(), out.as_fd(), err.as_fd()])?;
-    }
+        let (fds, relays) = box_stdio()?;
+        client.send(&req, &[fds[0].as_fd(), fds[1].as_fd(), fds[2].as_fd()])?;
+        // Our copies of the box's ends go, so the box's last close is seen as the end.
+        drop(fds);
+        relays
+    };
     let (_, mut fds) = client.recv()?;
     let master = if size.is_some() {
         Some(
@@ -352,9 +355,53 @@ pub fn exec(
                 // Let the last output through before the terminal is restored.
                 let _ = drained.recv_timeout(Duration::from_millis(500));
             }
+            for relay in relays {
+                relay.finish()?;
+            }
             return Ok(outcome);
         }
     }
+}
+
+/// The standard input, output and error a command run without a PTY gets, and the copies
+/// that relay them: the caller's own descriptors where they are files, pipes or sockets, but
+/// never a terminal. A box process given the user's terminal could keep it after the
+/// command ends (a daemon holding the descriptor) and read what the user types at the host
+/// shell afterwards, or write into it; so a terminal end is replaced by a pipe this process
+/// copies to or from while the command runs. Standard input from a terminal this process
+/// does not have in the foreground (`exec … &`) is not read at all (the box gets
+/// `/dev/null`), as reading it would stop this process.
+type Relay = crate::pipe_copy::FromPipe<Box<dyn Write + Send>>;
+
+fn box_stdio() -> Result<([OwnedFd; 3], Vec<Relay>)> {
+    use crate::pipe_copy::{is_terminal, pipe, to_pipe, FromPipe};
+    let stdin = std::io::stdin();
+    let input = if !is_terminal(&stdin) {
+        stdin.as_fd().try_clone_to_owned()?
+    } else if in_foreground(&stdin) {
+        let (r, w) = pipe()?;
+        to_pipe(stdin, w);
+        r
+    } else {
+        fs_err::File::open("/dev/null")?.into_parts().0.into()
+    };
+    let mut relays = Vec::new();
+    let mut output = |fd: BorrowedFd<'_>, dest: Box<dyn Write + Send>| -> Result<OwnedFd> {
+        if !is_terminal(fd) {
+            return Ok(fd.try_clone_to_owned()?);
+        }
+        let (r, w) = pipe()?;
+        relays.push(FromPipe::spawn(r, dest, None, true));
+        Ok(w)
+    };
+    let out = output(std::io::stdout().as_fd(), Box::new(std::io::stdout()))?;
+    let err = output(std::io::stderr().as_fd(), Box::new(std::io::stderr()))?;
+    Ok(([input, out, err], relays))
+}
+
+/// Whether terminal `tty` has this process's process group in the foreground.
+fn in_foreground(tty: impl AsFd) -> bool {
+    rustix::termios::tcgetpgrp(tty).ok() == Some(rustix::process::getpgrp())
 }
 
 /// The outcome an `Exited` reply carries (`None`: another reply).
@@ -387,8 +434,12 @@ pub fn exec_collect(
     cwd: Option<String>,
     capture: bool,
 ) -> Result<(ExecOutcome, String)> {
+    use crate::pipe_copy::{pipe, Capped, FromPipe};
     let null = fs_err::File::open("/dev/null")?;
-    let mut out = tempfile::tempfile()?;
+    // Through a pipe whose start this process keeps: the box never writes a host file, and
+    // a command that says more than that is read on, not stored.
+    let (r, out) = pipe()?;
+    let collect = FromPipe::spawn(r, Capped::new(COLLECT_LIMIT), None, false);
     let req = Request::Exec {
         argv,
         env: caller_env(&["LC_ALL=C".to_owned()]),
@@ -398,16 +449,17 @@ pub fn exec_collect(
         capture,
     };
     client.send(&req, &[null.as_fd(), out.as_fd(), out.as_fd()])?;
+    drop(out);
     loop {
         if let Some(outcome) = exited(client.recv()?.0) {
-            let mut text = String::new();
-            use std::io::Seek;
-            out.rewind()?;
-            out.read_to_string(&mut text)?;
-            return Ok((outcome, text));
+            let (_, said) = collect.finish()?;
+            return Ok((outcome, String::from_utf8_lossy(&said.kept).into_owned()));
         }
     }
 }
+
+/// The most of a collected command's output kept (16 MiB).
+const COLLECT_LIMIT: usize = 16 << 20;
 
 /// The signals forwarded to a foreground command: SIGTERM, SIGHUP, SIGUSR1/2, and without
 /// a PTY also SIGINT and SIGQUIT (with one, Ctrl-C travels as a byte through the terminal).

@@ -17,6 +17,7 @@ pub mod held_files;
 pub mod layer_watch;
 pub mod local;
 pub mod netns;
+pub mod pipe_copy;
 pub mod proto;
 pub mod prune;
 pub mod restore;

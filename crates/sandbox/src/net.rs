@@ -126,7 +126,9 @@ impl NetError {
 /// A host TCP port forwarded to a port of the box (`--publish [HOSTIP:]HOST:BOX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Publish {
-    /// The host address to listen on; `None`: every IPv4 address of the host.
+    /// The host address to listen on; `None`: the host's loopback (`127.0.0.1`) only, so a
+    /// box's server is not offered to the host's network unless the user names an address
+    /// (`0.0.0.0:8080:80` for every one, as `docker run -p 8080:80` does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_ip: Option<Ipv4Addr>,
     pub host_port: u16,
@@ -136,23 +138,23 @@ pub struct Publish {
 impl Publish {
     /// The host address `pasta` listens on.
     pub fn host_addr(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(
-            self.host_ip.unwrap_or(Ipv4Addr::UNSPECIFIED),
-            self.host_port,
-        )
+        SocketAddrV4::new(self.host_ip.unwrap_or(Ipv4Addr::LOCALHOST), self.host_port)
     }
 
-    /// `pasta -t` spec: `[ADDR/]HOST:BOX`.
+    /// `pasta -t` spec: `ADDR/HOST:BOX` (always with the address: pasta's own default is
+    /// every address).
     fn pasta_spec(&self) -> String {
-        match self.host_ip {
-            Some(ip) => format!("{ip}/{}:{}", self.host_port, self.box_port),
-            None => format!("{}:{}", self.host_port, self.box_port),
-        }
+        format!(
+            "{}/{}:{}",
+            self.host_addr().ip(),
+            self.host_port,
+            self.box_port
+        )
     }
 }
 
 impl fmt::Display for Publish {
-    /// `8080->8123`, or `127.0.0.1:8080->8123` with a host address.
+    /// `8080->8123` (the host's loopback), or `0.0.0.0:8080->8123` with a host address.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(ip) = self.host_ip {
             write!(f, "{ip}:")?;
@@ -478,7 +480,11 @@ mod tests {
             }
         );
         assert_eq!(p.to_string(), "8080->8123");
-        assert_eq!(p.pasta_spec(), "8080:8123");
+        // No address: the host's loopback only.
+        assert_eq!(p.pasta_spec(), "127.0.0.1/8080:8123");
+        assert_eq!(p.host_addr(), SocketAddrV4::new(Ipv4Addr::LOCALHOST, 8080));
+        let all: Publish = "0.0.0.0:8080:80".parse().expect("parses");
+        assert_eq!(all.pasta_spec(), "0.0.0.0/8080:80");
         let q: Publish = "127.0.0.1:9000:80/tcp".parse().expect("parses");
         assert_eq!(q.to_string(), "127.0.0.1:9000->80");
         assert_eq!(q.pasta_spec(), "127.0.0.1/9000:80");

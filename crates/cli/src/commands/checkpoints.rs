@@ -38,7 +38,7 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
                     render::count(m.cleaned.truncated, "file", "files"),
                     render::bytes(m.cleaned.bytes),
                     if made.default { "; the project's default" } else { "" },
-                    m.name
+                    render::text(&m.name)
                 )
             })
         }
@@ -114,7 +114,7 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
                         .as_deref()
                         .map(|p| format!("project {}", render::path(p)))
                         .unwrap_or_else(|| "boxes outside a project".to_owned()),
-                    made.manifest.name
+                    render::text(&made.manifest.name)
                 )
             })
         }
@@ -175,7 +175,7 @@ fn table(list: &[Checkpoint], all: bool) -> String {
             if c.default { "yes" } else { "" },
             render::text(&m.source_box),
             render::time(&m.created),
-            render::short(&m.node)
+            render::text(render::short(&m.node))
         ));
     }
     s
@@ -202,17 +202,19 @@ fn show(c: &Checkpoint) -> String {
             render::text(&m.lineage.join(" <- ")).to_string()
         },
         render::time(&m.created),
-        m.version
+        render::text(&m.version)
     );
     for r in &m.repos {
         s.push_str(&format!(
             "  repository {}: branch {} at {}\n",
             render::path(&r.repository),
             render::text(&r.branch),
-            r.tip
-                .as_deref()
-                .map(render::short)
-                .unwrap_or("(not synced)")
+            render::text(
+                r.tip
+                    .as_deref()
+                    .map(render::short)
+                    .unwrap_or("(not synced)")
+            )
         ));
     }
     s

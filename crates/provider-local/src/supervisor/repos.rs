@@ -11,9 +11,16 @@ pub(super) const BOX_GIT_TIMEOUT: Duration = Duration::from_secs(600);
 /// namespaces, capabilities and system-call filter.
 impl crate::boxgit::BoxRunner for Shared {
     fn run(&self, argv: &[String], cwd: &str, out: &std::fs::File) -> Result<crate::boxgit::Ran> {
-        use std::io::{Read, Seek};
         let null = fs_err::File::open("/dev/null")?.into_parts().0;
-        let mut err = tempfile::tempfile_in(self.spool())?;
+        // Stderr through a pipe whose start this process keeps: the box never writes a host
+        // file, and says at most 64 KiB that is read.
+        let (err_r, err) = crate::pipe_copy::pipe()?;
+        let err_copy = crate::pipe_copy::FromPipe::spawn(
+            err_r,
+            crate::pipe_copy::Capped::new(64 << 10),
+            None,
+            false,
+        );
         let info = new_info(self, ProcKind::Exec, argv.to_vec());
         let (exit_tx, exit_rx) = channel();
         let env = vec![
@@ -30,6 +37,7 @@ impl crate::boxgit::BoxRunner for Shared {
             &fds,
             Some(exit_tx),
         );
+        drop(err);
         let pid = match started {
             Ok((pid, _)) => pid,
             Err(BoxError::Command { message, status }) => {
@@ -60,12 +68,10 @@ impl crate::boxgit::BoxRunner for Shared {
                 )));
             }
         };
-        err.rewind()?;
-        let mut raw = Vec::new();
-        err.take(64 << 10).read_to_end(&mut raw)?;
+        let (_, said) = err_copy.finish()?;
         Ok(crate::boxgit::Ran {
             status,
-            stderr: String::from_utf8_lossy(&raw).into_owned(),
+            stderr: String::from_utf8_lossy(&said.kept).into_owned(),
         })
     }
 

@@ -9,6 +9,7 @@ mod base;
 mod bundles;
 mod config_trust;
 mod disk;
+mod host_side;
 mod host_writes;
 mod relay;
 
