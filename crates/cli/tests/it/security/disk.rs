@@ -103,7 +103,33 @@ fn a_box_cannot_fill_a_btrfs_store() {
 #[test]
 fn a_box_cannot_fill_an_ext4_store_with_project_quotas() {
     let test = "a_box_cannot_fill_an_ext4_store_with_project_quotas";
+    if kernel_config("CONFIG_QFMT_V2") == Some(false) {
+        // Not a missing capability of the machine the test could be given: the running
+        // kernel was built without the quota format ext4's quota feature needs, so no ext4
+        // filesystem here can hold a project quota. On such a kernel `--disk` on ext4 is
+        // refused (`disk_is_refused_where_the_filesystem_cannot_enforce_it`). The kernel's
+        // own configuration says so; on a kernel that has it, the test runs in full.
+        eprintln!(
+            "{test}: this kernel was built without CONFIG_QFMT_V2: ext4 cannot hold project quotas"
+        );
+        return;
+    }
     a_box_cannot_fill_the_store(test, LoopFs::ext4_project_quotas(512 << 20));
+}
+
+/// Whether the running kernel was built with `option` (`/proc/config.gz`); `None` when the
+/// kernel does not publish its configuration.
+fn kernel_config(option: &str) -> Option<bool> {
+    let out = std::process::Command::new("zcat")
+        .arg("/proc/config.gz")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(text.lines().any(|l| {
+        l.strip_prefix(option)
+            .is_some_and(|rest| rest == "=y" || rest == "=m")
+    }))
 }
 
 #[test]
