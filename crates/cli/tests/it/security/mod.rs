@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+mod seccomp;
+
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
 
