@@ -3,7 +3,6 @@
 //! supervisor from answering `status` and `stop`; its changes are still captured, by
 //! scanning once the watcher's cap is reached.
 
-use std::collections::BTreeSet;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,39 +14,78 @@ use crate::common::{code, stderr, supervisor_pid};
 const HANG_GUARD: Duration = Duration::from_secs(600);
 
 /// The inotify watches process `pid` holds: the `inotify wd:` lines of its descriptors'
-/// `fdinfo`, each inotify instance counted once (a watcher's descriptor is duplicated for
-/// waiting on, and both list the same watches).
+/// `fdinfo`, each inotify instance counted once. A watcher's descriptor is duplicated for
+/// waiting on, and both list the same watches; read a moment apart while watches are
+/// added, one list holds the other, so such lists count as one instance (the larger).
 fn watches_of(pid: i32) -> usize {
+    use std::collections::HashSet;
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
         return 0;
     };
-    let mut instances: BTreeSet<Vec<String>> = BTreeSet::new();
+    let mut instances: Vec<HashSet<String>> = Vec::new();
     for e in dir.flatten() {
         let Ok(info) = std::fs::read_to_string(e.path()) else {
             continue;
         };
-        let mut lines: Vec<String> = info
+        let lines: HashSet<String> = info
             .lines()
             .filter(|l| l.starts_with("inotify wd:"))
             .map(str::to_owned)
             .collect();
-        if !lines.is_empty() {
-            lines.sort();
-            instances.insert(lines);
+        if lines.is_empty() {
+            continue;
+        }
+        match instances
+            .iter_mut()
+            .find(|i| i.is_subset(&lines) || lines.is_subset(i))
+        {
+            Some(i) if i.len() < lines.len() => *i = lines,
+            Some(_) => {}
+            None => instances.push(lines),
         }
     }
-    instances.iter().map(Vec::len).sum()
+    instances.iter().map(HashSet::len).sum()
 }
 
-/// Waits for `child`, sampling the supervisor's watches meanwhile; (output, most watches
-/// seen).
+/// Waits for `child`, sampling the supervisor's watches meanwhile (none for `pid` 0);
+/// (output, most watches seen). Its output is read as it comes: a pipe that fills up would
+/// stall it.
 fn wait_sampling(mut child: Child, pid: i32) -> (Output, usize) {
+    use std::io::Read;
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let start = Instant::now();
     let mut most = 0;
     loop {
-        most = most.max(watches_of(pid));
-        if child.try_wait().expect("wait").is_some() {
-            return (child.wait_with_output().expect("output"), most);
+        if pid != 0 {
+            most = most.max(watches_of(pid));
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            let output = Output {
+                status,
+                stdout: out.join().expect("stdout"),
+                stderr: err.join().expect("stderr"),
+            };
+            return (output, most);
         }
         if start.elapsed() > HANG_GUARD {
             let _ = child.kill();
@@ -88,7 +126,7 @@ fn directories_without_end(home: &std::path::Path, name: &str, cmd: &dyn Fn(&[&s
     };
     let before = head("before");
     let script = format!(
-        "mkdir -p /workspace/many && cd /workspace/many && seq 1 {n} | xargs mkdir && echo made"
+        "mkdir -p /workspace/many && cd /workspace/many && seq 1 {n} | xargs mkdir && echo x > marker && echo made"
     );
     let child = cmd(&["exec", name, "--", "sh", "-c", &script])
         .stdout(Stdio::piped())
@@ -117,9 +155,10 @@ fn directories_without_end(home: &std::path::Path, name: &str, cmd: &dyn Fn(&[&s
     let has = |dir: String| text.lines().any(|l| l.trim_end().ends_with(&dir));
     assert!(
         has("many/1".into()) && has(format!("many/{n}")),
-        "the nodes made since {before} do not hold the directories: {}{}",
+        "the nodes made since {before} do not hold the directories: {}{}; the command said: {}",
         &text[..text.len().min(2000)],
-        stderr(&diff)
+        stderr(&diff),
+        stderr(&out)
     );
     let stop = finish(cmd(&["stop", name]));
     assert_eq!(code(&stop), Some(0), "{}", stderr(&stop));
