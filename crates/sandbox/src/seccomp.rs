@@ -470,7 +470,7 @@ pub const PERSONALITIES: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
 const AF_VSOCK: u64 = 40;
 
 /// Terminal ioctls that push input into a terminal or drive the console.
-const DENIED_IOCTLS: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+const DENIED_IOCTLS: &[u64] = &[libc::TIOCSTI, libc::TIOCLINUX];
 
 fn arch() -> Result<TargetArch, String> {
     TargetArch::try_from(std::env::consts::ARCH)
