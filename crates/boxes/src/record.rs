@@ -417,8 +417,16 @@ pub fn ignore_set(rec: &BoxRecord) -> IgnoreSet {
 /// Changes that count for auto-capture: files and links not ignored, and directories not
 /// ignored with no change below them (a directory copied up only because something below
 /// it changed is not a change of its own).
+///
+/// Linear in the changes (times their depth): a box that made a hundred thousand
+/// directories must not keep its supervisor busy for minutes.
 pub fn counted_changes(ignore: &IgnoreSet, changed: &[(PathBuf, bool)]) -> Vec<PathBuf> {
-    let touched_below = |dir: &Path| changed.iter().any(|(p, _)| p != dir && p.starts_with(dir));
+    // Every directory strictly above a changed path.
+    let above: std::collections::HashSet<&Path> = changed
+        .iter()
+        .flat_map(|(p, _)| p.ancestors().skip(1))
+        .collect();
+    let touched_below = |dir: &Path| above.contains(dir);
     changed
         .iter()
         .filter(|(p, _)| !ignore.is_ignored(p))

@@ -91,7 +91,14 @@ pub(super) fn changed_since_head(
     let changed = shared.store.changed_paths_hinted(&shared.name, hint)?;
     let differ: Vec<PathBuf> = changed.iter().map(|(p, _)| p.clone()).collect();
     let shown = lock(&shared.shown).clone();
-    let is_dir = |p: &Path| changed.iter().any(|(c, dir)| *dir && c == p);
+    // A set, not a search of `changed` per path: a box may have made a hundred thousand
+    // directories, and this runs under the operations lock that `stop` waits for.
+    let dirs: std::collections::HashSet<&Path> = changed
+        .iter()
+        .filter(|(_, dir)| *dir)
+        .map(|(p, _)| p.as_path())
+        .collect();
+    let is_dir = |p: &Path| dirs.contains(p);
     let counted: Vec<PathBuf> = record::counted_changes(&ignore, &changed)
         .into_iter()
         .filter(|p| !(is_dir(p) && holds_shown(&shown, p)))

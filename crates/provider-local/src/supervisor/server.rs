@@ -78,6 +78,24 @@ pub(super) fn accept_loop(shared: Arc<Shared>, listener: OwnedFd, inbox: bool) {
     }
 }
 
+/// How long a stop waits for an operation under way (a commit, a checkout) to finish.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// `m` locked, or `None` once `grace` passed without it coming free.
+fn lock_within<T>(m: &Mutex<T>, grace: Duration) -> Option<MutexGuard<'_, T>> {
+    let until = std::time::Instant::now() + grace;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
 pub(super) fn reply(conn: &OwnedFd, r: &Reply, fds: &[BorrowedFd<'_>]) {
     let _ = ipc::send(conn, r, fds);
 }
@@ -160,7 +178,12 @@ pub(super) fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
             keep_processes: true,
         } => restore_in_place(&shared, &conn, &reference),
         Request::Stop => {
-            let _ops = lock(&shared.ops);
+            // Nothing new starts (the capture loop ends at its next look); an operation
+            // under way gets a bounded time to finish, then the box stops anyway: the store
+            // finishes or undoes whatever a stop in the middle leaves (as after a crash),
+            // and a stop must not wait behind a box that keeps its supervisor busy.
+            shared.stopping.store(true, Ordering::SeqCst);
+            let _ops = lock_within(&shared.ops, STOP_GRACE);
             reply(&conn, &Reply::Ok, &[]);
             shutdown(&shared);
         }

@@ -5,7 +5,9 @@
 //! that tree with the pieces of this module:
 //!
 //! * [`Watcher`] — a recursive inotify watcher of the tree. It costs nothing while the box
-//!   is idle (no walking) and reports how many changes it saw since the previous call.
+//!   is idle (no walking) and reports how many changes it saw since the previous call. It
+//!   never holds more than [`max_watches`] watches: a tree with more directories makes it
+//!   fail ([`WatchError::TooManyDirs`]), and the caller falls back to scanning.
 //! * [`IgnoreSet`] — paths whose changes never trigger a capture (caches, temp files, logs).
 //! * [`Debouncer`] — the pure decision: capture once changes have settled for a quiet
 //!   period, and never later than a maximum delay after the first unsaved change.
@@ -62,7 +64,7 @@ mod watcher;
 pub use self::debounce::Debouncer;
 pub use self::scan::fingerprint;
 use self::scan::*;
-pub use self::watcher::{Journal, Seen, Watcher};
+pub use self::watcher::{max_watches, Journal, Seen, Watcher};
 pub use agentbox_boxes::ignore::IgnoreSet;
 
 /// Why watching or fingerprinting a tree failed. Every variant names the path involved.
@@ -88,6 +90,15 @@ pub enum WatchError {
          Changes are detected by the periodic backstop scan instead"
     )]
     WatchLimit { path: PathBuf },
+    /// The tree has more directories than one box may watch ([`max_watches`]): every watch
+    /// is charged to the supervisor's user (host root for a root box), so a box making
+    /// directories without end would otherwise take the host's whole watch limit.
+    #[error(
+        "{path} has more than {cap} directories, the most one box may watch (every watch \
+         counts against the host user's inotify limit). Changes are detected by the \
+         periodic backstop scan instead"
+    )]
+    TooManyDirs { path: PathBuf, cap: usize },
     /// `inotify_add_watch` failed for another reason than the directory vanishing.
     #[error("cannot watch {path} for changes: {source}")]
     Watch {
@@ -120,6 +131,7 @@ impl WatchError {
         match self {
             WatchError::Init { path, .. }
             | WatchError::WatchLimit { path }
+            | WatchError::TooManyDirs { path, .. }
             | WatchError::Watch { path, .. }
             | WatchError::Io { path, .. }
             | WatchError::Events { path, .. }

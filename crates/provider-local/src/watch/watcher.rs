@@ -35,6 +35,27 @@ pub(super) const READ_BUFFER: usize = 64 * 1024;
 /// busy forever; what is left is returned by the next call.
 pub(super) const MAX_READS_PER_POLL: usize = 64;
 
+/// The most watches one box's watcher holds, whatever the box does: an eighth of the host
+/// user's limit (`fs.inotify.max_user_watches`; every watch of a supervisor counts against
+/// its user, host root for a root box), at most [`MAX_WATCHES_CEILING`] and at least
+/// [`MAX_WATCHES_FLOOR`]. An eighth leaves the host's own tools (editors, file managers,
+/// other boxes) most of the limit with several busy boxes running; the ceiling covers a
+/// large `node_modules` (tens of thousands of directories) while keeping the memory a box
+/// can pin in the kernel (about 1 KiB per watch) small. Beyond it the watcher fails with
+/// [`WatchError::TooManyDirs`] and the box's changes are found by scanning.
+pub fn max_watches() -> usize {
+    let limit = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(8192);
+    (limit / 8).clamp(MAX_WATCHES_FLOOR, MAX_WATCHES_CEILING)
+}
+
+/// See [`max_watches`].
+pub const MAX_WATCHES_CEILING: usize = 32_768;
+/// See [`max_watches`].
+pub const MAX_WATCHES_FLOOR: usize = 1024;
+
 /// Events that mean "something in this directory changed". Reads and opens are left out
 /// (a write through a shared mapping raises nothing until the file is closed: whoever
 /// trusts a [`Journal`] must look at the files held open then, see `crate::held_files`).
@@ -57,8 +78,10 @@ pub(super) fn change_mask() -> WatchMask {
 /// Invariants:
 /// * every directory under the root that is not ignored has a watch, except one created
 ///   since the last [`poll`](Watcher::poll) (it gets its watch, and its contents are counted
-///   as changes, when that event is processed) or after the watch limit was hit (which is an
-///   error: the caller must stop relying on the watcher);
+///   as changes, when that event is processed) or after the watch limit or the watcher's
+///   cap was hit (which is an error: the caller must stop relying on the watcher);
+/// * it never holds more than `cap` watches ([`max_watches`] unless a test says otherwise),
+///   counting those a walk added before it failed (they live until the watcher is dropped);
 /// * `dirs` maps each live watch to the directory's current path relative to the root:
 ///   a directory moved inside the tree is re-watched under its new path, one moved out of
 ///   the tree (or into an ignored path) loses its watches;
@@ -73,6 +96,8 @@ pub struct Watcher {
     dirs: HashMap<i32, (WatchDescriptor, PathBuf)>,
     root_wd: i32,
     buffer: Vec<u8>,
+    /// The most watches this watcher adds (see [`max_watches`]).
+    cap: usize,
 }
 
 impl std::os::fd::AsFd for Watcher {
@@ -99,14 +124,17 @@ impl Watcher {
     /// are skipped. The directories of one depth are shared among one thread per core.
     /// Fails with [`WatchError::WatchLimit`] when the inotify watch limit is reached; the
     /// caller then uses [`fingerprint`] polling instead.
+    /// Fails with [`WatchError::TooManyDirs`] when the tree has more than [`max_watches`]
+    /// directories to watch.
     pub fn new(root: &Path, ignore: IgnoreSet) -> Result<Watcher, WatchError> {
-        Watcher::build(root, ignore, None)
+        Watcher::build(root, ignore, None, max_watches())
     }
 
     fn build(
         root: &Path,
         ignore: IgnoreSet,
         journal: Option<Journal>,
+        cap: usize,
     ) -> Result<Watcher, WatchError> {
         let inotify = Inotify::init().map_err(|source| WatchError::Init {
             path: root.to_owned(),
@@ -120,6 +148,7 @@ impl Watcher {
             dirs: HashMap::new(),
             root_wd: -1,
             buffer: vec![0; READ_BUFFER],
+            cap,
         };
         watcher.watch_root()?;
         watcher.watch_dirs(vec![PathBuf::new()], false)?;
@@ -130,7 +159,16 @@ impl Watcher {
     /// ignored or not: ignored directories are watched too (their events still count
     /// as no change).
     pub fn recording(root: &Path, ignore: IgnoreSet) -> Result<Watcher, WatchError> {
-        Watcher::build(root, ignore, Some(Journal::default()))
+        Watcher::build(root, ignore, Some(Journal::default()), max_watches())
+    }
+
+    /// A recording watcher holding at most `cap` watches (tests of the cap).
+    pub fn recording_capped(
+        root: &Path,
+        ignore: IgnoreSet,
+        cap: usize,
+    ) -> Result<Watcher, WatchError> {
+        Watcher::build(root, ignore, Some(Journal::default()), cap)
     }
 
     /// Whether events are waiting to be read.
@@ -169,6 +207,7 @@ impl Watcher {
     /// inside them before the watch existed were missed). On a queue overflow
     /// (`IN_Q_OVERFLOW`) the watches are re-added by rescanning the tree and `overflowed` is
     /// set. Errors: [`WatchError::WatchLimit`] when a new directory cannot be watched,
+    /// [`WatchError::TooManyDirs`] when it would be one watch more than the cap,
     /// [`WatchError::RootGone`] when the root was removed, moved or unmounted (as when a
     /// checkout replaces the layer: build a new watcher on the new one). After an error the
     /// watcher no longer covers the whole tree: drop it, and fall back to [`fingerprint`]
@@ -382,11 +421,22 @@ impl Watcher {
         let watches = self.inotify.watches();
         let pruned = self.pruned();
         let (root, ignore, counted) = (&self.root, &pruned, &self.ignore);
+        // Watches held and added so far, shared by the walk's threads: the cap is checked
+        // before each add, so the kernel never holds more than `cap` of this watcher's.
+        // (Re-adding a watched directory counts too: an overestimate, never an under.)
+        let held = std::sync::atomic::AtomicUsize::new(self.dirs.len());
+        let cap = self.cap;
         let visited = walk_levels(todo, |rel: &Path| {
             let abs = root.join(rel);
             let watch = if rel.as_os_str().is_empty() {
                 None
             } else {
+                if held.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= cap {
+                    return Err(WatchError::TooManyDirs {
+                        path: root.clone(),
+                        cap,
+                    });
+                }
                 match watches.clone().add(&abs, mask) {
                     Ok(wd) => Some((wd, rel.to_owned())),
                     Err(e) if vanished(&e) => return Ok((Vec::new(), (None, 0))),

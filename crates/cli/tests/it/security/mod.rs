@@ -15,6 +15,9 @@ mod relay;
 
 use std::path::{Path, PathBuf};
 
+mod seccomp;
+mod watcher;
+
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
 
