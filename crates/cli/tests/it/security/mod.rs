@@ -12,11 +12,10 @@ mod disk;
 mod host_side;
 mod host_writes;
 mod relay;
-
-use std::path::{Path, PathBuf};
-
 mod seccomp;
 mod watcher;
+
+use std::path::{Path, PathBuf};
 
 use crate::common::{as_nobody, code, git, kill_supervisors, stderr, write, Env};
 use agentbox_testkit::tier::require_root;
