@@ -626,12 +626,7 @@ fn a_rootless_box_keeps_its_own_copy_too() {
         "myagent:\n  command: [cat, /root/.myagent/conf]\n  config:\n    - path: ~/.myagent\n",
     );
     std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), dir.join("agentbox")).expect("copy");
-    assert!(std::process::Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&dir)
-        .status()
-        .expect("chown")
-        .success());
+    crate::common::chown_nobody(&dir);
     let run = |args: &[&str]| {
         let out = std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])

@@ -1071,12 +1071,7 @@ fn a_normal_user_gets_a_rootless_box() {
     };
     let root = b.env.home.path();
     let chown = |p: &Path| {
-        assert!(Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(p)
-            .status()
-            .expect("chown")
-            .success());
+        crate::common::chown_nobody(p);
     };
     std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let home = root.join("nobody-home");
@@ -1140,12 +1135,7 @@ fn a_rootless_box_from_a_git_repository_syncs_its_branch() {
     write(&repo.join("a.txt"), "one\nuncommitted\n");
     std::fs::create_dir(&home).expect("mkdir");
     for p in [&home, &repo] {
-        assert!(Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(p)
-            .status()
-            .expect("chown")
-            .success());
+        crate::common::chown_nobody(p);
     }
     let ok = |args: &[&str]| {
         let out = as_nobody(&home, args);

@@ -363,12 +363,7 @@ fn a_rootless_box_without_a_network_reaches_its_broker() {
     std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), &exe).expect("copy the binary");
     let proj = home.join("proj");
     write(&proj.join("README"), "readme\n");
-    let chown = std::process::Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&home)
-        .status()
-        .expect("chown");
-    assert!(chown.success());
+    crate::common::chown_nobody(&home);
     let nobody = |args: &[&str]| {
         let out = std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])

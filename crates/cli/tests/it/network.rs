@@ -433,12 +433,7 @@ fn a_rootless_private_box_works_or_says_why() {
     let home = env.home.path().join("nobody");
     std::fs::create_dir_all(&home).expect("mkdir");
     let _stop = StopAll(home.clone());
-    let chown = std::process::Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&home)
-        .status()
-        .expect("chown");
-    assert!(chown.success());
+    crate::common::chown_nobody(&home);
     let out = as_nobody(&home, &["create", "r", "--empty", "--network", "private"]);
     if !open_to_all(Path::new("/dev/net/tun")) {
         // pasta makes the box's interface as the user, through /dev/net/tun.

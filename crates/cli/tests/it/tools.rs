@@ -118,12 +118,7 @@ impl Tools {
         if rootless {
             std::fs::copy(env!("CARGO_BIN_EXE_agentbox"), t.dir.join("agentbox"))
                 .expect("copy the binary");
-            assert!(Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(&t.dir)
-                .status()
-                .expect("chown")
-                .success());
+            crate::common::chown_nobody(&t.dir);
         }
         let mut args = vec!["config", "set", "--global", "box.homeTools"];
         args.extend_from_slice(HOME_TOOLS);

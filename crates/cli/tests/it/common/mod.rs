@@ -158,6 +158,21 @@ pub fn kill_supervisors(home: &Path) {
     std::thread::sleep(std::time::Duration::from_millis(100));
 }
 
+/// Give `path` and everything below it to `nobody` (65534:65534), for rootless tests that
+/// run agentbox as that user.
+pub fn chown_nobody(path: impl AsRef<Path>) {
+    let status = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(path.as_ref())
+        .status()
+        .expect("chown");
+    assert!(
+        status.success(),
+        "chown -R nobody {}",
+        path.as_ref().display()
+    );
+}
+
 /// `agentbox ARGS` as the unprivileged user `nobody`, with `home` as its agentbox home
 /// (and a copy of the binary there, where `nobody` can reach it whatever the checkout's
 /// permissions).

@@ -52,12 +52,7 @@ impl Agents {
         let root = self.s.env.home.path();
         std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         for p in [&self.user, &self.proj, &self.abhome] {
-            assert!(std::process::Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(p)
-                .status()
-                .expect("chown")
-                .success());
+            crate::common::chown_nobody(p);
         }
     }
 

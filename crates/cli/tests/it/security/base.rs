@@ -205,12 +205,7 @@ fn the_base_shows_system_paths_only_and_nothing_others_cannot_read_rootless() {
     write(&proj.join("README"), "readme\n");
     std::fs::create_dir(&home).expect("mkdir");
     for p in [&home, &proj] {
-        assert!(std::process::Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(p)
-            .status()
-            .expect("chown")
-            .success());
+        crate::common::chown_nobody(p);
     }
     let ok = |args: &[&str]| {
         let out = as_nobody(&home, args);

@@ -399,12 +399,7 @@ fn a_rootless_boxs_project_file_cannot_show_the_users_tokens() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
-    assert!(std::process::Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&user)
-        .status()
-        .expect("chown")
-        .success());
+    crate::common::chown_nobody(&user);
     struct Stop(PathBuf);
     impl Drop for Stop {
         fn drop(&mut self) {

@@ -184,12 +184,7 @@ fn disk_is_refused_for_a_rootless_box_with_the_reason() {
     write(&proj.join("README"), "readme\n");
     std::fs::create_dir(&home).expect("mkdir");
     for p in [&home, &proj] {
-        assert!(std::process::Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(p)
-            .status()
-            .expect("chown")
-            .success());
+        crate::common::chown_nobody(p);
     }
     let p = proj.to_str().expect("utf-8");
     let out = crate::common::as_nobody(&home, &["create", "r", "--from", p, "--disk", "50M"]);

@@ -336,12 +336,7 @@ fn a_box_cannot_sync_or_push_host_commits(test: &str, rootless: bool) {
     };
     host_git_ok(&["remote", "add", "origin", remote.to_str().expect("utf-8")]);
     if rootless {
-        assert!(Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(&remote)
-            .status()
-            .expect("chown")
-            .success());
+        crate::common::chown_nobody(&remote);
     }
     // The user's private work, on a branch of its own, never pushed.
     host_git_ok(&["checkout", "-q", "-b", "private"]);
@@ -358,12 +353,7 @@ fn a_box_cannot_sync_or_push_host_commits(test: &str, rootless: bool) {
     ]);
     host_git_ok(&["checkout", "-q", "main"]);
     if rootless {
-        assert!(Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(&g.repo)
-            .status()
-            .expect("chown")
-            .success());
+        crate::common::chown_nobody(&g.repo);
     }
     let secret = g.host_rev("private");
     let synced = g.host_rev("agentbox/g");

@@ -168,12 +168,7 @@ fn box_planted_symlinks_never_lead_a_rootless_pid1_to_a_user_file() {
     std::fs::create_dir(&home).expect("mkdir");
     let _stop = StopAll(home.clone());
     for p in [&home, &proj] {
-        assert!(std::process::Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(p)
-            .status()
-            .expect("chown")
-            .success());
+        crate::common::chown_nobody(p);
     }
     let proj = proj.to_str().expect("utf-8");
     let ok = |args: &[&str]| {

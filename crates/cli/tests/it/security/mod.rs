@@ -338,12 +338,7 @@ impl GitBox {
             let home = root.join("nobody-home");
             std::fs::create_dir(&home).expect("mkdir");
             for p in [&home, &repo] {
-                assert!(std::process::Command::new("chown")
-                    .args(["-R", "65534:65534"])
-                    .arg(p)
-                    .status()
-                    .expect("chown")
-                    .success());
+                crate::common::chown_nobody(p);
             }
             home
         });
@@ -871,12 +866,7 @@ fn a_rootless_box_gets_the_same_hardening() {
     let user_home =
         std::path::PathBuf::from(format!("/var/tmp/agentbox-sec-home-{}", std::process::id()));
     write(&user_home.join("secret"), "the user's secret\n");
-    assert!(std::process::Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&user_home)
-        .status()
-        .expect("chown")
-        .success());
+    crate::common::chown_nobody(&user_home);
     let nobody_home = g.nobody.clone().expect("rootless");
     let run = |script: &str| {
         let exe = nobody_home.join("agentbox");

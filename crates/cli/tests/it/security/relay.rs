@@ -71,12 +71,7 @@ impl Home {
     /// Make `path` (recursively) the rootless user's, when boxes are rootless.
     fn chown(&self, path: &Path) {
         if self.nobody.is_some() {
-            assert!(std::process::Command::new("chown")
-                .args(["-R", "65534:65534"])
-                .arg(path)
-                .status()
-                .expect("chown")
-                .success());
+            crate::common::chown_nobody(path);
         }
     }
 
