@@ -135,7 +135,7 @@ fn ssh_host_keys() -> Vec<PathBuf> {
 
 /// The files [`allow::unreadable`] found below the roots it was last asked about, kept by a
 /// box's supervisor for its lifetime: a checkout starts the box again, and the scan
-/// (0.5 s with a warm cache, seconds with a cold one) would otherwise be paid on every
+/// (0.2 s on two cores with a warm cache, seconds with a cold one) would otherwise be paid on every
 /// rollback. A file the host makes unreadable to others while the box's supervisor runs is
 /// hidden from the box at its next `start`, as the README says.
 #[derive(Debug, Default)]
