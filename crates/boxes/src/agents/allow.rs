@@ -515,7 +515,7 @@ mod tests {
         assert_eq!(v, serde_json::json!({"url": "https://h/x"}));
         assert_eq!(
             dropped,
-            ["m.url (userinfo)", "m.url (query.api_key)", "m.other"]
+            ["m.other", "m.url (userinfo)", "m.url (query.api_key)"]
         );
         let mut v = serde_json::json!({"url": {"not": "text"}});
         let mut dropped = Vec::new();
