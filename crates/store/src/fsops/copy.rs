@@ -300,11 +300,15 @@ fn make_dir(path: &Path) -> Result<()> {
 
 /// Open regular file `src` for reading, never through a symlink (see [`CopyOpts::beneath`]).
 fn open_source(src: &Path, opts: &CopyOpts) -> Result<File> {
+    open_regular(src, opts.beneath.as_deref())
+}
+
+/// Open regular file `src` for reading without blocking on a FIFO and without following a
+/// symlink: at any component below `beneath` when `src` is below it (a tree a running box
+/// may change), else at its last component.
+pub(crate) fn open_regular(src: &Path, beneath: Option<&Path>) -> Result<File> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let Some((root, rel)) = opts
-        .beneath
-        .as_deref()
-        .and_then(|root| Some((root, src.strip_prefix(root).ok()?)))
+    let Some((root, rel)) = beneath.and_then(|root| Some((root, src.strip_prefix(root).ok()?)))
     else {
         let file = std::fs::OpenOptions::new()
             .read(true)
