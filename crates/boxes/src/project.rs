@@ -38,14 +38,34 @@ pub fn current_dir() -> crate::Result<PathBuf> {
 /// The root of the project `dir` is in (canonical), if it is in one.
 pub fn find_root(dir: &Path) -> Option<PathBuf> {
     let dir = std::fs::canonicalize(dir).ok()?;
-    if let Some(d) = dir.ancestors().find(|d| d.join(PROJECT_FILE).is_file()) {
+    let uid = rustix::process::geteuid().as_raw();
+    if let Some(d) = dir
+        .ancestors()
+        .find(|d| d.join(PROJECT_FILE).is_file() && planted_by_us(d, PROJECT_FILE, uid))
+    {
         return Some(d.to_path_buf());
     }
-    let top = dir.ancestors().find(|d| d.join(".git").exists())?;
+    let git = |d: &Path| d.join(".git").exists() && planted_by_us(d, ".git", uid);
+    let top = dir.ancestors().find(|d| git(d))?;
     match top.parent() {
-        Some(p) if p.join(".git").exists() => Some(p.to_path_buf()),
+        Some(p) if git(p) => Some(p.to_path_buf()),
         _ => Some(top.to_path_buf()),
     }
+}
+
+/// Whether the marker `name` in directory `dir` may make `dir` a project root: always, unless
+/// `dir` is writable by others (a shared `/tmp`) and the marker belongs to someone else than
+/// the caller or root. Otherwise another local user could plant `/tmp/agentbox.yaml` (or
+/// `/tmp/.git`) and turn every project below it into a box of the whole shared directory —
+/// their files, and the caller's private ones there, in the box — with their file's
+/// settings, as git's `safe.directory` check guards against for repositories.
+fn planted_by_us(dir: &Path, name: &str, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let shared = std::fs::metadata(dir).is_ok_and(|m| m.mode() & 0o022 != 0);
+    if !shared {
+        return true;
+    }
+    std::fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.uid() == uid || m.uid() == 0)
 }
 
 #[cfg(test)]
@@ -79,5 +99,34 @@ mod tests {
         std::fs::create_dir_all(&plain).expect("test setup");
         // tempdirs may themselves sit inside a repository; only assert what holds anywhere.
         assert_ne!(find_root(&plain), Some(plain));
+    }
+
+    #[test]
+    fn a_marker_another_user_planted_in_a_shared_directory_is_not_a_project() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().expect("test setup");
+        let shared = std::fs::canonicalize(t.path()).expect("test setup");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777))
+            .expect("test setup");
+        let repo = shared.join("proj");
+        std::fs::create_dir_all(repo.join(".git")).expect("test setup");
+        std::fs::write(shared.join(PROJECT_FILE), "defaults: {}\n").expect("test setup");
+        let uid = rustix::process::geteuid().as_raw();
+        // Our own marker in a shared directory still counts.
+        assert!(planted_by_us(&shared, PROJECT_FILE, uid));
+        assert_eq!(find_root(&repo), Some(shared.clone()));
+        // Someone else's does not (as root, the file is given to nobody; as a user, the
+        // check is made as if by another uid).
+        if uid == 0 {
+            std::os::unix::fs::lchown(shared.join(PROJECT_FILE), Some(65534), Some(65534))
+                .expect("chown");
+            assert_eq!(find_root(&repo), Some(repo.clone()));
+        } else {
+            assert!(!planted_by_us(&shared, PROJECT_FILE, uid + 1));
+        }
+        // A private directory's markers are the owner's whoever made them.
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755))
+            .expect("test setup");
+        assert!(planted_by_us(&shared, PROJECT_FILE, uid + 1));
     }
 }

@@ -256,7 +256,7 @@ impl Store {
 
     /// Differences between two nodes; with `b = None`, between `a` and the working tree.
     pub fn diff(&self, env: &str, a: &str, b: Option<&str>) -> Result<Vec<Change>> {
-        self.diff_with(env, a, b, |_, _, _| None)
+        self.diff_with(env, a, b, |_, _, _, _| None)
             .map(|v| v.into_iter().map(|(c, _)| c).collect())
     }
 
@@ -271,15 +271,15 @@ impl Store {
         self.diff_with(env, a, b, crate::patch::unified)
     }
 
-    /// The differences, each with what `content` makes of the change and the files on both
+    /// The differences, each with what `content` makes of the change, the files on both
     /// sides (readable only during the call: a working tree is seen through a view that goes
-    /// away after it).
+    /// away after it) and the root of that view, below which a box may swap what was listed.
     fn diff_with(
         &self,
         env: &str,
         a: &str,
         b: Option<&str>,
-        content: impl Fn(&Change, Option<&Path>, Option<&Path>) -> Option<String>,
+        content: impl Fn(&Change, Option<&Path>, Option<&Path>, Option<&Path>) -> Option<String>,
     ) -> Result<Vec<(Change, Option<String>)>> {
         let state = self.env(env)?;
         let old = self.node_tree(&self.node(&self.resolve_in(&state, a)?)?)?;
@@ -311,7 +311,9 @@ impl Store {
                         .map(|e| e.src.clone())
                 };
                 let (o, n) = (src(&old), src(&new));
-                let text = content(&c, o.as_deref(), n.as_deref());
+                // The working tree's files are read beneath its view, which the box changes.
+                let beneath = _view.as_ref().map(|v| v.path.as_path());
+                let text = content(&c, o.as_deref(), n.as_deref(), beneath);
                 (c, text)
             })
             .collect())

@@ -9,27 +9,41 @@ const MAX_TEXT: u64 = 1 << 20;
 
 /// The unified diff of `change` between the files `old` and `new` (either absent for an
 /// added or removed file): `None` for a metadata-only change or a non-file; a one-line
-/// note for binary or large files.
-pub fn unified(change: &Change, old: Option<&Path>, new: Option<&Path>) -> Option<String> {
+/// note for binary or large files. `new` below `beneath` (a running box's working tree) is
+/// read without following a symlink below it and without blocking on a FIFO: the box may
+/// have swapped a directory for a link to a host path since the tree was listed, and the
+/// host must then read nothing (it says "unreadable").
+pub fn unified(
+    change: &Change,
+    old: Option<&Path>,
+    new: Option<&Path>,
+    beneath: Option<&Path>,
+) -> Option<String> {
     if change.kind == ChangeKind::MetaChanged || (old.is_none() && new.is_none()) {
         return None;
     }
-    let read = |p: Option<&Path>| -> Result<String, &'static str> {
+    let read = |p: Option<&Path>, beneath: Option<&Path>| -> Result<String, &'static str> {
         let Some(p) = p else {
             return Ok(String::new());
         };
-        let len = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let file = crate::fsops::copy::open_regular(p, beneath).map_err(|_| "unreadable")?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         if len > MAX_TEXT {
             return Err("large");
         }
-        let bytes = std::fs::read(p).map_err(|_| "unreadable")?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(&file, MAX_TEXT + 1), &mut bytes)
+            .map_err(|_| "unreadable")?;
+        if bytes.len() as u64 > MAX_TEXT {
+            return Err("large");
+        }
         if bytes.contains(&0) {
             return Err("binary");
         }
         String::from_utf8(bytes).map_err(|_| "binary")
     };
     let path = change.path.to_string_lossy();
-    match (read(old), read(new)) {
+    match (read(old, None), read(new, beneath)) {
         (Ok(a), Ok(b)) => {
             let diff = similar::TextDiff::from_lines(&a, &b);
             let text = diff
@@ -76,21 +90,64 @@ mod tests {
         std::fs::write(&a, "one\ntwo\n").expect("write");
         std::fs::write(&b, "one\nthree\n").expect("write");
         std::fs::write(&bin, b"\0\x01").expect("write");
-        let p = unified(&change(ChangeKind::Modified), Some(&a), Some(&b)).expect("a diff");
+        let p = unified(&change(ChangeKind::Modified), Some(&a), Some(&b), None).expect("a diff");
         assert!(
             p.contains("--- a/src/a.txt") && p.contains("-two") && p.contains("+three"),
             "{p}"
         );
-        let added = unified(&change(ChangeKind::Added), None, Some(&b)).expect("a diff");
+        let added = unified(&change(ChangeKind::Added), None, Some(&b), None).expect("a diff");
         assert!(
             added.contains("--- /dev/null") && added.contains("+one"),
             "{added}"
         );
-        let binary = unified(&change(ChangeKind::Modified), Some(&a), Some(&bin)).expect("a note");
+        let binary =
+            unified(&change(ChangeKind::Modified), Some(&a), Some(&bin), None).expect("a note");
         assert_eq!(binary, "binary file src/a.txt differs\n");
         assert_eq!(
-            unified(&change(ChangeKind::MetaChanged), Some(&a), Some(&b)),
+            unified(&change(ChangeKind::MetaChanged), Some(&a), Some(&b), None),
             None
         );
+    }
+
+    /// A running box swaps a listed directory for a symlink to a host directory, or a
+    /// listed file for a FIFO, before the host reads it: the host reads nothing (and does
+    /// not wait for a writer).
+    #[test]
+    fn a_working_tree_swapped_under_the_read_reads_nothing() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (host, view) = (d.path().join("host"), d.path().join("view"));
+        std::fs::create_dir_all(&host).expect("mkdir");
+        std::fs::create_dir_all(&view).expect("mkdir");
+        std::fs::write(host.join("a.txt"), "host secret\n").expect("write");
+        std::os::unix::fs::symlink(&host, view.join("src")).expect("symlink");
+        let old = d.path().join("old");
+        std::fs::write(&old, "one\n").expect("write");
+        let listed = view.join("src/a.txt");
+        let p = unified(
+            &change(ChangeKind::Modified),
+            Some(&old),
+            Some(&listed),
+            Some(&view),
+        )
+        .expect("a note");
+        assert_eq!(p, "unreadable file src/a.txt differs\n");
+        std::fs::remove_file(view.join("src")).expect("rm");
+        std::fs::create_dir(view.join("src")).expect("mkdir");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &listed,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .expect("mkfifo");
+        let p = unified(
+            &change(ChangeKind::Modified),
+            Some(&old),
+            Some(&listed),
+            Some(&view),
+        )
+        .expect("a note");
+        assert_eq!(p, "unreadable file src/a.txt differs\n");
     }
 }

@@ -23,6 +23,78 @@ pub enum Rule {
     /// would be a credential, a reference to one is kept (the box has no such variable
     /// unless it is given one) and anything else dropped.
     Reference,
+    /// A URL: kept without what would carry a credential — the user and password before
+    /// the host (`https://user:TOKEN@host/`) and query parameters named like one (`?token=`,
+    /// `api_key`, `sig` …) —, each part left out named like a dropped key.
+    Url,
+}
+
+/// Query parameter names that carry credentials in URLs, matched as parts of the
+/// lower-cased name (`access_token`, `X-Api-Key`, `sig`).
+const SECRET_PARAMS: &[&str] = &[
+    "token",
+    "key",
+    "secret",
+    "passw",
+    "auth",
+    "sig",
+    "credential",
+    "session",
+    "code",
+];
+
+/// `url` without its userinfo and its secret-looking query parameters, and what was left
+/// out (`userinfo`, `query.NAME`).
+fn clean_url(url: &str) -> (String, Vec<String>) {
+    let mut removed = Vec::new();
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(auth_end);
+    let host = match authority.rfind('@') {
+        Some(i) => {
+            removed.push("userinfo".to_owned());
+            &authority[i + 1..]
+        }
+        None => authority,
+    };
+    let (before_frag, frag) = match tail.find('#') {
+        Some(i) => tail.split_at(i),
+        None => (tail, ""),
+    };
+    let (path, query) = match before_frag.find('?') {
+        Some(i) => (&before_frag[..i], Some(&before_frag[i + 1..])),
+        None => (before_frag, None),
+    };
+    let mut out = format!("{scheme}{host}{path}");
+    if let Some(q) = query {
+        let kept: Vec<&str> = q
+            .split('&')
+            .filter(|kv| {
+                let name = kv
+                    .split('=')
+                    .next()
+                    .unwrap_or_default()
+                    .to_ascii_lowercase();
+                let secret = SECRET_PARAMS.iter().any(|s| name.contains(s));
+                if secret {
+                    removed.push(format!("query.{name}"));
+                }
+                !secret
+            })
+            .collect();
+        if !kept.is_empty() {
+            out.push('?');
+            out.push_str(&kept.join("&"));
+        }
+    }
+    // A fragment never reaches a server, but it can hold a token (OAuth implicit flow).
+    if !frag.is_empty() {
+        removed.push("fragment".to_owned());
+    }
+    (out, removed)
 }
 
 /// Whether `s` is only a reference to a variable, with no secret of its own.
@@ -84,6 +156,15 @@ pub fn filter(v: &mut Value, rule: &Rule, path: &str, dropped: &mut Vec<String>)
             }
             _ => drop_value(v, path, dropped),
         },
+        Rule::Url => match v.as_str().map(clean_url) {
+            Some((clean, removed)) => {
+                for part in removed {
+                    dropped.push(format!("{path} ({part})"));
+                }
+                *v = Value::String(clean);
+            }
+            None => drop_value(v, path, dropped),
+        },
         Rule::Reference => {
             if !v.as_str().is_some_and(is_reference) {
                 *v = Value::Null;
@@ -131,7 +212,7 @@ const CLAUDE_MCP_SERVER: Rule = Rule::Fields(&[
     ("type", Rule::Keep),
     ("command", Rule::Keep),
     ("args", Rule::Keep),
-    ("url", Rule::Keep),
+    ("url", Rule::Url),
     ("timeout", Rule::Keep),
     ("env", Rule::Each(&Rule::Reference)),
 ]);
@@ -212,7 +293,7 @@ pub const CLAUDE_SETTINGS: Rule = Rule::Fields(&[
 /// variable its key is read from (`env_key`), never a key, a bearer token or headers.
 const CODEX_PROVIDER: Rule = Rule::Fields(&[
     ("name", Rule::Keep),
-    ("base_url", Rule::Keep),
+    ("base_url", Rule::Url),
     ("wire_api", Rule::Keep),
     ("env_key", Rule::Keep),
     ("env_key_instructions", Rule::Keep),
@@ -227,7 +308,7 @@ const CODEX_PROVIDER: Rule = Rule::Fields(&[
 const CODEX_MCP_SERVER: Rule = Rule::Fields(&[
     ("command", Rule::Keep),
     ("args", Rule::Keep),
-    ("url", Rule::Keep),
+    ("url", Rule::Url),
     ("enabled", Rule::Keep),
     ("startup_timeout_sec", Rule::Keep),
     ("startup_timeout_ms", Rule::Keep),
@@ -290,7 +371,7 @@ const OPENCODE_PROVIDER: Rule = Rule::Fields(&[
     (
         "options",
         Rule::Fields(&[
-            ("baseURL", Rule::Keep),
+            ("baseURL", Rule::Url),
             ("timeout", Rule::Keep),
             ("apiKey", Rule::Reference),
         ]),
@@ -301,7 +382,7 @@ const OPENCODE_PROVIDER: Rule = Rule::Fields(&[
 const OPENCODE_MCP: Rule = Rule::Fields(&[
     ("type", Rule::Keep),
     ("command", Rule::Keep),
-    ("url", Rule::Keep),
+    ("url", Rule::Url),
     ("enabled", Rule::Keep),
     ("timeout", Rule::Keep),
     ("environment", Rule::Each(&Rule::Reference)),
@@ -412,5 +493,38 @@ mod tests {
         filter(&mut v, &CLAUDE_SETTINGS, "", &mut dropped);
         assert_eq!(dropped, ["env", "permissions"]);
         assert!(!v.to_string().contains("TOKEN=x"));
+    }
+
+    #[test]
+    fn credentials_in_urls_are_left_out_and_named() {
+        let (u, r) = clean_url(
+            "https://me:s3cr3t@mcp.example.com:8443/v1/sse?team=a&access_token=T0K&x=1#tok",
+        );
+        assert_eq!(u, "https://mcp.example.com:8443/v1/sse?team=a&x=1");
+        assert_eq!(r, ["userinfo", "query.access_token", "fragment"]);
+        let (u, r) = clean_url("http://127.0.0.1:4000");
+        assert_eq!((u.as_str(), r.len()), ("http://127.0.0.1:4000", 0));
+        let mut v = serde_json::json!({"url": "https://u:p@h/x?api_key=K", "other": 1});
+        let mut dropped = Vec::new();
+        filter(
+            &mut v,
+            &Rule::Fields(&[("url", Rule::Url)]),
+            "m",
+            &mut dropped,
+        );
+        assert_eq!(v, serde_json::json!({"url": "https://h/x"}));
+        assert_eq!(
+            dropped,
+            ["m.other", "m.url (userinfo)", "m.url (query.api_key)"]
+        );
+        let mut v = serde_json::json!({"url": {"not": "text"}});
+        let mut dropped = Vec::new();
+        filter(
+            &mut v,
+            &Rule::Fields(&[("url", Rule::Url)]),
+            "",
+            &mut dropped,
+        );
+        assert_eq!(dropped, ["url"]);
     }
 }

@@ -66,10 +66,25 @@ fn read_store(home: &Home) -> Result<Store, ConfigError> {
     })
 }
 
+/// The key a file is trusted under: its directory made canonical, then its own name. The
+/// file itself is never resolved: a project's `agentbox.yaml` that is a symlink to a file
+/// the user trusted elsewhere is trusted only as itself (its own path, its own content), so
+/// a cloned repository cannot borrow another project's trust by linking to its file.
+fn trust_key(path: &Path) -> std::io::Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    Ok(fs_err::canonicalize(dir)?.join(name))
+}
+
 /// The trust of the file at `path` whose content is `bytes` (read once by the caller, so
 /// what is checked is what is used). A path that cannot be made canonical is untrusted.
 pub fn check(home: &Home, path: &Path, bytes: &[u8]) -> Result<FileTrust, ConfigError> {
-    let Ok(canonical) = fs_err::canonicalize(path) else {
+    let Ok(canonical) = trust_key(path) else {
         return Ok(FileTrust::Untrusted);
     };
     let store = read_store(home)?;
@@ -160,7 +175,7 @@ pub fn trust(
     path: &Path,
     bytes: &[u8],
 ) -> Result<(PathBuf, TrustedFile), ConfigError> {
-    let canonical = fs_err::canonicalize(path).map_err(|source| ConfigError::Io {
+    let canonical = trust_key(path).map_err(|source| ConfigError::Io {
         path: path.to_owned(),
         source,
     })?;
@@ -197,7 +212,7 @@ pub fn trust_file(home: &Home, path: &Path) -> Result<Trusted, ConfigError> {
     })?;
     let (values, _) = super::layers::parse_layer(path, super::Layer::Workspace, &text)?;
     // Compared with the user's layers of the project the file is the workspace file of.
-    let root = fs_err::canonicalize(path)
+    let root = trust_key(path)
         .ok()
         .and_then(|p| p.parent().map(Path::to_owned));
     let user = super::Config::user_layers(home, root.as_deref())?;
@@ -218,7 +233,7 @@ pub fn trust_file(home: &Home, path: &Path) -> Result<Trusted, ConfigError> {
 /// Forget the trust of the file at `path` (its canonical path, or the path as given when
 /// the file is gone); false when it was not trusted.
 pub fn revoke(home: &Home, path: &Path) -> Result<bool, ConfigError> {
-    let canonical = fs_err::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let canonical = trust_key(path).unwrap_or_else(|_| path.to_owned());
     update(home, |files| {
         let removed = files.remove(&canonical).is_some();
         (removed, removed)
@@ -292,6 +307,40 @@ mod tests {
         assert_eq!(
             check(&home, &file, &bytes).expect("check"),
             FileTrust::Untrusted
+        );
+    }
+
+    #[test]
+    fn a_symlink_to_a_trusted_file_is_not_trusted() {
+        // A cloned repository ships `agentbox.yaml -> ../trusted/agentbox.yaml`: the file it
+        // links to is trusted, the link is not.
+        let t = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(t.path().join("home"));
+        let trusted_dir = t.path().join("trusted");
+        let cloned = t.path().join("cloned");
+        std::fs::create_dir_all(&trusted_dir).expect("mkdir");
+        std::fs::create_dir_all(&cloned).expect("mkdir");
+        let file = trusted_dir.join("agentbox.yaml");
+        std::fs::write(&file, "defaults: {agents.broker: false}\n").expect("write");
+        let bytes = std::fs::read(&file).expect("read");
+        trust(&home, &file, &bytes).expect("trust");
+        let link = cloned.join("agentbox.yaml");
+        std::os::unix::fs::symlink("../trusted/agentbox.yaml", &link).expect("symlink");
+        assert_eq!(
+            check(&home, &link, &bytes).expect("check"),
+            FileTrust::Untrusted
+        );
+        // Trusting the link itself trusts that path (and its content), not the target's.
+        let (key, _) = trust(&home, &link, &bytes).expect("trust the link");
+        assert_eq!(
+            key,
+            std::fs::canonicalize(&cloned)
+                .expect("canonical")
+                .join("agentbox.yaml")
+        );
+        assert_eq!(
+            check(&home, &link, &bytes).expect("check"),
+            FileTrust::Trusted
         );
     }
 

@@ -300,17 +300,22 @@ fn make_dir(path: &Path) -> Result<()> {
 
 /// Open regular file `src` for reading, never through a symlink (see [`CopyOpts::beneath`]).
 fn open_source(src: &Path, opts: &CopyOpts) -> Result<File> {
+    open_regular(src, opts.beneath.as_deref())
+}
+
+/// Open regular file `src` for reading without blocking on a FIFO and without following a
+/// symlink: at any component below `beneath` when `src` is below it (a tree a running box
+/// may change), else at its last component.
+pub(crate) fn open_regular(src: &Path, beneath: Option<&Path>) -> Result<File> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
-    let Some((root, rel)) = opts
-        .beneath
-        .as_deref()
-        .and_then(|root| Some((root, src.strip_prefix(root).ok()?)))
+    let Some((root, rel)) = beneath.and_then(|root| Some((root, src.strip_prefix(root).ok()?)))
     else {
-        return std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+            .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
             .open(src)
-            .map_err(|e| io_at("open", src, e));
+            .map_err(|e| io_at("open", src, e))?;
+        return regular(file, src);
     };
     let dir = rustix::fs::open(
         root,
@@ -321,12 +326,34 @@ fn open_source(src: &Path, opts: &CopyOpts) -> Result<File> {
     let fd = rustix::fs::openat2(
         &dir,
         rel,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )
     .map_err(|e| errno_at("open (no symlinks below the copied tree)", src, e))?;
-    Ok(File::from(fd))
+    regular(File::from(fd), src)
+}
+
+/// `file` (opened without blocking) when it is a regular file. A running box can swap the
+/// file it was listed as for a FIFO before it is opened: a blocking open would wait forever
+/// for a writer (the capture, and the box's supervisor, stuck), so the open does not block
+/// and anything but a regular file is refused as changed under the copy.
+fn regular(file: File, src: &Path) -> Result<File> {
+    let md = file.metadata().map_err(|e| io_at("fstat", src, e))?;
+    if !md.file_type().is_file() {
+        return Err(io_at(
+            "copy",
+            src,
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "not a regular file any more (changed while copied)",
+            ),
+        ));
+    }
+    // Reads of a regular file never block; the flag is cleared for clarity all the same.
+    rustix::fs::fcntl_setfl(&file, rustix::fs::OFlags::empty())
+        .map_err(|e| errno_at("fcntl", src, e))?;
+    Ok(file)
 }
 
 /// Create `dst` with the content of regular file `src`: a reflink when allowed and
@@ -508,4 +535,34 @@ fn apply_meta(meta: &Meta, dst: &Path, opts: &CopyOpts) -> Result<()> {
     rustix::fs::utimensat(CWD, dst, &times, AtFlags::SYMLINK_NOFOLLOW)
         .map_err(|e| errno_at("set mtime of", dst, e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod fifo_tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_in_place_of_a_file_is_refused_without_blocking() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let fifo = d.path().join("ff");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .expect("mkfifo");
+        let beneath = CopyOpts {
+            beneath: Some(d.path().to_owned()),
+            ..CopyOpts::default()
+        };
+        for opts in [&CopyOpts::default(), &beneath] {
+            let e = open_source(&fifo, opts).expect_err("a FIFO is not copied as a file");
+            assert!(e.to_string().contains("not a regular file"), "{e}");
+        }
+        let file = d.path().join("f");
+        std::fs::write(&file, "x").expect("write");
+        assert!(open_source(&file, &beneath).is_ok());
+    }
 }

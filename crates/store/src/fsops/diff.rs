@@ -184,10 +184,12 @@ fn xattr_changes(a: &BTreeMap<String, Vec<u8>>, b: &BTreeMap<String, Vec<u8>>) -
         .collect()
 }
 
-/// Byte-compare two files by streaming both.
+/// Byte-compare two files by streaming both. Either may be in a running box's working
+/// tree: neither is opened through a symlink at its last component nor waited on as a FIFO
+/// (a file the box swapped since it was listed is an error, "changed while copied").
 pub(crate) fn same_bytes(a: &Path, b: &Path) -> Result<bool> {
-    let mut fa = File::open(a).map_err(|e| io_at("open", a, e))?;
-    let mut fb = File::open(b).map_err(|e| io_at("open", b, e))?;
+    let mut fa = super::copy::open_regular(a, None)?;
+    let mut fb = super::copy::open_regular(b, None)?;
     let mut ba = vec![0u8; 64 * 1024];
     let mut bb = vec![0u8; 64 * 1024];
     loop {
@@ -218,7 +220,7 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 
 /// Bytes of `path` (of length `size`) that lie in holes, measured with SEEK_DATA/SEEK_HOLE.
 fn hole_bytes(path: &Path, size: u64) -> Result<u64> {
-    let f = File::open(path).map_err(|e| io_at("open", path, e))?;
+    let f = super::copy::open_regular(path, None)?;
     let mut data = 0u64;
     let mut pos = 0u64;
     while pos < size {
