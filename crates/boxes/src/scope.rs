@@ -103,16 +103,8 @@ impl Scope {
         if reference == "HEAD" {
             return Ok(Confined::HeadRelative(reference.to_owned()));
         }
-        if let Some(rest) = reference
-            .strip_prefix("HEAD~")
-            .or_else(|| reference.strip_prefix("HEAD^"))
-        {
-            // The store's own syntax: `HEAD~` alone is one step; a count, else nothing.
-            let n: usize = if rest.is_empty() {
-                1
-            } else {
-                rest.parse().map_err(|_| unknown())?
-            };
+        if let Some(n) = agentbox_store::store::head_steps(reference) {
+            let n = n.ok_or_else(unknown)?;
             // Checked here too (the walk stays in the history by construction): a count past
             // the root is the same error on both sides.
             let mut at = self.head.clone();

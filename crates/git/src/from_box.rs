@@ -96,6 +96,11 @@ pub fn check_box_tip(
     )
     .ok()
     .filter(|id| is_object_id(id));
+    // The tip the host already holds for this box (most syncs: a node that made no commit)
+    // brings nothing new: no walk.
+    if old.as_deref() == Some(tip) {
+        return Ok(());
+    }
     let own = format!("--glob=refs/agentbox/{name}/*");
     let mut new: Vec<&str> = vec!["rev-list", tip, "--not"];
     if has_commit(repo_root, base) {

@@ -1038,15 +1038,8 @@ impl Store {
         if reference == "HEAD" {
             return Ok(state.head.clone());
         }
-        if let Some(rest) = reference
-            .strip_prefix("HEAD~")
-            .or_else(|| reference.strip_prefix("HEAD^"))
-        {
-            let n: usize = if rest.is_empty() {
-                1
-            } else {
-                rest.parse().map_err(|_| unknown())?
-            };
+        if let Some(n) = head_steps(reference) {
+            let n = n.ok_or_else(unknown)?;
             // Parent by parent: costs N node reads, whatever the size of the store.
             let mut id = state.head.clone();
             for _ in 0..n {
@@ -1567,4 +1560,18 @@ impl Store {
 /// Attach a path to a raw IO error.
 pub(crate) fn io_at(path: &Path, e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+}
+
+/// How many parents back from HEAD `reference` names: `HEAD~`/`HEAD^` one, `HEAD~N`/`HEAD^N`
+/// N; `Some(None)` for a malformed count, `None` for a reference of another form (`HEAD`
+/// itself included). One parser for the store and for whoever resolves on its behalf.
+pub fn head_steps(reference: &str) -> Option<Option<usize>> {
+    let rest = reference
+        .strip_prefix("HEAD~")
+        .or_else(|| reference.strip_prefix("HEAD^"))?;
+    Some(if rest.is_empty() {
+        Some(1)
+    } else {
+        rest.parse().ok()
+    })
 }

@@ -254,18 +254,7 @@ fn without_a_memory_limit_tmp_and_shm_are_bounded() {
     let Some(s) = boxed("without_a_memory_limit_tmp_and_shm_are_bounded", "mem", &[]) else {
         return;
     };
-    let (_, out, err) = s.sh(
-        "mem",
-        "for m in /tmp /dev/shm; do stat -f -c \"$m %b %S\" $m; done",
-    );
-    let sizes: Vec<(String, u64)> = out
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let bytes = f[1].parse::<u64>().expect("blocks") * f[2].parse::<u64>().expect("bsize");
-            (f[0].to_owned(), bytes)
-        })
-        .collect();
+    let sizes = s.mount_sizes("mem", "/tmp /dev/shm");
     let mib = 1u64 << 20;
     let pages = |b: u64| b.div_ceil(4096) * 4096;
     let half = (host_ram() / 2).max(16 * mib);
@@ -275,7 +264,6 @@ fn without_a_memory_limit_tmp_and_shm_are_bounded() {
             ("/tmp".to_owned(), pages((half / 2).min(1024 * mib))),
             ("/dev/shm".to_owned(), pages((half / 4).min(64 * mib))),
         ],
-        "{err}"
     );
     // Full means full: the bound holds.
     let (status, _, err) = s.sh("mem", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=100");

@@ -47,6 +47,23 @@ pub(crate) fn boxed(test: &str, name: &str, extra: &[&str]) -> Option<Sec> {
 }
 
 impl Sec {
+    /// The sizes (`statfs` blocks × block size) of the file systems at `mounts`
+    /// (space-separated) in box `name`, each with its mount point.
+    pub(crate) fn mount_sizes(&self, name: &str, mounts: &str) -> Vec<(String, u64)> {
+        let script = format!("for m in {mounts}; do stat -f -c \"$m %b %S\" $m; done");
+        let (_, out, err) = self.sh(name, &script);
+        out.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let field = |i: usize| -> u64 {
+                    f.get(i)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or_else(|| panic!("stat -f of {mounts}: {out}{err}"))
+                };
+                (f[0].to_owned(), field(1) * field(2))
+            })
+            .collect()
+    }
     /// `sh -c SCRIPT` in box `name` → (status, stdout, stderr).
     pub(crate) fn sh(&self, name: &str, script: &str) -> (i32, String, String) {
         let out = self.env.run(&["exec", name, "--", "sh", "-c", script]);
@@ -576,18 +593,7 @@ fn memory_mounts_processes_and_the_oom_killer_are_bounded() {
         return;
     };
     // The in-memory mounts are sized from the memory limit, and full means full.
-    let (_, out, _) = s.sh(
-        "res",
-        "for m in /tmp /run /dev/shm; do stat -f -c \"$m %b %S\" $m; done",
-    );
-    let sizes: Vec<(String, u64)> = out
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let bytes = f[1].parse::<u64>().expect("blocks") * f[2].parse::<u64>().expect("bsize");
-            (f[0].to_owned(), bytes)
-        })
-        .collect();
+    let sizes = s.mount_sizes("res", "/tmp /run /dev/shm");
     let mib = 1u64 << 20;
     assert_eq!(
         sizes,
