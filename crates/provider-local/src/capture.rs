@@ -44,8 +44,13 @@ pub trait Capturer: Send + Sync {
     /// The directory the box's writes land in now and the box generation it belongs to
     /// (every checkout restarts the box on a fresh one), or `None` while it restarts.
     fn layer_dir(&self) -> Option<(u64, PathBuf)>;
-    /// Make a node if something not ignored changed; `Err` is logged and retried later.
-    fn capture(&self) -> Result<(), String>;
+    /// Make a node if something not ignored changed; `Ok(false)`: not now, a foreground
+    /// command holds captures (see `supervisor::foreground`), ask again later. `Err` is
+    /// logged and retried later.
+    fn capture(&self) -> Result<bool, String>;
+    /// A count that moves when the changes pending so far are no reason for a node (a
+    /// `--no-capture` command ended).
+    fn forgets(&self) -> u64;
     /// False once the supervisor is shutting down.
     fn alive(&self) -> bool;
     /// The watcher's state changed (shown by `status`).
@@ -150,6 +155,9 @@ fn watch_layer(
     let _unshare = Unshare(c);
     let mut last_print: Option<u64> = None;
     let mut next_scan = Instant::now() + BACKSTOP;
+    // Set while a foreground command holds captures: asked again at this instant.
+    let mut held_until: Option<Instant> = None;
+    let mut forgets = c.forgets();
     // Set when the watcher could not be built: retried with the next backstop scan.
     let mut scan_only = false;
     while c.alive() {
@@ -198,6 +206,7 @@ fn watch_layer(
         let now = Instant::now();
         let wake = debouncer
             .next_deadline()
+            .map(|d| held_until.map_or(d, |h| d.max(h)))
             .map_or(next_scan, |d| d.min(next_scan));
         let timeout = wake.saturating_duration_since(now).min(POLL);
         let polled = watcher.as_ref().map(|fd| {
@@ -265,13 +274,23 @@ fn watch_layer(
             // raised, a transient error may have passed).
             scan_only = false;
         }
-        if debouncer.due(now) {
+        if c.forgets() != forgets {
+            // A `--no-capture` command ended: what it wrote is no reason for a node (it stays
+            // in the box for the next one).
+            forgets = c.forgets();
+            debouncer = Debouncer::default();
+            held_until = None;
+            last_print = backstop_print(c, dir, ignore, watcher.is_some()).ok();
+        }
+        if debouncer.due(now) && held_until.is_none_or(|h| now >= h) {
+            held_until = None;
             // The outcome is recorded (and logged) by the capturer itself.
             match c.capture() {
-                Ok(()) => {
+                Ok(true) => {
                     debouncer.captured(now);
                     last_print = backstop_print(c, dir, ignore, watcher.is_some()).ok();
                 }
+                Ok(false) => held_until = Some(now + POLL),
                 Err(_) => {
                     // Try again after another quiet period rather than spinning.
                     debouncer.captured(now);

@@ -10,6 +10,7 @@ mod boxes;
 mod broker;
 mod bugs;
 mod bundles;
+mod capture;
 mod checkpoint;
 mod cli;
 mod config;

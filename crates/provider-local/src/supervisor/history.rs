@@ -6,12 +6,15 @@ use super::*;
 /// Commit the box if something not ignored changed; the node gets `message` and `command`.
 /// Every attempt's outcome is recorded for `status`; a failure is logged once (until an
 /// attempt succeeds again).
+/// With `freeze`, the box's processes are frozen while the node is taken (once the
+/// operations lock is held: a checkout holding it restarts the box, which must not be frozen).
 pub(super) fn auto_capture(
     shared: &Shared,
     message: &str,
     command: Option<&str>,
+    freeze: bool,
 ) -> Result<Option<String>> {
-    let result = try_auto_capture(shared, message, command);
+    let result = try_auto_capture(shared, message, command, freeze);
     let mut health = lock(&shared.capture);
     match &result {
         Ok(_) => {
@@ -35,8 +38,10 @@ pub(super) fn try_auto_capture(
     shared: &Shared,
     message: &str,
     command: Option<&str>,
+    freeze: bool,
 ) -> Result<Option<String>> {
     let _ops = lock(&shared.ops);
+    let _frozen = freeze.then(|| shared.freeze()).flatten();
     let mut timer = agentbox_core::timing::Timer::start("auto-capture");
     let version = shared.store.marks_version(&shared.name)?;
     let snap = snapshot(shared, version);
@@ -184,34 +189,58 @@ impl crate::capture::Capturer for Shared {
             .map(|g| (g.number, g.upper.clone()))
     }
 
-    fn capture(&self) -> std::result::Result<(), String> {
+    fn capture(&self) -> std::result::Result<bool, String> {
+        use super::foreground::Decision;
         // Label the node with what was running: background processes first (they are the
         // usual authors of unattended changes), else the foreground commands.
-        let label = {
+        let (background, label) = {
             let procs = lock(&self.procs);
             // Sessions run unattended too.
             let background = |k: ProcKind| matches!(k, ProcKind::Spawn | ProcKind::Session);
             let mut spawned = procs.values().filter(|p| background(p.info.kind));
             let mut others = procs.values().filter(|p| !background(p.info.kind));
             match (spawned.next(), others.next()) {
-                (Some(p), _) => format!(
-                    "auto: while {} ran{}",
-                    agentbox_boxes::render_command(&p.info.argv),
-                    match spawned.count() {
-                        0 => String::new(),
-                        n => format!(" (and {n} more)"),
-                    }
+                (Some(p), _) => (
+                    true,
+                    format!(
+                        "auto: while {} ran{}",
+                        agentbox_boxes::render_command(&p.info.argv),
+                        match spawned.count() {
+                            0 => String::new(),
+                            n => format!(" (and {n} more)"),
+                        }
+                    ),
                 ),
-                (None, Some(p)) => format!(
-                    "auto: during {}",
-                    agentbox_boxes::render_command(&p.info.argv)
+                (None, Some(p)) => (
+                    false,
+                    format!(
+                        "auto: during {}",
+                        agentbox_boxes::render_command(&p.info.argv)
+                    ),
                 ),
-                (None, None) => "auto: changes".to_owned(),
+                (None, None) => (false, "auto: changes".to_owned()),
             }
         };
-        auto_capture(self, &label, None)
-            .map(|_| ())
+        let running = match self
+            .foreground
+            .decide(std::time::Instant::now(), background)
+        {
+            Decision::Hold => return Ok(false),
+            Decision::Capture { running } => running,
+        };
+        let label = match &running {
+            Some(r) => format!("{label} ({r})"),
+            None => label,
+        };
+        // A command still running keeps writing: the node is taken with the box frozen, so it
+        // is the box at one instant, not files copied across seconds of writes.
+        auto_capture(self, &label, None, running.is_some())
+            .map(|_| true)
             .map_err(|e| e.to_string())
+    }
+
+    fn forgets(&self) -> u64 {
+        self.foreground.forgets()
     }
 
     fn alive(&self) -> bool {
@@ -309,4 +338,19 @@ pub(super) fn restore_in_place(
         &[],
     );
     Ok(())
+}
+
+impl Shared {
+    /// Freeze the box's processes until the guard drops, when the box has a cgroup that can
+    /// (a failure is logged: the node is then taken while the box runs, as before).
+    fn freeze(&self) -> Option<agentbox_boxes::cgroup::Frozen> {
+        let cgroup =
+            agentbox_boxes::cgroup::BoxCgroup::open(&record::cgroup_name(&self.home, &self.name))
+                .ok()
+                .flatten()?;
+        cgroup
+            .frozen()
+            .map_err(|e| eprintln!("auto-capture: cannot freeze the box for a node: {e}"))
+            .ok()
+    }
 }

@@ -39,6 +39,7 @@ use agentbox_boxes::{BoxError, Result};
 
 mod attach;
 mod broker;
+mod foreground;
 mod generation;
 mod history;
 mod procs;
@@ -130,6 +131,8 @@ struct Shared {
     unreadable: Mutex<agentbox_boxes::hostdata::UnreadableScan>,
     /// The box's credential broker, once the owner asked for it (see [`broker`]).
     broker: Mutex<Option<broker::BrokerState>>,
+    /// The foreground commands running, for what auto-capture may do meanwhile.
+    foreground: foreground::ForegroundTable,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,6 +184,7 @@ pub fn run(
         tool_env: Mutex::new(Vec::new()),
         unreadable: Mutex::default(),
         broker: Mutex::new(None),
+        foreground: Default::default(),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;

@@ -139,6 +139,12 @@ pub(super) fn exec(
     };
     let info = new_info(shared, kind, argv);
     let id = info.id;
+    // Until the command's own capture is done (see [`super::foreground`]).
+    let _foreground = shared.foreground.enter(
+        id,
+        label.clone(),
+        super::foreground::Mode::of(tty.is_some() || kind == ProcKind::Shell, capture),
+    );
     let oom_before = oom_kills(shared);
     let (exit_tx, exit_rx) = channel();
     let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
@@ -191,7 +197,7 @@ pub(super) fn exec(
         _ => None,
     };
     let (node, capture_error) = if capture && shared.rec.capture && !note.by_checkout {
-        match auto_capture(shared, &label, Some(&label)) {
+        match auto_capture(shared, &label, Some(&label), false) {
             Ok(node) => (node, None),
             Err(e) => (None, Some(e.to_string())),
         }

@@ -634,6 +634,13 @@ impl BoxCgroup {
         Ok(())
     }
 
+    /// Freeze the box's processes until the returned guard drops (which thaws them), when the
+    /// kernel can: for a snapshot of the box at one instant while it runs.
+    pub fn frozen(&self) -> Result<Frozen, CgroupError> {
+        self.freeze(true)?;
+        Ok(Frozen(self.clone()))
+    }
+
     /// Freeze (`true`) or thaw the box, when the kernel can. Freezing waits a bounded time for
     /// the box to be frozen and goes on regardless: a process in uninterruptible IO delays
     /// freezing, and killing without a complete freeze still makes progress.
@@ -934,3 +941,21 @@ pub fn available() -> Result<(), CgroupError> {
 
 #[cfg(test)]
 mod tests;
+
+/// A frozen box (see [`BoxCgroup::frozen`]); thawed when dropped.
+pub struct Frozen(BoxCgroup);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // A box left frozen hangs every command in it: try hard.
+        for round in 0..5 {
+            match self.0.freeze(false) {
+                Ok(()) => return,
+                Err(e) => {
+                    eprintln!("thawing box {}: {e}", self.0.name);
+                    std::thread::sleep(backoff(round));
+                }
+            }
+        }
+    }
+}

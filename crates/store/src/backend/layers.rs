@@ -361,18 +361,26 @@ impl LayersBackend {
             Scan::Partial { present, gone } => (present, gone.iter().collect()),
         };
         let mut full: BTreeMap<PathBuf, Entry> = BTreeMap::new();
-        let mut entry_of = |rel: &Path| -> Result<Entry> {
+        // `None`: the entry vanished since the scan (the box keeps writing during a commit).
+        let mut entry_of = |rel: &Path| -> Result<Option<Entry>> {
             if let Some(e) = full.get(rel) {
-                return Ok(e.clone());
+                return Ok(Some(e.clone()));
             }
             // Box-controlled: never through a directory it swapped for a symlink.
+            let meta = match crate::fsops::read_meta_beneath(&upper_dir, rel) {
+                Ok(m) => m,
+                Err(crate::Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            };
             let e = Entry {
                 rel: rel.to_owned(),
-                meta: crate::fsops::read_meta_beneath(&upper_dir, rel)?,
+                meta,
                 src: upper_dir.join(rel),
             };
             full.insert(rel.to_owned(), e.clone());
-            Ok(e)
+            Ok(Some(e))
         };
         let mut now = marks::Changes::default();
         let mut changed: BTreeSet<PathBuf> = BTreeSet::new();
@@ -391,7 +399,9 @@ impl LayersBackend {
                 // with the layer that already hid the lower contents.
                 let first_time = before.is_none_or(|b| b.replaced_by(mark));
                 if mark.dir && first_time {
-                    let e = entry_of(rel)?;
+                    let Some(e) = entry_of(rel)? else {
+                        continue;
+                    };
                     if e.meta.xattrs.get(opaque).map(|v| v.as_slice()) == Some(b"y") {
                         new_opaque.insert(rel.clone());
                     }
@@ -455,22 +465,34 @@ impl LayersBackend {
         // The layer's tree: the changed entries, the directories leading to them (with the
         // upper's metadata, which is the merged view's), and whiteouts for removed paths.
         let mut tree = Tree::default();
-        let mut add_with_parents = |tree: &mut Tree, rel: &Path| -> Result<()> {
+        // False when the entry (or a directory leading to it) vanished since the scan: it is
+        // left out, and so is its mark, so the next commit sees it as it is then.
+        let mut add_with_parents = |tree: &mut Tree, rel: &Path| -> Result<bool> {
+            let mut chain = Vec::new();
             for a in rel.ancestors() {
                 if tree.entries.contains_key(a) {
                     break;
                 }
                 if marks.contains_key(a) {
-                    let mut e = entry_of(a)?;
+                    let Some(mut e) = entry_of(a)? else {
+                        return Ok(false);
+                    };
                     strip_overlay_xattrs(&mut e.meta);
-                    tree.entries.insert(a.to_owned(), e);
+                    chain.push(e);
                 }
             }
-            Ok(())
+            for e in chain {
+                tree.entries.insert(e.rel.clone(), e);
+            }
+            Ok(true)
         };
         add_with_parents(&mut tree, Path::new(""))?;
+        let mut vanished = Vec::new();
         for rel in &changed {
-            add_with_parents(&mut tree, rel)?;
+            if !add_with_parents(&mut tree, rel)? {
+                vanished.push(rel);
+                continue;
+            }
             // The entry itself is taken as is (its parents were added without opaque marks).
             if new_opaque.contains(rel) {
                 if let Some(e) = tree.entries.get_mut(rel) {
@@ -478,10 +500,21 @@ impl LayersBackend {
                 }
             }
         }
+        for rel in vanished {
+            if let Some(k) = rel.to_str() {
+                now.set.remove(k);
+            }
+        }
         let template = dirs.work.join("whiteout");
         for rel in &removed {
             if let Some(parent) = rel.parent() {
-                add_with_parents(&mut tree, parent)?;
+                if !add_with_parents(&mut tree, parent)? {
+                    // Its directory went too: the next commit records both.
+                    if let Some(k) = rel.to_str() {
+                        now.del.retain(|d| d != k);
+                    }
+                    continue;
+                }
             }
             ensure_whiteout_template(&template)?;
             let meta = read_meta(&template)?;

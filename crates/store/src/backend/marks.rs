@@ -537,6 +537,16 @@ pub(super) fn partial_scan(
                 .transpose()?
             {
                 Some(Some((mark, _))) => {
+                    // Its directories too: a commit writes a layer entry with its parents,
+                    // and takes them from what was looked at.
+                    for a in rel.ancestors().skip(1) {
+                        if present.contains_key(a) {
+                            break;
+                        }
+                        if let Some((m, _)) = stat_beneath(&root, upper, a)? {
+                            present.insert(a.to_owned(), m);
+                        }
+                    }
                     present.insert(rel, mark);
                 }
                 _ => {

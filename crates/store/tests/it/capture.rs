@@ -391,3 +391,44 @@ fn a_directory_made_again_under_its_old_inode_number_is_looked_at_whole() {
         );
     }
 }
+
+/// What `npm install` does with esbuild: a file committed in one directory, then linked
+/// from another (its link count moves both names' ctime), and only the new name hinted.
+/// The other name's directories were not in the hint: the hinted commit must still write
+/// them into the layer (it once failed with "create …/bin/esbuild: No such file", and
+/// every later capture of the box failed the same way).
+#[test]
+fn a_hinted_commit_takes_the_directories_of_a_linked_files_other_name() {
+    for fx in fixtures("a_hinted_commit_takes_the_directories_of_a_linked_files_other_name") {
+        let store = fx.store();
+        let upper = new_box(&fx, &store, "seed", "s");
+        let first = upper.join("workspace/node_modules/@esbuild/linux-x64/bin/esbuild");
+        write(&first, "binary");
+        commit(&store, "bx", "installed");
+        let second = upper.join("workspace/node_modules/esbuild/bin/esbuild");
+        std::fs::create_dir_all(second.parent().expect("parent")).expect("mkdir");
+        std::fs::hard_link(&first, &second).expect("link");
+        let version = store.marks_version("bx").expect("version").expect("marks");
+        let hint = agentbox_store::ChangeHint {
+            since: version,
+            paths: vec![PathBuf::from("workspace/node_modules/esbuild/bin/esbuild")],
+        };
+        let hinted = store
+            .changed_paths_hinted("bx", Some(&hint))
+            .expect("hinted check");
+        assert!(
+            hinted
+                .iter()
+                .any(|(p, _)| p.ends_with("linux-x64/bin/esbuild")),
+            "{:?}: the other name is not seen: {hinted:?}",
+            fx.kind
+        );
+        commit(&store, "bx", "linked");
+        assert_eq!(
+            uncommitted(&store, "bx"),
+            Vec::<String>::new(),
+            "{:?}",
+            fx.kind
+        );
+    }
+}
