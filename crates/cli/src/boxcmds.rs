@@ -69,7 +69,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     }
     if !rec.resync_conflicts.is_empty() {
         ctx.note(format!(
-            "kept the checkpoint's version of {} your uncommitted work also has (listed in the box at /run/agentbox/ctl/resync-conflicts; `agentbox status` shows them):",
+            "kept the checkpoint's version of {} your uncommitted work also changes (listed in the box at /run/agentbox/ctl/resync-conflicts; `agentbox status` shows them):",
             render::count(rec.resync_conflicts.len(), "path", "paths")
         ));
         for p in &rec.resync_conflicts {

@@ -11,6 +11,7 @@ mod broker;
 mod bugs;
 mod bundles;
 mod checkpoint;
+mod checkpoint_untracked;
 mod cli;
 mod config;
 mod crash;
