@@ -97,3 +97,67 @@ fn a_checkpoints_untracked_files_stay_and_collisions_are_the_boxs_reported() {
         "made by the setup\n"
     );
 }
+
+/// `--no-resync` carries nothing over: the checkpoint's untracked files stay, nothing
+/// collides. An agent's launch that makes its box from the project's default checkpoint
+/// reports the collisions as `create` does.
+#[test]
+fn without_resync_they_stay_and_an_agents_new_box_reports_collisions() {
+    let Some((h, proj)) =
+        setup("without_resync_they_stay_and_an_agents_new_box_reports_collisions")
+    else {
+        return;
+    };
+    generated_box(&h, &proj);
+    h.env.ok(&[
+        "checkpoint",
+        "create",
+        "warm",
+        "--name",
+        "gen",
+        "--set-default",
+    ]);
+    write(&proj.join("setup.local"), "host local\n");
+    let from = proj.to_str().expect("utf-8");
+    let rec = h.env.json(&[
+        "create",
+        "quiet",
+        "--from",
+        from,
+        "--checkpoint",
+        "gen",
+        "--no-resync",
+    ]);
+    assert_eq!(rec["resync_conflicts"], serde_json::Value::Null, "{rec}");
+    assert_eq!(
+        h.sh(
+            "quiet",
+            "cat /workspace/generated.txt /workspace/setup.local"
+        ),
+        "made by the setup\ncheckpoint local\n"
+    );
+
+    write(
+        &h.env.path("home/agents.yaml"),
+        "myagent:\n  command: [cat, /workspace/setup.local, /workspace/generated.txt]\n",
+    );
+    let out = h
+        .env
+        .command(&["agent", "myagent", "--new"])
+        .current_dir(&proj)
+        .env("HOME", h.env.path("user"))
+        .output()
+        .expect("run agentbox");
+    let said = stderr(&out);
+    assert!(out.status.success(), "{said}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "checkpoint local\nmade by the setup\n"
+    );
+    assert!(said.contains("from checkpoint gen"), "{said}");
+    assert!(
+        said.contains("kept the checkpoint's version of 1 path your uncommitted work also changes")
+            && said.contains("  setup.local\n"),
+        "{said}"
+    );
+}
