@@ -2,21 +2,27 @@
 //! to the host's present.
 //!
 //! The box's environment starts as the checkpoint's node (no copy). Its repositories must
-//! then be what a fresh box's would be — a new branch `agentbox/<box>` at the host's current
-//! commit, tracked files as at that commit, the host's uncommitted work carried over — while
-//! what the checkpoint's git ignores (installed dependencies, build outputs: the warm state)
-//! stays as the checkpoint had it. Where a carried-over path meets a path the checkpoint
-//! keeps, the checkpoint's version is kept and the path reported.
+//! then be what a fresh box's would be — a new branch `agentbox/<box>` at the host's
+//! current commit, tracked files as at that commit, the host's uncommitted work carried
+//! over — while what the checkpoint's git does not track stays as the checkpoint had it:
+//! what it ignores (installed dependencies, build outputs: the warm state) and its
+//! untracked files (a file the setup generated that nobody added to `.gitignore`), as `git
+//! checkout -f` + `git reset --hard` would leave them. The checkpoint's tracked files and
+//! commits are not the new box's. Where a carried-over path (created, changed or deleted on
+//! the host) meets a path the checkpoint keeps, the checkpoint's version is kept and the
+//! path reported, unless both hold the same file (nothing of the host's is lost then). A
+//! path the host's commit tracks is the commit's, as `git checkout -f` makes it.
 //!
 //! The checkpoint's files are box-controlled, so the host never works on them. It seeds the
 //! fresh workspace, exactly as for a new box, into a directory it makes in the new box's
 //! own (empty) layer: `/.agentbox-reseed-<id>` with `workspace/` and [`Plan`] in
 //! `plan.json`. The merge then runs inside the box, as a box process ([`inside`], the
-//! hidden [`COMMAND`] of the agentbox binary): it reads what the checkpoint's git ignores,
-//! removes the rest, and moves the fresh files in (renames within the box's layer), printing
+//! hidden [`COMMAND`] of the agentbox binary): it reads what the checkpoint's git does not
+//! track, removes the rest, and moves the fresh files in (renames within the box's layer), printing
 //! the conflicts as one JSON line the host reads as data.
 
 use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -71,7 +77,8 @@ pub fn inside_at(stage: &Path, ws: &Path) -> Result<Vec<String>, String> {
         carried.extend(r.carried.iter().map(|c| base.join(c)));
     }
     if !plan.repos.is_empty() && ws.is_dir() {
-        // What the checkpoint's own git ignores, per repository: the warm state kept.
+        // What the checkpoint's own git does not track, per repository, ignored or not:
+        // the warm state and the setup's generated files, kept.
         let mut kept = BTreeSet::new();
         for r in &plan.repos {
             let base = r.sub.as_ref().map(PathBuf::from).unwrap_or_default();
@@ -82,14 +89,10 @@ pub fn inside_at(stage: &Path, ws: &Path) -> Result<Vec<String>, String> {
             let out = std::process::Command::new("git")
                 .args(["-C"])
                 .arg(&dir)
-                .args([
-                    "ls-files",
-                    "-z",
-                    "--others",
-                    "--ignored",
-                    "--exclude-standard",
-                    "--directory",
-                ])
+                // `--others` without exclusions: every untracked path, ignored or not;
+                // `--directory` lists a wholly untracked directory (`node_modules/`) as one
+                // entry without walking it.
+                .args(["ls-files", "-z", "--others", "--directory"])
                 .output();
             // A base without git, or a repository git cannot read, keeps nothing of this
             // repository: the box gets the fresh one whole.
@@ -100,20 +103,71 @@ pub fn inside_at(stage: &Path, ws: &Path) -> Result<Vec<String>, String> {
                 continue;
             }
             for p in out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
-                let p = String::from_utf8_lossy(p);
-                kept.insert(base.join(p.trim_end_matches('/')));
+                // Bytes, not text: a name that is not UTF-8 must still match on disk.
+                let p = p.strip_suffix(b"/").unwrap_or(p);
+                kept.insert(base.join(std::ffi::OsStr::from_bytes(p)));
+            }
+        }
+        // A root that is no repository (sub-repositories side by side): no git tracks its
+        // other files, so the checkpoint's stay, as in a project without git; the host's
+        // copy of the same paths replaces them in the merge.
+        if plan.repos.iter().all(|r| r.sub.is_some()) {
+            let entries = std::fs::read_dir(ws).map_err(|e| io("reading", ws, e))?;
+            for e in entries {
+                let e = e.map_err(|e| io("reading", ws, e))?;
+                let r = PathBuf::from(e.file_name());
+                if !subs.contains(&r) {
+                    kept.insert(r);
+                }
             }
         }
         prune(ws, Path::new(""), &kept, &subs)?;
     }
     std::fs::create_dir_all(ws).map_err(|e| io("making", ws, e))?;
-    let mut conflicts = Vec::new();
+    // A path the host's work deleted that the checkpoint keeps: the fresh workspace lacks
+    // it, so the merge below never meets it; the box's stays, reported.
+    let mut conflicts: Vec<PathBuf> = carried
+        .iter()
+        .filter(|c| {
+            std::fs::symlink_metadata(fresh.join(c)).is_err()
+                && std::fs::symlink_metadata(ws.join(c)).is_ok()
+        })
+        .cloned()
+        .collect();
     merge(&fresh, ws, Path::new(""), &carried, &mut conflicts)?;
     std::fs::remove_dir_all(stage).map_err(|e| io("removing", stage, e))?;
+    conflicts.sort();
+    conflicts.dedup();
     Ok(conflicts
         .into_iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect())
+}
+
+/// Whether `a` and `b` hold the same file: both regular files with the same bytes and
+/// executable bits, or both symbolic links to the same target. A directory is never the
+/// same as anything here (its carried paths are met one by one).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let (Ok(ma), Ok(mb)) = (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) else {
+        return false;
+    };
+    if ma.file_type().is_symlink() && mb.file_type().is_symlink() {
+        return matches!(
+            (std::fs::read_link(a), std::fs::read_link(b)),
+            (Ok(x), Ok(y)) if x == y
+        );
+    }
+    if !(ma.is_file() && mb.is_file())
+        || ma.len() != mb.len()
+        || ma.permissions().mode() & 0o111 != mb.permissions().mode() & 0o111
+    {
+        return false;
+    }
+    matches!(
+        (std::fs::read(a), std::fs::read(b)),
+        (Ok(x), Ok(y)) if x == y
+    )
 }
 
 /// Remove from `root/rel` every entry that is not kept, below a kept one, a sub-repository
@@ -157,7 +211,8 @@ fn remove(p: &Path) -> Result<(), String> {
 
 /// Move `fresh/rel`'s entries into `ws/rel`: what `ws` lacks is renamed in whole; where
 /// both have a directory, recurse; where `ws` has something else, the fresh entry wins
-/// unless the carry-over brought a path at or below it (then the box's stays: a conflict).
+/// unless the carry-over brought a path at or below it (then the box's stays: a conflict,
+/// unless both are the same file).
 fn merge(
     fresh: &Path,
     ws: &Path,
@@ -178,7 +233,9 @@ fn merge(
             Ok(m) if m.is_dir() && fresh_dir => merge(fresh, ws, &r, carried, conflicts)?,
             Ok(_) => {
                 if carried.iter().any(|c| c.starts_with(&r)) {
-                    conflicts.push(r);
+                    if !same_file(&src, &dst) {
+                        conflicts.push(r);
+                    }
                 } else {
                     remove(&dst)?;
                     move_into(&src, &dst)?;
@@ -339,8 +396,8 @@ mod tests {
 
     /// A checkpoint's workspace (a repository with ignored `node_modules/` and a tracked
     /// change of its own) merged with a fresh one: ignored files stay, tracked files are the
-    /// fresh ones, the checkpoint's own changes and untracked files go, and a carried-over
-    /// path the checkpoint also holds keeps the checkpoint's version and is reported.
+    /// fresh ones, the checkpoint's own tracked changes go, and a carried-over path the
+    /// checkpoint also holds keeps the checkpoint's version and is reported.
     #[test]
     fn ignored_files_stay_tracked_files_are_fresh_collisions_are_the_boxs() {
         let t = tempfile::tempdir().expect("tmp");
@@ -352,7 +409,6 @@ mod tests {
         write(&ws.join("build.out"), "checkpoint build\n");
         git(&ws, &["init", "-q"]);
         git(&ws, &["add", "-A"]);
-        write(&ws.join("scratch.txt"), "untracked in the checkpoint\n");
         let stage = t.path().join("stage");
         let fresh = stage.join("workspace");
         write(&fresh.join(".gitignore"), "node_modules/\nbuild.out\n");
@@ -376,11 +432,124 @@ mod tests {
         assert_eq!(read("build.out").as_deref(), Some("checkpoint build\n"));
         assert_eq!(conflicts, vec!["build.out".to_owned()]);
         assert_eq!(read("old-only.txt"), None);
-        assert_eq!(read("scratch.txt"), None);
         assert_eq!(
             read(".git/HEAD").as_deref(),
             Some("ref: refs/heads/agentbox/new\n")
         );
         assert!(!stage.exists(), "the stage is gone");
+    }
+
+    /// The checkpoint's untracked files that its git does not ignore stay, as `git reset
+    /// --hard` leaves them: one the host lacks is kept; one the host's work also has is
+    /// the box's and reported, unless both are the same file; one the host's work deleted
+    /// is the box's and reported; one the host's commit tracks is the commit's. The host's
+    /// own untracked file comes in.
+    #[test]
+    fn untracked_files_stay_box_wins_on_collisions() {
+        use std::os::unix::ffi::OsStrExt;
+        let t = tempfile::tempdir().expect("tmp");
+        let ws = t.path().join("ws");
+        write(&ws.join("src.txt"), "v1\n");
+        git(&ws, &["init", "-q"]);
+        git(&ws, &["add", "-A"]);
+        write(&ws.join("generated.txt"), "made by the setup\n");
+        write(&ws.join("gen/deep/out.txt"), "a generated directory\n");
+        write(&ws.join("setup.env"), "checkpoint's env\n");
+        write(&ws.join("same.cfg"), "identical\n");
+        write(&ws.join("dropped.txt"), "checkpoint's untracked copy\n");
+        write(&ws.join("committed.txt"), "checkpoint's untracked copy\n");
+        let odd = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+        std::fs::write(ws.join(odd), "not UTF-8\n").expect("write");
+        let stage = t.path().join("stage");
+        let fresh = stage.join("workspace");
+        write(&fresh.join("src.txt"), "v2\n");
+        write(&fresh.join("committed.txt"), "in the host's commit\n");
+        write(&fresh.join("setup.env"), "host's env\n");
+        write(&fresh.join("same.cfg"), "identical\n");
+        write(&fresh.join("new.txt"), "host's untracked\n");
+        write(&fresh.join(".git/HEAD"), "ref: refs/heads/agentbox/new\n");
+        let plan = Plan {
+            repos: vec![PlanRepo {
+                sub: None,
+                carried: ["dropped.txt", "new.txt", "same.cfg", "setup.env"]
+                    .map(String::from)
+                    .to_vec(),
+            }],
+        };
+        write(
+            &stage.join("plan.json"),
+            &serde_json::to_string(&plan).expect("json"),
+        );
+        let conflicts = inside_at(&stage, &ws).expect("merge");
+        let read = |p: &str| std::fs::read_to_string(ws.join(p)).ok();
+        assert_eq!(
+            read("generated.txt").as_deref(),
+            Some("made by the setup\n")
+        );
+        assert_eq!(
+            read("gen/deep/out.txt").as_deref(),
+            Some("a generated directory\n")
+        );
+        assert_eq!(read("setup.env").as_deref(), Some("checkpoint's env\n"));
+        assert_eq!(read("same.cfg").as_deref(), Some("identical\n"));
+        assert_eq!(
+            read("dropped.txt").as_deref(),
+            Some("checkpoint's untracked copy\n")
+        );
+        assert_eq!(
+            read("committed.txt").as_deref(),
+            Some("in the host's commit\n")
+        );
+        assert_eq!(read("new.txt").as_deref(), Some("host's untracked\n"));
+        assert_eq!(read("src.txt").as_deref(), Some("v2\n"));
+        assert!(ws.join(odd).is_file(), "a name that is not UTF-8 stays");
+        assert_eq!(
+            conflicts,
+            vec!["dropped.txt".to_owned(), "setup.env".to_owned()]
+        );
+    }
+
+    /// A root that is no repository, with a sub-repository: the checkpoint's other root
+    /// files stay, the host's copy of the same path replaces the checkpoint's, and the
+    /// sub-repository keeps its untracked files only.
+    #[test]
+    fn a_plain_root_keeps_the_checkpoints_files_the_hosts_copy_wins() {
+        let t = tempfile::tempdir().expect("tmp");
+        let ws = t.path().join("ws");
+        write(&ws.join("notes.txt"), "checkpoint's notes\n");
+        write(&ws.join("shared.txt"), "checkpoint's copy\n");
+        write(&ws.join("api/lib.rs"), "checkpoint's edit\n");
+        git(&ws.join("api"), &["init", "-q"]);
+        git(&ws.join("api"), &["add", "-A"]);
+        write(&ws.join("api/out.log"), "untracked\n");
+        let stage = t.path().join("stage");
+        let fresh = stage.join("workspace");
+        write(&fresh.join("shared.txt"), "host's copy\n");
+        write(&fresh.join("api/lib.rs"), "host's commit\n");
+        write(
+            &fresh.join("api/.git/HEAD"),
+            "ref: refs/heads/agentbox/new--api\n",
+        );
+        let plan = Plan {
+            repos: vec![PlanRepo {
+                sub: Some("api".into()),
+                carried: Vec::new(),
+            }],
+        };
+        write(
+            &stage.join("plan.json"),
+            &serde_json::to_string(&plan).expect("json"),
+        );
+        let conflicts = inside_at(&stage, &ws).expect("merge");
+        let read = |p: &str| std::fs::read_to_string(ws.join(p)).ok();
+        assert_eq!(read("notes.txt").as_deref(), Some("checkpoint's notes\n"));
+        assert_eq!(read("shared.txt").as_deref(), Some("host's copy\n"));
+        assert_eq!(read("api/lib.rs").as_deref(), Some("host's commit\n"));
+        assert_eq!(read("api/out.log").as_deref(), Some("untracked\n"));
+        assert_eq!(
+            read("api/.git/HEAD").as_deref(),
+            Some("ref: refs/heads/agentbox/new--api\n")
+        );
+        assert!(conflicts.is_empty(), "{conflicts:?}");
     }
 }

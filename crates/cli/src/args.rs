@@ -485,8 +485,9 @@ pub struct CreateArgs {
     /// Start the box's branch from this ref instead of HEAD (no carry-over then).
     #[arg(long, value_name = "REF")]
     pub from_branch: Option<String>,
-    /// Start from this checkpoint of the project (its installed dependencies and build
-    /// outputs), on a fresh branch at the host's commit with the host's uncommitted work.
+    /// Start from this checkpoint of the project (its installed dependencies, build
+    /// outputs and other untracked files), on a fresh branch at the host's commit with the
+    /// host's uncommitted work (where both have a path, the checkpoint's is kept, reported).
     #[arg(long, value_name = "CHECKPOINT", conflicts_with_all = ["no_checkpoint", "empty", "from_branch"])]
     pub checkpoint: Option<String>,
     /// Do not start from the project's default checkpoint (config box.defaultCheckpoint).

@@ -67,15 +67,7 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
     if let Some(c) = &rec.checkpoint {
         ctx.note(format!("started from checkpoint {}", render::text(c)));
     }
-    if !rec.resync_conflicts.is_empty() {
-        ctx.note(format!(
-            "kept the checkpoint's version of {} your uncommitted work also has (listed in the box at /run/agentbox/ctl/resync-conflicts; `agentbox status` shows them):",
-            render::count(rec.resync_conflicts.len(), "path", "paths")
-        ));
-        for p in &rec.resync_conflicts {
-            ctx.note(format!("  {}", render::text(p)));
-        }
-    }
+    note_resync_conflicts(ctx, rec);
     ctx.out(
         &Created {
             record: rec,
@@ -555,6 +547,21 @@ pub fn push(ctx: &Ctx, a: PushArgs) -> CliResult {
         .boxes()
         .push(&rec, a.remote.as_deref(), &a.repos, a.force, ctx)?;
     ctx.out(&results, || remote_table(&results))
+}
+
+/// Name the paths where a box made from a checkpoint kept the checkpoint's version over the
+/// host's uncommitted work (`create`, and an agent's launch that made its box).
+pub(crate) fn note_resync_conflicts(ctx: &Ctx, rec: &BoxRecord) {
+    if rec.resync_conflicts.is_empty() {
+        return;
+    }
+    ctx.note(format!(
+        "kept the checkpoint's version of {} your uncommitted work also changes (listed in the box at /run/agentbox/ctl/resync-conflicts; `agentbox status` shows them):",
+        render::count(rec.resync_conflicts.len(), "path", "paths")
+    ));
+    for p in &rec.resync_conflicts {
+        ctx.note(format!("  {}", render::text(p)));
+    }
 }
 
 /// `pull --json`: a list like `push`'s. A merge that conflicts leaves the box repository in

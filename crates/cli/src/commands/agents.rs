@@ -36,6 +36,7 @@ pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
                 .map(|c| format!(" from checkpoint {}", render::text(c)))
                 .unwrap_or_default()
         ));
+        crate::boxcmds::note_resync_conflicts(ctx, rec);
     }
     ctx.note(format!(
         "{agent}'s configuration: {} file(s) updated in the box's own copy",

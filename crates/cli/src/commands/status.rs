@@ -175,7 +175,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
             }
             if !b.record.resync_conflicts.is_empty() {
                 s.push_str(&format!(
-                    "kept from the checkpoint (your uncommitted work also had them): {}\n",
+                    "kept from the checkpoint (your uncommitted work also changes them): {}\n",
                     b.record
                         .resync_conflicts
                         .iter()

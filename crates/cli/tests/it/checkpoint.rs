@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use crate::common::{git, kill_supervisors, write, Env};
 use agentbox_testkit::tier::require_root;
 
-struct Home {
-    env: Env,
+pub(crate) struct Home {
+    pub(crate) env: Env,
 }
 
 impl Drop for Home {
@@ -17,7 +17,7 @@ impl Drop for Home {
 }
 
 impl Home {
-    fn sh(&self, name: &str, script: &str) -> String {
+    pub(crate) fn sh(&self, name: &str, script: &str) -> String {
         self.env.ok(&["exec", name, "--", "sh", "-c", script])
     }
 }
@@ -34,7 +34,7 @@ fn project(root: &Path) -> PathBuf {
     p
 }
 
-fn setup(test: &str) -> Option<(Home, PathBuf)> {
+pub(crate) fn setup(test: &str) -> Option<(Home, PathBuf)> {
     if !require_root(test) {
         return None;
     }

@@ -12,6 +12,7 @@ mod bugs;
 mod bundles;
 mod capture;
 mod checkpoint;
+mod checkpoint_untracked;
 mod cli;
 mod config;
 mod crash;
