@@ -475,6 +475,9 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
                 win.box_name
             ));
         })?;
+        // The one node of the move is where the source is now (a child of the winner's
+        // node that records the source's own branches): the note names that one.
+        let now_at = moved.node.clone();
         result.moved = Some(moved);
         let winner_box = win.box_name.clone();
         let before = result.notes.len();
@@ -483,7 +486,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
             result.notes.push(format!(
                 "box {:?} now holds the winner's work (node {}); the winner's box {winner_box:?} was removed",
                 src.name.as_str(),
-                short(&node)
+                short(&now_at)
             ));
             result.candidates[w].kept = false;
             result.candidates[w].log = None;
