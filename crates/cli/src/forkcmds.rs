@@ -292,7 +292,7 @@ fn table(t: &TournamentResult) -> String {
                 let lines: Vec<&str> = c.output.lines().collect();
                 s.push_str(&format!("{}: its output ended:\n", render::text(&c.name)));
                 for l in &lines[lines.len().saturating_sub(3)..] {
-                    s.push_str(&format!("  | {}\n", render::text(l)));
+                    s.push_str(&format!("  | {}\n", render::output(l)));
                 }
             }
             _ => {}
