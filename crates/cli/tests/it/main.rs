@@ -24,3 +24,4 @@ mod registry;
 mod security;
 mod sessions;
 mod tools;
+mod tournament;
