@@ -111,3 +111,44 @@ pub(super) fn set_aside(work: &Path) -> Result<Vec<PathBuf>> {
     }
     Ok(old)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .expect("read the env dir")
+            .map(|e| {
+                e.expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_work_area_is_gone_at_once_and_its_old_copies_once_removed() {
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let env = tmp.path();
+        let work = env.join("work");
+        for i in 0..200 {
+            let d = work.join(format!("upper/node_modules/p{i}"));
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("index.js"), "x").expect("write");
+        }
+        // What a process killed during an earlier removal left.
+        std::fs::create_dir_all(env.join("work.old-left/upper/x")).expect("mkdir");
+        std::fs::write(env.join("env.json"), "{}").expect("write");
+        let trash = Trash::default();
+        trash.discard(&work).expect("discard");
+        assert!(!work.exists());
+        // A second discard meanwhile (nothing to set aside) neither fails nor races.
+        trash.discard(&work).expect("discard again");
+        drop(trash);
+        assert_eq!(names(env), vec!["env.json".to_owned()]);
+    }
+}
