@@ -475,6 +475,9 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
                 win.box_name
             ));
         })?;
+        // The one node of the move is where the source is now (a child of the winner's
+        // node that records the source's own branches): the note names that one.
+        let now_at = moved.node.clone();
         result.moved = Some(moved);
         let winner_box = win.box_name.clone();
         let before = result.notes.len();
@@ -483,7 +486,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
             result.notes.push(format!(
                 "box {:?} now holds the winner's work (node {}); the winner's box {winner_box:?} was removed",
                 src.name.as_str(),
-                short(&node)
+                short(&now_at)
             ));
             result.candidates[w].kept = false;
             result.candidates[w].log = None;
@@ -729,8 +732,10 @@ fn tail(s: &str, max: usize) -> &str {
 /// onto its own inside the box, recorded as a node, and synced. A box that was stopped is
 /// stopped again.
 fn move_source(boxes: &Boxes, src: &BoxRecord, winner: &str, node: &str) -> Result<SourceMoved> {
+    let mut timer = agentbox_core::timing::Timer::start("tournament keep");
     let was_running = boxes.provider().is_running(&src.name)?;
     boxes.checkout(&src.name, node, false)?;
+    timer.lap("checkout");
     let mut head = node.to_owned();
     let mut branches = Vec::new();
     if !src.repos.is_empty() {
@@ -741,15 +746,19 @@ fn move_source(boxes: &Boxes, src: &BoxRecord, winner: &str, node: &str) -> Resu
             };
             crate::fork::move_branch(boxes, &src.name, g, &from.branch)?;
         }
+        timer.lap("move branches");
         let opts = agentbox_store::CommitOpts {
             message: format!("tournament winner {winner} ({})", short(node)),
             ..Default::default()
         };
         head = boxes.commit(&src.name, opts)?.id.into_string();
+        timer.lap("commit");
         branches = boxes.provider().sync(&src.name)?;
+        timer.lap("sync");
     }
     if !was_running {
         boxes.provider().stop(&src.name)?;
+        timer.lap("stop");
     }
     Ok(SourceMoved {
         node: head,

@@ -32,7 +32,10 @@ pub struct ForkArgs {
     pub at: Option<String>,
 }
 
+/// The usage line is written out: clap's own lists, in an error, every argument it found
+/// as if required — `--home <HOME>` too, when `AGENTBOX_HOME` is set, and BOX as `<BOX>`.
 #[derive(Debug, Args)]
+#[command(override_usage = "agentbox tournament [OPTIONS] --test <CMD> -c <NAME=CMD>... [BOX]")]
 pub struct TournamentArgs {
     /// The box every candidate is forked from (left out: the current project's only box).
     #[arg(value_name = "BOX")]
@@ -289,7 +292,7 @@ fn table(t: &TournamentResult) -> String {
                 let lines: Vec<&str> = c.output.lines().collect();
                 s.push_str(&format!("{}: its output ended:\n", render::text(&c.name)));
                 for l in &lines[lines.len().saturating_sub(3)..] {
-                    s.push_str(&format!("  | {}\n", render::text(l)));
+                    s.push_str(&format!("  | {}\n", render::output(l)));
                 }
             }
             _ => {}

@@ -37,6 +37,42 @@ pub fn text(s: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// One line of what a box's command printed, as shown for humans: its colours and text
+/// styles (SGR sequences, `ESC [ params m`) are dropped, and every other control character
+/// is escaped as [`text`] escapes it — a cursor move, an OSC, a lone ESC never reaches the
+/// terminal. `--json` carries the output exactly.
+pub fn output(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        if let Some(len) = sgr_len(rest) {
+            rest = &rest[len..];
+            continue;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The length in bytes of the SGR sequence `s` starts with: ESC, `[`, parameters (digits,
+/// `;` and `:` only) and the final `m`; `None` for anything else.
+fn sgr_len(s: &str) -> Option<usize> {
+    let params = s.strip_prefix("\x1b[")?;
+    let n = params
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b';' || *b == b':')
+        .count();
+    (params.as_bytes().get(n) == Some(&b'm')).then_some(2 + n + 1)
+}
+
 /// `n` with its noun, singular for exactly one (`1 layer`, `0 layers`, `2 processes`):
 /// every counted noun in human output goes through here, so none reads "1 layers".
 pub fn count<N>(n: N, one: &str, many: &str) -> String
@@ -267,9 +303,45 @@ pub fn procs(procs: &[agentbox_boxes::types::ProcInfo]) -> String {
             text(&agentbox_boxes::render_command(&p.argv))
         ));
         for line in p.exit.iter().flat_map(|e| &e.output) {
-            // A box's output is the box's text: escaped like any other.
-            s.push_str(&format!("      | {}\n", text(line)));
+            // A box's output is the box's text: its colours dropped, the rest escaped.
+            s.push_str(&format!("      | {}\n", output(line)));
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn colours_are_dropped_and_other_controls_escaped() {
+        assert_eq!(output("plain"), "plain");
+        assert_eq!(output("\x1b[2mdim\x1b[0m ok"), "dim ok");
+        assert_eq!(output("\x1b[1;31mred\x1b[m"), "red");
+        assert_eq!(output("\x1b[38:5:208mx"), "x");
+        // Not colours: the ESC is escaped, so the terminal sees plain text.
+        assert_eq!(output("\x1b[2Kclear"), "\\u{1b}[2Kclear");
+        assert_eq!(output("\x1b]52;c;aGk=\x07"), "\\u{1b}]52;c;aGk=\\u{7}");
+        assert_eq!(output("a\rb"), "a\\rb");
+        assert_eq!(output("\x1b["), "\\u{1b}[");
+        assert_eq!(output("\u{9b}31m"), "\\u{9b}31m");
+        assert_eq!(output("é\x1b[0mü"), "éü");
+    }
+
+    proptest! {
+        /// Whatever a box prints, what reaches the terminal holds no control character.
+        #[test]
+        fn no_control_reaches_the_terminal(s in "(\\PC|[\\x00-\\x1f\\x7f-\\u{9f}]|\\x1b\\[[0-9;:]{0,6}[mK]){0,40}") {
+            let shown = output(&s);
+            prop_assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        }
+
+        /// Text without SGR sequences is shown exactly as `text` shows it.
+        #[test]
+        fn without_colours_it_is_text(s in "(\\PC|[\\x00-\\x1a\\x1c-\\x1f])*") {
+            prop_assert_eq!(output(&s), text(&s));
+        }
+    }
 }

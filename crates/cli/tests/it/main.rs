@@ -26,3 +26,4 @@ mod registry;
 mod security;
 mod sessions;
 mod tools;
+mod tournament;

@@ -153,6 +153,8 @@ pub struct LayersBackend {
     durability: super::Durability,
     /// Name of the opaque-directory attribute in this store's layers.
     opaque: &'static str,
+    /// Old work areas of checkouts, being removed (see [`super::trash`]).
+    trash: super::trash::Trash,
 }
 
 impl LayersBackend {
@@ -162,6 +164,7 @@ impl LayersBackend {
             max_depth: max_depth.max(2),
             durability: super::Durability::default(),
             opaque: OPAQUE_XATTR,
+            trash: Default::default(),
         }
     }
 
@@ -548,21 +551,8 @@ impl LayersBackend {
         dirs: &WorkDirs,
         remove: &dyn Fn(&Path) -> Result<()>,
     ) -> Result<()> {
-        if let Some(env_dir) = dirs.work.parent() {
-            for entry in fs_err::read_dir(env_dir)? {
-                let entry = entry?;
-                if entry.file_name().to_string_lossy().starts_with("work.old-") {
-                    remove(&entry.path())?;
-                }
-            }
-        }
-        if dirs.work.exists() {
-            let trash = dirs
-                .work
-                .with_extension(format!("old-{}", std::process::id()));
-            remove(&trash)?;
-            fs_err::rename(&dirs.work, &trash)?;
-            remove(&trash)?;
+        for old in super::trash::set_aside(&dirs.work)? {
+            remove(&old)?;
         }
         Ok(())
     }
@@ -761,12 +751,18 @@ impl Backend for LayersBackend {
     }
 
     fn reset_work(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        let mut timer = agentbox_core::timing::Timer::start("reset work");
         self.unmount(dirs)?;
+        timer.lap("unmount");
         failpoint::hit("checkout:after-unmount");
-        Self::discard_work_dirs(dirs, &|p| self.remove_tree(p))?;
+        // The box runs again without waiting for the removal of what it wrote.
+        self.trash.discard(&dirs.work)?;
+        timer.lap("set the old work area aside");
         fs_err::create_dir_all(Self::ovl(dirs))?;
         self.fresh_upper(dirs, chain)?;
-        self.mount_overlay(dirs, chain)
+        self.mount_overlay(dirs, chain)?;
+        timer.lap("fresh upper and mount");
+        Ok(())
     }
 
     fn commit(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {

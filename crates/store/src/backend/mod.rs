@@ -17,6 +17,7 @@ pub mod apply;
 pub mod btrfs;
 pub mod layers;
 mod marks;
+mod trash;
 pub use marks::{ChangeHint, MarksVersion};
 
 use std::fmt;
