@@ -14,6 +14,7 @@ mod checkpoint;
 mod cli;
 mod config;
 mod crash;
+mod firsthour;
 mod fork;
 mod gitremote;
 mod help;
