@@ -302,7 +302,10 @@ struct StdoutToStderr {
 impl StdoutToStderr {
     fn start() -> CliResult<StdoutToStderr> {
         let _ = std::io::stdout().flush();
-        let saved = rustix::io::dup(std::io::stdout()).map_err(std::io::Error::from)?;
+        // Close-on-exec: a supervisor this command starts must not inherit the caller's
+        // stdout, or a reader waiting for its end (a script's `$(…)`) would wait forever.
+        let saved =
+            rustix::io::fcntl_dupfd_cloexec(std::io::stdout(), 3).map_err(std::io::Error::from)?;
         rustix::stdio::dup2_stdout(std::io::stderr()).map_err(std::io::Error::from)?;
         Ok(StdoutToStderr { saved })
     }

@@ -84,9 +84,6 @@ fn usage_errors_do_not_list_home_as_required() {
         .find(|l| l.trim_start().starts_with("--dir"))
         .unwrap_or_else(|| panic!("no --dir line: {help}"));
     assert!(dir_line.contains("required"), "{dir_line}");
-    // --home given explicitly still works.
-    let out = env.run(&["--home", env.path("other").to_str().expect("utf-8"), "list"]);
-    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
 }
 
 #[test]
