@@ -331,7 +331,7 @@ mod tests {
                 lines.push((full, vec![name.clone(), sub2.get_name().to_owned()]));
             }
             for (label, words) in lines {
-                for extra in [&[][..], &["HEAD"][..], &["x", "HEAD"][..]] {
+                for extra in [&[][..], &["HEAD"], &["x", "HEAD"], &["-m", "x"]] {
                     let argv = std::iter::once("agentbox".to_owned())
                         .chain(words.iter().cloned())
                         .chain(extra.iter().map(|s| s.to_string()));
