@@ -145,4 +145,9 @@ impl Boxes {
     pub fn gc(&self) -> Result<GcReport> {
         Ok(self.store()?.gc()?)
     }
+
+    /// What [`Boxes::gc`] would free now; nothing is removed.
+    pub fn gc_dry_run(&self) -> Result<GcReport> {
+        Ok(self.store()?.gc_dry_run()?)
+    }
 }

@@ -121,6 +121,17 @@ impl IgnoreSet {
             "**/.cargo/.package-cache",
             "**/.cargo/.package-cache-mutate",
             "**/.cargo/.global-cache",
+            // SQLite's side files of the last-use database (journal, WAL, shared memory).
+            "**/.cargo/.global-cache-*",
+            // The registry index's parsed-entry cache: cargo rewrites it while resolving,
+            // also when nothing is installed (it is still captured with the next node).
+            "**/.cargo/registry/index/*/.cache",
+            // The same, where images put CARGO_HOME (the official rust images).
+            "usr/local/cargo/.package-cache",
+            "usr/local/cargo/.package-cache-mutate",
+            "usr/local/cargo/.global-cache",
+            "usr/local/cargo/.global-cache-*",
+            "usr/local/cargo/registry/index/*/.cache",
             "**/.config/go/telemetry",
             // `git status` rewrites the index to refresh its stat data: alone, that is no
             // change of the project (the index is still captured with the next node).
@@ -177,11 +188,23 @@ mod tests {
             "root/.cache/pip/selfcheck/abc.json",
             "srv/u/.cargo/.global-cache",
             "root/.cargo/.package-cache",
+            "root/.cargo/.global-cache-journal",
+            "home/dev/.cargo/.global-cache-wal",
+            "root/.cargo/registry/index/index.crates.io-1949cf8c6b5b557f/.cache/se/rd/serde",
+            "usr/local/cargo/.global-cache",
+            "usr/local/cargo/.package-cache",
+            "usr/local/cargo/registry/index/index.crates.io-1949cf8c6b5b557f/.cache/3/s/syn",
         ] {
             assert!(s.is_ignored(Path::new(p)), "{p}");
         }
         // The caches themselves are the box's warm state, and installs are changes.
-        for p in ["srv/h/.npm/_cacache/index-v5/x", "root/.cargo/bin/cargo"] {
+        for p in [
+            "srv/h/.npm/_cacache/index-v5/x",
+            "root/.cargo/bin/cargo",
+            "root/.cargo/registry/cache/index.crates.io-1949cf8c6b5b557f/serde-1.0.0.crate",
+            "root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/serde-1.0.0/src/lib.rs",
+            "usr/local/cargo/bin/cargo",
+        ] {
             assert!(!s.is_ignored(Path::new(p)), "{p}");
         }
     }

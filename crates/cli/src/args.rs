@@ -18,7 +18,10 @@ use clap::{Args, Parser, Subcommand};
 )]
 pub struct Cli {
     /// Agentbox home (default: $AGENTBOX_HOME, else ~/.agentbox).
-    #[arg(long, global = true, env = "AGENTBOX_HOME", hide_env_values = true)]
+    // Not clap's `env`: an argument clap fills from the environment is printed in the
+    // usage line of every "required argument missing" error as if the user had to give it.
+    // `Home::from_env` reads AGENTBOX_HOME when --home is left out.
+    #[arg(long, global = true)]
     pub home: Option<PathBuf>,
     /// Print machine-readable JSON on stdout.
     #[arg(long, global = true)]
@@ -146,8 +149,8 @@ pub enum Command {
     Mount(Positional),
     /// Unmount an environment's directory (its state is kept): [ENV].
     Unmount(Positional),
-    /// Free the data of nodes no longer referenced.
-    Gc,
+    /// Free the data of nodes no longer referenced (--dry-run: list what would be freed).
+    Gc(GcArgs),
     /// Check the store's consistency (and repair what can be repaired); reports half-made
     /// data an interrupted commit or import left, with its path and size.
     Fsck(FsckArgs),
@@ -578,6 +581,9 @@ pub struct CommandOpts {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "With --json, stdout holds only the JSON result (exit status, node made), so it parses as one document; the command's own output, stdout and stderr, goes to stderr as it runs (`2>out.txt` keeps it)."
+)]
 pub struct ExecArgs {
     /// BOX (left out: the current project's only box).
     #[arg(value_name = "BOX")]
@@ -628,6 +634,9 @@ pub enum SessionCmd {
     /// Start a session: CMD on a terminal the box keeps until it exits, then attach to it
     /// (-d: do not): [BOX] [--name NAME] [-d] [--supervise] [--] CMD [ARGS...].
     Start(SessionStartArgs),
+    /// List a box's sessions, as `agentbox sessions` does: [BOX] [--prune].
+    #[command(visible_alias = "list")]
+    Ls(SessionsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -823,7 +832,7 @@ pub struct ExportArgs {
 pub struct ImportArgs {
     /// Bundle or rootfs tar: a file, an http(s) URL, or - for stdin.
     pub source: String,
-    /// Directory of the new environment.
+    /// Directory of the new environment (required; where its files appear).
     #[arg(long)]
     pub dir: PathBuf,
     /// Name of the new environment (default: the directory's name).
@@ -843,6 +852,13 @@ pub struct ImportArgs {
     /// compressed size, at least 256M.
     #[arg(long, value_name = "SIZE", env = "AGENTBOX_IMPORT_MAX_SIZE")]
     pub max_size: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Show what would be removed (nodes, layers, disk space), removing nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]

@@ -33,10 +33,32 @@ fn refused_option(args: &[String]) -> Option<&String> {
     })
 }
 
+/// The commands [`request_for`] turns into a request, as the in-box hint names them. The
+/// hint is made from this list, and a test checks it against what `request_for` accepts
+/// (every command line of the CLI), so the two cannot drift apart.
+pub const ALLOWED: &[&str] = &[
+    "log",
+    "show",
+    "diff",
+    "status",
+    "commit",
+    "checkout",
+    "undo",
+    "tag",
+    "ps",
+    "push",
+    "pull",
+    "checkpoint create",
+];
+
 fn not_here(what: String) -> CliError {
-    CliError::new(crate::errors::ExitCode::Refused,
+    CliError::new(
+        crate::errors::ExitCode::Refused,
         what,
-        Some("inside a box, agentbox can run: log, show, diff, status, commit, checkout, undo, tag, ps, push, pull, checkpoint create — on this box only".into()),
+        Some(format!(
+            "inside a box, agentbox can run: {} — on this box only",
+            ALLOWED.join(", ")
+        )),
     )
 }
 
@@ -292,6 +314,47 @@ impl RelayHandler for CliRelay {
 #[cfg(test)]
 mod tests {
     use super::refused_option;
+
+    /// Every command line of the CLI (each subcommand, with the arguments an allowed one
+    /// needs) that [`super::request_for`] accepts is named in [`super::ALLOWED`], and each
+    /// name there is accepted: the in-box hint lists exactly what a box may run.
+    #[test]
+    fn the_in_box_hint_names_exactly_the_commands_a_box_may_run() {
+        use clap::{CommandFactory, Parser};
+        let cli = crate::args::Cli::command();
+        let mut accepted = std::collections::BTreeSet::new();
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name().to_owned();
+            let mut lines: Vec<(String, Vec<String>)> = vec![(name.clone(), vec![name.clone()])];
+            for sub2 in sub.get_subcommands() {
+                let full = format!("{name} {}", sub2.get_name());
+                lines.push((full, vec![name.clone(), sub2.get_name().to_owned()]));
+            }
+            for (label, words) in lines {
+                for extra in [&[][..], &["HEAD"], &["x", "HEAD"], &["-m", "x"]] {
+                    let argv = std::iter::once("agentbox".to_owned())
+                        .chain(words.iter().cloned())
+                        .chain(extra.iter().map(|s| s.to_string()));
+                    let Ok(parsed) = crate::args::Cli::try_parse_from(argv) else {
+                        continue;
+                    };
+                    if super::request_for(&parsed, "own").is_ok() {
+                        accepted.insert(label.clone());
+                    }
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> =
+            super::ALLOWED.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            accepted, listed,
+            "ALLOWED must list what request_for accepts"
+        );
+        let hint = super::not_here("x".into()).hint.unwrap_or_default();
+        for name in super::ALLOWED {
+            assert!(hint.contains(name), "{name} missing from the hint: {hint}");
+        }
+    }
 
     #[test]
     fn refused_options_in_every_spelling() {

@@ -14,6 +14,7 @@ use crate::CliResult;
 pub fn session(ctx: &Ctx, cmd: SessionCmd) -> CliResult {
     match cmd {
         SessionCmd::Start(a) => start(ctx, a),
+        SessionCmd::Ls(a) => sessions(ctx, a),
     }
 }
 

@@ -71,6 +71,15 @@ impl Store {
 
     /// Layer ids on disk (directories or records), and the ones live nodes reference.
     fn layer_sets(&self) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+        self.layer_sets_without(&BTreeSet::new())
+    }
+
+    /// [`Store::layer_sets`] as if the nodes in `dropped` were gone already (what `gc`
+    /// would find after removing them).
+    fn layer_sets_without(
+        &self,
+        dropped: &BTreeSet<String>,
+    ) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
         let mut on_disk = BTreeSet::new();
         for entry in fs_err::read_dir(self.layout().layers())? {
             let entry = entry?;
@@ -86,7 +95,11 @@ impl Store {
             }
         }
         let mut live = BTreeSet::new();
-        for node in self.nodes()?.values() {
+        for node in self
+            .nodes()?
+            .values()
+            .filter(|n| !dropped.contains(n.id.as_str()))
+        {
             let mut next = Some(node.layer.clone());
             while let Some(lid) = next {
                 if !live.insert(lid.clone()) {
@@ -105,6 +118,18 @@ impl Store {
     /// environments (and of imports that never completed) that nothing else descends from,
     /// and detached nodes whose ref is gone. Caller holds the store lock exclusively.
     fn remove_unreachable_nodes(&self) -> Result<Vec<String>> {
+        let removed: Vec<String> = self.unreachable_nodes()?.into_iter().collect();
+        for id in &removed {
+            self.remove_node_file(id)?;
+        }
+        if !removed.is_empty() {
+            atomic::sync_dir(&self.layout().nodes())?;
+        }
+        Ok(removed)
+    }
+
+    /// The nodes [`Store::remove_unreachable_nodes`] removes, without removing them.
+    fn unreachable_nodes(&self) -> Result<BTreeSet<String>> {
         let nodes = self.nodes()?;
         let envs = self.envs()?;
         let env_names: BTreeSet<&str> = envs.iter().map(|e| e.name.as_str()).collect();
@@ -135,17 +160,38 @@ impl Store {
                     .map(NodeId::into_string);
             }
         }
-        let mut removed = Vec::new();
-        for id in nodes.keys() {
-            if !reachable.contains(id) {
-                self.remove_node_file(id)?;
-                removed.push(id.clone());
-            }
-        }
-        if !removed.is_empty() {
-            atomic::sync_dir(&self.layout().nodes())?;
-        }
-        Ok(removed)
+        Ok(nodes
+            .keys()
+            .filter(|id| !reachable.contains(*id))
+            .cloned()
+            .collect())
+    }
+
+    /// What [`Store::gc`] would remove now, removing nothing: the unreachable nodes, the
+    /// layers no remaining node would reference, and the disk space those layers occupy
+    /// (`disk_bytes_after` is `disk_bytes_before` less it). The lock is shared, so running
+    /// boxes are not held up; a commit that lands meanwhile only makes the real `gc` keep
+    /// more. Repairs `gc` would make first (reconcile) are not previewed.
+    pub fn gc_dry_run(&self) -> Result<GcReport> {
+        let _lock = self.lock_store(Mode::Shared, "gc --dry-run")?;
+        let before = self.usage_bytes()?;
+        let nodes = self.unreachable_nodes()?;
+        let (on_disk, live) = self.layer_sets_without(&nodes)?;
+        let layers: Vec<String> = on_disk.difference(&live).cloned().collect();
+        let paths: Vec<PathBuf> = layers
+            .iter()
+            .map(|lid| self.backend().layer_dir(lid))
+            .filter(|p| p.exists())
+            .collect();
+        let refs: Vec<&std::path::Path> = paths.iter().map(PathBuf::as_path).collect();
+        let freed = agentbox_sys::fiemap::disk_usage(&refs)?.physical_bytes;
+        Ok(GcReport {
+            removed_nodes: nodes.into_iter().collect(),
+            removed_layers: layers,
+            repairs: Vec::new(),
+            disk_bytes_before: before,
+            disk_bytes_after: before.saturating_sub(freed),
+        })
     }
 
     /// Free every node nothing can reach and every layer no remaining node references.

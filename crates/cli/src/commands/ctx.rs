@@ -247,7 +247,14 @@ impl Ctx {
         let cwd = agentbox_boxes::project::current_dir()?;
         Ok(match reference.or(self.env.as_deref()) {
             Some(r) => registry::resolve(&self.home, r, &cwd)?,
-            None => registry::implicit(&self.home, &cwd)?,
+            None => match registry::implicit(&self.home, &cwd) {
+                Ok(rec) => rec,
+                Err(BoxError::WhichBox {
+                    project: None,
+                    candidates,
+                }) if candidates.is_empty() => return Err(not_a_project(None)),
+                Err(e) => return Err(e.into()),
+            },
         })
     }
 
@@ -330,7 +337,32 @@ impl Ctx {
                 argv.insert(0, first);
                 Ok((rec, argv))
             }
+            // Outside a project the trouble is the directory, not `first`: it was most
+            // likely the command (`agentbox exec -- ls`), so "no box named ls" misleads.
+            None if self.here()?.is_none() => Err(not_a_project(Some(&first))),
             None => Err(missing.into()),
         }
     }
+}
+
+/// The error of a command that needs the current project's box, run where there is no
+/// project (no git repository, no box made from this directory). `word` is the argument
+/// that was tried as a box name and names none.
+fn not_a_project(word: Option<&str>) -> CliError {
+    let dir = std::env::current_dir()
+        .map(|d| crate::render::path(&d))
+        .unwrap_or_else(|_| "the current directory".to_owned());
+    let mut message = format!("{dir} is not in a project (no git repository or box here)");
+    if let Some(w) = word {
+        message.push_str(&format!(", and {w:?} names no box"));
+    }
+    CliError::new(
+        crate::errors::ExitCode::Usage,
+        message,
+        Some(
+            "cd into a project that has a box, or name the box: `agentbox exec BOX -- CMD` \
+             (or -b BOX); `agentbox list --all` shows every box"
+                .into(),
+        ),
+    )
 }

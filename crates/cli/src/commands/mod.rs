@@ -153,7 +153,7 @@ pub fn run(cli: Cli) -> CliResult {
         Command::Tag(a) => tag(&ctx, a),
         Command::Delete(a) => delete(&ctx, &a.args),
         Command::Retain(a) => retain(&ctx, a),
-        Command::Gc => gc(&ctx),
+        Command::Gc(a) => gc(&ctx, a.dry_run),
         Command::Status(a) => status(&ctx, &a.args, a.usage),
         Command::Export(a) => export(&ctx, a),
         Command::Import(a) => import(&ctx, a),

@@ -16,6 +16,7 @@ mod checkpoint_untracked;
 mod cli;
 mod config;
 mod crash;
+mod firsthour;
 mod fork;
 mod gitremote;
 mod help;
