@@ -25,6 +25,7 @@ mod checkpoints;
 mod ctx;
 mod envs;
 mod history;
+mod progress;
 mod status;
 mod trust;
 

@@ -14,6 +14,7 @@ mod checkpoint;
 mod cli;
 mod config;
 mod crash;
+mod destroy;
 mod fork;
 mod gitremote;
 mod help;
