@@ -21,6 +21,7 @@ mod help;
 mod network;
 mod output;
 mod provider;
+mod quickstart;
 mod registry;
 mod security;
 mod sessions;
