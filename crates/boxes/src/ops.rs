@@ -424,7 +424,8 @@ impl Boxes {
 
     /// Remove box `name`: stop it, its provider's state, the base pins in its host
     /// repositories (with `delete_branch`, its branches too), its environment and its
-    /// directory. Returns the branches deleted; what could not be removed is noted on
+    /// directory; its working files are deleted by [`Provider::remove_discarded`] (perhaps
+    /// after this returns). Returns the branches deleted; what could not be removed is noted on
     /// `progress` (and retried by `prune`).
     pub fn destroy(
         &self,
@@ -432,11 +433,14 @@ impl Boxes {
         delete_branch: bool,
         progress: &dyn Progress,
     ) -> Result<Vec<String>> {
+        let mut timer = agentbox_core::timing::Timer::start("destroy");
         let store = self.store()?;
         let mut deleted = Vec::new();
         let mut unpinned = true;
         self.provider.stop(name)?;
+        timer.lap("stop");
         self.provider.forget(name);
+        timer.lap("cgroup");
         for git in record::read(&self.home, name)
             .map(|r| r.repos)
             .unwrap_or_default()
@@ -464,13 +468,23 @@ impl Boxes {
             // Kept otherwise: `prune` retries the refs that could not be removed.
             crate::registry::forget_pins(&self.home, name)?;
         }
-        if store.env(name).is_ok() {
-            store.remove_env(name)?;
-        }
+        timer.lap("git");
+        // Its working files are only set aside here: deleting them costs one unlink per file
+        // (seconds for a box that installed `node_modules`), left to the provider below.
+        let discarded = match store.env(name) {
+            Ok(_) => store.discard_env(name)?,
+            Err(_) => None,
+        };
+        timer.lap("environment");
         let dirs = BoxDirs::new(&self.home, name);
         // The record goes first: without it the box no longer exists.
         let _ = fs_err::remove_file(dirs.record());
         fs_err::remove_dir_all(&dirs.dir)?;
+        timer.lap("box directory");
+        if let Some(d) = discarded {
+            self.provider.remove_discarded(store, &d)?;
+            timer.lap("working files");
+        }
         Ok(deleted)
     }
 

@@ -103,6 +103,16 @@ pub trait Provider: Send + Sync {
     /// Let go of whatever the provider keeps for a box that is being destroyed (its cgroup,
     /// say), after [`Provider::stop`].
     fn forget(&self, name: &str);
+    /// Delete the working files of a destroyed box (see
+    /// [`agentbox_store::Store::discard_env`]). Here, before returning, unless the provider
+    /// can hand the deletion to a process of its own, so that `destroy` does not wait for it.
+    fn remove_discarded(
+        &self,
+        store: &agentbox_store::Store,
+        discarded: &agentbox_store::discard::Discarded,
+    ) -> Result<()> {
+        Ok(store.remove_discarded(discarded.entry())?)
+    }
     /// Commit the running box's tree (serialised with auto-capture); the node made.
     fn commit(
         &self,

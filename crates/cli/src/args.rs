@@ -160,6 +160,9 @@ pub enum Command {
     BoxInit,
     #[command(name = "__supervise", hide = true)]
     Supervise { name: String },
+    /// Delete the working files `destroy` set aside (`tmp/discarded-…` of the store).
+    #[command(name = "__remove-discarded", hide = true)]
+    RemoveDiscarded { entry: String },
 }
 
 /// `agentbox config`. Layers, highest first: a command-line flag, the `defaults:` block of

@@ -89,14 +89,47 @@ impl Provider for LocalProvider {
         let Some(c) = self.running(name)? else {
             return Ok(false);
         };
+        let mut timer = agentbox_core::timing::Timer::start("stop");
         // The supervisor answers, then ends; the box's processes die with it.
         let _ = c.request(&Request::Stop);
+        timer.lap("answered");
         crate::supervisor::wait_gone(&self.home, name)?;
+        timer.lap("supervisor gone");
         Ok(true)
     }
 
     fn forget(&self, name: &str) {
         crate::supervisor::remove_cgroup(&self.home, name);
+    }
+
+    /// In a process of its own (`agentbox __remove-discarded ENTRY`, in its own session):
+    /// `destroy` returns once the box is gone, not once its last file is unlinked. When
+    /// that process cannot start, here.
+    fn remove_discarded(
+        &self,
+        store: &agentbox_store::Store,
+        discarded: &agentbox_store::discard::Discarded,
+    ) -> Result<()> {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        let spawned = Command::new(&self.exe)
+            .arg("__remove-discarded")
+            .arg(discarded.entry())
+            .env("AGENTBOX_HOME", self.home.root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+        match spawned {
+            Ok(mut child) => {
+                // Reaped when it ends, should this process outlive it (a test, a library
+                // caller); a CLI that exits first leaves it to init.
+                std::thread::spawn(move || child.wait());
+                Ok(())
+            }
+            Err(_) => Ok(store.remove_discarded(discarded.entry())?),
+        }
     }
 
     fn broker(

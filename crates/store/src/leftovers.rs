@@ -39,7 +39,8 @@ pub enum LeftoverKind {
     TempLayer,
     /// `layers/<id>/` without `layers/<id>.json`: published, but its record never written.
     UnrecordedLayer,
-    /// An entry of `tmp/`: the staging area of an import or create.
+    /// An entry of `tmp/`: the staging area of an import or create, or the working files of
+    /// a removed environment still to be deleted (see [`crate::discard`]).
     Staging,
     /// A temporary file of an interrupted atomic write (`nodes/`, `layers/`).
     TempFile,
@@ -237,11 +238,17 @@ impl Store {
         if layout.tmp().is_dir() {
             for entry in fs_err::read_dir(layout.tmp())? {
                 let entry = entry?;
+                let discarded =
+                    crate::discard::is_discarded_entry(&entry.file_name().to_string_lossy());
                 push(
                     LeftoverKind::Staging,
                     entry.path(),
                     String::new(),
-                    "staging area of an import or create that stopped".into(),
+                    if discarded {
+                        "working files of a removed environment whose deletion stopped".into()
+                    } else {
+                        "staging area of an import or create that stopped".into()
+                    },
                 );
             }
         }

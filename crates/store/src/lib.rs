@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod bundle;
 pub mod derive;
+pub mod discard;
 pub mod disk;
 pub mod error;
 pub mod fsops;

@@ -771,16 +771,12 @@ impl Store {
     }
 
     /// Remove an environment: unmount, drop its working area and state. Its nodes stay until
-    /// GC finds them unreferenced.
+    /// GC finds them unreferenced. The working files are deleted before this returns (see
+    /// [`Store::discard_env`] for a removal that does not wait for them).
     pub fn remove_env(&self, name: &str) -> Result<()> {
-        let state = self.env(name)?;
-        let _g = self.lock_env(name, "remove")?;
-        let dirs = self.work_dirs(&state);
-        self.backend.unmount(&dirs)?;
-        self.backend.remove_work(&dirs)?;
-        // env.json goes first: without it the environment no longer exists.
-        fs_err::remove_file(self.layout.env_state(name))?;
-        fs_err::remove_dir_all(self.layout.env_dir(name))?;
+        if let Some(d) = self.discard_env(name)? {
+            self.remove_discarded(d.entry())?;
+        }
         Ok(())
     }
 

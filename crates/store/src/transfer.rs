@@ -146,12 +146,13 @@ pub fn export(
             .unwrap_or_default(),
         std::process::id()
     ));
+    // Counted for the progress the CLI prints (see `agentbox_core::progress`).
     let sink: Box<dyn Write> = if to_stdout {
-        Box::new(std::io::stdout().lock())
+        Box::new(agentbox_core::progress::Counting(std::io::stdout().lock()))
     } else {
         Box::new(BufWriter::with_capacity(
             1 << 20,
-            fs_err::File::create(&tmp)?,
+            agentbox_core::progress::Counting(fs_err::File::create(&tmp)?),
         ))
     };
     let result = (|| -> Result<usize> {

@@ -70,7 +70,7 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
         }
         CheckpointCmd::Export { name, output } => {
             let here = ctx.here()?;
-            let done = ctx.busy("writing the checkpoint", || {
+            let done = ctx.transfer("writing the checkpoint", || {
                 ctx.boxes()
                     .checkpoint_export(here.as_deref(), &name, &output)
             })?;
@@ -96,7 +96,7 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
                 allow_setuid,
                 max_size: max_size.as_deref().map(parse_size).transpose()?,
             };
-            let made = ctx.busy("importing the checkpoint", || {
+            let made = ctx.transfer("importing the checkpoint", || {
                 ctx.boxes().checkpoint_import(
                     &file,
                     here.as_deref(),

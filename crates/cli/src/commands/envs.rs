@@ -180,9 +180,10 @@ pub(super) fn export(ctx: &Ctx, a: crate::args::ExportArgs) -> CliResult {
         .parse()
         .map_err(|e: String| CliError::usage(e, "use --compress zstd, gzip or none"))?;
     let reference = rest.first().map(String::as_str).unwrap_or("HEAD");
-    let report = ctx
-        .boxes()
-        .export(&env, reference, kind, compression, &a.output)?;
+    let report = ctx.transfer("exporting", || {
+        ctx.boxes()
+            .export(&env, reference, kind, compression, &a.output)
+    })?;
     let to_stdout = a.output == Path::new("-");
     let summary = format!(
         "exported {} of {env} ({} bundle) to {}",
@@ -213,7 +214,9 @@ pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
         allow_setuid: a.allow_setuid,
         max_size,
     };
-    let report = ctx.boxes().import(&a.source, &name, &a.dir, options)?;
+    let report = ctx.transfer("importing", || {
+        ctx.boxes().import(&a.source, &name, &a.dir, options)
+    })?;
     ctx.out(&report, || {
         let held = match report.reused_nodes {
             0 => String::new(),

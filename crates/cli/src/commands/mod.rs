@@ -25,6 +25,7 @@ mod checkpoints;
 mod ctx;
 mod envs;
 mod history;
+mod progress;
 mod status;
 mod trust;
 
@@ -239,5 +240,10 @@ pub fn run(cli: Cli) -> CliResult {
             Ok(result?)
         }
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
+        Command::RemoveDiscarded { entry } => {
+            // Its own session: the terminal `destroy` ran on may close before it is done.
+            let _ = rustix::process::setsid();
+            Ok(ctx.boxes().store()?.remove_discarded(&entry)?)
+        }
     }
 }

@@ -112,12 +112,15 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
                 };
                 let dirty = match &br.dirty {
                     Some(d) if d.is_empty() => ", clean".to_owned(),
+                    // "Committed" alone reads as `agentbox commit`, which is a snapshot of
+                    // the box, not a git commit: say which kind is missing.
                     Some(d) => format!(
-                        ", {}",
-                        render::count(d.len(), "uncommitted path", "uncommitted paths")
+                        ", {} not committed to git",
+                        render::count(d.len(), "path", "paths")
                     ),
                     None if b.state == agentbox_boxes::ops::BoxState::Stopped => {
-                        ", uncommitted paths not known while the box is stopped".to_owned()
+                        ", paths not committed to git not known while the box is stopped"
+                            .to_owned()
                     }
                     None => String::new(),
                 };
@@ -126,6 +129,13 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
                     br.branch,
                     br.repository.display()
                 ));
+            }
+            if b.branches.iter().any(|br| br.dirty.as_ref().is_some_and(|d| !d.is_empty())) {
+                s.push_str(
+                    "git:          snapshots (`agentbox commit`, `agentbox log`) are not git commits; \
+                     `agentbox exec -- git commit -am MESSAGE` makes one on the box's branch, \
+                     which reaches the host repository by itself (`agentbox push` sends it on)\n",
+                );
             }
             s.push_str(&format!(
                 "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} since HEAD\nHEAD:         {} ({})\nchain depth:  {}\n{}",

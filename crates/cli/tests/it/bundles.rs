@@ -705,3 +705,54 @@ fn prune_removes_the_staging_of_an_import_killed_half_way() {
     t2.ok(&["fsck"]);
     let _ = std::process::Command::new("umount").arg(&dir).status();
 }
+
+#[test]
+fn export_and_import_report_progress_on_a_stderr_that_is_not_a_terminal() {
+    if !require_root("export_and_import_report_progress_on_a_stderr_that_is_not_a_terminal") {
+        return;
+    }
+    let t = Env::new();
+    let src = t.path("big");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    for i in 0..8 {
+        std::fs::write(src.join(format!("blob{i}")), noise(4 << 20)).expect("write");
+    }
+    t.ok(&["env", src.to_str().expect("utf8")]);
+    let bundle = t.path("big.bundle");
+    let b = bundle.to_str().expect("utf8");
+    // `output()` gives the command pipes: not a terminal. A line every millisecond here
+    // (5 s by default), so that a 32 MiB export surely prints some.
+    let fast = [("AGENTBOX_PROGRESS_INTERVAL_MS", "1")];
+    let out = t.run_with(&["export", "big", "-o", b], &fast);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("agentbox: exporting: "), "{err}");
+    assert!(err.contains(" so far ("), "{err}");
+    assert!(
+        err.lines().last().is_some_and(|l| l.contains(", done (")),
+        "the last line says it is done: {err}"
+    );
+
+    let t2 = Env::new();
+    let dir = t2.path("copy");
+    let out = t2.run_with(&import_args(b, dir.to_str().expect("utf8"), &[]), &fast);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("agentbox: importing: "), "{err}");
+    assert!(err.contains(", done ("), "{err}");
+    let _ = std::process::Command::new("umount").arg(&dir).status();
+
+    // 0 turns the lines off.
+    let again = t.path("again.bundle");
+    let out = t.run_with(
+        &["export", "big", "-o", again.to_str().expect("utf8")],
+        &[("AGENTBOX_PROGRESS_INTERVAL_MS", "0")],
+    );
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("agentbox: exporting"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::process::Command::new("umount").arg(&src).status();
+}

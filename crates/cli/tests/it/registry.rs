@@ -290,7 +290,12 @@ fn status_shows_branches_ahead_behind_and_dirty_files() {
     );
     let human = h.ok_in(&web, &["status"]);
     assert!(
-        human.contains("1 ahead, 1 behind main, 2 uncommitted paths"),
+        human.contains("1 ahead, 1 behind main, 2 paths not committed to git"),
+        "{human}"
+    );
+    // An agentbox commit is a snapshot: the status says which commit makes a git commit.
+    assert!(
+        human.contains("are not git commits; `agentbox exec -- git commit"),
         "{human}"
     );
 }

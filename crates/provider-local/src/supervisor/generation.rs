@@ -373,7 +373,7 @@ pub(super) fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
                 let current = lock(&shared.box_).as_ref().map(|g| g.number);
                 if current == Some(number) {
                     eprintln!("the box's PID 1 ended unexpectedly; supervisor exits");
-                    shutdown(&shared);
+                    shutdown(&shared, agentbox_core::timing::Timer::start("shutdown"));
                 }
                 return;
             }

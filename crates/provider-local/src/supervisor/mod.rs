@@ -275,10 +275,12 @@ fn launcher_loop(shared: &Arc<Shared>, rx: Receiver<LaunchReply>) {
     }
 }
 
-fn shutdown(shared: &Shared) -> ! {
+fn shutdown(shared: &Shared, mut timer: agentbox_core::timing::Timer) -> ! {
     shared.stopping.store(true, Ordering::SeqCst);
     kill_box(shared, false);
+    timer.lap("kill the box");
     remove_cgroup(&shared.home, &shared.name);
+    timer.lap("cgroup");
     let _ = fs_err::remove_file(shared.dirs.socket());
     let _ = fs_err::remove_file(shared.dirs.supervisor());
     let _ = fs_err::remove_file(shared.dirs.inbox().join(agentbox_broker::SOCKET_NAME));

@@ -182,10 +182,12 @@ pub(super) fn serve(shared: Arc<Shared>, conn: OwnedFd, inbox: bool) {
             // under way gets a bounded time to finish, then the box stops anyway: the store
             // finishes or undoes whatever a stop in the middle leaves (as after a crash),
             // and a stop must not wait behind a box that keeps its supervisor busy.
+            let mut timer = agentbox_core::timing::Timer::start("stop");
             shared.stopping.store(true, Ordering::SeqCst);
             let _ops = lock_within(&shared.ops, STOP_GRACE);
+            timer.lap("operation under way");
             reply(&conn, &Reply::Ok, &[]);
-            shutdown(&shared);
+            shutdown(&shared, timer);
         }
         Request::Ping => {
             reply(&conn, &Reply::Ok, &[]);

@@ -209,6 +209,7 @@ impl<R: Read> Read for Counted<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.count.fetch_add(n as u64, Ordering::Relaxed);
+        agentbox_core::progress::add(n as u64);
         Ok(n)
     }
 }
