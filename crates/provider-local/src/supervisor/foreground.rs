@@ -245,6 +245,9 @@ mod tests {
         let a = t.enter(1, "a".into(), Mode::Off);
         let b = t.enter(2, "b".into(), Mode::AtEnd);
         drop(a);
+        // `a` ended while `b` ran: b's writes still count.
+        assert_eq!(t.forgets(), before);
+        drop(b);
         assert_eq!(t.forgets(), before);
         {
             let _a = t.enter(3, "a".into(), Mode::Off);
