@@ -146,8 +146,9 @@ fn the_npmrc_reaches_a_box_without_its_tokens(test: &str, rootless: bool) {
 
     // No token anywhere in the box (searched in two halves, so that the search's own
     // command line cannot match), nor in the agentbox home on the host.
-    let mut script = String::new();
-    let mut patterns = String::new();
+    // A control the search must find: it does look where a token could be.
+    let mut script = String::from("c=\"npmtok-con\"\"trol-7730\"; echo \"$c\" > /tmp/control; ");
+    let mut patterns = String::from(" -e \"$c\"");
     for (i, token) in TOKENS.iter().enumerate() {
         let (x, y) = token.split_at(token.len() / 2);
         script.push_str(&format!("k{i}=\"{x}\"\"{y}\"; "));
@@ -157,7 +158,7 @@ fn the_npmrc_reaches_a_box_without_its_tokens(test: &str, rootless: bool) {
         "grep -rlsF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev{patterns} / 2>/dev/null; true"
     ));
     let found = n.sh(&script);
-    assert_eq!(found, "", "tokens reached the box");
+    assert_eq!(found, "/tmp/control\n", "tokens reached the box");
     let held = std::process::Command::new("grep")
         .args(["-rlsF"])
         .args(TOKENS.iter().flat_map(|t| ["-e", t]))
