@@ -36,12 +36,14 @@ use crate::record::BoxRecord;
 
 mod allow;
 mod home;
+mod npmrc;
 
 pub use self::home::{
     home_tool_paths, host_user_home, parse_home_tool, HomeTool, HOME_CACHES, HOME_SECRETS,
     HOME_TOOLS, TOOL_ENV,
 };
 use self::home::{home_tools, tool_env};
+pub use self::npmrc::{filter as filter_npmrc, Npmrc, NPMRC_FILE};
 
 /// Host files a box never sees, whatever `box.hostPaths` says: credentials and the host's
 /// container engine's configuration.
@@ -71,6 +73,9 @@ pub struct HostView {
     /// Environment variables that point the shown toolchains at their homes, for a host
     /// user whose home is not the box's (`/root`): see [`TOOL_ENV`].
     pub env: Vec<(String, String)>,
+    /// The host user's `~/.npmrc` without its credentials (see [`npmrc`]), for the box's
+    /// inbox ([`NPMRC_FILE`]); `env` points npm's global configuration at it.
+    pub npmrc: Option<Npmrc>,
 }
 
 /// One `box.hostPaths` entry.
@@ -209,11 +214,19 @@ pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableSca
     secrets.extend(homes);
     let mut show = Vec::new();
     let mut env = Vec::new();
+    let mut npmrc = None;
     if let Some(user_home) = &user_home {
         let (tools, hidden) = home_tools(user_home, &rec.home_tools, &never_shown);
         show = tools;
         secrets.extend(hidden);
         env = tool_env(user_home, &show);
+        npmrc = host_npmrc(user_home);
+        if npmrc.is_some() {
+            env.push((
+                "npm_config_globalconfig".to_owned(),
+                format!("{}/{NPMRC_FILE}", crate::record::INBOX_DIR),
+            ));
+        }
     }
     let mut shown = Vec::new();
     for entry in &rec.host_paths {
@@ -242,7 +255,20 @@ pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableSca
         hide.extend(scans.unreadable(roots));
     }
     hide.extend(secrets);
-    HostView { hide, show, env }
+    HostView {
+        hide,
+        show,
+        env,
+        npmrc,
+    }
+}
+
+/// The host user's `~/.npmrc`, filtered for a box: `None` when there is none (or it cannot
+/// be read), or nothing of it is safe to show.
+fn host_npmrc(user_home: &Path) -> Option<Npmrc> {
+    let text = fs_err::read_to_string(user_home.join(".npmrc")).ok()?;
+    let out = npmrc::filter(&text);
+    (!out.text.is_empty()).then_some(out)
 }
 
 /// The hidden data paths once `shown` are shown: a hidden path that is shown, or is below

@@ -45,7 +45,7 @@ const SECRET_PARAMS: &[&str] = &[
 
 /// `url` without its userinfo and its secret-looking query parameters, and what was left
 /// out (`userinfo`, `query.NAME`).
-fn clean_url(url: &str) -> (String, Vec<String>) {
+pub(crate) fn clean_url(url: &str) -> (String, Vec<String>) {
     let mut removed = Vec::new();
     let (scheme, rest) = match url.find("://") {
         Some(i) => url.split_at(i + 3),

@@ -57,6 +57,7 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
     // (see `history::changed_since_head`).
     *lock(&shared.shown) = view.show.clone();
     *lock(&shared.tool_env) = view.env.clone();
+    write_npmrc(&shared.dirs.inbox(), view.npmrc.as_ref())?;
     let mut binds = vec![
         Bind {
             src: shared.exe.clone(),
@@ -379,4 +380,30 @@ pub(super) fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
             }
         }
     }
+}
+
+/// The host user's `~/.npmrc` without its credentials, into the box's inbox (read-only in
+/// the box, where `npm_config_globalconfig` names it), or no such file when there is none.
+/// Written whole under another name first: a running box's npm never reads half of it.
+fn write_npmrc(inbox: &Path, npmrc: Option<&agentbox_boxes::hostdata::Npmrc>) -> Result<()> {
+    let at = inbox.join(agentbox_boxes::hostdata::NPMRC_FILE);
+    let Some(npmrc) = npmrc else {
+        match fs_err::remove_file(&at) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => return Ok(()),
+        }
+    };
+    if !npmrc.dropped.is_empty() {
+        // Key names only, never values; in the supervisor's log.
+        eprintln!(
+            "~/.npmrc: left out of the box (credentials or settings not known to be safe): {}",
+            npmrc.dropped.join(", ")
+        );
+    }
+    fs_err::create_dir_all(inbox)?;
+    let tmp = inbox.join(format!(".{}.tmp", agentbox_boxes::hostdata::NPMRC_FILE));
+    fs_err::write(&tmp, &npmrc.text)?;
+    fs_err::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    fs_err::rename(&tmp, &at)?;
+    Ok(())
 }

@@ -11,6 +11,7 @@ mod config_trust;
 mod disk;
 mod host_side;
 mod host_writes;
+mod npmrc;
 mod red;
 mod relay;
 mod seccomp;
