@@ -2,6 +2,9 @@
 //! path component or file name. `box.ignore` applies it to each component of a path (with
 //! `**` for any depth, see the watcher's ignore set); `git.envPatterns` to file names;
 //! [`PathPattern`] to whole relative paths (the store's checkpoint cleanup).
+//!
+//! One file (over 600 lines, about 175 of them tests): one matcher, with the path-pattern
+//! walk built on it, so every user matches the same way.
 
 /// Whether `name` (one path component) matches `pattern`.
 pub fn matches(pattern: &[u8], name: &[u8]) -> bool {

@@ -2,6 +2,10 @@
 //! default profile for a container without `CAP_SYS_ADMIN`, stricter where agentbox was
 //! already stricter, built with `seccompiler`.
 //!
+//! One file (over 600 lines): the policy is read as a whole when reviewing what a box may
+//! call; most of its length is the commented tables [`ALLOWED`], [`ALLOWED_ARCH`] and
+//! [`NEVER`], and the filters built from them are short.
+//!
 //! Two filters are stacked (the kernel applies the most restrictive answer):
 //! * [`allowed`]: the calls of [`ALLOWED`] (and the architecture's own, [`ALLOWED_ARCH`])
 //!   pass; a few pass only with safe arguments — `clone` without a namespace flag (no nested

@@ -1,5 +1,8 @@
 //! What interrupted operations leave in the store: found by `fsck`, removed by `prune`.
 //!
+//! One file (over 600 lines, about 130 of them tests): finding (`fsck`) and removing
+//! (`prune`) walk one list of kinds and must agree on each, so they are kept side by side.
+//!
 //! A crash (or a kill) in the middle of a commit, an import or a create leaves data nothing
 //! names: a layer still under its temporary name (`layers/.tmp-<id>`), a published layer
 //! whose record was never written, an import's or create's staging area (`tmp/…`),

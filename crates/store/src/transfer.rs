@@ -1,5 +1,8 @@
 //! Export and import of environments as bundles (format: `docs/bundle-format.md`).
 //!
+//! One file (over 600 lines): export and import are the two directions of one mapping
+//! between nodes and bundle records, and are changed together.
+//!
 //! Export walks nodes parents-first and writes each as the difference from its parent, so a
 //! history of ten snapshots stores the first tree once and then only changes. Import stages
 //! everything under `store/tmp/` first and only then creates layers, nodes and the

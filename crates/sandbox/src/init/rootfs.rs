@@ -3,6 +3,9 @@
 //! knobs read-only or masked, a minimal `/dev`, private `/tmp` and `/run`, the binds, the
 //! name-service files, then `pivot_root`.
 //!
+//! One file (over 600 lines): the mounts' order is the invariant, so the plan is kept
+//! reading top to bottom as the sequence PID 1 performs; its tests are in `rootfs/`.
+//!
 //! Every effect on the kernel goes through [`Kernel`] (the real one is
 //! [`super::kernel::Linux`]), so the plan — which mounts, in which order, with which flags,
 //! which paths hidden — is unit-tested against a recording (`tests`). This module holds no

@@ -1,6 +1,10 @@
 //! The marks of a working layer: the identity of every upper entry at the last commit, so
 //! that the next commit takes only what changed since.
 //!
+//! One file (over 600 lines): the on-disk format (base and log), the per-thread cache of
+//! what was loaded and the comparison of a scan with the marks share the [`Mark`] type and
+//! its invariants; splitting them would spread one format over several files.
+//!
 //! On disk, in an environment's work directory:
 //! * `captured.json` — the base: `{"token": T, "marks": {path: mark}}`. Written whole when a
 //!   commit rebuilt the marks (a handoff, a compaction, a flatten), or when the log below

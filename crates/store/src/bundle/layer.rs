@@ -1,6 +1,9 @@
 //! Layers: what a node stores in a bundle, how it is planned into tar entries, and how a
 //! staged layer is applied onto a tree or converted to and from overlayfs form.
 //!
+//! One file (over 600 lines): planning, applying and converting a layer share its whiteout
+//! and opaque-directory encoding, which must stay identical in all three.
+//!
 //! A layer is OCI image-layer style: the entries that differ from the base tree, a deletion
 //! as an empty regular file `.wh.<name>`, an opaque directory (its lower contents hidden) as
 //! an empty regular file `<dir>/.wh..wh..opq`. Every layer starts with its root directory and

@@ -1,6 +1,9 @@
 //! A [`Kernel`] that records every call as an [`Op`] and applies it to an in-memory tree
 //! of paths instead of the machine: the rootfs builder's plan, observable without root.
 //!
+//! One file (over 600 lines): the in-memory tree and the kernel checks applied to it are
+//! one model of the [`Kernel`] trait; every recorded call needs both.
+//!
 //! The tree starts as `/` plus what a test says exists ([`Recording::dir`],
 //! [`Recording::file`], [`Recording::symlink`]) and grows with what the recorded calls make.
 //! It checks what the kernel would, so that a plan that only works on paper fails here too:
