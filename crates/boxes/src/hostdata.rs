@@ -265,10 +265,45 @@ pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableSca
 
 /// The host user's `~/.npmrc`, filtered for a box: `None` when there is none (or it cannot
 /// be read), or nothing of it is safe to show.
+///
+/// The file replaces npm's global configuration in the box, so it starts with the host's
+/// global npmrc as the box would read it anyway (a system file under npm's prefix, shown only
+/// when everyone may read it): a `cafile` there (a company's CA, a registry proxy's) must
+/// keep working in the box. The user's safe settings follow, and win, as they do on the host.
 fn host_npmrc(user_home: &Path) -> Option<Npmrc> {
     let text = fs_err::read_to_string(user_home.join(".npmrc")).ok()?;
-    let out = npmrc::filter(&text);
-    (!out.text.is_empty()).then_some(out)
+    let mut out = npmrc::filter(&text);
+    if out.text.is_empty() {
+        return None;
+    }
+    if let Some(global) = host_global_npmrc() {
+        out.text = format!(
+            "{global}\n; the host user's ~/.npmrc, without credentials\n{}",
+            out.text
+        );
+    }
+    Some(out)
+}
+
+/// The host's global npmrc: `$npm_config_globalconfig`, else `<prefix>/etc/npmrc` where the
+/// prefix is the one of the `node` on `PATH` (npm's default), when everyone may read it.
+fn host_global_npmrc() -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = match std::env::var_os("npm_config_globalconfig") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let node = std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|d| d.join("node"))
+                .find(|p| p.is_file())?;
+            let node = fs_err::canonicalize(node).ok()?;
+            node.parent()?.parent()?.join("etc/npmrc")
+        }
+    };
+    let meta = fs_err::metadata(&path).ok()?;
+    if !meta.is_file() || meta.permissions().mode() & 0o004 == 0 {
+        return None;
+    }
+    fs_err::read_to_string(&path).ok()
 }
 
 /// The hidden data paths once `shown` are shown: a hidden path that is shown, or is below

@@ -192,3 +192,63 @@ fn the_npmrc_reaches_a_box_without_its_tokens_rootless() {
         true,
     );
 }
+
+/// The box's npm reads its global configuration from the filtered file, so the host's
+/// global npmrc comes first in it: a `cafile` there (a company's CA, a registry proxy's)
+/// keeps npm working in the box, and the user's settings still win. Hiding it once broke
+/// every `npm install` in boxes on a host whose registry is reached through such a CA.
+#[test]
+fn the_hosts_global_npmrc_stays_in_force_in_a_box() {
+    let test = "the_hosts_global_npmrc_stays_in_force_in_a_box";
+    if !require_root(test) {
+        return;
+    }
+    let s = Sec { env: Env::new() };
+    let root = s.env.home.path().to_owned();
+    let (user, proj) = (root.join("user"), root.join("proj"));
+    write(&proj.join("README"), "readme\n");
+    write(
+        &user.join(".npmrc"),
+        "registry=https://user.example/\n_authToken=sekrit\n",
+    );
+    let global = root.join("global-npmrc");
+    write(
+        &global,
+        "cafile=/etc/ssl/certs/company-ca.pem\nregistry=https://global.example/\n",
+    );
+    let run = |args: &[&str]| {
+        let out = s
+            .env
+            .command(args)
+            .env("HOME", &user)
+            .env("npm_config_globalconfig", &global)
+            .current_dir("/")
+            .output()
+            .expect("run agentbox");
+        assert_eq!(code(&out), Some(0), "{args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&["create", "g", "--from", proj.to_str().expect("utf-8")]);
+    let conf = run(&[
+        "exec",
+        "g",
+        "--",
+        "sh",
+        "-c",
+        "cat \"$npm_config_globalconfig\"",
+    ]);
+    let ca = conf
+        .find("cafile=/etc/ssl/certs/company-ca.pem")
+        .expect("the host's cafile");
+    let global_registry = conf
+        .find("registry=https://global.example/")
+        .expect("global");
+    let user_registry = conf
+        .find("registry=https://user.example/")
+        .expect("the user's");
+    assert!(
+        ca < user_registry && global_registry < user_registry,
+        "{conf}"
+    );
+    assert!(!conf.contains("sekrit"), "{conf}");
+}
