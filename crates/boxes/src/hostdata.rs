@@ -267,9 +267,9 @@ pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableSca
 /// be read), or nothing of it is safe to show.
 ///
 /// The file replaces npm's global configuration in the box, so it starts with the host's
-/// global npmrc as the box would read it anyway (a system file under npm's prefix, shown only
-/// when everyone may read it): a `cafile` there (a company's CA, a registry proxy's) must
-/// keep working in the box. The user's safe settings follow, and win, as they do on the host.
+/// global npmrc, filtered the same way but keeping its `cafile` (a company's CA, a registry
+/// proxy's, without which npm in the box cannot reach the registry). The user's safe
+/// settings follow, and win, as they do on the host.
 fn host_npmrc(user_home: &Path) -> Option<Npmrc> {
     let text = fs_err::read_to_string(user_home.join(".npmrc")).ok()?;
     let mut out = npmrc::filter(&text);
@@ -277,16 +277,15 @@ fn host_npmrc(user_home: &Path) -> Option<Npmrc> {
         return None;
     }
     if let Some(global) = host_global_npmrc() {
-        out.text = format!(
-            "{global}\n; the host user's ~/.npmrc, without credentials\n{}",
-            out.text
-        );
+        // Each part starts with a comment line saying what it is.
+        out.text = format!("{global}{}", out.text);
     }
     Some(out)
 }
 
-/// The host's global npmrc: `$npm_config_globalconfig`, else `<prefix>/etc/npmrc` where the
-/// prefix is the one of the `node` on `PATH` (npm's default), when everyone may read it.
+/// The host's global npmrc, filtered (see [`npmrc::filter_global`]): `$npm_config_globalconfig`,
+/// else `<prefix>/etc/npmrc` where the prefix is the one of the `node` on `PATH` (npm's
+/// default); only when everyone may read it.
 fn host_global_npmrc() -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
     let path = match std::env::var_os("npm_config_globalconfig") {
@@ -303,7 +302,8 @@ fn host_global_npmrc() -> Option<String> {
     if !meta.is_file() || meta.permissions().mode() & 0o004 == 0 {
         return None;
     }
-    fs_err::read_to_string(&path).ok()
+    let global = npmrc::filter_global(&fs_err::read_to_string(&path).ok()?);
+    (!global.text.is_empty()).then_some(global.text)
 }
 
 /// The hidden data paths once `shown` are shown: a hidden path that is shown, or is below

@@ -99,8 +99,20 @@ fn unquote(raw: &str) -> Option<&str> {
     Some(raw.split([';', '#']).next().unwrap_or_default().trim())
 }
 
-/// Filter the text of a `.npmrc` for a box (see the module's invariants).
+/// Filter the text of the host user's `~/.npmrc` for a box (see the module's invariants).
 pub fn filter(text: &str) -> Npmrc {
+    filter_keys(text, &[], "~/.npmrc")
+}
+
+/// Filter the host's global npmrc the same way, keeping its `cafile` too: a system CA
+/// bundle's path (a company's CA, a registry proxy's), without which npm in the box cannot
+/// reach the registry. The global file may sit where the box sees nothing (`/opt`), and may
+/// hold tokens like any npmrc, so it is not copied whole.
+pub fn filter_global(text: &str) -> Npmrc {
+    filter_keys(text, &["cafile"], "global npmrc")
+}
+
+fn filter_keys(text: &str, extra_keys: &[&str], what: &str) -> Npmrc {
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
     let mut in_section = false;
@@ -129,7 +141,9 @@ pub fn filter(text: &str) -> Npmrc {
             } else {
                 key.to_owned()
             };
-        let listed = SAFE_KEYS.contains(&lower.as_str()) || is_scoped_registry(&lower);
+        let listed = SAFE_KEYS.contains(&lower.as_str())
+            || extra_keys.contains(&lower.as_str())
+            || is_scoped_registry(&lower);
         if in_section || !listed {
             dropped.push(name);
             continue;
@@ -164,7 +178,7 @@ pub fn filter(text: &str) -> Npmrc {
         String::new()
     } else {
         format!(
-            "; The host's ~/.npmrc without its credentials (agentbox). The box's own ~/.npmrc wins.\n{}",
+            "; The host's {what} without its credentials (agentbox). The box's own ~/.npmrc wins.\n{}",
             kept.concat()
         )
     };
@@ -268,5 +282,30 @@ registry=https://TOKEN20/
         assert!(is_scoped_registry("@my-org.x:registry"));
         assert!(!is_scoped_registry("@:registry"));
         assert!(!is_scoped_registry("@a/b:registry"));
+    }
+
+    #[test]
+    fn the_global_npmrc_keeps_its_cafile_and_loses_its_tokens() {
+        let out = filter_global(
+            "cafile=/etc/ssl/certs/ca.pem\n//registry.npmjs.org/:_authToken=sekrit\n\
+             _auth=c2Vrcml0\nnodedir=/usr\nregistry=https://u:sekrit@r.example/\n",
+        );
+        assert!(
+            out.text.contains("cafile=/etc/ssl/certs/ca.pem\n"),
+            "{}",
+            out.text
+        );
+        assert!(
+            out.text.contains("registry=https://r.example/\n"),
+            "{}",
+            out.text
+        );
+        assert!(
+            !out.text.contains("sekrit") && !out.text.contains("c2Vy"),
+            "{}",
+            out.text
+        );
+        // The user's file gets no cafile (a path of the host user's, not the system's).
+        assert!(!filter("cafile=/home/u/ca.pem\n").text.contains("cafile"));
     }
 }
