@@ -58,6 +58,22 @@ impl LocalProvider {
     }
 }
 
+/// How long `destroy` waits for its removal process to hold the store lock: past it (a
+/// `prune` holding the lock, say) it returns anyway.
+const HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Wait, at most `bound`, for a line (or the end) on `out`.
+fn wait_for_line(out: std::process::ChildStdout, bound: std::time::Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(bound);
+}
+
 fn unexpected(r: &Reply) -> BoxError {
     BoxError::Supervisor(format!("unexpected reply from the supervisor: {r:?}"))
 }
@@ -103,8 +119,10 @@ impl Provider for LocalProvider {
     }
 
     /// In a process of its own (`agentbox __remove-discarded ENTRY`, in its own session):
-    /// `destroy` returns once the box is gone, not once its last file is unlinked. When
-    /// that process cannot start, here.
+    /// `destroy` returns once the box is gone, not once its last file is unlinked. It
+    /// returns once that process holds the store lock (it says so on its stdout), so that
+    /// an `fsck` or `prune` run right after waits for the removal instead of reporting the
+    /// area as a stopped one. When that process cannot start, here.
     fn remove_discarded(
         &self,
         store: &agentbox_store::Store,
@@ -117,12 +135,15 @@ impl Provider for LocalProvider {
             .arg(discarded.entry())
             .env("AGENTBOX_HOME", self.home.root())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .process_group(0)
             .spawn();
         match spawned {
             Ok(mut child) => {
+                if let Some(out) = child.stdout.take() {
+                    wait_for_line(out, HOLD_WAIT);
+                }
                 // Reaped when it ends, should this process outlive it (a test, a library
                 // caller); a CLI that exits first leaves it to init.
                 std::thread::spawn(move || child.wait());

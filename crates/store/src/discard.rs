@@ -80,6 +80,14 @@ impl Store {
     /// Delete the working area `entry` of `tmp/` that [`Store::discard_env`] set aside
     /// (nothing when it is gone already: `prune` may have been first).
     pub fn remove_discarded(&self, entry: &str) -> Result<()> {
+        self.remove_discarded_then(entry, || ())
+    }
+
+    /// [`Store::remove_discarded`], calling `held` once the store lock is held: from then
+    /// on no `fsck` or `prune` can mistake the area for the leftover of a stopped removal,
+    /// since they wait for the lock. A removal in a process of its own tells its starter
+    /// so through `held`, and `destroy` returns only then.
+    pub fn remove_discarded_then(&self, entry: &str, held: impl FnOnce()) -> Result<()> {
         if !is_discarded_entry(entry) {
             return Err(Error::Backend {
                 path: self.layout.tmp().join(entry),
@@ -87,6 +95,7 @@ impl Store {
             });
         }
         let _held = self.hold("delete a destroyed environment's files")?;
+        held();
         agentbox_core::failpoint::hit("discard:before-remove");
         let mut timer = agentbox_core::timing::Timer::start("remove discarded");
         let work: PathBuf = self.layout.tmp().join(entry);

@@ -243,7 +243,13 @@ pub fn run(cli: Cli) -> CliResult {
         Command::RemoveDiscarded { entry } => {
             // Its own session: the terminal `destroy` ran on may close before it is done.
             let _ = rustix::process::setsid();
-            Ok(ctx.boxes().store()?.remove_discarded(&entry)?)
+            // Its starter waits for this line: the store lock is held (see
+            // `Store::remove_discarded_then`).
+            Ok(ctx.boxes().store()?.remove_discarded_then(&entry, || {
+                use std::io::Write;
+                let mut out = std::io::stdout();
+                let _ = out.write_all(b"held\n").and_then(|()| out.flush());
+            })?)
         }
     }
 }

@@ -1607,10 +1607,25 @@ fn twenty_boxes_created_and_destroyed_in_parallel_lose_nothing() {
         }
     });
     assert_eq!(b.env.json(&["list"]).as_array().map(|a| a.len()), Some(10));
-    let tmp = std::fs::read_dir(b.env.path("home/store/tmp"))
-        .map(|d| d.count())
-        .unwrap_or(0);
-    assert_eq!(tmp, 0, "staging left behind");
+    // `destroy` returns before a box's working files are deleted: they wait in `tmp/` as
+    // `discarded-*` for a removal process of their own. Once those are done, nothing else
+    // may be left there.
+    let tmp_entries = || -> Vec<String> {
+        std::fs::read_dir(b.env.path("home/store/tmp"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while tmp_entries().iter().any(|e| e.starts_with("discarded-"))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(tmp_entries(), Vec::<String>::new(), "staging left behind");
     // No half-written record, stray environment, pin or directory either.
     assert_eq!(
         b.env.json(&["prune", "--dry-run", "--min-age", "0"]),

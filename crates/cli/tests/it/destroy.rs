@@ -128,4 +128,19 @@ fn destroy_leaves_the_deletion_of_the_working_files_to_a_process_of_its_own() {
     assert!(h.discarded().is_empty(), "{:?}", h.discarded());
     let fsck = h.ok(&project, &["fsck"], None);
     assert!(fsck.contains("consistent"), "{fsck}");
+
+    // Right after `destroy` returns, a deletion still under way is no leftover: `fsck`
+    // and `prune` do not report it as stopped, and `prune` leaves it to its process.
+    busy_box(&h, "third");
+    h.ok(&project, &["destroy", "third"], None);
+    let fsck = h.ok(&project, &["fsck"], None);
+    assert!(fsck.contains("consistent"), "{fsck}");
+    busy_box(&h, "fourth");
+    h.ok(&project, &["destroy", "fourth"], None);
+    let pruned = h.ok(
+        &project,
+        &["--json", "prune", "--dry-run", "--min-age", "0"],
+        None,
+    );
+    assert!(!pruned.contains("discarded-"), "{pruned}");
 }
