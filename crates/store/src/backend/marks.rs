@@ -479,7 +479,16 @@ pub(super) fn partial_scan(
             gone.extend(below(prev, k).map(|(k, _)| k.clone()));
         }
     };
+    // The last directory walked whole (new or replaced): the hinted paths below it were
+    // all seen by that walk. `todo` is ordered by components, so they follow it at once;
+    // looking each up again, and walking each new directory below it again, made a
+    // reinstalled tree (`rm -rf v && python3 -m venv v && pip install …`) cost its depth
+    // times its size.
+    let mut walked_whole: Option<PathBuf> = None;
     for rel in &todo {
+        if walked_whole.as_ref().is_some_and(|w| rel.starts_with(w)) {
+            continue;
+        }
         // Below a path that is gone or not a directory: gone too (and never looked up,
         // which would resolve through what replaced the directory).
         if let Some(parent) = rel.parent().filter(|_| !rel.as_os_str().is_empty()) {
@@ -502,24 +511,35 @@ pub(super) fn partial_scan(
         if mark.dir && !rel.as_os_str().is_empty() && !before.is_some_and(|b| b.same_dir(&mark)) {
             // A new or replaced directory (or one not provably the same): every entry
             // below it is a new name.
-            let walked: BTreeMap<PathBuf, Mark> =
+            let walked: Vec<(PathBuf, Mark, u64)> =
                 crate::fsops::walk::lstat_tree_beneath(upper, rel)?
                     .into_iter()
-                    .map(|(sub, md)| (sub, Mark::of(&md)))
+                    .map(|(sub, md)| {
+                        let nlink = u64::from(md.stx_nlink);
+                        (sub, Mark::of(&md), nlink)
+                    })
                     .collect();
             if let Some(k) = rel.to_str() {
+                let names: BTreeSet<&Path> = walked.iter().map(|(p, _, _)| p.as_path()).collect();
                 for (old, _) in below(prev, k) {
                     let sub = Path::new(old).strip_prefix(rel).unwrap_or(Path::new(old));
-                    if !walked.contains_key(sub) {
+                    if !names.contains(sub) {
                         gone.insert(old.clone());
                     }
                 }
             }
-            for (sub, m) in walked {
-                if !sub.as_os_str().is_empty() {
-                    present.insert(rel.join(sub), m);
+            for (sub, m, nlink) in walked {
+                if sub.as_os_str().is_empty() {
+                    continue;
                 }
+                let name = rel.join(sub);
+                // New names all: one with other links may name a file the marks know.
+                if !m.dir && !m.whiteout && nlink > 1 {
+                    linked.push(m.ino);
+                }
+                present.insert(name, m);
             }
+            walked_whole = Some(rel.clone());
         }
         if !mark.dir && !mark.whiteout && nlink > 1 && !before.is_some_and(|b| b.same(&mark)) {
             linked.push(mark.ino);

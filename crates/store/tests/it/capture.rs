@@ -432,3 +432,78 @@ fn a_hinted_commit_takes_the_directories_of_a_linked_files_other_name() {
         );
     }
 }
+
+#[test]
+fn a_hinted_check_of_a_tree_made_again_sees_what_a_whole_check_sees() {
+    for fx in fixtures("a_hinted_check_of_a_tree_made_again_sees_what_a_whole_check_sees") {
+        let store = fx.store();
+        let upper = new_box(&fx, &store, "seed", "s");
+        let ws = upper.join("workspace");
+        let old = [
+            "v/lib/a/b/c.py",
+            "v/lib/a/d.py",
+            "v/lib/gone/x.py",
+            "v/bin/run",
+        ];
+        for p in old {
+            write(&ws.join(p), "old");
+        }
+        write(&ws.join("shared.txt"), "linked");
+        commit(&store, "bx", "first install");
+        // `rm -rf v && python3 -m venv v && pip install …`: the tree goes and comes back,
+        // deeper, with a file linked to one outside it.
+        std::fs::remove_dir_all(ws.join("v")).expect("rm -rf v");
+        let new = [
+            "v/lib/a/b/c.py",
+            "v/lib/a/b/deeper/e.py",
+            "v/lib/a/d.py",
+            "v/lib/new/f.py",
+            "v/bin/run",
+        ];
+        for p in new {
+            write(&ws.join(p), "new");
+        }
+        std::fs::hard_link(ws.join("shared.txt"), ws.join("v/lib/new/shared.txt")).expect("link");
+        let version = store.marks_version("bx").expect("version").expect("marks");
+        let mut paths: Vec<PathBuf> = old
+            .iter()
+            .chain(new.iter())
+            .map(|p| PathBuf::from("workspace").join(p))
+            .collect();
+        paths.push(PathBuf::from("workspace/v/lib/new/shared.txt"));
+        let hint = agentbox_store::ChangeHint {
+            since: version,
+            paths,
+        };
+        let sorted = |mut v: Vec<(PathBuf, bool)>| {
+            v.sort();
+            v
+        };
+        let hinted = sorted(
+            store
+                .changed_paths_hinted("bx", Some(&hint))
+                .expect("hinted check"),
+        );
+        let whole = sorted(store.changed_paths_hinted("bx", None).expect("whole check"));
+        assert_eq!(hinted, whole, "{:?}", fx.kind);
+        assert!(
+            hinted.iter().any(|(p, _)| p.ends_with("lib/gone/x.py")),
+            "{:?}: the file gone with the old tree is not seen: {hinted:?}",
+            fx.kind
+        );
+        assert!(
+            hinted
+                .iter()
+                .any(|(p, _)| p.ends_with("workspace/shared.txt")),
+            "{:?}: the linked file's other name is not seen: {hinted:?}",
+            fx.kind
+        );
+        commit(&store, "bx", "second install");
+        assert_eq!(
+            uncommitted(&store, "bx"),
+            Vec::<String>::new(),
+            "{:?}",
+            fx.kind
+        );
+    }
+}

@@ -135,7 +135,25 @@ impl LayersBackend {
             ),
             Scan::Partial { present, gone } => (present, gone.iter().collect()),
         };
-        let mut full: BTreeMap<PathBuf, Entry> = BTreeMap::new();
+        // The metadata of every entry that will be taken (the changed ones and the
+        // directories leading to them), read on all cores at once: one `openat2`, `statx`
+        // and xattr read per entry is most of a large commit's planning, and a command
+        // that installed thousands of files waits for it.
+        let mut full: BTreeMap<PathBuf, Entry> = {
+            let mut wanted: BTreeSet<&Path> = BTreeSet::new();
+            for (rel, mark) in marks {
+                let before = rel.to_str().and_then(|k| prev.marks.get(k));
+                if !before.is_some_and(|b| b.same(mark)) {
+                    for a in rel.ancestors() {
+                        if !wanted.insert(a) {
+                            break;
+                        }
+                    }
+                }
+            }
+            let wanted: Vec<&Path> = wanted.into_iter().collect();
+            read_metas_beneath(&upper_dir, &wanted)
+        };
         // `None`: the entry vanished since the scan (the box keeps writing during a commit).
         let mut entry_of = |rel: &Path| -> Result<Option<Entry>> {
             if let Some(e) = full.get(rel) {
@@ -359,4 +377,45 @@ impl LayersBackend {
     pub(in crate::backend) fn marks_version(dirs: &WorkDirs) -> Result<MarksVersion> {
         Ok(marks::load(dirs)?.version())
     }
+}
+
+/// Below this many entries the metadata is read on one thread.
+const PARALLEL_META_MIN: usize = 256;
+
+/// The entries `rels` of `upper`, read beneath it (never through a symlink the box made)
+/// on one thread per core. An entry that cannot be read is left out: the caller reads it
+/// again when it needs it, and then reports what went wrong (or that it vanished).
+fn read_metas_beneath(upper: &Path, rels: &[&Path]) -> BTreeMap<PathBuf, Entry> {
+    let read = |rel: &Path| -> Option<(PathBuf, Entry)> {
+        let meta = crate::fsops::read_meta_beneath(upper, rel).ok()?;
+        Some((
+            rel.to_owned(),
+            Entry {
+                rel: rel.to_owned(),
+                meta,
+                src: upper.join(rel),
+            },
+        ))
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if workers == 1 || rels.len() < PARALLEL_META_MIN {
+        return rels.iter().filter_map(|r| read(r)).collect();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                s.spawn(move || {
+                    rels.iter()
+                        .skip(w)
+                        .step_by(workers)
+                        .filter_map(|r| read(r))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
 }
