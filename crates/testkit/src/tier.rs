@@ -41,3 +41,14 @@ pub fn require_tool(test: &str, tool: &str) -> bool {
             &format!("needs `{tool}` on PATH (apt-get install {tool})"),
         )
 }
+
+/// Tier 2: the test needs a Docker engine on the default socket (`.ci/run` starts one).
+pub fn require_docker(test: &str) -> bool {
+    let socket = std::path::Path::new("/var/run/docker.sock");
+    let answers = std::os::unix::net::UnixStream::connect(socket).is_ok();
+    answers
+        || skip(
+            test,
+            "needs a running Docker engine on /var/run/docker.sock (apt-get install docker.io; dockerd)",
+        )
+}

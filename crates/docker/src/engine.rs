@@ -1,0 +1,184 @@
+//! A connection to one Docker engine: made, version-checked, and the runtime every
+//! operation of this crate blocks on.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bollard::Docker;
+
+use crate::endpoint::Endpoint;
+use crate::{DockerError, Result};
+
+/// The oldest Engine API agentbox speaks: Docker 20.10's. Everything this crate asks of an
+/// engine (exec with a TTY size, commit with changes, labels on images) is there.
+pub const MIN_API: (usize, usize) = (1, 41);
+
+/// How long one request may take before the engine counts as unreachable. Long requests
+/// (a commit, an import) stream and are bounded by the engine itself.
+const REQUEST_TIMEOUT_SECS: u64 = 600;
+
+/// How long the first answer may take: an engine that does not answer `/version` in this
+/// time is unreachable, and the user should hear so now rather than after ten minutes.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A connection to a Docker engine, on the API version both sides speak.
+pub struct Engine {
+    pub(crate) docker: Docker,
+    rt: tokio::runtime::Runtime,
+    endpoint: Endpoint,
+    /// The engine's own version (`28.2.2`) and API version.
+    version: String,
+    api: (usize, usize),
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("endpoint", &self.endpoint)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Connect to `endpoint` and check that it answers with an API agentbox speaks.
+    pub fn connect(endpoint: Endpoint) -> Result<Engine> {
+        let shown = endpoint.shown();
+        let unreachable = |why: String| DockerError::Unreachable {
+            engine: shown.clone(),
+            why,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let version = bollard::API_DEFAULT_VERSION;
+        let host = endpoint.host.as_str();
+        // bollard's constructors only build the client (the ssh one needs the runtime); the
+        // first request is what connects.
+        let docker = rt
+            .block_on(async {
+                if host.starts_with("unix://") {
+                    Docker::connect_with_unix(host, REQUEST_TIMEOUT_SECS, version)
+                } else if host.starts_with("ssh://") {
+                    Docker::connect_with_ssh(host, REQUEST_TIMEOUT_SECS, version, None)
+                } else if let Some(tls) = &endpoint.tls {
+                    Docker::connect_with_ssl(
+                        host,
+                        &tls.key,
+                        &tls.cert,
+                        &tls.ca,
+                        REQUEST_TIMEOUT_SECS,
+                        version,
+                    )
+                } else {
+                    Docker::connect_with_http(host, REQUEST_TIMEOUT_SECS, version)
+                }
+            })
+            .map_err(|e| unreachable(e.to_string()))?;
+        let answer =
+            rt.block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, docker.version()).await });
+        let v = match answer {
+            Err(_) => {
+                return Err(unreachable(format!(
+                    "no answer in {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )))
+            }
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Ok(v)) => v,
+        };
+        let api_text = v.api_version.clone().unwrap_or_default();
+        let api = parse_api(&api_text).ok_or_else(|| DockerError::Engine {
+            engine: shown.clone(),
+            doing: "say its API version".into(),
+            why: format!("{api_text:?} is not a version"),
+        })?;
+        if api < MIN_API {
+            return Err(DockerError::TooOld {
+                engine: shown,
+                version: api_text,
+                min: format!("{}.{}", MIN_API.0, MIN_API.1),
+            });
+        }
+        // Speak the engine's version when it is older than the client's.
+        let docker = rt
+            .block_on(docker.negotiate_version())
+            .map_err(|e| unreachable(e.to_string()))?;
+        Ok(Engine {
+            docker,
+            rt,
+            endpoint,
+            version: v.version.unwrap_or_default(),
+            api,
+        })
+    }
+
+    /// The engine's address and where it came from.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The engine's version (`28.2.2`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The engine's API version.
+    pub fn api(&self) -> (usize, usize) {
+        self.api
+    }
+
+    /// Run `f` to its end on this connection's runtime.
+    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// An engine error while `doing`, naming this engine; a 404 is left to the caller,
+    /// which knows what was missing.
+    pub(crate) fn fail(&self, doing: &str, e: bollard::errors::Error) -> DockerError {
+        DockerError::Engine {
+            engine: self.endpoint.shown(),
+            doing: doing.to_owned(),
+            why: reason(&e),
+        }
+    }
+}
+
+/// Whether `e` is the engine's "no such object" answer.
+pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// The engine's own message when it gave one, else the client's.
+fn reason(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `1.41` → (1, 41).
+fn parse_api(v: &str) -> Option<(usize, usize)> {
+    let (major, minor) = v.split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_versions_parse_and_order() {
+        assert_eq!(parse_api("1.41"), Some((1, 41)));
+        assert_eq!(parse_api("1.9"), Some((1, 9)));
+        assert_eq!(parse_api("x"), None);
+        assert!(parse_api("1.40").expect("v") < MIN_API);
+        assert!(parse_api("1.52").expect("v") >= MIN_API);
+    }
+}

@@ -1,0 +1,27 @@
+//! agentbox's Docker engine client.
+//!
+//! What a Docker box needs from an engine, and nothing of agentbox's own model: which engine
+//! to talk to ([`endpoint`]: a `--docker-host` flag, a named host from the configuration,
+//! `DOCKER_HOST`, the current docker context, the default socket), the connection and its
+//! version check ([`engine`]), images ([`image`]: inspect, import of a root filesystem, tag,
+//! remove), containers ([`container`]: created hardened, started, stopped, removed), commands
+//! in them ([`exec`]: exact argv, stdio, exit status) and commits ([`commit`]).
+//!
+//! The Engine API is spoken with `bollard`; nothing here runs the `docker` CLI. The API is
+//! asynchronous, agentbox is not: an [`engine::Engine`] owns a single-threaded runtime and
+//! every operation blocks on it.
+//!
+//! Rule: every error names the engine it came from (see [`error::DockerError`]), because a
+//! user driving boxes on several engines must know which one failed.
+
+pub mod commit;
+pub mod container;
+pub mod endpoint;
+pub mod engine;
+pub mod error;
+pub mod exec;
+pub mod image;
+
+pub use endpoint::Endpoint;
+pub use engine::Engine;
+pub use error::{DockerError, Result};
