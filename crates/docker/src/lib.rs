@@ -4,7 +4,7 @@
 //! to talk to ([`endpoint`]: a `--docker-host` flag, a named host from the configuration,
 //! `DOCKER_HOST`, the current docker context, the default socket), the connection and its
 //! version check ([`engine`]), images ([`image`]: inspect, import of a root filesystem, tag,
-//! remove), containers ([`container`]: created hardened, started, stopped, removed), commands
+//! remove; [`image_build`]: a Dockerfile built under the fingerprint of its context), containers ([`container`]: created hardened, started, stopped, removed), commands
 //! in them ([`exec`]: exact argv, stdio, exit status) and commits ([`commit`]).
 //!
 //! The Engine API is spoken with `bollard`; nothing here runs the `docker` CLI. The API is
@@ -21,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod image;
+pub mod image_build;
 
 pub use endpoint::Endpoint;
 pub use engine::Engine;

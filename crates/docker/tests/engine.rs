@@ -342,3 +342,60 @@ fn missing_images_containers_and_engines_are_named_with_a_hint() {
     assert!(err.to_string().contains(&host), "{err}");
     assert!(err.hint().is_some_and(|h| h.contains("dockerd")));
 }
+
+#[test]
+fn an_image_builds_under_the_fingerprint_of_its_context() {
+    let test = "an_image_builds_under_the_fingerprint_of_its_context";
+    let Some(engine) = engine(test) else { return };
+    let base = test_image(&engine);
+    let dir = tempfile::tempdir().expect("tmp");
+    let c = dir.path();
+    fs_err::write(
+        c.join("Dockerfile"),
+        format!("FROM {base}\nCOPY a /a\nRUN echo built > /b\n"),
+    )
+    .expect("dockerfile");
+    fs_err::write(c.join("a"), "from the context\n").expect("a");
+    let ctx = agentbox_docker::image_build::pack(c, &c.join("Dockerfile")).expect("pack");
+    let repo = "agentbox-test-built";
+    let labels: HashMap<String, String> = [(LABEL.to_owned(), "built".to_owned())].into();
+    let mut lines = Vec::new();
+    let id = engine
+        .build_image(&ctx, repo, &ctx.fingerprint, &labels, &mut |l| {
+            lines.push(l.to_owned())
+        })
+        .expect("build");
+    assert!(
+        lines.iter().any(|l| l.contains("RUN echo built")),
+        "{lines:?}"
+    );
+    let tagged = format!("{repo}:{}", ctx.fingerprint);
+    assert_eq!(engine.require_image(&tagged).expect("built").id, id);
+    let name = format!("agentbox-test-built-{}", std::process::id());
+    let spec = ContainerSpec {
+        name: name.clone(),
+        image: tagged.clone(),
+        cmd: vec!["sleep".into(), "3600".into()],
+        ..Default::default()
+    };
+    let _ = engine.remove_container(&name);
+    engine.create_container(&spec).expect("create");
+    let c1 = Running {
+        engine: &engine,
+        name,
+    };
+    engine.start_container(&c1.name).expect("start");
+    let (st, out, _) = run(&engine, &c1.name, &["cat", "/a", "/b"], None);
+    assert_eq!((st, out.as_str()), (0, "from the context\nbuilt\n"));
+    drop(c1);
+    // A broken Dockerfile fails with the engine's message, naming the engine.
+    fs_err::write(c.join("Dockerfile"), format!("FROM {base}\nRUN exit 3\n")).expect("df");
+    let bad = agentbox_docker::image_build::pack(c, &c.join("Dockerfile")).expect("pack");
+    assert_ne!(bad.fingerprint, ctx.fingerprint);
+    let err = engine
+        .build_image(&bad, repo, &bad.fingerprint, &labels, &mut |_| {})
+        .expect_err("a failing RUN");
+    assert!(err.to_string().contains("docker.sock"), "{err}");
+    assert!(err.to_string().contains("exit"), "{err}");
+    assert!(engine.remove_image(&tagged).expect("rm"));
+}
