@@ -36,6 +36,11 @@ fn test_image(engine: &Engine) -> String {
     let bin = fs_err::read(BUSYBOX).expect("read busybox");
     let tag = blake3::hash(&bin).to_hex()[..16].to_owned();
     let name = format!("agentbox-test-busybox:{tag}");
+    // Tests run in parallel processes: one imports, the others wait and find it (two
+    // imports under one tag would leave the first one's image untagged behind).
+    let lock = std::fs::File::create(std::env::temp_dir().join("agentbox-test-busybox.lock"))
+        .expect("lock file");
+    lock.lock().expect("lock");
     if engine.image(&name).expect("inspect").is_some() {
         return name;
     }
