@@ -3,8 +3,10 @@
 
 use agentbox_boxes::checkpoint::{Checkpoint, CheckpointSpec};
 
-use super::*;
-use crate::args::CheckpointCmd;
+use super::ctx::Ctx;
+use crate::args::{parse_size, CheckpointCmd};
+use crate::errors::CliResult;
+use crate::render;
 
 pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
     match cmd.unwrap_or(CheckpointCmd::Ls { all: false }) {

@@ -1,4 +1,4 @@
-//! `agentbox config` and the configuration defaults of `agentbox create`.
+//! `agentbox config`: get, set, unset, list, edit, path, schema, list-projects.
 //!
 //! The project of a command is the one its current directory is in (for `create`: its
 //! `--from` directory); see `agentbox_boxes::project::find_root`.
@@ -13,12 +13,12 @@ use agentbox_boxes::project::find_root;
 use serde::Serialize;
 use serde_json::json;
 
+use super::ctx::Ctx;
 use crate::args::{ConfigCmd, ConfigFlags, ConfigTarget};
-use crate::commands::Ctx;
-use crate::errors::CliError;
-use crate::CliResult;
+use crate::errors::{CliError, CliResult};
+use crate::render;
 
-pub fn run(ctx: &Ctx, cmd: ConfigCmd) -> CliResult {
+pub(super) fn run(ctx: &Ctx, cmd: ConfigCmd) -> CliResult {
     let cwd = agentbox_boxes::project::current_dir()?;
     let root = find_root(&cwd);
     let root = root.as_deref();
@@ -141,7 +141,7 @@ impl EntryOut {
 
 /// A value for people; a project's file is untrusted text, so it is escaped.
 fn shown(v: Option<&Value>) -> String {
-    v.map(|v| crate::render::text(&v.display()).into_owned())
+    v.map(|v| render::text(&v.display()).into_owned())
         .unwrap_or_else(|| "(unset)".into())
 }
 
@@ -155,7 +155,7 @@ fn ignored_lines(config: &Config) -> String {
                 "ignored: {} = {} from {} ({}; `agentbox trust` applies it)\n",
                 i.key,
                 shown(Some(&i.value)),
-                crate::render::path(&i.path),
+                render::path(&i.path),
                 if i.changed {
                     "changed since trusted"
                 } else {
@@ -193,7 +193,7 @@ fn get(
             // One item per line, so a shell loop can read a list.
             (Some(Value::List(items)), false) => items
                 .iter()
-                .map(|i| format!("{}\n", crate::render::text(i)))
+                .map(|i| format!("{}\n", render::text(i)))
                 .collect(),
             (Some(v), false) => format!("{}\n", v.display()),
         }

@@ -3,8 +3,9 @@
 
 use serde::Serialize;
 
-use crate::commands::Ctx;
-use crate::CliResult;
+use super::ctx::Ctx;
+use crate::errors::{CliError, CliResult, ExitCode};
+use crate::render;
 
 /// One row of the output: a box leftover, or data an interrupted store operation left.
 #[derive(Serialize)]
@@ -19,7 +20,7 @@ struct Pruned {
     outcome: String,
 }
 
-pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
+pub(super) fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
     let found = ctx
         .boxes()
         .prune(std::time::Duration::from_secs(min_age), dry_run)?;
@@ -65,10 +66,10 @@ pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
                 } else {
                     &r.outcome
                 },
-                r.bytes.map(crate::render::bytes).unwrap_or_default(),
-                crate::render::text(&r.what),
+                r.bytes.map(render::bytes).unwrap_or_default(),
+                render::text(&r.what),
                 if r.bytes.is_some() {
-                    format!(": {}", crate::render::text(&r.target))
+                    format!(": {}", render::text(&r.target))
                 } else {
                     String::new()
                 }
@@ -81,7 +82,7 @@ pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
             s.push_str(&format!(
                 "{} {} of store data\n",
                 if dry_run { "would free" } else { "freed" },
-                crate::render::bytes(store_report.bytes)
+                render::bytes(store_report.bytes)
             ));
         }
         if dry_run {
@@ -90,11 +91,11 @@ pub fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
         s
     })?;
     if failed > 0 {
-        return Err(crate::errors::CliError::new(
-            crate::errors::ExitCode::Failure,
+        return Err(CliError::new(
+            ExitCode::Failure,
             format!(
                 "{} could not be removed",
-                crate::render::count(failed, "leftover", "leftovers")
+                render::count(failed, "leftover", "leftovers")
             ),
             Some("see the list above; `agentbox prune --dry-run` shows what remains".into()),
         ));

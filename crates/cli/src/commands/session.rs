@@ -1,17 +1,18 @@
-//! Sessions (see `agentbox_boxes::sessions`): `session start`, `attach`, `sessions`.
+//! `agentbox session` (`start`, `ls`) and `agentbox sessions` (see `agentbox_boxes::sessions`).
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 
-use agentbox_boxes::sessions::{AttachOpts, AttachOutcome, DetachKey, SessionInfo, SessionSpec};
+use agentbox_boxes::sessions::{AttachOpts, SessionInfo, SessionSpec};
 use agentbox_sandbox::proto::WinSize;
 
-use crate::args::{AttachArgs, SessionCmd, SessionStartArgs, SessionsArgs};
-use crate::commands::Ctx;
-use crate::errors::CliError;
+use super::attach::finish;
+use super::ctx::Ctx;
+use super::in_box::target;
+use crate::args::{SessionCmd, SessionStartArgs, SessionsArgs};
+use crate::errors::CliResult;
 use crate::render;
-use crate::CliResult;
 
-pub fn session(ctx: &Ctx, cmd: SessionCmd) -> CliResult {
+pub(super) fn session(ctx: &Ctx, cmd: SessionCmd) -> CliResult {
     match cmd {
         SessionCmd::Start(a) => start(ctx, a),
         SessionCmd::Ls(a) => sessions(ctx, a),
@@ -34,7 +35,7 @@ fn terminal_size() -> Option<WinSize> {
 }
 
 fn start(ctx: &Ctx, a: SessionStartArgs) -> CliResult {
-    let (rec, argv) = crate::boxcmds::target(
+    let (rec, argv) = target(
         ctx,
         a.name,
         a.argv,
@@ -55,7 +56,7 @@ fn start(ctx: &Ctx, a: SessionStartArgs) -> CliResult {
 }
 
 /// Start session `spec` in box `rec`, then attach this terminal to it (unless `detach`).
-pub(crate) fn start_and_attach(
+pub(super) fn start_and_attach(
     ctx: &Ctx,
     rec: &agentbox_boxes::record::BoxRecord,
     mut spec: SessionSpec,
@@ -98,86 +99,7 @@ pub(crate) fn start_and_attach(
     finish(ctx, &rec.name, &outcome)
 }
 
-/// `attach [BOX] [SESSION]`: the box, and the session when one is named.
-fn box_and_session(
-    ctx: &Ctx,
-    args: &[String],
-) -> CliResult<(agentbox_boxes::record::BoxRecord, Option<String>)> {
-    Ok(match args {
-        [] => (ctx.resolve_box(None)?, None),
-        [b, s] => (ctx.resolve_box(Some(b))?, Some(s.clone())),
-        [one] if ctx.env.is_some() => (ctx.resolve_box(None)?, Some(one.clone())),
-        [one] => match ctx.find_box(one)? {
-            Some(rec) => (rec, None),
-            None => (ctx.resolve_box(None)?, Some(one.clone())),
-        },
-        _ => {
-            return Err(CliError::usage(
-                "attach takes [BOX] [SESSION]",
-                "agentbox attach BOX SESSION (`agentbox sessions BOX` lists them)",
-            ))
-        }
-    })
-}
-
-pub fn attach(ctx: &Ctx, a: AttachArgs) -> CliResult {
-    let (rec, session) = box_and_session(ctx, &a.args)?;
-    let detach_key = match &a.detach_key {
-        Some(k) => Some(DetachKey::parse(k).map_err(|why| {
-            CliError::usage(
-                format!("--detach-key: {why}"),
-                "for example --detach-key \"ctrl-]\" or \"ctrl-a d\"",
-            )
-        })?),
-        None => None,
-    };
-    let outcome = ctx.boxes().attach(
-        &rec.name,
-        session.as_deref(),
-        AttachOpts {
-            detach_key,
-            history: !a.no_history,
-            tty: None,
-        },
-    )?;
-    finish(ctx, &rec.name, &outcome)
-}
-
-/// Say how the attach ended; a session whose process ended gives its status.
-fn finish(ctx: &Ctx, box_name: &str, outcome: &AttachOutcome) -> CliResult {
-    let session = render::text(outcome.session()).into_owned();
-    let status = match outcome {
-        AttachOutcome::Detached { .. } => {
-            ctx.note(format!(
-                "agentbox: detached from session {session} of box {box_name:?}; `agentbox attach {box_name} {session}` re-attaches"
-            ));
-            0
-        }
-        AttachOutcome::Exited {
-            status,
-            killed_by_checkout,
-            ..
-        } => {
-            if *killed_by_checkout {
-                ctx.note(format!(
-                    "agentbox: session {session} was killed by a checkout of its box"
-                ));
-            } else {
-                ctx.note(format!(
-                    "agentbox: session {session} ended (status {status})"
-                ));
-            }
-            *status
-        }
-    };
-    if ctx.json {
-        ctx.out(outcome, String::new)?;
-    }
-    let _ = std::io::stdout().flush();
-    std::process::exit(status)
-}
-
-pub fn sessions(ctx: &Ctx, a: SessionsArgs) -> CliResult {
+pub(super) fn sessions(ctx: &Ctx, a: SessionsArgs) -> CliResult {
     let rec = ctx.resolve_box(a.name.as_deref())?;
     if a.prune {
         let pruned = ctx.boxes().prune_sessions(&rec.name)?;
