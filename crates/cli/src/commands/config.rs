@@ -234,34 +234,8 @@ fn list(ctx: &Ctx, root: Option<&Path>, show_origin: bool, flags: &ConfigFlags) 
         } else {
             &["KEY", "VALUE", "DESCRIPTION"]
         };
-        table(header, &rows) + &ignored_lines(&config)
+        render::columns(header, &rows) + &ignored_lines(&config)
     })
-}
-
-/// Columns padded to their widest cell; the last column is not padded.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  ", w = widths[i]));
-            }
-        }
-        s.trim_end().to_owned() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for r in rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
-    }
-    out
 }
 
 /// The layer and file `set`, `unset` and `edit` write: `--global`, `--project`, else the
@@ -326,7 +300,7 @@ fn list_projects(ctx: &Ctx) -> CliResult {
                 ]
             })
             .collect();
-        table(&["PROJECT", "BOXES", "NEXT #", "CONFIG"], &rows)
+        render::columns(&["PROJECT", "BOXES", "NEXT #", "CONFIG"], &rows)
     })
 }
 
@@ -440,7 +414,7 @@ fn path(ctx: &Ctx, cwd: &Path, root: Option<&Path>, t: &ConfigTarget) -> CliResu
                     vec![l.name().to_owned(), where_]
                 })
                 .collect();
-            table(&["LAYER", "FILE"], &rows)
+            render::columns(&["LAYER", "FILE"], &rows)
         },
     )
 }

@@ -14,6 +14,8 @@ use crate::args::CommandOpts;
 use crate::errors::{CliError, CliResult};
 use crate::render;
 
+/// `exec --json` (and `run`, `shell`, an agent's command): the command's status and the
+/// node it made.
 #[derive(Serialize)]
 struct ExecResult {
     status: i32,

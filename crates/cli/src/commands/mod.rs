@@ -60,7 +60,7 @@ mod undo;
 
 use agentbox_core::Home;
 
-pub(crate) use self::ctx::Ctx;
+use self::ctx::Ctx;
 use crate::args::{Cli, Command};
 use crate::errors::CliResult;
 

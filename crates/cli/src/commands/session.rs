@@ -133,14 +133,6 @@ fn state(s: &SessionInfo) -> String {
     text
 }
 
-/// At most `width` characters of `s`, cut with `…`.
-fn cut(s: &str, width: usize) -> String {
-    match s.char_indices().nth(width.saturating_sub(1)) {
-        Some((i, _)) if s.chars().count() > width => format!("{}…", &s[..i]),
-        _ => s.to_owned(),
-    }
-}
-
 /// The table of `agentbox sessions`. Names and commands are escaped (they may hold any
 /// text the box's command line had).
 fn table(list: &[SessionInfo]) -> String {
@@ -153,7 +145,7 @@ fn table(list: &[SessionInfo]) -> String {
         s.push_str(&format!(
             "{:<16} {:<30} {:<24} {:<19} {}\n",
             render::text(&i.name),
-            cut(&command, 30),
+            render::cut(&command, 30),
             state(i),
             i.started.format("%Y-%m-%d %H:%M:%S"),
             i.clients

@@ -131,6 +131,14 @@ pub fn place(mountpoint: &Option<std::path::PathBuf>) -> String {
     }
 }
 
+/// At most `width` characters of `s`, cut with `…`.
+pub fn cut(s: &str, width: usize) -> String {
+    match s.char_indices().nth(width.saturating_sub(1)) {
+        Some((i, _)) if s.chars().count() > width => format!("{}…", &s[..i]),
+        _ => s.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ pub mod progress;
 mod tables;
 
 pub use self::basic::{
-    box_name, bytes, count, in_git_dir, output, path, place, short, text, text_block, time,
+    box_name, bytes, count, cut, in_git_dir, output, path, place, short, text, text_block, time,
 };
 pub use self::history::{changes, node_line, tags_by_node, tree};
-pub use self::tables::{procs, remote_table, short_tip};
+pub use self::tables::{columns, procs, remote_table, short_tip};

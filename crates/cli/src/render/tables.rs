@@ -1,5 +1,6 @@
 //! Tables more than one command prints, or that print what a box controls: a box's
-//! processes (`ps`), the per-repository results of `push` and `pull`.
+//! processes (`ps`), the per-repository results of `push` and `pull`, and columns padded to
+//! their widest cell (`config`).
 
 use agentbox_boxes::remote::RemoteResult;
 
@@ -60,4 +61,30 @@ pub fn remote_table(results: &[RemoteResult]) -> String {
         ));
     }
     s
+}
+
+/// Columns padded to their widest cell; the last column is not padded.
+pub fn columns(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
 }
