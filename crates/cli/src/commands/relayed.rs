@@ -6,8 +6,7 @@
 use agentbox_boxes::relay::{RelayCall, RelayHandler, RelayRequest};
 
 use super::ctx::Ctx;
-use super::push;
-use super::{checkout, checkpoint, commit, diff, log, ps, pull, show, status, tag};
+use super::{checkout, checkpoint, commit, diff, log, ps, pull, push, show, status, tag};
 use crate::errors::{CliError, CliResult};
 
 /// Answers the in-box `agentbox` on the host: the request becomes the host command it
