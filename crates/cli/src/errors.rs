@@ -18,6 +18,9 @@
 pub use agentbox_core::exit::ExitCode;
 use agentbox_store::Error as StoreError;
 
+/// Result of a command.
+pub type CliResult<T = ()> = Result<T, CliError>;
+
 /// An error of the command line, ready to print.
 #[derive(Debug)]
 pub struct CliError {

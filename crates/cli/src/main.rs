@@ -5,21 +5,15 @@
 //! `errors`.
 
 mod args;
-mod boxcmds;
 mod commands;
-mod configcmd;
 mod errors;
-mod forkcmds;
-mod prune;
 mod relay;
 mod remote_helper;
 mod render;
-mod sessioncmds;
 
 use clap::Parser;
 
 use crate::args::Cli;
-use crate::errors::CliError;
 
 fn main() {
     // Run by the host inside a box, before a sync: checks on the box's repository made where
@@ -105,7 +99,7 @@ fn main() {
     }
     let cli = Cli::parse();
     let json = cli.json;
-    match commands::run(cli) {
+    match commands::dispatch(cli) {
         Ok(()) => {}
         Err(e) => {
             let (data, text) = errors::report(&e, json);
@@ -117,6 +111,3 @@ fn main() {
         }
     }
 }
-
-/// Result of a command.
-pub type CliResult<T = ()> = Result<T, CliError>;

@@ -1,13 +1,11 @@
 //! The in-box `agentbox` (see `agentbox_boxes::relay`): inside a box, a command line becomes
-//! one typed request ([`request_for`], the policy on what a box may ask); on the host, the
-//! supervisor has [`CliRelay`] answer it with the same commands and printer as the host's
-//! own, writing to the caller's stdout and stderr.
+//! one typed request ([`request_for`], the policy on what a box may ask). The host's side,
+//! which answers it, is `commands::relayed`.
 
-use agentbox_boxes::relay::{RelayCall, RelayHandler, RelayRequest};
+use agentbox_boxes::relay::{RelayCall, RelayRequest};
 
 use crate::args::{BoxArg, Cli, Command, PullArgs, PushArgs};
-use crate::errors::CliError;
-use crate::CliResult;
+use crate::errors::{CliError, CliResult};
 
 /// Options an in-box command may never give, in any spelling: they would choose what the
 /// host acts on (another agentbox home — a fake store built in the box's layer — or another
@@ -219,96 +217,6 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
         json: cli.json,
         request,
     })
-}
-
-/// `request` of box `name` with every node it names resolved in the box's own history
-/// (see [`agentbox_boxes::scope`]): a full id of a node of that history, or a reference
-/// relative to HEAD, which the store walks along the box's own ancestry. A reference to
-/// anything else fails here as a node that does not exist, before any command runs.
-///
-/// Every request naming a node is here; the others name none (`log`, `status`, `commit`,
-/// `undo` — HEAD's parent —, `tags`, `untag` — a tag of the box's own —, `ps`, `push`,
-/// `pull`, `remote_refs` — repositories of the box's own record, by label —, `checkpoint`
-/// — a capture of the box itself).
-pub(crate) fn confine(
-    boxes: &agentbox_boxes::ops::Boxes,
-    name: &str,
-    request: RelayRequest,
-) -> agentbox_boxes::Result<RelayRequest> {
-    use RelayRequest as R;
-    let scope = std::cell::OnceCell::new();
-    let node = |reference: String| -> agentbox_boxes::Result<String> {
-        let scope = match scope.get() {
-            Some(s) => s,
-            None => {
-                let made = boxes.scope(name)?;
-                scope.get_or_init(|| made)
-            }
-        };
-        Ok(scope.resolve(&reference)?.into_reference())
-    };
-    let node_opt = |reference: Option<String>| reference.map(&node).transpose();
-    Ok(match request {
-        R::Show { reference } => R::Show {
-            reference: node_opt(reference)?,
-        },
-        R::Diff { from, to, patch } => R::Diff {
-            from: node_opt(from)?,
-            to: node_opt(to)?,
-            patch,
-        },
-        R::Checkout {
-            reference,
-            keep_processes,
-        } => R::Checkout {
-            reference: node(reference)?,
-            keep_processes,
-        },
-        R::Tag { name, reference } => R::Tag {
-            name,
-            reference: node_opt(reference)?,
-        },
-        other @ (R::Log { .. }
-        | R::Status { .. }
-        | R::Commit { .. }
-        | R::Undo
-        | R::Tags
-        | R::Untag { .. }
-        | R::Ps
-        | R::Push { .. }
-        | R::Pull { .. }
-        | R::RemoteRefs { .. }
-        | R::Checkpoint { .. }) => other,
-    })
-}
-
-/// Answers the in-box `agentbox` on the host: the request becomes the host command it
-/// stands for, on the caller's box, printed to the caller's stdout and stderr.
-pub struct CliRelay {
-    pub home: agentbox_core::Home,
-}
-
-impl RelayHandler for CliRelay {
-    fn answer(
-        &self,
-        name: &str,
-        call: RelayCall,
-        stdout: std::fs::File,
-        stderr: std::fs::File,
-    ) -> i32 {
-        let ctx =
-            crate::commands::Ctx::for_relay(self.home.clone(), call.json, name, stdout, stderr);
-        let answered = confine(ctx.boxes(), name, call.request)
-            .map_err(CliError::from)
-            .and_then(|request| crate::commands::answer(&ctx, request));
-        match answered {
-            Ok(()) => 0,
-            Err(e) => {
-                ctx.error(&e);
-                e.code
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,18 @@
 //! over the provider this binary wires in, and the printer (data to stdout, notes and
 //! progress to stderr).
 
-use super::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use agentbox_boxes::record::BoxRecord;
+use agentbox_boxes::registry;
+use agentbox_boxes::types::Workdir;
+use agentbox_boxes::BoxError;
+use agentbox_core::Home;
+use serde::Serialize;
+
+use crate::errors::{CliError, CliResult};
+use crate::render;
 
 /// What every command gets.
 pub(crate) struct Ctx {
@@ -111,20 +122,13 @@ impl Ctx {
     /// Run long work under a spinner with the elapsed time on stderr (only on a terminal and
     /// without --json, so pipes and scripts see clean output).
     pub(crate) fn busy<T>(&self, msg: &str, work: impl FnOnce() -> T) -> T {
-        use std::io::IsTerminal;
-        if self.json || self.relayed.is_some() || !std::io::stderr().is_terminal() {
-            return work();
-        }
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
-                .expect("the template is valid"),
-        );
-        bar.set_message(msg.to_owned());
-        bar.enable_steady_tick(std::time::Duration::from_millis(100));
-        let out = work();
-        bar.finish_and_clear();
-        out
+        render::progress::busy(msg, self.json || self.relayed(), work)
+    }
+
+    /// Run `work`, a transfer, reporting its progress on stderr (not with --json, nor for
+    /// the in-box `agentbox`, whose output must stay what it asked for).
+    pub(crate) fn transfer<T>(&self, what: &str, work: impl FnOnce() -> T) -> T {
+        render::progress::transfer(what, self.json || self.relayed(), work)
     }
 
     /// Split positional arguments into the environment and the rest. The environment is
@@ -350,7 +354,7 @@ impl Ctx {
 /// that was tried as a box name and names none.
 fn not_a_project(word: Option<&str>) -> CliError {
     let dir = std::env::current_dir()
-        .map(|d| crate::render::path(&d))
+        .map(|d| render::path(&d))
         .unwrap_or_else(|_| "the current directory".to_owned());
     let mut message = format!("{dir} is not in a project (no git repository or box here)");
     if let Some(w) = word {

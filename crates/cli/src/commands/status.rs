@@ -1,6 +1,11 @@
 //! `agentbox status`: the store, an environment, a box.
 
-use super::*;
+use agentbox_boxes::record::BoxDirs;
+use serde::Serialize;
+
+use super::ctx::Ctx;
+use crate::errors::CliResult;
+use crate::render;
 
 pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
     let env = if ctx.env.is_some() || !args.is_empty() {
@@ -15,7 +20,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
     };
     let st = ctx.boxes().store_status(env.as_deref(), usage)?;
     let boxed = match &env {
-        Some(name) if boxcmds::is_box(ctx, name) => Some(ctx.boxes().status(name)?),
+        Some(name) if is_box(ctx, name) => Some(ctx.boxes().status(name)?),
         _ => None,
     };
     // In a project with several boxes and none named: which boxes there are.
@@ -233,4 +238,9 @@ fn usage_lines(e: &agentbox_store::history::EnvStatus, disk_label: &str) -> Stri
         ),
         None => "(nodes and disk: `agentbox status --usage`)\n".to_owned(),
     }
+}
+
+/// Whether `name` is a box (not a versioned directory's environment).
+fn is_box(ctx: &Ctx, name: &str) -> bool {
+    BoxDirs::new(&ctx.home, name).record().exists()
 }

@@ -6,8 +6,10 @@
 use agentbox_boxes::config::trusted::{self, FileTrust};
 use agentbox_boxes::project::{find_root, PROJECT_FILE};
 
-use super::*;
+use super::ctx::Ctx;
 use crate::args::TrustArgs;
+use crate::errors::{CliError, CliResult};
+use crate::render;
 
 pub(super) fn trust(ctx: &Ctx, a: TrustArgs) -> CliResult {
     if a.list {

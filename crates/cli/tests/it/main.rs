@@ -21,6 +21,7 @@ mod firsthour;
 mod fork;
 mod gitremote;
 mod help;
+mod leftovers;
 mod network;
 mod output;
 mod provider;

@@ -1,3 +1,6 @@
+//! One unit: one scenario and the snapshots of everything it prints; insta names the
+//! snapshots after this module, so its tests and the scenario they share stay in one file.
+//!
 //! Snapshots of what the commands print, human tables and `--json` shapes alike, after a
 //! realistic scenario run with the real binary: a change to any output is reviewed in the
 //! diff of `tests/it/snapshots/`, not discovered by a user or a script.

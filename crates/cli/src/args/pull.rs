@@ -1,0 +1,22 @@
+//! `agentbox pull`: its arguments.
+
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// BOX (left out: the current project's only box).
+    #[arg(value_name = "BOX")]
+    pub name: Option<String>,
+    /// The remote of each host repository (default: the one its source branch tracks,
+    /// else `origin`).
+    #[arg(long, value_name = "REMOTE")]
+    pub remote: Option<String>,
+    /// The remote's branch to merge (default: the upstream of the host branch each box
+    /// repository was made from).
+    #[arg(long, value_name = "BRANCH")]
+    pub branch: Option<String>,
+    /// Only this repository: `.` for the project root, or a sub-repository's directory
+    /// name (repeatable; default: all).
+    #[arg(long = "repo", value_name = "SUB")]
+    pub repos: Vec<String>,
+}
