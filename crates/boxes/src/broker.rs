@@ -12,7 +12,7 @@ pub use agentbox_broker::{Credentials, Endpoint, Spec, Upstreams};
 use agentbox_core::home::Home;
 
 use crate::config::Config;
-use crate::ops::Boxes;
+use crate::facade::Boxes;
 use crate::record::{self, BoxRecord};
 use crate::{BoxError, Result};
 

@@ -25,7 +25,7 @@ use agentbox_store::CommitOpts;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::ops::Boxes;
+use crate::facade::Boxes;
 use crate::record;
 use crate::{BoxError, Result};
 

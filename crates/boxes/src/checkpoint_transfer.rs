@@ -24,7 +24,7 @@ use agentbox_store::transfer::ImportOptions;
 use serde::Serialize;
 
 use crate::checkpoint::{ref_name, Checkpoint, Manifest};
-use crate::ops::Boxes;
+use crate::facade::Boxes;
 use crate::{BoxError, Result};
 
 const MANIFEST_MEMBER: &str = "agentbox-checkpoint.json";

@@ -18,28 +18,10 @@ use chrono::Utc;
 
 use crate::cgroup::Limits;
 use crate::config::{self, Config, ConfigError, ConfigWarning};
+use crate::progress::Progress;
 use crate::record::{self, BoxDirs, BoxRecord};
 use crate::seeding::SeededRepo;
 use crate::{BoxError, Result};
-
-/// How an operation tells its front end what it is doing: a line for the user, and long
-/// work the front end may show progress for.
-pub trait Progress {
-    /// A status line (to stderr, for a terminal front end).
-    fn note(&self, line: &str);
-    /// Run `work`, described as `what`, showing that it is in progress.
-    fn busy(&self, what: &str, work: &mut dyn FnMut() -> Result<()>) -> Result<()>;
-}
-
-/// A front end that shows nothing.
-pub struct Quiet;
-
-impl Progress for Quiet {
-    fn note(&self, _line: &str) {}
-    fn busy(&self, _what: &str, work: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        work()
-    }
-}
 
 /// Settings of a new box given by the caller (the flags of `agentbox create`): each one that
 /// is set wins over the configuration's value for its key.

@@ -11,8 +11,9 @@ use agentbox_store::transfer::{ExportReport, ImportOptions, ImportReport};
 use agentbox_store::{BackendKind, EnvState, Source, Store};
 use serde::Serialize;
 
-use crate::create::Progress;
-use crate::ops::{BoxState, Boxes};
+use crate::facade::Boxes;
+use crate::ops::BoxState;
+use crate::progress::Progress;
 use crate::record::BoxRecord;
 use crate::{BoxError, Result};
 

@@ -22,8 +22,9 @@ use std::path::Path;
 use agentbox_core::name::BoxName;
 use chrono::Utc;
 
-use crate::create::{Created, Progress};
-use crate::ops::Boxes;
+use crate::create::Created;
+use crate::facade::Boxes;
+use crate::progress::Progress;
 use crate::provider::Collected;
 use crate::record::{self, BoxDirs, BoxRecord, GitRecord};
 use crate::seeding::SeededRepo;

@@ -13,7 +13,7 @@ use agentbox_store::retention::RetainReport;
 use agentbox_store::{EnvState, Node};
 use serde::Serialize;
 
-use crate::ops::Boxes;
+use crate::facade::Boxes;
 use crate::Result;
 
 /// Nodes to print, with what marks them: the environment's HEAD and its tags by node.

@@ -5,15 +5,14 @@
 //! The façade decides what goes through the box's provider and what through the store —
 //! "a running box is changed only through its provider" is decided here, once.
 
-use std::sync::Arc;
-
-use agentbox_core::home::Home;
 use agentbox_sandbox::proto::Network;
-use agentbox_store::{CommitOpts, Node, Store};
+use agentbox_store::{CommitOpts, Node};
 use serde::Serialize;
 
-use crate::create::{Created, Progress, Spec};
-use crate::provider::{OnBox, Provider};
+use crate::create::{Created, Spec};
+use crate::facade::Boxes;
+use crate::progress::Progress;
+use crate::provider::OnBox;
 use crate::record::{self, BoxDirs, BoxRecord};
 use crate::types::{ProcInfo, SyncedRepo};
 use crate::{BoxError, Result};
@@ -21,16 +20,6 @@ use crate::{BoxError, Result};
 /// The file of a box's inbox (`/run/agentbox/ctl/` inside it) listing the paths where the
 /// host's carried-over work met what the box's checkpoint held (one per line).
 pub const RESYNC_CONFLICTS: &str = "resync-conflicts";
-
-/// The boxes (and versioned directories) of one agentbox home, run by one provider.
-///
-/// The store is opened on first use and kept for the façade's life (one command), so every
-/// operation of a command sees the same reconciled store.
-pub struct Boxes {
-    home: Home,
-    provider: Arc<dyn Provider>,
-    store: std::sync::OnceLock<Store>,
-}
 
 /// A checkout's result.
 #[derive(Debug)]
@@ -102,62 +91,6 @@ pub struct BoxStatus {
 }
 
 impl Boxes {
-    pub fn new(home: Home, provider: Arc<dyn Provider>) -> Boxes {
-        Boxes {
-            home,
-            provider,
-            store: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The home's store, opened (and reconciled) on first use; [`BoxError::NoStore`] when
-    /// nothing was made in this home yet.
-    pub fn store(&self) -> Result<&Store> {
-        if let Some(s) = self.store.get() {
-            return Ok(s);
-        }
-        let dir = self.existing_store_dir()?;
-        let opened = Store::open(&dir)?;
-        Ok(self.store.get_or_init(|| opened))
-    }
-
-    /// The home's store, made (with `backend`, else the filesystem's best) when there is none.
-    pub fn store_or_init(&self, backend: Option<agentbox_store::BackendKind>) -> Result<&Store> {
-        if let Some(s) = self.store.get() {
-            return Ok(s);
-        }
-        let opened = Store::open_or_init(&self.home.store_dir(), backend)?;
-        Ok(self.store.get_or_init(|| opened))
-    }
-
-    /// The store as a crash left it, not reconciled (for `fsck` and `prune`, which report
-    /// and remove half-made data themselves). Not kept: reconciling is what it must not do.
-    pub fn store_unreconciled(&self) -> Result<Store> {
-        Ok(Store::open_unreconciled(&self.existing_store_dir()?)?)
-    }
-
-    fn existing_store_dir(&self) -> Result<std::path::PathBuf> {
-        let dir = self.home.store_dir();
-        if dir.join("store.json").exists() {
-            Ok(dir)
-        } else {
-            Err(BoxError::NoStore { dir })
-        }
-    }
-
-    pub fn home(&self) -> &Home {
-        &self.home
-    }
-
-    pub fn provider(&self) -> &dyn Provider {
-        &*self.provider
-    }
-
-    /// Whether `name` is a box (else it may be a plain versioned directory).
-    pub fn is_box(&self, name: &str) -> bool {
-        BoxDirs::new(&self.home, name).record().exists()
-    }
-
     /// Make a box (see [`crate::create`]); from a checkpoint (the one named, else the
     /// project's default) its repositories are moved to the host's present inside it (see
     /// [`crate::reseed`]), and it is left running.
@@ -246,7 +179,7 @@ impl Boxes {
                 Ok(created)
             }
             Err(e) => {
-                let _ = self.destroy(&name, false, &crate::create::Quiet);
+                let _ = self.destroy(&name, false, &crate::progress::Quiet);
                 Err(e)
             }
         }
@@ -285,18 +218,6 @@ impl Boxes {
         Ok(CheckedOut {
             node: store.checkout(env, reference)?,
             killed: 0,
-        })
-    }
-
-    /// Refuse box `name` when another provider runs it (its record says which).
-    fn ours(&self, name: &str) -> Result<()> {
-        let rec = record::read(&self.home, name)?;
-        if rec.provider == self.provider.kind() {
-            return Ok(());
-        }
-        Err(BoxError::OtherProvider {
-            name: name.to_owned(),
-            provider: rec.provider,
         })
     }
 

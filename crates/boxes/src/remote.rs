@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::ops::Boxes;
+use crate::facade::Boxes;
 use crate::record::{self, BoxRecord, GitRecord};
 use crate::{BoxError, Result};
 
@@ -117,7 +117,7 @@ impl Boxes {
         remote: Option<&str>,
         only: &[String],
         force: bool,
-        progress: &dyn crate::create::Progress,
+        progress: &dyn crate::progress::Progress,
     ) -> Result<Vec<RemoteResult>> {
         let repos = chosen(rec, only)?;
         let remote = configured_remote(self, rec, remote)?;
@@ -184,7 +184,7 @@ impl Boxes {
         remote: Option<&str>,
         branch: Option<&str>,
         only: &[String],
-        progress: &dyn crate::create::Progress,
+        progress: &dyn crate::progress::Progress,
     ) -> Result<Vec<RemoteResult>> {
         let remote = configured_remote(self, rec, remote)?;
         let mut plan = Vec::new();

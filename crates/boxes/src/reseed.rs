@@ -275,7 +275,7 @@ pub fn stage(
     name: &agentbox_core::name::BoxName,
     source: Option<&Path>,
     opts: &agentbox_git::SeedOpts,
-    progress: &dyn crate::create::Progress,
+    progress: &dyn crate::progress::Progress,
 ) -> crate::Result<(
     agentbox_store::EnvState,
     Vec<crate::seeding::SeededRepo>,
@@ -334,7 +334,7 @@ pub fn stage(
     }
 }
 
-impl crate::ops::Boxes {
+impl crate::facade::Boxes {
     /// The in-box half: run the merge in box `name` (started for it), then make the result
     /// the box's first own node. Returns the conflicts.
     pub(crate) fn finish_reseed(

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use agentbox_core::id;
 use agentbox_store::history::History;
 
-use crate::ops::Boxes;
+use crate::facade::Boxes;
 use crate::Result;
 
 /// The nodes and names box `env` may refer to from inside.

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::create::Progress;
+use crate::facade::Boxes;
 use crate::fork::ForkSpec;
-use crate::ops::Boxes;
+use crate::progress::Progress;
 use crate::record::{self, BoxDirs, BoxRecord};
 use crate::types::SyncedRepo;
 use crate::{BoxError, Result};

@@ -246,3 +246,20 @@ impl Serialize for PruneOutcome {
         s.collect_str(self)
     }
 }
+
+/// A command line as a label: arguments quoted only where a shell would need it.
+pub fn render_command(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

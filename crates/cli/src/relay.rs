@@ -231,7 +231,7 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
 /// `pull`, `remote_refs` — repositories of the box's own record, by label —, `checkpoint`
 /// — a capture of the box itself).
 pub(crate) fn confine(
-    boxes: &agentbox_boxes::ops::Boxes,
+    boxes: &agentbox_boxes::facade::Boxes,
     name: &str,
     request: RelayRequest,
 ) -> agentbox_boxes::Result<RelayRequest> {

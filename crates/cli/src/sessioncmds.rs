@@ -227,7 +227,7 @@ fn table(list: &[SessionInfo]) -> String {
         "NAME", "COMMAND", "STATE", "STARTED"
     );
     for i in list {
-        let command = render::text(&agentbox_boxes::render_command(&i.argv)).into_owned();
+        let command = render::text(&agentbox_boxes::types::render_command(&i.argv)).into_owned();
         s.push_str(&format!(
             "{:<16} {:<30} {:<24} {:<19} {}\n",
             render::text(&i.name),

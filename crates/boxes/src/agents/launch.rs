@@ -2,8 +2,8 @@
 //! its command line and variables.
 
 use super::{host_home, sync, Launch, LaunchSpec};
-use crate::create::Progress;
-use crate::ops::Boxes;
+use crate::facade::Boxes;
+use crate::progress::Progress;
 use crate::{BoxError, Result};
 
 impl Boxes {

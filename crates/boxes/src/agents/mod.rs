@@ -18,7 +18,7 @@
 //! and keys known to carry no credential; a user-defined one by its `include`/`exclude`.
 //!
 //! How an agent's configuration reaches a box is [`sync`]'s business; launching is
-//! [`crate::ops::Boxes::launch_agent`]'s.
+//! [`crate::facade::Boxes::launch_agent`]'s.
 
 pub mod allow;
 pub mod launch;

@@ -87,7 +87,7 @@ fn login(ctx: &Ctx, agent: &str) -> CliResult {
     if let Some((cmd, args)) = a.login.split_first() {
         ctx.note(format!(
             "running {} on this machine…",
-            agentbox_boxes::render_command(&a.login)
+            agentbox_boxes::types::render_command(&a.login)
         ));
         let status = std::process::Command::new(cmd)
             .args(args)
@@ -139,7 +139,7 @@ pub(super) fn list(ctx: &Ctx) -> CliResult {
                 "{:<10} {:<8} {:<40} {}\n",
                 render::text(&a.name),
                 if a.builtin { "builtin" } else { "agents.yaml" },
-                render::text(&agentbox_boxes::render_command(&a.command)),
+                render::text(&agentbox_boxes::types::render_command(&a.command)),
                 a.config
                     .iter()
                     .map(|c| render::text(&c.path))

@@ -10,7 +10,7 @@ pub(crate) struct Ctx {
     pub(crate) json: bool,
     pub(crate) env: Option<String>,
     /// The domain façade over the provider this binary wires in (see [`Ctx::boxes`]).
-    boxes: agentbox_boxes::ops::Boxes,
+    boxes: agentbox_boxes::facade::Boxes,
     /// Where data and notes go when not this process's stdout and stderr: the caller's own,
     /// for a request of the in-box `agentbox` answered on the host.
     relayed: Option<std::sync::Mutex<(std::fs::File, std::fs::File)>>,
@@ -23,7 +23,7 @@ impl Ctx {
             home.clone(),
         ));
         Ctx {
-            boxes: agentbox_boxes::ops::Boxes::new(home.clone(), provider),
+            boxes: agentbox_boxes::facade::Boxes::new(home.clone(), provider),
             home,
             json,
             env,
@@ -78,7 +78,7 @@ impl Ctx {
     }
 
     /// Every box operation goes through the façade.
-    pub(crate) fn boxes(&self) -> &agentbox_boxes::ops::Boxes {
+    pub(crate) fn boxes(&self) -> &agentbox_boxes::facade::Boxes {
         &self.boxes
     }
 
@@ -221,7 +221,7 @@ impl Ctx {
 
 /// Library operations report through the printer: notes to stderr, long work under a
 /// spinner.
-impl agentbox_boxes::create::Progress for Ctx {
+impl agentbox_boxes::progress::Progress for Ctx {
     fn note(&self, line: &str) {
         Ctx::note(self, line);
     }

@@ -204,7 +204,7 @@ impl crate::capture::Capturer for Shared {
                     true,
                     format!(
                         "auto: while {} ran{}",
-                        agentbox_boxes::render_command(&p.info.argv),
+                        agentbox_boxes::types::render_command(&p.info.argv),
                         match spawned.count() {
                             0 => String::new(),
                             n => format!(" (and {n} more)"),
@@ -215,7 +215,7 @@ impl crate::capture::Capturer for Shared {
                     false,
                     format!(
                         "auto: during {}",
-                        agentbox_boxes::render_command(&p.info.argv)
+                        agentbox_boxes::types::render_command(&p.info.argv)
                     ),
                 ),
                 (None, None) => (false, "auto: changes".to_owned()),

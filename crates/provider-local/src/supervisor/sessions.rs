@@ -387,7 +387,7 @@ fn wait_exit(
         let launches = lock(&session.state).launches;
         session.note(&format!(
             "the box was rolled back; relaunching {} (launch {})",
-            agentbox_boxes::render_command(&session.argv),
+            agentbox_boxes::types::render_command(&session.argv),
             launches + 1
         ));
         match launch(shared, session) {
