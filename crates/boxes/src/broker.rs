@@ -13,7 +13,7 @@ use agentbox_core::home::Home;
 
 use crate::config::Config;
 use crate::facade::Boxes;
-use crate::record::{self, BoxRecord};
+use crate::records::record::{self, BoxRecord};
 use crate::{BoxError, Result};
 
 /// The configured upstreams of box `rec` (`broker.anthropicUpstream`,

@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::facade::Boxes;
-use crate::record;
+use crate::records::record;
 use crate::{BoxError, Result};
 
 /// The manifest's format version.
@@ -207,7 +207,7 @@ pub fn fingerprint(home: &Home, image: Option<&str>) -> Option<String> {
     let mut h = blake3::Hasher::new();
     match image {
         Some(name) => {
-            let img = crate::images::get(home, name).ok()?;
+            let img = crate::records::images::get(home, name).ok()?;
             h.update(img.name.as_bytes());
             h.update(img.source.as_bytes());
             h.update(img.imported.to_rfc3339().as_bytes());

@@ -181,7 +181,7 @@ impl Boxes {
                 agentbox_store::names::validate("image", image).map_err(|_| {
                     bad(source, format!("base image {image:?} is not an image name"))
                 })?;
-                crate::images::get(self.home(), image)?;
+                crate::records::images::get(self.home(), image)?;
             }
             let full_ref = ref_name(project, &name);
             if store.get_ref(&full_ref)?.is_some() || self.checkpoint(project, &name).is_ok() {

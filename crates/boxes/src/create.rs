@@ -19,7 +19,7 @@ use chrono::Utc;
 use crate::cgroup::Limits;
 use crate::config::{self, Config, ConfigError, ConfigWarning};
 use crate::progress::Progress;
-use crate::record::{self, BoxDirs, BoxRecord};
+use crate::records::record::{self, BoxDirs, BoxRecord};
 use crate::seeding::SeededRepo;
 use crate::{BoxError, Result};
 
@@ -236,7 +236,7 @@ pub fn create(
     let chosen = spec
         .name
         .as_deref()
-        .map(|n| crate::registry::check_new_name(home, n))
+        .map(|n| crate::records::registry::check_new_name(home, n))
         .transpose()?;
     let config_dir = match &spec.workspace {
         Workspace::From(d) | Workspace::ProjectOf(d) => Some(d.clone()),
@@ -325,16 +325,16 @@ pub fn create(
         store.check_disk_limit()?;
     }
     if let Some(image) = &o.image {
-        crate::images::get(home, image)?;
+        crate::records::images::get(home, image)?;
     }
     let taken = |n: &str| BoxDirs::new(home, n).record().exists() || store.env(n).is_ok();
     if let Some(n) = spec.name.as_deref().filter(|n| taken(n)) {
         return Err(BoxError::BoxExists { name: n.to_owned() });
     }
-    let index = crate::registry::allocate_index(home, source.as_deref())?;
+    let index = crate::records::registry::allocate_index(home, source.as_deref())?;
     let name = match chosen {
         Some(n) => n,
-        None => agentbox_core::name::BoxName::new(crate::registry::default_name(
+        None => agentbox_core::name::BoxName::new(crate::records::registry::default_name(
             home,
             source.as_deref(),
             index,

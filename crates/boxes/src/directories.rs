@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::facade::Boxes;
 use crate::ops::BoxState;
 use crate::progress::Progress;
-use crate::record::BoxRecord;
+use crate::records::record::BoxRecord;
 use crate::{BoxError, Result};
 
 /// What `agentbox env DIR` is asked for.
@@ -163,7 +163,7 @@ impl Boxes {
     /// project and number; directories after them, by name.
     pub fn list(&self, project: Option<&Path>) -> Result<Vec<Listed>> {
         let records: std::collections::BTreeMap<String, BoxRecord> =
-            crate::record::list(self.home())?
+            crate::records::record::list(self.home())?
                 .into_iter()
                 .map(|r| (r.name.to_string(), r))
                 .collect();
@@ -297,13 +297,13 @@ impl Boxes {
     }
 
     /// Import a rootfs tarball (file, URL or `-`) as image `name` (see
-    /// [`crate::images::import`]). Needs root: an image's files keep their owners.
+    /// [`crate::records::images::import`]). Needs root: an image's files keep their owners.
     pub fn import_image(
         &self,
         name: &str,
         source: &str,
         progress: &dyn Progress,
-    ) -> Result<crate::images::Image> {
+    ) -> Result<crate::records::images::Image> {
         if !rustix::process::geteuid().is_root() {
             return Err(BoxError::NeedsRoot {
                 operation: "importing an image".into(),
@@ -313,20 +313,25 @@ impl Boxes {
         let store = self.store_or_init(None)?;
         let mut img = None;
         progress.busy("unpacking the image", &mut || {
-            img = Some(crate::images::import(self.home(), store, name, source)?);
+            img = Some(crate::records::images::import(
+                self.home(),
+                store,
+                name,
+                source,
+            )?);
             Ok(())
         })?;
         Ok(img.expect("busy ran the work, which set it"))
     }
 
     /// The imported images.
-    pub fn images(&self) -> Result<Vec<crate::images::Image>> {
-        crate::images::list(self.home())
+    pub fn images(&self) -> Result<Vec<crate::records::images::Image>> {
+        crate::records::images::list(self.home())
     }
 
     /// Remove image `name`; refused while a box uses it.
     pub fn remove_image(&self, name: &str) -> Result<()> {
-        crate::images::remove(self.home(), self.store()?, name)
+        crate::records::images::remove(self.home(), self.store()?, name)
     }
 
     /// Check the store as a crash left it (`repair`: fix what can be fixed).

@@ -9,7 +9,7 @@ use agentbox_core::home::Home;
 use agentbox_store::Store;
 
 use crate::provider::Provider;
-use crate::record::{self, BoxDirs};
+use crate::records::record::{self, BoxDirs};
 use crate::{BoxError, Result};
 
 /// The boxes (and versioned directories) of one agentbox home, run by one provider.

@@ -26,10 +26,11 @@ use crate::create::Created;
 use crate::facade::Boxes;
 use crate::progress::Progress;
 use crate::provider::Collected;
-use crate::record::{self, BoxDirs, BoxRecord, GitRecord};
+use crate::records::record::{self, BoxDirs, BoxRecord, GitRecord};
+use crate::records::registry;
 use crate::seeding::SeededRepo;
 use crate::types::SyncedRepo;
-use crate::{registry, BoxError, Result};
+use crate::{BoxError, Result};
 
 /// What to fork.
 #[derive(Debug, Clone)]

@@ -32,7 +32,7 @@ use std::path::{Component, Path, PathBuf};
 
 use agentbox_core::home::Home;
 
-use crate::record::BoxRecord;
+use crate::records::record::BoxRecord;
 
 mod allow;
 mod home;
@@ -224,7 +224,7 @@ pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableSca
         if npmrc.is_some() {
             env.push((
                 "npm_config_globalconfig".to_owned(),
-                format!("{}/{NPMRC_FILE}", crate::record::INBOX_DIR),
+                format!("{}/{NPMRC_FILE}", crate::types::INBOX_DIR),
             ));
         }
     }

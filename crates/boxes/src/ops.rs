@@ -13,7 +13,7 @@ use crate::create::{Created, Spec};
 use crate::facade::Boxes;
 use crate::progress::Progress;
 use crate::provider::OnBox;
-use crate::record::{self, BoxDirs, BoxRecord};
+use crate::records::record::{self, BoxDirs, BoxRecord};
 use crate::types::{ProcInfo, SyncedRepo};
 use crate::{BoxError, Result};
 
@@ -160,7 +160,7 @@ impl Boxes {
                     Ok(())
                 },
             )?;
-            let rec = crate::registry::update(&self.home, &name, |r| {
+            let rec = crate::records::registry::update(&self.home, &name, |r| {
                 r.resync_conflicts = conflicts.clone();
             })?;
             let dirs = BoxDirs::new(&self.home, &name);
@@ -387,7 +387,7 @@ impl Boxes {
         }
         if unpinned {
             // Kept otherwise: `prune` retries the refs that could not be removed.
-            crate::registry::forget_pins(&self.home, name)?;
+            crate::records::registry::forget_pins(&self.home, name)?;
         }
         timer.lap("git");
         // Its working files are only set aside here: deleting them costs one unlink per file

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::facade::Boxes;
-use crate::record::{self, BoxRecord, GitRecord};
+use crate::records::record::{self, BoxRecord, GitRecord};
 use crate::{BoxError, Result};
 
 /// What one repository's push or pull came to.

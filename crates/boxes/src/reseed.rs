@@ -51,7 +51,7 @@ pub struct PlanRepo {
 /// The in-box merge of a checkpoint's `/workspace` with the fresh one at `stage` (see the
 /// module documentation); the conflicts, relative to `/workspace`. Run inside the box.
 pub fn inside(stage: &Path) -> Result<Vec<String>, String> {
-    inside_at(stage, Path::new(crate::record::WORKSPACE))
+    inside_at(stage, Path::new(crate::records::record::WORKSPACE))
 }
 
 fn io(what: &str, p: &Path, e: std::io::Error) -> String {
@@ -344,7 +344,7 @@ impl crate::facade::Boxes {
         checkpoint: &str,
     ) -> crate::Result<Vec<String>> {
         use crate::BoxError;
-        let mut argv = crate::record::box_binary_argv();
+        let mut argv = crate::records::record::box_binary_argv();
         argv.extend([COMMAND.to_owned(), stage.to_owned()]);
         let ran = self.provider().collect(name, argv, "/", false)?;
         let line = ran

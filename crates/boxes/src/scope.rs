@@ -162,7 +162,7 @@ impl Boxes {
     pub fn scope(&self, name: &str) -> Result<Scope> {
         let store = self.store()?;
         let history = store.history(name)?;
-        let project = crate::record::read(self.home(), name)?.project;
+        let project = crate::records::record::read(self.home(), name)?.project;
         // `checkpoints/<key>/` of the box's project: another project's never qualifies.
         let prefix = format!(
             "checkpoints/{}/",

@@ -25,7 +25,7 @@ use agentbox_git::{GitError, HostRepo, SeedOpts, Seeded};
 use agentbox_store::fsops::copy::{copy_tree, CopyOpts};
 use agentbox_store::fsops::scan::scan_tree;
 
-use crate::record::{self, GitRecord};
+use crate::records::record::{self, GitRecord};
 
 /// One seeded repository: what the box record keeps, and what seeding found.
 #[derive(Debug, Clone)]
@@ -69,7 +69,7 @@ pub fn seed_workspace(
     // The home's ledger names the repositories before any ref is written in them, so a
     // crash from here on leaves refs `prune` knows to remove.
     let repos: Vec<&Path> = plan.iter().map(|(_, r, _)| r.root.as_path()).collect();
-    crate::registry::note_pins(home, name, &repos)
+    crate::records::registry::note_pins(home, name, &repos)
         .map_err(|e| GitError::Io(std::io::Error::other(e.to_string())))?;
     let result = seed_all(src, name, ws, opts, &plan);
     if result.is_err() {

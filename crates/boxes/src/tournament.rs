@@ -30,7 +30,7 @@ use serde::Serialize;
 use crate::facade::Boxes;
 use crate::fork::ForkSpec;
 use crate::progress::Progress;
-use crate::record::{self, BoxDirs, BoxRecord};
+use crate::records::record::{self, BoxDirs, BoxRecord};
 use crate::types::SyncedRepo;
 use crate::{BoxError, Result};
 
@@ -289,7 +289,7 @@ fn check(boxes: &Boxes, src: &BoxRecord, spec: &TournamentSpec) -> Result<()> {
             return Err(bad("two candidates have this name".into()));
         }
         let box_name = box_name(src, c);
-        let checked = crate::registry::check_new_name(boxes.home(), &box_name)
+        let checked = crate::records::registry::check_new_name(boxes.home(), &box_name)
             .map_err(|e| bad(format!("its box name {box_name:?} is not valid: {e}")))?;
         if BoxDirs::new(boxes.home(), &checked).dir.exists() || boxes.store()?.env(&checked).is_ok()
         {

@@ -18,6 +18,9 @@ pub enum ProcKind {
     Session,
 }
 
+/// Where the supervisor's in-box socket directory appears inside the box.
+pub const INBOX_DIR: &str = "/run/agentbox/ctl";
+
 /// Where a command starts in the box.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Workdir {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use agentbox_boxes::create;
 use agentbox_boxes::provider::Command;
-use agentbox_boxes::record::{self, BoxDirs, BoxRecord};
+use agentbox_boxes::records::record::{self, BoxDirs, BoxRecord};
 use agentbox_boxes::remote::RemoteResult;
 use agentbox_boxes::types::ProcKind;
 use serde::Serialize;
@@ -31,7 +31,9 @@ pub fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         workspace: match (&a.from, a.empty) {
             (Some(d), _) => create::Workspace::From(d.clone()),
             (None, true) => create::Workspace::Empty,
-            (None, false) => create::Workspace::ProjectOf(agentbox_boxes::project::current_dir()?),
+            (None, false) => {
+                create::Workspace::ProjectOf(agentbox_boxes::records::registry::current_dir()?)
+            }
         },
         from_ref: a.from_branch.clone(),
         no_git: a.no_git,
@@ -223,7 +225,7 @@ fn note_agent(ctx: &Ctx, rec: &BoxRecord, argv: &[String]) {
     if rec.last_agent.as_deref() == Some(agent) {
         return;
     }
-    if let Err(e) = agentbox_boxes::registry::update(&ctx.home, &rec.name, |r| {
+    if let Err(e) = agentbox_boxes::records::registry::update(&ctx.home, &rec.name, |r| {
         r.last_agent = Some(agent.to_owned())
     }) {
         ctx.note(format!("agentbox: could not record the agent: {e}"));
@@ -324,7 +326,7 @@ pub(crate) fn box_command(
 ) -> Command {
     Command {
         argv,
-        env: agentbox_boxes::record::caller_env(&opts.vars),
+        env: agentbox_boxes::records::record::caller_env(&opts.vars),
         workdir: ctx.workdir(rec, opts.workdir.clone()),
         kind,
         capture,
@@ -656,9 +658,9 @@ pub fn rename(ctx: &Ctx, args: &[String]) -> CliResult {
     let rec = ctx.resolve_box(reference)?;
     let display = (!display.is_empty()).then_some(display);
     if let Some(d) = display {
-        agentbox_boxes::registry::check_display_name(&ctx.home, &rec.name, d)?;
+        agentbox_boxes::records::registry::check_display_name(&ctx.home, &rec.name, d)?;
     }
-    let rec = agentbox_boxes::registry::update(&ctx.home, &rec.name, |r| {
+    let rec = agentbox_boxes::records::registry::update(&ctx.home, &rec.name, |r| {
         r.display_name = display.map(str::to_owned)
     })?;
     ctx.out(&rec, || match &rec.display_name {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentbox_boxes::fork::ForkSpec;
-use agentbox_boxes::record::BoxRecord;
+use agentbox_boxes::records::record::BoxRecord;
 use agentbox_boxes::tournament::{
     Candidate, CandidateResult, TournamentResult, TournamentSpec, Verdict,
 };

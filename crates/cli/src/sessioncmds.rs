@@ -46,7 +46,7 @@ fn start(ctx: &Ctx, a: SessionStartArgs) -> CliResult {
     let spec = SessionSpec {
         name: a.session,
         argv,
-        env: agentbox_boxes::record::caller_env(&a.opts.vars),
+        env: agentbox_boxes::records::record::caller_env(&a.opts.vars),
         workdir: ctx.workdir(&rec, a.opts.workdir.clone()),
         size: terminal_size(),
         supervise: a.supervise,
@@ -57,7 +57,7 @@ fn start(ctx: &Ctx, a: SessionStartArgs) -> CliResult {
 /// Start session `spec` in box `rec`, then attach this terminal to it (unless `detach`).
 pub(crate) fn start_and_attach(
     ctx: &Ctx,
-    rec: &agentbox_boxes::record::BoxRecord,
+    rec: &agentbox_boxes::records::record::BoxRecord,
     mut spec: SessionSpec,
     detach: bool,
 ) -> CliResult {
@@ -102,7 +102,7 @@ pub(crate) fn start_and_attach(
 fn box_and_session(
     ctx: &Ctx,
     args: &[String],
-) -> CliResult<(agentbox_boxes::record::BoxRecord, Option<String>)> {
+) -> CliResult<(agentbox_boxes::records::record::BoxRecord, Option<String>)> {
     Ok(match args {
         [] => (ctx.resolve_box(None)?, None),
         [b, s] => (ctx.resolve_box(Some(b))?, Some(s.clone())),

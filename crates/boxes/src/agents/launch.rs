@@ -15,15 +15,19 @@ impl Boxes {
     pub fn launch_agent(&self, spec: &LaunchSpec, progress: &dyn Progress) -> Result<Launch> {
         let mut timer = agentbox_core::timing::Timer::start("launch");
         let agent = super::get(self.home(), &spec.agent)?;
-        let implicit = || -> Result<Option<crate::record::BoxRecord>> {
-            match crate::registry::implicit(self.home(), &spec.cwd) {
+        let implicit = || -> Result<Option<crate::records::record::BoxRecord>> {
+            match crate::records::registry::implicit(self.home(), &spec.cwd) {
                 Ok(r) => Ok(Some(r)),
                 Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
                 Err(e) => Err(e),
             }
         };
         let existing = match (&spec.box_name, spec.new) {
-            (Some(b), _) => Some(crate::registry::resolve(self.home(), b, &spec.cwd)?),
+            (Some(b), _) => Some(crate::records::registry::resolve(
+                self.home(),
+                b,
+                &spec.cwd,
+            )?),
             (None, true) => None,
             (None, false) => implicit()?,
         };
@@ -54,7 +58,7 @@ impl Boxes {
             .effective();
         self.start(&name)?;
         timer.lap("start");
-        let dirs = crate::record::BoxDirs::new(self.home(), &name);
+        let dirs = crate::records::record::BoxDirs::new(self.home(), &name);
         let stage = sync::stage_dir(&dirs.inbox(), &agent.name);
         let mut staged = sync::Synced::default();
         if let Some(home) = host_home() {
@@ -89,7 +93,7 @@ impl Boxes {
                 .map(|c| c.path.trim_start_matches("~/").to_owned())
                 .collect(),
         };
-        let mut argv = crate::record::box_binary_argv();
+        let mut argv = crate::records::record::box_binary_argv();
         argv.extend([
             sync::COMMAND.to_owned(),
             serde_json::to_string(&plan).expect("a plan is plain data"),
@@ -113,7 +117,7 @@ impl Boxes {
         let record = if record.last_agent.as_deref() == Some(agent.name.as_str()) {
             record
         } else {
-            crate::registry::update(self.home(), &name, |r| {
+            crate::records::registry::update(self.home(), &name, |r| {
                 r.last_agent = Some(agent.name.clone())
             })?
         };

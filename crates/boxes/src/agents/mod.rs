@@ -476,7 +476,7 @@ pub struct LaunchSpec {
 /// An agent ready to run in its box.
 #[derive(Debug, Clone)]
 pub struct Launch {
-    pub record: crate::record::BoxRecord,
+    pub record: crate::records::record::BoxRecord,
     /// Whether the box was made for this launch.
     pub created: bool,
     pub argv: Vec<String>,

@@ -157,6 +157,9 @@ fn empty_list() -> Option<Value> {
     Some(Value::List(Vec::new()))
 }
 
+/// Default number of recent nodes retention keeps after automatic nodes (`box.keep`).
+pub const DEFAULT_KEEP: u64 = 100;
+
 /// Network modes of a box.
 pub const NETWORKS: &[&str] = &["host", "none", "private"];
 
@@ -253,7 +256,7 @@ pub static KEYS: &[Key] = &[
     Key {
         name: "box.keep",
         kind: Kind::U64,
-        default: || Some(Value::U64(crate::record::DEFAULT_KEEP)),
+        default: || Some(Value::U64(crate::config::keys::DEFAULT_KEEP)),
         description: "Retention: the newest N nodes stay when automatic nodes thin the history",
         check: None,
         trust: Trust::Any,

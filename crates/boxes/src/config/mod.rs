@@ -273,7 +273,7 @@ impl Config {
                 .to_owned(),
             keep: match self.value("box.keep") {
                 Some(Value::U64(n)) => *n,
-                _ => crate::record::DEFAULT_KEEP,
+                _ => crate::config::keys::DEFAULT_KEEP,
             },
             memory_bytes: match self.value("box.memory") {
                 Some(Value::Size { bytes, .. }) => Some(*bytes),
@@ -434,7 +434,7 @@ mod tests {
         let e = Config::builtin().effective();
         assert_eq!(e.network, Network::Host);
         assert!(e.capture && e.carry && !e.with_env);
-        assert_eq!(e.keep, crate::record::DEFAULT_KEEP);
+        assert_eq!(e.keep, crate::config::keys::DEFAULT_KEEP);
         assert_eq!(e.env_patterns, agentbox_git::default_env_patterns());
         assert_eq!(e.remote, "origin");
         assert_eq!((e.memory_bytes, e.pids, e.cpus), (None, None, None));

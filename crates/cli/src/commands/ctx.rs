@@ -238,13 +238,13 @@ impl Ctx {
     /// The project the current directory is in: box numbers and the implicit box are
     /// relative to it.
     pub(crate) fn here(&self) -> CliResult<Option<PathBuf>> {
-        let cwd = agentbox_boxes::project::current_dir()?;
+        let cwd = agentbox_boxes::records::registry::current_dir()?;
         Ok(registry::current_project(&self.home, &cwd)?)
     }
 
     /// The box `reference` names (else `-b`, else the current project's only box).
     pub(crate) fn resolve_box(&self, reference: Option<&str>) -> CliResult<BoxRecord> {
-        let cwd = agentbox_boxes::project::current_dir()?;
+        let cwd = agentbox_boxes::records::registry::current_dir()?;
         Ok(match reference.or(self.env.as_deref()) {
             Some(r) => registry::resolve(&self.home, r, &cwd)?,
             None => match registry::implicit(&self.home, &cwd) {
@@ -261,7 +261,10 @@ impl Ctx {
     /// The current project's only box; `None` when there is none, an error when there are
     /// several (the user has to say which).
     pub(super) fn implicit_box(&self) -> CliResult<Option<BoxRecord>> {
-        match registry::implicit(&self.home, &agentbox_boxes::project::current_dir()?) {
+        match registry::implicit(
+            &self.home,
+            &agentbox_boxes::records::registry::current_dir()?,
+        ) {
             Ok(rec) => Ok(Some(rec)),
             Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
             Err(e) => Err(e.into()),
@@ -274,7 +277,7 @@ impl Ctx {
         match registry::resolve(
             &self.home,
             reference,
-            &agentbox_boxes::project::current_dir()?,
+            &agentbox_boxes::records::registry::current_dir()?,
         ) {
             Ok(r) => Ok(Some(r)),
             Err(BoxError::NoSuchBox { .. }) => Ok(None),
@@ -293,7 +296,7 @@ impl Ctx {
         let rel = cwd.strip_prefix(rec.project.as_deref()?).ok()?;
         (!rel.as_os_str().is_empty()).then(|| {
             Workdir::default_for(
-                Path::new(agentbox_boxes::record::WORKSPACE)
+                Path::new(agentbox_boxes::records::record::WORKSPACE)
                     .join(rel)
                     .to_string_lossy(),
             )

@@ -9,8 +9,8 @@ use agentbox_core::Home;
 use agentbox_store::{BackendKind, CommitOpts};
 use serde::Serialize;
 
-use agentbox_boxes::record::BoxRecord;
-use agentbox_boxes::registry;
+use agentbox_boxes::records::record::BoxRecord;
+use agentbox_boxes::records::registry;
 use agentbox_boxes::types::Workdir;
 use agentbox_boxes::BoxError;
 

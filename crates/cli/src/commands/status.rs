@@ -24,7 +24,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
         Some(_) => None,
     };
     let mut project_boxes: Vec<ProjectBox> = match &project {
-        Some(p) => agentbox_boxes::record::list(&ctx.home)?
+        Some(p) => agentbox_boxes::records::record::list(&ctx.home)?
             .into_iter()
             .filter(|r| r.project.as_deref() == Some(p.as_path()))
             .map(|r| ProjectBox {

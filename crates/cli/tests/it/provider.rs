@@ -13,7 +13,7 @@ use agentbox_boxes::facade::Boxes;
 use agentbox_boxes::ops::BoxState;
 use agentbox_boxes::progress::Quiet;
 use agentbox_boxes::provider::{Command, OnBox, Provider};
-use agentbox_boxes::record::{BoxDirs, BoxRecord};
+use agentbox_boxes::records::record::{BoxDirs, BoxRecord};
 use agentbox_boxes::types::ProcInfo;
 use agentbox_core::Home;
 use agentbox_provider_local::proto::ProcKind;

@@ -25,7 +25,7 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
     let (base, view) = match &shared.rec.image {
         // An image has its own homes and tools: nothing of the host's is shown.
         Some(image) => (
-            agentbox_boxes::images::rootfs(&shared.home, image),
+            agentbox_boxes::records::images::rootfs(&shared.home, image),
             HostView::default(),
         ),
         None => {
@@ -72,7 +72,7 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
         },
         Bind {
             src: shared.dirs.inbox(),
-            dst: PathBuf::from(record::INBOX_DIR),
+            dst: PathBuf::from(agentbox_boxes::types::INBOX_DIR),
             readonly: true,
         },
     ];

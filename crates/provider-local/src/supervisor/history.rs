@@ -68,7 +68,10 @@ pub(super) fn try_auto_capture(
     after_node(shared);
     // Automatic nodes accumulate: thin old ones (stable positions; tags, branch points and
     // the newest `keep` stay). Only once the history is longer than what is kept anyway.
-    let keep = shared.rec.keep.unwrap_or(record::DEFAULT_KEEP);
+    let keep = shared
+        .rec
+        .keep
+        .unwrap_or(agentbox_boxes::config::keys::DEFAULT_KEEP);
     if node.seq > keep {
         if let Err(e) = shared.store.retain(&shared.name, keep) {
             eprintln!("retention after an automatic node failed: {e}");

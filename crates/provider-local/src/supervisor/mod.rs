@@ -34,7 +34,7 @@ use crate::proto::{
     ProcExit, ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo, Workdir,
     EXIT_OUTPUT_LINES, RECENT_EXITS,
 };
-use agentbox_boxes::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
+use agentbox_boxes::records::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
 use agentbox_boxes::{BoxError, Result};
 
 mod attach;
@@ -53,7 +53,7 @@ pub use self::generation::{remove_cgroup, DEFAULT_PIDS};
 use self::{generation::*, history::*, procs::*, relay::*, repos::*, server::*};
 
 /// Where the agentbox binary appears inside every box.
-pub use agentbox_boxes::record::BOX_BINARY;
+pub use agentbox_boxes::records::record::BOX_BINARY;
 
 /// How a process ended, as told to whoever waits for it.
 #[derive(Debug, Clone, Copy)]

@@ -111,7 +111,7 @@ pub fn manifest_file(stage: &Path) -> PathBuf {
 pub fn stage_in_box(name: &str) -> PathBuf {
     PathBuf::from(format!(
         "{}/agent-config/{name}/home",
-        crate::record::INBOX_DIR
+        crate::types::INBOX_DIR
     ))
 }
 

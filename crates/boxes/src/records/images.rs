@@ -99,7 +99,7 @@ pub fn import(home: &Home, store: &Store, name: &str, src: &str) -> Result<Image
 /// Remove image `name`; refused while a box uses it.
 pub fn remove(home: &Home, store: &Store, name: &str) -> Result<()> {
     get(home, name)?;
-    if let Some(b) = crate::record::list(home)?
+    if let Some(b) = crate::records::record::list(home)?
         .into_iter()
         .find(|b| b.image.as_deref() == Some(name))
     {

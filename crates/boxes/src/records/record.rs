@@ -22,14 +22,12 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Limits;
-use crate::ignore::IgnoreSet;
+use crate::records::ignore::IgnoreSet;
 use crate::{BoxError, Result};
 
 /// Where the project copy lives inside a box, and where commands start.
 pub const WORKSPACE: &str = "/workspace";
 
-/// Where the supervisor's in-box socket directory appears inside the box.
-pub const INBOX_DIR: &str = "/run/agentbox/ctl";
 /// Where every box sees the agentbox binary (bound read-only from the host), which the host
 /// runs inside the box for work on box-controlled data.
 pub const BOX_BINARY: &str = "/run/agentbox/bin/agentbox";
@@ -109,7 +107,7 @@ pub const ENV_ALLOW: &[&str] = &[
 ];
 
 /// A box's record (`box.json`). Written once at creation; afterwards only through
-/// [`crate::registry::update`] (a locked read-modify-write), never by the supervisor.
+/// [`crate::records::registry::update`] (a locked read-modify-write), never by the supervisor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BoxRecord {
     /// Random id ([`agentbox_core::id::new_id`]); never reused. Records written before
@@ -128,7 +126,7 @@ pub struct BoxRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<PathBuf>,
     /// Number of the box within its project (or among boxes without a project): monotonic,
-    /// never reused (see [`crate::registry::allocate_index`]). 0 for boxes made before
+    /// never reused (see [`crate::records::registry::allocate_index`]). 0 for boxes made before
     /// numbering existed.
     #[serde(default)]
     pub index: u64,
@@ -184,7 +182,7 @@ pub struct BoxRecord {
     #[serde(default, skip_serializing_if = "Limits::is_empty")]
     pub limits: Limits,
     /// Retention after automatic nodes: the newest this many nodes stay (default
-    /// [`DEFAULT_KEEP`]); older ones are thinned.
+    /// [`DEFAULT_KEEP`](crate::config::keys::DEFAULT_KEEP)); older ones are thinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep: Option<u64>,
     /// The checkpoint the box was made from, if any.
@@ -203,9 +201,6 @@ pub struct BoxRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub broker: bool,
 }
-
-/// Default number of recent nodes retention keeps after automatic nodes.
-pub const DEFAULT_KEEP: u64 = 100;
 
 /// One repository of a box: where it comes from on the host, and where the box has it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -321,7 +316,7 @@ impl BoxDirs {
     pub fn log(&self, id: u64) -> PathBuf {
         self.logs().join(format!("{id}.log"))
     }
-    /// Directory holding the in-box socket (bound at [`INBOX_DIR`] inside the box).
+    /// Directory holding the in-box socket (bound at [`INBOX_DIR`](crate::types::INBOX_DIR) inside the box).
     pub fn inbox(&self) -> PathBuf {
         self.dir.join("inbox")
     }

@@ -1,7 +1,7 @@
 //! The box registry: identity, numbering and lookup of boxes.
 //!
 //! There is no single registry file to lose or corrupt: each box's record is its own
-//! `boxes/<name>/box.json`, written atomically once the box exists (see [`crate::record`]),
+//! `boxes/<name>/box.json`, written atomically once the box exists (see [`crate::records::record`]),
 //! so parallel creates and destroys never overwrite each other's records. What boxes share
 //! is the per-project counter that numbers them:
 //!
@@ -28,7 +28,7 @@ use agentbox_core::home::Home;
 use agentbox_core::lock::{FileLock, Mode};
 use serde::{Deserialize, Serialize};
 
-use crate::record::{self, BoxDirs, BoxRecord};
+use crate::records::record::{self, BoxDirs, BoxRecord};
 use crate::{BoxError, Result};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -42,6 +42,21 @@ fn index_dir(home: &Home, project: Option<&Path>) -> PathBuf {
         Some(root) => home.project_dir(root),
         None => home.root().join("projects").join("none"),
     }
+}
+
+/// The process's current directory. When it no longer exists — a checkout replaced the
+/// directory under a shell that was inside it — the error says so and how to fix it,
+/// rather than a bare "No such file or directory".
+pub fn current_dir() -> Result<PathBuf> {
+    std::env::current_dir().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            BoxError::StaleCurrentDir {
+                shell_pwd: std::env::var_os("PWD").map(PathBuf::from),
+            }
+        } else {
+            BoxError::Io(e)
+        }
+    })
 }
 
 /// Run `change` on `project`'s counter under its lock, then write it (atomically).
