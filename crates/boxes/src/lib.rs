@@ -13,7 +13,7 @@ pub mod error;
 pub mod facade;
 pub mod fork;
 pub mod history;
-pub mod hostdata;
+pub mod hostview;
 pub mod ops;
 pub mod progress;
 pub mod project;

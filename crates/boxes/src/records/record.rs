@@ -170,12 +170,12 @@ pub struct BoxRecord {
     #[serde(default)]
     pub ignore: Vec<String>,
     /// `box.hostPaths`: host paths shown in (`/PATH`) or hidden from (`!/PATH`) the box,
-    /// besides the default (see [`crate::hostdata`]).
+    /// besides the default (see [`crate::hostview`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_paths: Vec<String>,
     /// `box.homeTools`: paths below the host user's home shown in the box besides the
     /// default toolchains and caches (`PATH`), or defaults left out (`!PATH`) (see
-    /// [`crate::hostdata`]).
+    /// [`crate::hostview`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub home_tools: Vec<String>,
     /// Resource limits (memory, processes, CPU) of the box's cgroup.
@@ -376,6 +376,20 @@ pub fn write(home: &Home, rec: &BoxRecord) -> Result<()> {
 }
 
 impl BoxRecord {
+    /// What of the record its box's view of the host depends on (see [`crate::hostview`]).
+    pub fn host_inputs(&self) -> crate::hostview::BoxInputs<'_> {
+        crate::hostview::BoxInputs {
+            source: self.source.as_deref(),
+            repos: self
+                .repos
+                .iter()
+                .map(|r| (r.host().git_dir().to_owned(), r.repo.clone()))
+                .collect(),
+            home_tools: &self.home_tools,
+            host_paths: &self.host_paths,
+            rootless: self.rootless,
+        }
+    }
     /// What lists show: the display name, else the name.
     pub fn shown_name(&self) -> &str {
         self.display_name.as_deref().unwrap_or(&self.name)

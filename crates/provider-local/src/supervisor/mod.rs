@@ -128,7 +128,7 @@ struct Shared {
     tool_env: Mutex<Vec<(String, String)>>,
     /// The base's scan for files others may not read, kept across the box's restarts (a
     /// checkout restarts the box; the host's files did not change with it).
-    unreadable: Mutex<agentbox_boxes::hostdata::UnreadableScan>,
+    unreadable: Mutex<agentbox_boxes::hostview::UnreadableScan>,
     /// The box's credential broker, once the owner asked for it (see [`broker`]).
     broker: Mutex<Option<broker::BrokerState>>,
     /// The foreground commands running, for what auto-capture may do meanwhile.

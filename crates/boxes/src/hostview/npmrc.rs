@@ -10,7 +10,7 @@
 //! password and credential-like query parameters. Everything else is dropped and named by
 //! its key (never its value). Comments are dropped.
 
-use crate::agents::allow::clean_url;
+use super::url::clean_url;
 
 /// The file's name in the box's inbox (seen read-only in the box at
 /// `/run/agentbox/ctl/host-npmrc`).

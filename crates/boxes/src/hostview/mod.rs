@@ -1,5 +1,11 @@
 //! What of the host's files a box on the host's `/` sees: the host's software, not its data.
 //!
+//! It owns the rules (what is shown, what is hidden, what is a secret; the syntax of
+//! `box.hostPaths` and `box.homeTools`) and their reading of the host (`allow`, `home`,
+//! `npmrc`, `url`). It is a leaf of the crate: it reads no record, configuration or store —
+//! it is given what of a box's record matters ([`BoxInputs`]) — and it binds nothing: the
+//! provider applies the [`HostView`] it computes.
+//!
 //! The base is an **allow-list** ([`allow::SHOWN`]): `/usr`, `/bin`, `/sbin`, `/lib*`,
 //! `/etc`, and of `/var` the package managers' state and caches. Every other entry of those
 //! directories — `/opt`, `/srv`, `/home`, `/root`, `/var/log`, `/var/lib/postgresql`, a
@@ -32,11 +38,10 @@ use std::path::{Component, Path, PathBuf};
 
 use agentbox_core::home::Home;
 
-use crate::records::record::BoxRecord;
-
 mod allow;
 mod home;
 mod npmrc;
+pub(crate) mod url;
 
 pub use self::home::{
     home_tool_paths, host_user_home, parse_home_tool, HomeTool, HOME_CACHES, HOME_SECRETS,
@@ -162,14 +167,32 @@ impl UnreadableScan {
     }
 }
 
+/// What of a box's record its view of the host depends on, made by
+/// [`BoxRecord::host_inputs`](crate::records::record::BoxRecord::host_inputs): this module
+/// is given it, and never reads a record itself.
+#[derive(Debug, Clone, Default)]
+pub struct BoxInputs<'a> {
+    /// The host directory the box was made from (the box sees only its copy).
+    pub source: Option<&'a Path>,
+    /// For each repository of the box: the host repository's git directory (outside the
+    /// source for a linked worktree or a submodule), then the host repository.
+    pub repos: Vec<(PathBuf, PathBuf)>,
+    /// `box.homeTools` entries.
+    pub home_tools: &'a [String],
+    /// `box.hostPaths` entries.
+    pub host_paths: &'a [String],
+    /// Whether the box's root is the user who runs it (see `allow`).
+    pub rootless: bool,
+}
+
 /// What of the host's `/` the box `rec` of agentbox home `home` sees: the paths hidden,
 /// and below them the host user's toolchains and caches shown again.
-pub fn host_view(home: &Home, rec: &BoxRecord) -> HostView {
+pub fn host_view(home: &Home, rec: &BoxInputs) -> HostView {
     host_view_scanned(home, rec, &mut UnreadableScan::default())
 }
 
 /// [`host_view`], with the scan for unreadable files kept in `scans` between calls.
-pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableScan) -> HostView {
+pub fn host_view_scanned(home: &Home, rec: &BoxInputs, scans: &mut UnreadableScan) -> HostView {
     // Listed now, not when the box was made: what the host made since is hidden too.
     let mut data = allow::hidden_by_default(&allow::host_entries);
     let mut secrets: Vec<PathBuf> = SECRETS.iter().map(PathBuf::from).collect();
@@ -180,18 +203,18 @@ pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableSca
             secrets.push(c);
         }
     }
-    if let Some(src) = &rec.source {
-        secrets.push(src.clone());
+    if let Some(src) = rec.source {
+        secrets.push(src.to_owned());
     }
     // The file behind the store's filesystem (`agentbox setup --btrfs`'s image): it holds
     // every box's layers.
     secrets.extend(store_backing_files(home.store_dir().as_path()));
-    for repo in &rec.repos {
+    for (git_dir, repo) in &rec.repos {
         // The host repository's git directory — for a linked worktree or a submodule it is
         // outside the source — with its config (credentials), hooks and refs. The box
         // reaches its objects only through a read-only bind.
-        secrets.push(repo.host().git_dir().to_owned());
-        secrets.push(repo.repo.clone());
+        secrets.push(git_dir.clone());
+        secrets.push(repo.clone());
     }
     // Up to here, secrets that nothing shows; the homes are hidden whole too, but the host
     // user's toolchains below its home are shown again.
@@ -216,7 +239,7 @@ pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableSca
     let mut env = Vec::new();
     let mut npmrc = None;
     if let Some(user_home) = &user_home {
-        let (tools, hidden) = home_tools(user_home, &rec.home_tools, &never_shown);
+        let (tools, hidden) = home_tools(user_home, rec.home_tools, &never_shown);
         show = tools;
         secrets.extend(hidden);
         env = tool_env(user_home, &show);
@@ -229,7 +252,7 @@ pub fn host_view_scanned(home: &Home, rec: &BoxRecord, scans: &mut UnreadableSca
         }
     }
     let mut shown = Vec::new();
-    for entry in &rec.host_paths {
+    for entry in rec.host_paths {
         match parse(entry) {
             Ok(HostPath::Show(p)) if !secrets.iter().any(|s| p.starts_with(s)) => shown.push(p),
             Ok(HostPath::Show(p)) => {
