@@ -602,7 +602,7 @@ fn set_default_locked(home: &Home, project: Option<&Path>, name: Option<&str>) -
     let path = layer_path(home, project, layer).expect("the project and global layers have files");
     let key = "box.defaultCheckpoint";
     match name {
-        Some(n) => set_in(&path, key, &crate::config::keys::Value::Str(n.to_owned())),
+        Some(n) => set_in(&path, key, &crate::config::key::Value::Str(n.to_owned())),
         None => unset_in(&path, key).map(|_| ()),
     }
     .map_err(|e| BoxError::Config(Box::new(e)))

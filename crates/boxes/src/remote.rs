@@ -95,7 +95,7 @@ fn configured_remote(
     if let Some(r) = explicit {
         return Ok(Some(r.to_owned()));
     }
-    use crate::config::{keys::Value, layers::Layer, Config};
+    use crate::config::{key::Value, layers::Layer, Config};
     let config = Config::load(boxes.home(), rec.project.as_deref())
         .map_err(|e| BoxError::Config(Box::new(e)))?;
     let entry = config

@@ -1,8 +1,8 @@
-//! Checks of values beyond their type (ranges, shapes), as [`super::keys::Key::check`]s.
+//! Checks of values beyond their type (ranges, shapes), as [`super::key::Key::check`]s.
 
 use crate::cgroup::Limits;
 
-use super::keys::Value;
+use super::key::Value;
 
 fn check_upstream(key: &str, v: &Value) -> Result<(), String> {
     match v {
