@@ -231,7 +231,7 @@ pub fn create(
     spec: &Spec,
     provider: &str,
     progress: &dyn Progress,
-    checkpoint: Option<&crate::checkpoint::Manifest>,
+    checkpoint: Option<&crate::checkpoints::checkpoint::Manifest>,
 ) -> Result<Created> {
     let chosen = spec
         .name

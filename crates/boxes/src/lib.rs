@@ -4,8 +4,7 @@
 pub use agentbox_sandbox::cgroup;
 pub mod agents;
 pub mod broker;
-pub mod checkpoint;
-pub mod checkpoint_transfer;
+pub mod checkpoints;
 pub mod config;
 pub mod create;
 pub mod directories;

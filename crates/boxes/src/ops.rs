@@ -103,7 +103,9 @@ impl Boxes {
         };
         let wanted = match (&spec.checkpoint, spec.no_checkpoint) {
             (Some(c), _) => Some(c.clone()),
-            (None, false) => crate::checkpoint::default_of(&self.home, project.as_deref())?,
+            (None, false) => {
+                crate::checkpoints::checkpoint::default_of(&self.home, project.as_deref())?
+            }
             (None, true) => None,
         };
         let Some(wanted) = wanted else {
@@ -111,14 +113,14 @@ impl Boxes {
         };
         let found = self.checkpoint(project.as_deref(), &wanted)?;
         match found.state {
-            crate::checkpoint::Freshness::Fresh => {}
-            crate::checkpoint::Freshness::NodeMissing => {
+            crate::checkpoints::checkpoint::Freshness::Fresh => {}
+            crate::checkpoints::checkpoint::Freshness::NodeMissing => {
                 return Err(BoxError::CheckpointUnusable {
                     name: wanted,
                     why: "its node is gone".into(),
                 })
             }
-            crate::checkpoint::Freshness::BaseMissing => {
+            crate::checkpoints::checkpoint::Freshness::BaseMissing => {
                 return Err(BoxError::CheckpointUnusable {
                     name: wanted,
                     why: format!(
@@ -127,10 +129,10 @@ impl Boxes {
                     ),
                 })
             }
-            crate::checkpoint::Freshness::Stale if !spec.accept_stale => {
+            crate::checkpoints::checkpoint::Freshness::Stale if !spec.accept_stale => {
                 return Err(BoxError::CheckpointStale { name: wanted })
             }
-            crate::checkpoint::Freshness::Stale => progress.note(&format!(
+            crate::checkpoints::checkpoint::Freshness::Stale => progress.note(&format!(
                 "agentbox: warning: checkpoint {wanted:?} was made on a base that has changed since (system packages or image); its installed files may not match. Recreate it: create a box with --no-checkpoint, set it up, then `agentbox checkpoint create --name {wanted} --replace`"
             )),
         }

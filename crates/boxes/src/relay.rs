@@ -12,7 +12,7 @@
 //! Every node a request names (`show`, `diff`, `checkout`, `tag`) resolves in the box's own
 //! history only ([`crate::scope`]): another box's, project's or versioned directory's node
 //! is "no such node", as one that never existed. A checkpoint made from inside a box never
-//! replaces one or becomes its project's default ([`crate::checkpoint`]).
+//! replaces one or becomes its project's default ([`crate::checkpoints::checkpoint`]).
 
 use serde::{Deserialize, Serialize};
 

@@ -271,7 +271,7 @@ fn move_into(src: &Path, dst: &Path) -> Result<(), String> {
 pub fn stage(
     home: &agentbox_core::home::Home,
     store: &agentbox_store::Store,
-    checkpoint: &crate::checkpoint::Manifest,
+    checkpoint: &crate::checkpoints::checkpoint::Manifest,
     name: &agentbox_core::name::BoxName,
     source: Option<&Path>,
     opts: &agentbox_git::SeedOpts,
@@ -282,7 +282,8 @@ pub fn stage(
     String,
 )> {
     use crate::BoxError;
-    let full_ref = crate::checkpoint::ref_name(checkpoint.project.as_deref(), &checkpoint.name);
+    let full_ref =
+        crate::checkpoints::checkpoint::ref_name(checkpoint.project.as_deref(), &checkpoint.name);
     let state = store.fork_node(&full_ref, name, None)?;
     let made = (|| {
         // The layer is the new environment's own, empty and made by the host: nothing in

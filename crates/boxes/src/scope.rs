@@ -166,7 +166,7 @@ impl Boxes {
         // `checkpoints/<key>/` of the box's project: another project's never qualifies.
         let prefix = format!(
             "checkpoints/{}/",
-            crate::checkpoint::project_key(project.as_deref())
+            crate::checkpoints::checkpoint::project_key(project.as_deref())
         );
         Ok(Scope::new(&history, store.refs()?, &prefix))
     }

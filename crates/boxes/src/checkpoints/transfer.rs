@@ -23,7 +23,7 @@ use agentbox_store::bundle::{BundleKind, Compression};
 use agentbox_store::transfer::ImportOptions;
 use serde::Serialize;
 
-use crate::checkpoint::{ref_name, Checkpoint, Manifest};
+use crate::checkpoints::checkpoint::{ref_name, Checkpoint, Manifest};
 use crate::facade::Boxes;
 use crate::{BoxError, Result};
 
@@ -166,7 +166,7 @@ impl Boxes {
             };
             let name = name.map(str::to_owned).unwrap_or_else(|| m.name.clone());
             agentbox_store::names::validate("checkpoint", &name)?;
-            let _lock = crate::checkpoint::lock(self.home(), project)?;
+            let _lock = crate::checkpoints::checkpoint::lock(self.home(), project)?;
             // The manifest is the file's (another machine's, or a box's) text: its names are
             // checked before anything uses them.
             for l in &m.lineage {
@@ -195,7 +195,7 @@ impl Boxes {
             m.project = project.map(Path::to_owned);
             m.node = report.head.into_string();
             if let Err(e) = write_json(
-                &crate::checkpoint::manifest_path(self.home(), project, &m.name),
+                &crate::checkpoints::checkpoint::manifest_path(self.home(), project, &m.name),
                 &m,
             ) {
                 let _ = store.set_ref(&full_ref, None);
