@@ -22,13 +22,13 @@ use std::path::Path;
 use agentbox_core::name::BoxName;
 use chrono::Utc;
 
-use crate::create::Created;
 use crate::facade::Boxes;
+use crate::lifecycle::create::Created;
+use crate::lifecycle::seeding::SeededRepo;
 use crate::progress::Progress;
 use crate::provider::Collected;
 use crate::records::record::{self, BoxDirs, BoxRecord, GitRecord};
 use crate::records::registry;
-use crate::seeding::SeededRepo;
 use crate::types::SyncedRepo;
 use crate::{BoxError, Result};
 

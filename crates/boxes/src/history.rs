@@ -1,7 +1,7 @@
 //! The façade's history operations on an environment (a box, or a versioned directory):
 //! reading its nodes (`log`, `show`, `diff`), naming them (tags) and dropping them (`delete`,
 //! `retain`, `gc`). Writes that a running box must serialise with its auto-capture
-//! (`commit`, `checkout`) are in [`crate::ops`]; these go to the store, whose own locks
+//! (`commit`, `checkout`) are in [`crate::lifecycle::ops`]; these go to the store, whose own locks
 //! keep them safe next to a running box.
 
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 use std::io::{Read, Seek, Write};
 use std::time::Duration;
 
-use agentbox_boxes::create;
+use agentbox_boxes::lifecycle::create;
 use agentbox_boxes::provider::Command;
 use agentbox_boxes::records::record::{self, BoxDirs, BoxRecord};
 use agentbox_boxes::remote::RemoteResult;
@@ -150,7 +150,7 @@ fn setting_error(e: agentbox_boxes::BoxError) -> CliError {
 }
 
 /// One line per box repository: its branch, base and what was carried over.
-fn note_seeded(ctx: &Ctx, repos: &[agentbox_boxes::seeding::SeededRepo]) {
+fn note_seeded(ctx: &Ctx, repos: &[agentbox_boxes::lifecycle::seeding::SeededRepo]) {
     for r in repos {
         let seeded = &r.seeded;
         let at = match &r.record.sub {

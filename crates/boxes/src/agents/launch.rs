@@ -35,12 +35,12 @@ impl Boxes {
             Some(r) => (r, false),
             None => {
                 let made = self.create(
-                    &crate::create::Spec {
+                    &crate::lifecycle::create::Spec {
                         name: None,
-                        workspace: crate::create::Workspace::ProjectOf(spec.cwd.clone()),
+                        workspace: crate::lifecycle::create::Workspace::ProjectOf(spec.cwd.clone()),
                         from_ref: None,
                         no_git: false,
-                        settings: crate::create::Settings::default(),
+                        settings: crate::lifecycle::create::Settings::default(),
                         checkpoint: None,
                         no_checkpoint: false,
                         resync: None,

@@ -1,5 +1,5 @@
 //! Warm checkpoints: a project's named captures of a box, which new boxes of the project
-//! start from (see [`crate::reseed`] for how a box is made from one).
+//! start from (see [`crate::lifecycle::reseed`] for how a box is made from one).
 //!
 //! A checkpoint is two things, written in this order:
 //!

@@ -145,7 +145,7 @@ pub struct BoxRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub publish: Vec<Publish>,
     /// The host repositories the box's workspace was seeded from (see `agentbox_git` and
-    /// [`crate::seeding`]): the project root's first when it is one, then first-level
+    /// [`crate::lifecycle::seeding`]): the project root's first when it is one, then first-level
     /// sub-repositories by name. Written as `"repos": [GitRecord, …]`; a record of an older
     /// version holding one `"git": GitRecord` reads as a list of one.
     #[serde(

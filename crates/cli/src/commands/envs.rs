@@ -69,7 +69,7 @@ pub(super) fn parse_size(s: &str) -> CliResult<u64> {
 
 pub(super) fn env(ctx: &Ctx, a: crate::args::EnvArgs) -> CliResult {
     let made = ctx.boxes().version_dir(
-        &agentbox_boxes::directories::VersionDir {
+        &agentbox_boxes::lifecycle::directories::VersionDir {
             dir: a.dir.clone(),
             name: a.name.clone(),
             from: a.from.clone(),
@@ -206,7 +206,7 @@ pub(super) fn export(ctx: &Ctx, a: crate::args::ExportArgs) -> CliResult {
 pub(super) fn import(ctx: &Ctx, a: crate::args::ImportArgs) -> CliResult {
     let name = match &a.name {
         Some(n) => n.clone(),
-        None => agentbox_boxes::directories::dir_name(&a.dir)?,
+        None => agentbox_boxes::lifecycle::directories::dir_name(&a.dir)?,
     };
     let max_size = a.max_size.as_deref().map(parse_size).transpose()?;
     let options = agentbox_store::transfer::ImportOptions {

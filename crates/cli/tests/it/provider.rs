@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::{git, kill_supervisors, write, Env};
-use agentbox_boxes::create::{Settings, Spec, Workspace};
 use agentbox_boxes::facade::Boxes;
-use agentbox_boxes::ops::BoxState;
+use agentbox_boxes::lifecycle::create::{Settings, Spec, Workspace};
+use agentbox_boxes::lifecycle::ops::BoxState;
 use agentbox_boxes::progress::Quiet;
 use agentbox_boxes::provider::{Command, OnBox, Provider};
 use agentbox_boxes::records::record::{BoxDirs, BoxRecord};

@@ -278,7 +278,7 @@ pub fn stage(
     progress: &dyn crate::progress::Progress,
 ) -> crate::Result<(
     agentbox_store::EnvState,
-    Vec<crate::seeding::SeededRepo>,
+    Vec<crate::lifecycle::seeding::SeededRepo>,
     String,
 )> {
     use crate::BoxError;
@@ -295,7 +295,7 @@ pub fn stage(
         let mut seeded = Vec::new();
         if let Some(src) = source {
             progress.busy("seeding the fresh workspace", &mut || {
-                seeded = crate::seeding::seed_workspace(
+                seeded = crate::lifecycle::seeding::seed_workspace(
                     home,
                     src,
                     name,

@@ -9,8 +9,8 @@ use agentbox_sandbox::proto::Network;
 use agentbox_store::{CommitOpts, Node};
 use serde::Serialize;
 
-use crate::create::{Created, Spec};
 use crate::facade::Boxes;
+use crate::lifecycle::create::{Created, Spec};
 use crate::progress::Progress;
 use crate::provider::OnBox;
 use crate::records::record::{self, BoxDirs, BoxRecord};
@@ -91,15 +91,14 @@ pub struct BoxStatus {
 }
 
 impl Boxes {
-    /// Make a box (see [`crate::create`]); from a checkpoint (the one named, else the
+    /// Make a box (see [`crate::lifecycle::create`]); from a checkpoint (the one named, else the
     /// project's default) its repositories are moved to the host's present inside it (see
-    /// [`crate::reseed`]), and it is left running.
+    /// [`crate::lifecycle::reseed`]), and it is left running.
     pub fn create(&self, spec: &Spec, progress: &dyn Progress) -> Result<Created> {
         let project = match &spec.workspace {
-            crate::create::Workspace::From(d) | crate::create::Workspace::ProjectOf(d) => {
-                crate::project::find_root(d)
-            }
-            crate::create::Workspace::Empty => None,
+            crate::lifecycle::create::Workspace::From(d)
+            | crate::lifecycle::create::Workspace::ProjectOf(d) => crate::project::find_root(d),
+            crate::lifecycle::create::Workspace::Empty => None,
         };
         let wanted = match (&spec.checkpoint, spec.no_checkpoint) {
             (Some(c), _) => Some(c.clone()),
@@ -109,7 +108,13 @@ impl Boxes {
             (None, true) => None,
         };
         let Some(wanted) = wanted else {
-            return crate::create::create(&self.home, spec, self.provider.kind(), progress, None);
+            return crate::lifecycle::create::create(
+                &self.home,
+                spec,
+                self.provider.kind(),
+                progress,
+                None,
+            );
         };
         let found = self.checkpoint(project.as_deref(), &wanted)?;
         match found.state {
@@ -141,7 +146,7 @@ impl Boxes {
             .map_err(|e| BoxError::Config(Box::new(e)))?
             .effective();
         spec.resync = Some(spec.resync.unwrap_or(config.resync_on_start));
-        let mut created = crate::create::create(
+        let mut created = crate::lifecycle::create::create(
             &self.home,
             &spec,
             self.provider.kind(),

@@ -18,9 +18,9 @@ use chrono::Utc;
 
 use crate::cgroup::Limits;
 use crate::config::{self, Config, ConfigError, ConfigWarning};
+use crate::lifecycle::seeding::SeededRepo;
 use crate::progress::Progress;
 use crate::records::record::{self, BoxDirs, BoxRecord};
-use crate::seeding::SeededRepo;
 use crate::{BoxError, Result};
 
 /// Settings of a new box given by the caller (the flags of `agentbox create`): each one that
@@ -220,7 +220,7 @@ pub struct Created {
     /// Each repository made from the host's, with what was carried over.
     pub seeded: Vec<SeededRepo>,
     /// From a checkpoint: the stage (as the box sees it) the in-box merge still has to
-    /// take the fresh workspace from (see [`crate::reseed`]).
+    /// take the fresh workspace from (see [`crate::lifecycle::reseed`]).
     pub reseed: Option<String>,
 }
 
@@ -353,7 +353,7 @@ pub fn create(
     };
     let (state, seeded, reseed) = match checkpoint {
         Some(m) => {
-            let (state, seeded, stage) = crate::reseed::stage(
+            let (state, seeded, stage) = crate::lifecycle::reseed::stage(
                 home,
                 &store,
                 m,
@@ -464,8 +464,10 @@ fn fresh_env(
         }
         match &source {
             Some(src) => {
-                seeded = crate::seeding::seed_workspace(home, src, name, &ws, seed_opts, !no_git)
-                    .map_err(BoxError::Seed)?;
+                seeded = crate::lifecycle::seeding::seed_workspace(
+                    home, src, name, &ws, seed_opts, !no_git,
+                )
+                .map_err(BoxError::Seed)?;
             }
             None => fs_err::create_dir(&ws)?,
         }

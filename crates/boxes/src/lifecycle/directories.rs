@@ -12,7 +12,7 @@ use agentbox_store::{BackendKind, EnvState, Source, Store};
 use serde::Serialize;
 
 use crate::facade::Boxes;
-use crate::ops::BoxState;
+use crate::lifecycle::ops::BoxState;
 use crate::progress::Progress;
 use crate::records::record::BoxRecord;
 use crate::{BoxError, Result};
