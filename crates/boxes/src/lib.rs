@@ -8,7 +8,6 @@ pub mod checkpoints;
 pub mod config;
 pub mod error;
 pub mod facade;
-pub mod fork;
 pub mod history;
 pub mod hostview;
 pub mod lifecycle;
@@ -17,10 +16,8 @@ pub mod project;
 pub mod provider;
 pub mod records;
 pub mod relay;
-pub mod remote;
 pub mod scope;
 pub mod sessions;
-pub mod tournament;
 pub mod types;
 pub mod wire;
 

@@ -3,10 +3,10 @@
 use std::io::{Read, Seek, Write};
 use std::time::Duration;
 
+use agentbox_boxes::history::remote::RemoteResult;
 use agentbox_boxes::lifecycle::create;
 use agentbox_boxes::provider::Command;
 use agentbox_boxes::records::record::{self, BoxDirs, BoxRecord};
-use agentbox_boxes::remote::RemoteResult;
 use agentbox_boxes::types::ProcKind;
 use serde::Serialize;
 
@@ -622,7 +622,7 @@ pub fn pull(ctx: &Ctx, a: PullArgs) -> CliResult {
         }
     }
     ctx.out(&results, || remote_table(&results))?;
-    match agentbox_boxes::remote::pull_problem(&rec, &results) {
+    match agentbox_boxes::history::remote::pull_problem(&rec, &results) {
         Some(e) => Err(e.into()),
         None => Ok(()),
     }

@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentbox_boxes::fork::ForkSpec;
-use agentbox_boxes::records::record::BoxRecord;
-use agentbox_boxes::tournament::{
+use agentbox_boxes::history::fork::ForkSpec;
+use agentbox_boxes::history::tournament::{
     Candidate, CandidateResult, TournamentResult, TournamentSpec, Verdict,
 };
+use agentbox_boxes::records::record::BoxRecord;
 use clap::Args;
 use serde::Serialize;
 

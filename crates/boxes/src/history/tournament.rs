@@ -1,6 +1,6 @@
 //! Tournaments: candidate commands raced in forks of one box, judged by one test.
 //!
-//! Each candidate gets a fork of the source box at one node (see [`crate::fork`]), named
+//! Each candidate gets a fork of the source box at one node (see [`crate::history::fork`]), named
 //! `<box>-<candidate>` on its own branch, in which its command and then the test run
 //! (`sh -c`, through the provider like `agentbox exec`, each change a node of the fork's
 //! history). Candidates run in parallel, at most `parallel` at once. The winner is the first
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::facade::Boxes;
-use crate::fork::ForkSpec;
+use crate::history::fork::ForkSpec;
 use crate::progress::Progress;
 use crate::records::record::{self, BoxDirs, BoxRecord};
 use crate::types::SyncedRepo;
@@ -320,7 +320,7 @@ fn run(boxes: &Boxes, spec: &TournamentSpec, progress: &dyn Progress) -> Result<
             other => other.into(),
         })?;
     if reference == "HEAD" {
-        crate::fork::note_unrecorded(boxes, &src, progress);
+        crate::history::fork::note_unrecorded(boxes, &src, progress);
     }
     let n = spec.candidates.len();
     let parallel = spec.parallel.unwrap_or(n).clamp(1, n);
@@ -591,7 +591,7 @@ fn run_candidate(
         r.verdict = v;
         return r;
     }
-    let forked = crate::fork::fork(
+    let forked = crate::history::fork::fork(
         boxes,
         &ForkSpec {
             source: src.name.to_string(),
@@ -744,7 +744,7 @@ fn move_source(boxes: &Boxes, src: &BoxRecord, winner: &str, node: &str) -> Resu
             let Some(from) = win.repos.iter().find(|w| w.sub == g.sub) else {
                 continue;
             };
-            crate::fork::move_branch(boxes, &src.name, g, &from.branch)?;
+            crate::history::fork::move_branch(boxes, &src.name, g, &from.branch)?;
         }
         timer.lap("move branches");
         let opts = agentbox_store::CommitOpts {
