@@ -3,7 +3,6 @@
 
 pub use agentbox_sandbox::cgroup;
 pub mod agents;
-pub mod broker;
 pub mod checkpoints;
 pub mod config;
 pub mod error;

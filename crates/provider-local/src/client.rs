@@ -82,7 +82,7 @@ fn wait_for_socket(dirs: &BoxDirs, name: &str) -> Result<Option<Client>> {
 /// with it or not at all: when it cannot be started the box is stopped again, and the next
 /// command that starts it tries again.
 fn start_recorded_broker(home: &Home, rec: &record::BoxRecord, dirs: &BoxDirs) -> Result<()> {
-    let started = agentbox_boxes::broker::spec_from_caller(home, rec).and_then(|spec| {
+    let started = agentbox_boxes::agents::broker::spec_from_caller(home, rec).and_then(|spec| {
         let c = Client {
             sock: connect_once(&dirs.socket())?,
         };

@@ -128,19 +128,19 @@ impl Boxes {
         let ask = spec.ask || !config.agents_skip_permissions;
         let mut broker_env = Vec::new();
         let env = if brokered {
-            let credentials = crate::broker::Credentials::from_caller(self.home().root())?;
+            let credentials = crate::agents::broker::Credentials::from_caller(self.home().root())?;
             if credentials.is_empty() && !record.broker {
                 // Nothing to broker: the agent logs in by itself.
                 forwarded
             } else {
                 let endpoint = self.broker(&name, credentials)?;
-                let mut env = crate::broker::without_credentials(forwarded);
+                let mut env = crate::agents::broker::without_credentials(forwarded);
                 broker_env = endpoint.env();
                 env.extend(broker_env.iter().map(|(k, v)| format!("{k}={v}")));
                 env
             }
         } else if record.broker {
-            crate::broker::without_credentials(forwarded)
+            crate::agents::broker::without_credentials(forwarded)
         } else {
             forwarded
         };

@@ -67,7 +67,7 @@ pub struct CreateOptions {
     /// Host ports forwarded into the box; empty unless `network` is private.
     pub publish: Vec<Publish>,
     pub capture: bool,
-    /// Run a credential broker for the box (see [`crate::broker`]).
+    /// Run a credential broker for the box (see [`crate::agents::broker`]).
     pub broker: bool,
     /// `KEY=VALUE` each, checked.
     pub env: Vec<String>,

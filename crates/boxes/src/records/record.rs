@@ -197,7 +197,7 @@ pub struct BoxRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resync_conflicts: Vec<String>,
     /// Every start of the box starts its credential broker too, with the credentials of
-    /// the command that started it (see [`crate::broker`]).
+    /// the command that started it (see [`crate::agents::broker`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub broker: bool,
 }

@@ -286,7 +286,7 @@ fn the_facade_starts_a_broker_with_given_credentials() {
     let Some(t) = Brokered::new("the_facade_starts_a_broker_with_given_credentials") else {
         return;
     };
-    use agentbox_boxes::broker::{Credentials, Endpoint};
+    use agentbox_boxes::agents::broker::{Credentials, Endpoint};
     use agentbox_broker::{AnthropicCredential, Secret};
     t.create("plain", &["--network", "private"]);
     assert!(
