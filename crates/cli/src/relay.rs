@@ -222,7 +222,7 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
 }
 
 /// `request` of box `name` with every node it names resolved in the box's own history
-/// (see [`agentbox_boxes::scope`]): a full id of a node of that history, or a reference
+/// (see [`agentbox_boxes::relay::scope`]): a full id of a node of that history, or a reference
 /// relative to HEAD, which the store walks along the box's own ancestry. A reference to
 /// anything else fails here as a node that does not exist, before any command runs.
 ///

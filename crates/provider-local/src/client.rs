@@ -105,7 +105,7 @@ fn start_recorded_broker(home: &Home, rec: &record::BoxRecord, dirs: &BoxDirs) -
 /// Why a supervisor could not start, as it reports it on its startup pipe (JSON).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct StartFailure {
-    pub error: agentbox_boxes::wire::WireError,
+    pub error: agentbox_boxes::relay::wire::WireError,
 }
 
 impl Client {

@@ -10,9 +10,17 @@
 //! is sent, and a message that does not decode as one of these (an unknown operation or
 //! field) is refused by the supervisor. Every text field is bounded ([`RelayCall::check`]).
 //! Every node a request names (`show`, `diff`, `checkout`, `tag`) resolves in the box's own
-//! history only ([`crate::scope`]): another box's, project's or versioned directory's node
+//! history only ([`crate::relay::scope`]): another box's, project's or versioned directory's node
 //! is "no such node", as one that never existed. A checkpoint made from inside a box never
 //! replaces one or becomes its project's default ([`crate::checkpoints::checkpoint`]).
+//!
+//! It owns what crosses between a box and the host: the relay's typed requests (here), the
+//! scope their references resolve in ([`scope`]), and errors as they cross a process
+//! boundary ([`wire`]). It adds no operation of its own: a request is answered by the
+//! façade's operations, and nothing below calls into it.
+
+pub mod scope;
+pub mod wire;
 
 use serde::{Deserialize, Serialize};
 
