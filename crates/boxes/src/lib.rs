@@ -6,10 +6,11 @@
 //! Each concern has one place; each folder's `mod.rs` says what it owns and what it must
 //! not do. From the bottom up — a module uses only the ones before it (`scripts/layout-check`
 //! fails on a circle):
-//! * [`types`], [`sessions`], [`project`], [`progress`]: the vocabulary;
+//! * [`types`], [`sessions`], [`project`]: the vocabulary;
 //! * [`hostview`]: what of the host a box sees (a leaf: given what of a record matters);
 //! * [`config`]: layered configuration;
-//! * [`error`]: [`BoxError`] with its exit code and hint;
+//! * [`error`]: [`BoxError`] with its exit code and hint; [`progress`]: how long work
+//!   reports to its front end;
 //! * [`records`]: what exists in a home on disk (records, registry, images);
 //! * [`provider`]: the trait a box's runtime implements; [`facade`]: the [`Boxes`] handle;
 //! * [`checkpoints`], then [`lifecycle`] (making a box, and the façade's `ops` on top),
