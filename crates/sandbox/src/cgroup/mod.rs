@@ -18,7 +18,7 @@
 //! a v1 hierarchy: a controller can be bound to only one hierarchy, so on a hybrid machine the
 //! unified mount has none of them.
 //!
-//! One unit: [`BoxCgroup`] is one handle whose operations (create or adopt, add, limit,
+//! One file (over 600 lines): [`BoxCgroup`] is one handle whose operations (create or adopt, add, limit,
 //! freeze, kill, remove) keep one invariant across both layouts — every process of the box
 //! is in every one of its groups; the layouts, limits, files and errors are the modules
 //! below.
