@@ -13,6 +13,10 @@
 //! default names are `<box>-<n>`, `n` monotonic per box name and never reused (the counters
 //! are in `<key>/checkpoints/counters.json`). Every change to a project's checkpoints holds
 //! `<key>/checkpoints/lock`.
+//!
+//! One file (over 600 lines): a project's checkpoint refs, manifests, default and name
+//! counters change together under that lock, in that order; every operation on them is
+//! here so the order is kept in one place.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,6 +6,10 @@
 //! old names to new ones; an old name in a file or on the command line is an error naming
 //! the new one.
 //!
+//! One file (over 600 lines, about 135 of them tests): [`KEYS`] is the single source of
+//! truth, and what reads it here (value parsing, suggestions, the schema) and the tests
+//! read the table whole.
+//!
 //! # Which layer may set which key
 //!
 //! The user's layers (`<home>/config.yaml`, `<home>/projects/<key>/config.yaml`, flags)
