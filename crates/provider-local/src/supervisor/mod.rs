@@ -48,6 +48,7 @@ mod repos;
 mod screen;
 mod server;
 mod sessions;
+mod sink;
 
 pub use self::generation::{remove_cgroup, DEFAULT_PIDS};
 use self::{generation::*, history::*, procs::*, relay::*, repos::*, server::*};

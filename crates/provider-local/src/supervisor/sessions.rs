@@ -12,8 +12,8 @@
 //! Locks: the table's before a session's state, never the other way round; a session's
 //! state before an attached terminal's outbox.
 
-use super::attach::Sink;
 use super::screen::Screen;
+use super::sink::Sink;
 use super::*;
 
 use agentbox_boxes::sessions::{
