@@ -1,4 +1,6 @@
-//! The domain façade: every box operation a front end needs, with typed inputs and results.
+//! The façade's lifecycle operations, with typed inputs and results: create (from the
+//! project's checkpoint when it has one), commit, checkout, start, stop, processes, exec,
+//! spawn, sessions, kill, sync, status and destroy.
 //!
 //! A front end (the CLI; later the MCP server and the web view) builds one [`Boxes`] with
 //! the provider it picked, calls one operation per command, and renders what it returns.
