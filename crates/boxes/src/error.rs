@@ -95,7 +95,7 @@ pub enum BoxError {
     #[error("{message}")]
     Command { message: String, status: i32 },
     /// An error from the other side of a provider's socket that has no data of its own
-    /// to keep (see [`wire::WireError::Other`]), with its exit-code class.
+    /// to keep (see [`crate::relay::wire::WireError::Other`]), with its exit-code class.
     #[error("{message}")]
     Remote {
         message: String,

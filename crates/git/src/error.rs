@@ -94,7 +94,7 @@ impl GitError {
     }
 }
 
-/// A box's tip refused by [`check_box_tip`]: it carries a commit of the user's.
+/// A box's tip refused by [`crate::check_box_tip`]: it carries a commit of the user's.
 #[derive(Debug)]
 pub struct Foreign {
     pub repo: PathBuf,

@@ -367,7 +367,7 @@ pub(crate) fn copy_into(src_root: &Path, dst_root: &Path, rel: &Path) -> Result<
 }
 
 /// Remove box `name`'s refs under `refs/agentbox/<name>/` (its base pin, and what
-/// [`fetch`] left there) from the host repository. Its branch stays: it is the user's work.
+/// [`crate::fetch`] left there) from the host repository. Its branch stays: it is the user's work.
 pub fn unpin(repo_root: &Path, name: &str) -> Result<()> {
     let refs = git(
         repo_root,

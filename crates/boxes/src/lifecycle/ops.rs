@@ -354,7 +354,7 @@ impl Boxes {
 
     /// Remove box `name`: stop it, its provider's state, the base pins in its host
     /// repositories (with `delete_branch`, its branches too), its environment and its
-    /// directory; its working files are deleted by [`Provider::remove_discarded`] (perhaps
+    /// directory; its working files are deleted by [`crate::provider::Provider::remove_discarded`] (perhaps
     /// after this returns). Returns the branches deleted; what could not be removed is noted on
     /// `progress` (and retried by `prune`).
     pub fn destroy(

@@ -67,7 +67,7 @@ pub struct TournamentSpec {
     /// The first candidate to pass wins, and the others are stopped then.
     pub first: bool,
     /// Set to a signal's number to stop the tournament: every candidate is stopped and
-    /// removed, and the tournament ends with [`BoxError::Interrupted`].
+    /// removed, and the tournament ends with [`crate::BoxError::Interrupted`].
     pub interrupt: Arc<AtomicI32>,
 }
 
