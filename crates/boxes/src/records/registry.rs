@@ -1,7 +1,7 @@
 //! The box registry: identity, numbering and lookup of boxes.
 //!
 //! There is no single registry file to lose or corrupt: each box's record is its own
-//! `boxes/<name>/box.json`, written atomically once the box exists (see [`crate::records::record`]),
+//! `boxes/<name>/box.json`, written atomically once the box exists (see [`super::record`]),
 //! so parallel creates and destroys never overwrite each other's records. What boxes share
 //! is the per-project counter that numbers them:
 //!
