@@ -20,21 +20,6 @@ use std::path::{Path, PathBuf};
 /// The workspace file of a project (its `defaults:` block is the workspace config layer).
 pub const PROJECT_FILE: &str = "agentbox.yaml";
 
-/// The process's current directory. When it no longer exists — a checkout replaced the
-/// directory under a shell that was inside it — the error says so and how to fix it,
-/// rather than a bare "No such file or directory".
-pub fn current_dir() -> crate::Result<PathBuf> {
-    std::env::current_dir().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            crate::BoxError::StaleCurrentDir {
-                shell_pwd: std::env::var_os("PWD").map(PathBuf::from),
-            }
-        } else {
-            crate::BoxError::Io(e)
-        }
-    })
-}
-
 /// The root of the project `dir` is in (canonical), if it is in one.
 pub fn find_root(dir: &Path) -> Option<PathBuf> {
     let dir = std::fs::canonicalize(dir).ok()?;

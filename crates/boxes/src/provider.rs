@@ -1,4 +1,4 @@
-//! Where boxes run. The domain operations ([`crate::ops::Boxes`]) ask a [`Provider`] for
+//! Where boxes run. The domain operations ([`crate::facade::Boxes`]) ask a [`Provider`] for
 //! everything that needs a box's runtime — starting and stopping it, its processes, and the
 //! history operations a running box must serialise with its own (commit, checkout, sync) —
 //! and never name an implementation: the front end picks one (the local provider,

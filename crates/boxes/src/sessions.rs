@@ -1,7 +1,7 @@
 //! Sessions: processes started in a box on a terminal the box's provider owns (not the
 //! caller's), which outlive the command that started them, the terminal that watched them
 //! and an ssh connection that dropped. A front end starts one, lists them and attaches to
-//! one through the [`crate::ops::Boxes`] façade; the provider keeps each session's screen
+//! one through the [`crate::facade::Boxes`] façade; the provider keeps each session's screen
 //! (a terminal emulator's state plus a bounded scrollback) so that an attach redraws it as
 //! it is now.
 //!

@@ -18,6 +18,9 @@ pub enum ProcKind {
     Session,
 }
 
+/// Where the supervisor's in-box socket directory appears inside the box.
+pub const INBOX_DIR: &str = "/run/agentbox/ctl";
+
 /// Where a command starts in the box.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Workdir {
@@ -245,4 +248,21 @@ impl Serialize for PruneOutcome {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
     }
+}
+
+/// A command line as a label: arguments quoted only where a shell would need it.
+pub fn render_command(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -59,13 +59,13 @@ fn main() {
     if argv.len() >= 2 && argv[1] == agentbox_provider_local::netns::LISTEN_COMMAND {
         std::process::exit(agentbox_provider_local::netns::listen_main(&argv[2..]));
     }
-    // Run by the host inside a box made from a checkpoint (see `agentbox_boxes::reseed`).
-    if argv.len() == 3 && argv[1] == agentbox_boxes::reseed::COMMAND {
-        match agentbox_boxes::reseed::inside(std::path::Path::new(&argv[2])) {
+    // Run by the host inside a box made from a checkpoint (see `agentbox_boxes::lifecycle::reseed`).
+    if argv.len() == 3 && argv[1] == agentbox_boxes::lifecycle::reseed::COMMAND {
+        match agentbox_boxes::lifecycle::reseed::inside(std::path::Path::new(&argv[2])) {
             Ok(conflicts) => {
                 println!(
                     "{}{}",
-                    agentbox_boxes::reseed::CONFLICTS_LINE,
+                    agentbox_boxes::lifecycle::reseed::CONFLICTS_LINE,
                     serde_json::to_string(&conflicts).unwrap_or_else(|_| "[]".into())
                 );
                 std::process::exit(0)

@@ -52,7 +52,7 @@ fn repo_label() -> Result<String, String> {
         .to_owned();
     let work = std::fs::canonicalize(&work).unwrap_or(work);
     let rel = work
-        .strip_prefix(agentbox_boxes::record::WORKSPACE)
+        .strip_prefix(agentbox_boxes::records::record::WORKSPACE)
         .map_err(|_| {
             format!(
                 "{} is not a repository of the box's /workspace",

@@ -61,7 +61,7 @@ impl NodeId {
     }
 }
 
-crate::name::string_newtype!(NodeId);
+crate::newtype::string_newtype!(NodeId);
 
 /// A box's id: [`ID_LEN`] hex characters, random, never reused.
 #[derive(
@@ -89,7 +89,7 @@ impl BoxId {
     }
 }
 
-crate::name::string_newtype!(BoxId);
+crate::newtype::string_newtype!(BoxId);
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@ pub mod id;
 pub mod lock;
 pub mod mountinfo;
 pub mod name;
+mod newtype;
 pub mod progress;
 pub mod timing;
 pub mod units;

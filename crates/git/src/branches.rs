@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use crate::{git, git_stdin, GitError, Result};
+use crate::run::{git, git_stdin};
+use crate::{GitError, Result};
 
 /// Delete branch `branch` of the host repository at `repo_root` (`git branch -D`: refused
 /// while it is checked out in one of the host's worktrees).

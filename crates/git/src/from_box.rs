@@ -8,7 +8,8 @@
 
 use std::path::Path;
 
-use crate::{git, git_stdin, git_with, GitError, Result};
+use crate::run::{git, git_stdin, git_with};
+use crate::{GitError, Result};
 
 /// Whether `s` is a full object id (SHA-1 or SHA-256, lowercase hex), the only form a box's
 /// answer may take before it reaches a host git command line.

@@ -20,7 +20,7 @@
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 
-use agentbox_boxes::record::GitRecord;
+use agentbox_boxes::records::record::GitRecord;
 use agentbox_boxes::{BoxError, Result};
 
 /// The hidden command of the agentbox binary that runs [`check_repo`] (inside a box):
@@ -177,7 +177,7 @@ pub fn dirty(runner: &dyn BoxRunner, git: &GitRecord) -> Result<Vec<String>> {
 /// host's branch is left as it was).
 pub fn sync(runner: &dyn BoxRunner, git: &GitRecord) -> Result<Option<String>> {
     let host = &git.repo;
-    let mut check = agentbox_boxes::record::box_binary_argv();
+    let mut check = agentbox_boxes::records::record::box_binary_argv();
     check.extend([
         CHECK_COMMAND.to_owned(),
         git.workspace().to_string_lossy().into_owned(),

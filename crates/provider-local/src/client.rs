@@ -13,7 +13,7 @@ use agentbox_sandbox::proto::{Network, WinSize};
 use std::os::unix::process::CommandExt;
 
 use crate::proto::{ProcKind, Reply, Request, Workdir};
-use agentbox_boxes::record::{self, BoxDirs};
+use agentbox_boxes::records::record::{self, BoxDirs};
 use agentbox_boxes::{BoxError, Result};
 
 /// A connection to one box's supervisor.
@@ -82,7 +82,7 @@ fn wait_for_socket(dirs: &BoxDirs, name: &str) -> Result<Option<Client>> {
 /// with it or not at all: when it cannot be started the box is stopped again, and the next
 /// command that starts it tries again.
 fn start_recorded_broker(home: &Home, rec: &record::BoxRecord, dirs: &BoxDirs) -> Result<()> {
-    let started = agentbox_boxes::broker::spec_from_caller(home, rec).and_then(|spec| {
+    let started = agentbox_boxes::agents::broker::spec_from_caller(home, rec).and_then(|spec| {
         let c = Client {
             sock: connect_once(&dirs.socket())?,
         };
@@ -105,7 +105,7 @@ fn start_recorded_broker(home: &Home, rec: &record::BoxRecord, dirs: &BoxDirs) -
 /// Why a supervisor could not start, as it reports it on its startup pipe (JSON).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct StartFailure {
-    pub error: agentbox_boxes::wire::WireError,
+    pub error: agentbox_boxes::relay::wire::WireError,
 }
 
 impl Client {
@@ -223,7 +223,8 @@ impl Client {
     /// Connect to the supervisor of the box this process runs in, when it runs in one.
     pub fn inside_box() -> Option<Client> {
         std::env::var_os("AGENTBOX_BOX")?;
-        let path = std::path::Path::new(record::INBOX_DIR).join(record::INBOX_SOCKET);
+        let path =
+            std::path::Path::new(agentbox_boxes::types::INBOX_DIR).join(record::INBOX_SOCKET);
         connect_once(&path).ok().map(|sock| Client { sock })
     }
 
@@ -285,7 +286,7 @@ impl Client {
     }
 }
 
-pub use agentbox_boxes::record::caller_env;
+pub use agentbox_boxes::records::record::caller_env;
 
 /// Run `argv` in the box in the foreground: a PTY when stdin is a terminal, otherwise the
 /// caller's own descriptors. Signals the CLI receives are forwarded to the command.

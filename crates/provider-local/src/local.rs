@@ -34,7 +34,7 @@ impl LocalProvider {
 
     /// The running supervisor of box `name` (`None`: not running, or not a box).
     fn running(&self, name: &str) -> Result<Option<Client>> {
-        if !agentbox_boxes::record::BoxDirs::new(&self.home, name)
+        if !agentbox_boxes::records::record::BoxDirs::new(&self.home, name)
             .record()
             .exists()
         {
@@ -80,7 +80,7 @@ fn unexpected(r: &Reply) -> BoxError {
 
 impl Provider for LocalProvider {
     fn kind(&self) -> &'static str {
-        agentbox_boxes::record::LOCAL_PROVIDER
+        agentbox_boxes::records::record::LOCAL_PROVIDER
     }
 
     fn is_running(&self, name: &str) -> Result<bool> {
@@ -302,7 +302,7 @@ impl Provider for LocalProvider {
             Reply::Started { id, pid } => Ok(Started {
                 id,
                 pid,
-                log: agentbox_boxes::record::BoxDirs::new(&self.home, name).log(id),
+                log: agentbox_boxes::records::record::BoxDirs::new(&self.home, name).log(id),
             }),
             other => Err(unexpected(&other)),
         }

@@ -191,8 +191,8 @@ pub enum Reply {
     Broker {
         endpoint: agentbox_broker::Endpoint,
     },
-    /// The request failed: the error's kind and data (see [`agentbox_boxes::wire`]).
+    /// The request failed: the error's kind and data (see [`agentbox_boxes::relay::wire`]).
     Error {
-        error: agentbox_boxes::wire::WireError,
+        error: agentbox_boxes::relay::wire::WireError,
     },
 }

@@ -14,7 +14,7 @@ use agentbox_store::Store;
 use serde::Serialize;
 
 use crate::Result;
-use agentbox_boxes::record::{self, BoxDirs};
+use agentbox_boxes::records::record::{self, BoxDirs};
 
 /// Leftovers younger than this may belong to a `create` still in progress.
 pub const GRACE: Duration = Duration::from_secs(60);
@@ -144,7 +144,7 @@ pub fn find(home: &Home, store: &Store, grace: Duration) -> Result<Vec<Leftover>
 
     // Refs of boxes of this home that no longer exist, in the repositories the home's
     // ledger names (never refs another agentbox home's boxes keep in the same repository).
-    for pin in agentbox_boxes::registry::pins(home)? {
+    for pin in agentbox_boxes::records::registry::pins(home)? {
         if exists(&pin.box_name) {
             continue;
         }
@@ -242,7 +242,7 @@ pub fn remove(home: &Home, store: &Store, l: &Leftover) -> Result<()> {
             for r in refs {
                 agentbox_git::delete_ref(repo, r)?;
             }
-            agentbox_boxes::registry::forget_pin(home, box_name, repo)?;
+            agentbox_boxes::records::registry::forget_pin(home, box_name, repo)?;
         }
         Action::Unmount(p) => {
             rustix::mount::unmount(p, rustix::mount::UnmountFlags::DETACH)

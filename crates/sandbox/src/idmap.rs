@@ -13,7 +13,7 @@
 //! writes is owned by root on disk — the store's layers, bundles and checkouts see exactly
 //! what they saw before. So box root owns the host's root-owned files in the base, and its
 //! `CAP_DAC_OVERRIDE` applies to them: the base shows none that an unprivileged host user
-//! could not read (the box's host view hides them, see `agentbox_boxes::hostdata`). Not
+//! could not read (the box's host view hides them, see `agentbox_boxes::hostview`). Not
 //! idmapping the base instead would make them nobody's in the box, and every write of box
 //! root to `/usr`, `/etc` or `/var/lib/dpkg` (`apt install`, `useradd`, `echo >> /etc/hosts`)
 //! would fail. The root overlay is mounted with the box root's file-system ids

@@ -2,8 +2,8 @@
 //! its command line and variables.
 
 use super::{host_home, sync, Launch, LaunchSpec};
-use crate::create::Progress;
-use crate::ops::Boxes;
+use crate::facade::Boxes;
+use crate::progress::Progress;
 use crate::{BoxError, Result};
 
 impl Boxes {
@@ -15,15 +15,19 @@ impl Boxes {
     pub fn launch_agent(&self, spec: &LaunchSpec, progress: &dyn Progress) -> Result<Launch> {
         let mut timer = agentbox_core::timing::Timer::start("launch");
         let agent = super::get(self.home(), &spec.agent)?;
-        let implicit = || -> Result<Option<crate::record::BoxRecord>> {
-            match crate::registry::implicit(self.home(), &spec.cwd) {
+        let implicit = || -> Result<Option<crate::records::record::BoxRecord>> {
+            match crate::records::registry::implicit(self.home(), &spec.cwd) {
                 Ok(r) => Ok(Some(r)),
                 Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
                 Err(e) => Err(e),
             }
         };
         let existing = match (&spec.box_name, spec.new) {
-            (Some(b), _) => Some(crate::registry::resolve(self.home(), b, &spec.cwd)?),
+            (Some(b), _) => Some(crate::records::registry::resolve(
+                self.home(),
+                b,
+                &spec.cwd,
+            )?),
             (None, true) => None,
             (None, false) => implicit()?,
         };
@@ -31,12 +35,12 @@ impl Boxes {
             Some(r) => (r, false),
             None => {
                 let made = self.create(
-                    &crate::create::Spec {
+                    &crate::lifecycle::create::Spec {
                         name: None,
-                        workspace: crate::create::Workspace::ProjectOf(spec.cwd.clone()),
+                        workspace: crate::lifecycle::create::Workspace::ProjectOf(spec.cwd.clone()),
                         from_ref: None,
                         no_git: false,
-                        settings: crate::create::Settings::default(),
+                        settings: crate::lifecycle::create::Settings::default(),
                         checkpoint: None,
                         no_checkpoint: false,
                         resync: None,
@@ -54,7 +58,7 @@ impl Boxes {
             .effective();
         self.start(&name)?;
         timer.lap("start");
-        let dirs = crate::record::BoxDirs::new(self.home(), &name);
+        let dirs = crate::records::record::BoxDirs::new(self.home(), &name);
         let stage = sync::stage_dir(&dirs.inbox(), &agent.name);
         let mut staged = sync::Synced::default();
         if let Some(home) = host_home() {
@@ -89,7 +93,7 @@ impl Boxes {
                 .map(|c| c.path.trim_start_matches("~/").to_owned())
                 .collect(),
         };
-        let mut argv = crate::record::box_binary_argv();
+        let mut argv = crate::records::record::box_binary_argv();
         argv.extend([
             sync::COMMAND.to_owned(),
             serde_json::to_string(&plan).expect("a plan is plain data"),
@@ -113,7 +117,7 @@ impl Boxes {
         let record = if record.last_agent.as_deref() == Some(agent.name.as_str()) {
             record
         } else {
-            crate::registry::update(self.home(), &name, |r| {
+            crate::records::registry::update(self.home(), &name, |r| {
                 r.last_agent = Some(agent.name.clone())
             })?
         };
@@ -124,19 +128,19 @@ impl Boxes {
         let ask = spec.ask || !config.agents_skip_permissions;
         let mut broker_env = Vec::new();
         let env = if brokered {
-            let credentials = crate::broker::Credentials::from_caller(self.home().root())?;
+            let credentials = crate::agents::broker::Credentials::from_caller(self.home().root())?;
             if credentials.is_empty() && !record.broker {
                 // Nothing to broker: the agent logs in by itself.
                 forwarded
             } else {
                 let endpoint = self.broker(&name, credentials)?;
-                let mut env = crate::broker::without_credentials(forwarded);
+                let mut env = crate::agents::broker::without_credentials(forwarded);
                 broker_env = endpoint.env();
                 env.extend(broker_env.iter().map(|(k, v)| format!("{k}={v}")));
                 env
             }
         } else if record.broker {
-            crate::broker::without_credentials(forwarded)
+            crate::agents::broker::without_credentials(forwarded)
         } else {
             forwarded
         };

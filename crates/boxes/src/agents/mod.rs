@@ -18,9 +18,16 @@
 //! and keys known to carry no credential; a user-defined one by its `include`/`exclude`.
 //!
 //! How an agent's configuration reaches a box is [`sync`]'s business; launching is
-//! [`crate::ops::Boxes::launch_agent`]'s.
+//! [`launch`]'s ([`crate::facade::Boxes::launch_agent`]), with the box's credential broker
+//! as the domain sees it ([`broker`]).
+//!
+//! It owns what an agent is and what of the host's configuration and credentials reaches
+//! a box for it. It builds on the lifecycle (a launch may create and start a box) and is
+//! called by nothing below it; it never hands a credential to a box: a box sees only what
+//! the allow-lists keep, and credentials stay with the broker on the host.
 
 pub mod allow;
+pub mod broker;
 pub mod launch;
 pub mod sanitize;
 pub mod sync;
@@ -476,7 +483,7 @@ pub struct LaunchSpec {
 /// An agent ready to run in its box.
 #[derive(Debug, Clone)]
 pub struct Launch {
-    pub record: crate::record::BoxRecord,
+    pub record: crate::records::record::BoxRecord,
     /// Whether the box was made for this launch.
     pub created: bool,
     pub argv: Vec<String>,

@@ -47,7 +47,7 @@ pub fn claude_json(text: &str, project: Option<&Path>) -> Option<Clean> {
         if let Value::Object(projects) = projects {
             for (path, entry) in projects {
                 if project.is_some_and(|p| *p.to_string_lossy() == path) {
-                    kept.insert(crate::record::WORKSPACE.to_owned(), entry);
+                    kept.insert(crate::records::record::WORKSPACE.to_owned(), entry);
                 } else {
                     // Other projects of the host: none of the box's business (counted, not
                     // named: a home has many).
@@ -201,7 +201,7 @@ fn trust_workspace(t: &mut toml::Table) {
         .or_insert_with(|| toml::Value::Table(toml::Table::new()));
     if let toml::Value::Table(p) = projects {
         let ws = p
-            .entry(crate::record::WORKSPACE)
+            .entry(crate::records::record::WORKSPACE)
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let toml::Value::Table(ws) = ws {
             ws.insert("trust_level".into(), toml::Value::String("trusted".into()));

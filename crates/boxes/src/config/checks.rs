@@ -1,8 +1,8 @@
-//! Checks of values beyond their type (ranges, shapes), as [`super::keys::Key::check`]s.
+//! Checks of values beyond their type (ranges, shapes), as [`super::key::Key::check`]s.
 
 use crate::cgroup::Limits;
 
-use super::keys::Value;
+use super::key::Value;
 
 fn check_upstream(key: &str, v: &Value) -> Result<(), String> {
     match v {
@@ -50,7 +50,7 @@ pub(super) fn check_env(v: &Value) -> Result<(), String> {
 pub(super) fn check_host_paths(v: &Value) -> Result<(), String> {
     if let Value::List(items) = v {
         for entry in items {
-            crate::hostdata::parse(entry)?;
+            crate::hostview::parse(entry)?;
         }
     }
     Ok(())
@@ -59,7 +59,7 @@ pub(super) fn check_host_paths(v: &Value) -> Result<(), String> {
 pub(super) fn check_home_tools(v: &Value) -> Result<(), String> {
     if let Value::List(items) = v {
         for entry in items {
-            crate::hostdata::parse_home_tool(entry)?;
+            crate::hostview::parse_home_tool(entry)?;
         }
     }
     Ok(())

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::keys::Value;
+use super::key::Value;
 use super::trust::Refused;
 
 /// A configuration problem. Each variant names the file (when one is involved) and the key.

@@ -6,6 +6,10 @@
 //! old names to new ones; an old name in a file or on the command line is an error naming
 //! the new one.
 //!
+//! One file (over 600 lines, about 135 of them tests): [`KEYS`] is the single source of
+//! truth, and what reads it here (value parsing, suggestions, the schema) and the tests
+//! read the table whole.
+//!
 //! # Which layer may set which key
 //!
 //! The user's layers (`<home>/config.yaml`, `<home>/projects/<key>/config.yaml`, flags)
@@ -38,108 +42,7 @@
 use crate::cgroup::Limits;
 
 use super::checks::*;
-pub use super::trust::{Stricter, Trust};
-
-/// The type of a key's value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `true` or `false` (also `yes`/`no`, `on`/`off`, `1`/`0` when given as text).
-    Bool,
-    /// A whole number ≥ 0.
-    U64,
-    /// A finite number.
-    F64,
-    /// One of a fixed set of words.
-    Enum(&'static [&'static str]),
-    /// A size in bytes: a number, or a number with K, M, G or T (binary units): `512M`.
-    Size,
-    /// Any text.
-    String,
-    /// A list of texts.
-    List,
-}
-
-impl Kind {
-    /// A short name of the type, as `config list` and error messages show it.
-    pub fn describe(&self) -> String {
-        match self {
-            Kind::Bool => "bool".into(),
-            Kind::U64 => "integer".into(),
-            Kind::F64 => "number".into(),
-            Kind::Enum(words) => words.join("|"),
-            Kind::Size => "size".into(),
-            Kind::String => "string".into(),
-            Kind::List => "list".into(),
-        }
-    }
-}
-
-/// A typed value of a key.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Bool(bool),
-    U64(u64),
-    F64(f64),
-    /// The value of a [`Kind::Enum`] or [`Kind::String`] key.
-    Str(String),
-    /// A size as written (`"512M"`) and in bytes.
-    Size {
-        text: String,
-        bytes: u64,
-    },
-    List(Vec<String>),
-}
-
-impl Value {
-    /// The value as JSON (and so as YAML in a file): sizes keep their text.
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            Value::Bool(b) => (*b).into(),
-            Value::U64(n) => (*n).into(),
-            Value::F64(f) => (*f).into(),
-            Value::Str(s) => s.clone().into(),
-            Value::Size { text, .. } => text.clone().into(),
-            Value::List(items) => items.clone().into(),
-        }
-    }
-
-    /// The value on one line for people: lists as a flow list `[a, b]`.
-    pub fn display(&self) -> String {
-        match self {
-            Value::Bool(b) => b.to_string(),
-            Value::U64(n) => n.to_string(),
-            Value::F64(f) => f.to_string(),
-            Value::Str(s) => s.clone(),
-            Value::Size { text, .. } => text.clone(),
-            Value::List(items) => format!("[{}]", items.join(", ")),
-        }
-    }
-}
-
-/// A check of a value beyond its type: why it is refused.
-pub type Check = fn(&Value) -> Result<(), String>;
-
-/// One configuration key.
-#[derive(Debug)]
-pub struct Key {
-    /// Dotted name: `section.name` (camelCase names, as in the files).
-    pub name: &'static str,
-    pub kind: Kind,
-    /// The built-in default; `None` when the key is unset unless configured.
-    pub default: fn() -> Option<Value>,
-    /// One line for `config list` and the schema.
-    pub description: &'static str,
-    /// A check beyond the type (ranges, shapes); returns why the value is refused.
-    pub check: Option<Check>,
-    /// Which layers may set it (see the module's table and [`super::trust`]).
-    pub trust: Trust,
-}
-
-impl Key {
-    pub fn default_value(&self) -> Option<Value> {
-        (self.default)()
-    }
-}
+use super::key::{Key, Kind, Stricter, Trust, Value};
 
 fn none() -> Option<Value> {
     None
@@ -156,6 +59,9 @@ fn no() -> Option<Value> {
 fn empty_list() -> Option<Value> {
     Some(Value::List(Vec::new()))
 }
+
+/// Default number of recent nodes retention keeps after automatic nodes (`box.keep`).
+pub const DEFAULT_KEEP: u64 = 100;
 
 /// Network modes of a box.
 pub const NETWORKS: &[&str] = &["host", "none", "private"];
@@ -253,7 +159,7 @@ pub static KEYS: &[Key] = &[
     Key {
         name: "box.keep",
         kind: Kind::U64,
-        default: || Some(Value::U64(crate::record::DEFAULT_KEEP)),
+        default: || Some(Value::U64(crate::config::keys::DEFAULT_KEEP)),
         description: "Retention: the newest N nodes stay when automatic nodes thin the history",
         check: None,
         trust: Trust::Any,

@@ -14,7 +14,8 @@ use agentbox_core::home::Home;
 use serde_json::{Map, Value as J};
 
 use super::error::{ConfigError, ConfigWarning, WarningKind};
-use super::keys::{self, Value};
+use super::key::{Key, Value};
+use super::keys;
 use crate::project::PROJECT_FILE;
 
 /// Where a value comes from, lowest precedence first (the order of the variants).
@@ -143,7 +144,7 @@ fn flatten<'a>(
     layer: Layer,
     prefix: &str,
     map: &'a Map<String, J>,
-    found: &mut Vec<(&'static keys::Key, &'a J)>,
+    found: &mut Vec<(&'static Key, &'a J)>,
     warnings: &mut Vec<ConfigWarning>,
 ) -> Result<(), ConfigError> {
     for (k, v) in map {

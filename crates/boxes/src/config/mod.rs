@@ -5,6 +5,12 @@
 //! (`<home>/projects/<key>/config.yaml`) > global (`<home>/config.yaml`) > built-in.
 //! A layer replaces a lower layer's value whole, lists included.
 //!
+//! It owns the configuration files and what their values mean; it must not make, start or
+//! look up boxes (it reads no record and no store): the code that creates boxes reads
+//! [`Effective`]. Below it are only the host view (whose entry syntax it checks), projects
+//! and sessions.
+//!
+//! * [`key`]: what a key is (its kind, value, check and trust class).
 //! * [`keys`]: the registry of keys, their types, defaults and descriptions, the renamed
 //!   keys, value parsing and the JSON schema.
 //! * [`layers`]: the files, reading them, and setting or removing one key in one.
@@ -22,6 +28,7 @@
 
 mod checks;
 mod error;
+pub mod key;
 pub mod keys;
 pub mod layers;
 pub mod trust;
@@ -33,7 +40,8 @@ use agentbox_core::home::Home;
 use agentbox_sandbox::proto::Network;
 
 pub use error::{ConfigError, ConfigWarning, Ignored, WarningKind};
-pub use keys::{Key, Kind, Value, KEYS, RENAMED_KEYS};
+pub use key::{Key, Kind, Value};
+pub use keys::{KEYS, RENAMED_KEYS};
 pub use layers::{layer_path, set_in, unset_in, Layer};
 
 /// Where an effective value comes from.
@@ -273,7 +281,7 @@ impl Config {
                 .to_owned(),
             keep: match self.value("box.keep") {
                 Some(Value::U64(n)) => *n,
-                _ => crate::record::DEFAULT_KEEP,
+                _ => crate::config::keys::DEFAULT_KEEP,
             },
             memory_bytes: match self.value("box.memory") {
                 Some(Value::Size { bytes, .. }) => Some(*bytes),
@@ -434,7 +442,7 @@ mod tests {
         let e = Config::builtin().effective();
         assert_eq!(e.network, Network::Host);
         assert!(e.capture && e.carry && !e.with_env);
-        assert_eq!(e.keep, crate::record::DEFAULT_KEEP);
+        assert_eq!(e.keep, crate::config::keys::DEFAULT_KEEP);
         assert_eq!(e.env_patterns, agentbox_git::default_env_patterns());
         assert_eq!(e.remote, "origin");
         assert_eq!((e.memory_bytes, e.pids, e.cpus), (None, None, None));

@@ -16,62 +16,8 @@
 //! least as strict as without it. What is ignored is a warning naming the file, the key and
 //! `agentbox trust`.
 
-use super::keys::{Key, Value, NETWORKS};
-
-/// Which layers may set a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trust {
-    /// Any layer, an untrusted project file too.
-    Any,
-    /// Any layer; an untrusted project file only to something at least as strict as the
-    /// user's layers give.
-    Stricter(Stricter),
-    /// Only the user's own layers (the home's files, flags), or a project file the user
-    /// trusted.
-    User,
-}
-
-/// How a [`Trust::Stricter`] key's values compare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stricter {
-    /// A switch whose stricter position is the one given.
-    Bool(bool),
-    /// A limit (memory, processes, CPUs): setting one where there is none, or a lower one.
-    Limit,
-    /// `box.network`: `none` is stricter than `private`, which is stricter than `host`.
-    Network,
-    /// A list of paths shown (`PATH`) or hidden (`!PATH`): the file's hiding entries are
-    /// added after the user's list; its showing entries are ignored.
-    HideOnly,
-}
-
-impl Trust {
-    /// The class's name, as `config list` and the schema show it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Trust::Any => "any",
-            Trust::Stricter(_) => "stricter",
-            Trust::User => "user",
-        }
-    }
-
-    /// Who may set the key, in a few words.
-    pub fn describe(self) -> String {
-        match self {
-            Trust::Any => "any layer".into(),
-            Trust::Stricter(s) => format!(
-                "any layer; an untrusted project file only {}",
-                match s {
-                    Stricter::Bool(b) => format!("to {b}"),
-                    Stricter::Limit => "to a lower limit".into(),
-                    Stricter::Network => "to less network (none < private < host)".into(),
-                    Stricter::HideOnly => "to hide more (!PATH entries)".into(),
-                }
-            ),
-            Trust::User => "the user's files and flags, or a trusted project file".into(),
-        }
-    }
-}
+use super::key::{Key, Stricter, Trust, Value};
+use super::keys::NETWORKS;
 
 /// Why (part of) an untrusted file's value was ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -298,7 +244,7 @@ mod tests {
 
     #[test]
     fn every_stricter_rule_fits_its_keys_type() {
-        use crate::config::keys::Kind;
+        use crate::config::key::Kind;
         for key in KEYS {
             let fits = match key.trust {
                 Trust::Any | Trust::User => true,

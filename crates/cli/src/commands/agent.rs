@@ -26,7 +26,7 @@ pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
             isolate_config: a.isolate_config,
             prompt: a.prompt,
             args: a.args,
-            cwd: agentbox_boxes::project::current_dir()?,
+            cwd: agentbox_boxes::records::registry::current_dir()?,
         },
         ctx,
     )?;
@@ -64,7 +64,7 @@ pub(super) fn launch(ctx: &Ctx, agent: &str, a: AgentArgs) -> CliResult {
         let spec = agentbox_boxes::sessions::SessionSpec {
             name: None,
             argv: launch.argv.clone(),
-            env: agentbox_boxes::record::caller_env(&launch.env),
+            env: agentbox_boxes::records::record::caller_env(&launch.env),
             workdir: ctx.workdir(rec, None),
             size: None,
             supervise: a.supervise,
@@ -92,7 +92,7 @@ fn login(ctx: &Ctx, agent: &str) -> CliResult {
     if let Some((cmd, args)) = a.login.split_first() {
         ctx.note(format!(
             "running {} on this machine…",
-            agentbox_boxes::render_command(&a.login)
+            agentbox_boxes::types::render_command(&a.login)
         ));
         let status = std::process::Command::new(cmd)
             .args(args)

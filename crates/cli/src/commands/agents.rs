@@ -16,7 +16,7 @@ pub(super) fn list(ctx: &Ctx) -> CliResult {
                 "{:<10} {:<8} {:<40} {}\n",
                 render::text(&a.name),
                 if a.builtin { "builtin" } else { "agents.yaml" },
-                render::text(&agentbox_boxes::render_command(&a.command)),
+                render::text(&agentbox_boxes::types::render_command(&a.command)),
                 a.config
                     .iter()
                     .map(|c| render::text(&c.path))

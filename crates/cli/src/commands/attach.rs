@@ -13,7 +13,7 @@ use crate::render;
 fn box_and_session(
     ctx: &Ctx,
     args: &[String],
-) -> CliResult<(agentbox_boxes::record::BoxRecord, Option<String>)> {
+) -> CliResult<(agentbox_boxes::records::record::BoxRecord, Option<String>)> {
     Ok(match args {
         [] => (ctx.resolve_box(None)?, None),
         [b, s] => (ctx.resolve_box(Some(b))?, Some(s.clone())),

@@ -1,7 +1,7 @@
 //! `agentbox checkpoint`: create, list, show, remove a project's warm checkpoints and set
-//! its default (the library does the work: `agentbox_boxes::checkpoint`).
+//! its default (the library does the work: `agentbox_boxes::checkpoints::checkpoint`).
 
-use agentbox_boxes::checkpoint::{Checkpoint, CheckpointSpec};
+use agentbox_boxes::checkpoints::checkpoint::{Checkpoint, CheckpointSpec};
 
 use super::ctx::Ctx;
 use crate::args::{parse_size, CheckpointCmd};
@@ -133,10 +133,10 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
     }
 }
 
-fn kind(k: agentbox_boxes::checkpoint::CheckpointKind) -> &'static str {
+fn kind(k: agentbox_boxes::checkpoints::checkpoint::CheckpointKind) -> &'static str {
     match k {
-        agentbox_boxes::checkpoint::CheckpointKind::Layered => "layered",
-        agentbox_boxes::checkpoint::CheckpointKind::Flattened => "flattened",
+        agentbox_boxes::checkpoints::checkpoint::CheckpointKind::Layered => "layered",
+        agentbox_boxes::checkpoints::checkpoint::CheckpointKind::Flattened => "flattened",
     }
 }
 

@@ -19,7 +19,7 @@ use crate::errors::{CliError, CliResult};
 use crate::render;
 
 pub(super) fn run(ctx: &Ctx, cmd: ConfigCmd) -> CliResult {
-    let cwd = agentbox_boxes::project::current_dir()?;
+    let cwd = agentbox_boxes::records::registry::current_dir()?;
     let root = find_root(&cwd);
     let root = root.as_deref();
     match cmd {
@@ -274,14 +274,14 @@ fn target(
 /// directory belongs to (`config list-projects` shows it).
 fn remember(ctx: &Ctx, root: Option<&Path>, layer: Layer) -> CliResult {
     if let (Layer::Project, Some(root)) = (layer, root) {
-        agentbox_boxes::registry::remember_project(&ctx.home, root)?;
+        agentbox_boxes::records::registry::remember_project(&ctx.home, root)?;
     }
     Ok(())
 }
 
 /// `config list-projects`: every project the home knows, with its boxes and config file.
 fn list_projects(ctx: &Ctx) -> CliResult {
-    let projects = agentbox_boxes::registry::projects(&ctx.home)?;
+    let projects = agentbox_boxes::records::registry::projects(&ctx.home)?;
     ctx.out(&projects, || {
         if projects.is_empty() {
             return "no projects yet (`agentbox create` inside one, or `agentbox config set` there)\n"

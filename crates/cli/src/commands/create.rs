@@ -1,8 +1,8 @@
 //! `agentbox create`: a box of a project (the library does the work:
-//! `agentbox_boxes::create`); its settings as the flags give them, the errors named by flag.
+//! `agentbox_boxes::lifecycle::create`); its settings as the flags give them, the errors named by flag.
 
-use agentbox_boxes::create;
-use agentbox_boxes::record::BoxRecord;
+use agentbox_boxes::lifecycle::create;
+use agentbox_boxes::records::record::BoxRecord;
 use serde::Serialize;
 
 use super::ctx::Ctx;
@@ -23,7 +23,9 @@ pub(super) fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         workspace: match (&a.from, a.empty) {
             (Some(d), _) => create::Workspace::From(d.clone()),
             (None, true) => create::Workspace::Empty,
-            (None, false) => create::Workspace::ProjectOf(agentbox_boxes::project::current_dir()?),
+            (None, false) => {
+                create::Workspace::ProjectOf(agentbox_boxes::records::registry::current_dir()?)
+            }
         },
         from_ref: a.from_branch.clone(),
         no_git: a.no_git,
@@ -140,7 +142,7 @@ fn setting_error(e: agentbox_boxes::BoxError) -> CliError {
 }
 
 /// One line per box repository: its branch, base and what was carried over.
-fn note_seeded(ctx: &Ctx, repos: &[agentbox_boxes::seeding::SeededRepo]) {
+fn note_seeded(ctx: &Ctx, repos: &[agentbox_boxes::lifecycle::seeding::SeededRepo]) {
     for r in repos {
         let seeded = &r.seeded;
         let at = match &r.record.sub {

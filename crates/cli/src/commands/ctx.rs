@@ -5,8 +5,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use agentbox_boxes::record::BoxRecord;
-use agentbox_boxes::registry;
+use agentbox_boxes::records::record::BoxRecord;
+use agentbox_boxes::records::registry;
 use agentbox_boxes::types::Workdir;
 use agentbox_boxes::BoxError;
 use agentbox_core::Home;
@@ -21,7 +21,7 @@ pub(crate) struct Ctx {
     pub(crate) json: bool,
     pub(crate) env: Option<String>,
     /// The domain façade over the provider this binary wires in (see [`Ctx::boxes`]).
-    boxes: agentbox_boxes::ops::Boxes,
+    boxes: agentbox_boxes::facade::Boxes,
     /// Where data and notes go when not this process's stdout and stderr: the caller's own,
     /// for a request of the in-box `agentbox` answered on the host.
     relayed: Option<std::sync::Mutex<(std::fs::File, std::fs::File)>>,
@@ -34,7 +34,7 @@ impl Ctx {
             home.clone(),
         ));
         Ctx {
-            boxes: agentbox_boxes::ops::Boxes::new(home.clone(), provider),
+            boxes: agentbox_boxes::facade::Boxes::new(home.clone(), provider),
             home,
             json,
             env,
@@ -89,7 +89,7 @@ impl Ctx {
     }
 
     /// Every box operation goes through the façade.
-    pub(crate) fn boxes(&self) -> &agentbox_boxes::ops::Boxes {
+    pub(crate) fn boxes(&self) -> &agentbox_boxes::facade::Boxes {
         &self.boxes
     }
 
@@ -225,7 +225,7 @@ impl Ctx {
 
 /// Library operations report through the printer: notes to stderr, long work under a
 /// spinner.
-impl agentbox_boxes::create::Progress for Ctx {
+impl agentbox_boxes::progress::Progress for Ctx {
     fn note(&self, line: &str) {
         Ctx::note(self, line);
     }
@@ -242,13 +242,13 @@ impl Ctx {
     /// The project the current directory is in: box numbers and the implicit box are
     /// relative to it.
     pub(crate) fn here(&self) -> CliResult<Option<PathBuf>> {
-        let cwd = agentbox_boxes::project::current_dir()?;
+        let cwd = agentbox_boxes::records::registry::current_dir()?;
         Ok(registry::current_project(&self.home, &cwd)?)
     }
 
     /// The box `reference` names (else `-b`, else the current project's only box).
     pub(crate) fn resolve_box(&self, reference: Option<&str>) -> CliResult<BoxRecord> {
-        let cwd = agentbox_boxes::project::current_dir()?;
+        let cwd = agentbox_boxes::records::registry::current_dir()?;
         Ok(match reference.or(self.env.as_deref()) {
             Some(r) => registry::resolve(&self.home, r, &cwd)?,
             None => match registry::implicit(&self.home, &cwd) {
@@ -265,7 +265,10 @@ impl Ctx {
     /// The current project's only box; `None` when there is none, an error when there are
     /// several (the user has to say which).
     pub(super) fn implicit_box(&self) -> CliResult<Option<BoxRecord>> {
-        match registry::implicit(&self.home, &agentbox_boxes::project::current_dir()?) {
+        match registry::implicit(
+            &self.home,
+            &agentbox_boxes::records::registry::current_dir()?,
+        ) {
             Ok(rec) => Ok(Some(rec)),
             Err(BoxError::WhichBox { candidates, .. }) if candidates.is_empty() => Ok(None),
             Err(e) => Err(e.into()),
@@ -278,7 +281,7 @@ impl Ctx {
         match registry::resolve(
             &self.home,
             reference,
-            &agentbox_boxes::project::current_dir()?,
+            &agentbox_boxes::records::registry::current_dir()?,
         ) {
             Ok(r) => Ok(Some(r)),
             Err(BoxError::NoSuchBox { .. }) => Ok(None),
@@ -297,7 +300,7 @@ impl Ctx {
         let rel = cwd.strip_prefix(rec.project.as_deref()?).ok()?;
         (!rel.as_os_str().is_empty()).then(|| {
             Workdir::default_for(
-                Path::new(agentbox_boxes::record::WORKSPACE)
+                Path::new(agentbox_boxes::records::record::WORKSPACE)
                     .join(rel)
                     .to_string_lossy(),
             )

@@ -17,7 +17,7 @@ pub(super) fn parse_backend(s: Option<&str>) -> CliResult<Option<BackendKind>> {
 
 pub(super) fn env(ctx: &Ctx, a: EnvArgs) -> CliResult {
     let made = ctx.boxes().version_dir(
-        &agentbox_boxes::directories::VersionDir {
+        &agentbox_boxes::lifecycle::directories::VersionDir {
             dir: a.dir.clone(),
             name: a.name.clone(),
             from: a.from.clone(),

@@ -1,7 +1,7 @@
 //! `agentbox fork`: a new box from a node of a box's history.
 
-use agentbox_boxes::fork::ForkSpec;
-use agentbox_boxes::record::BoxRecord;
+use agentbox_boxes::history::fork::ForkSpec;
+use agentbox_boxes::records::record::BoxRecord;
 use serde::Serialize;
 
 use super::ctx::Ctx;

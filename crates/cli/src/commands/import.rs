@@ -8,7 +8,7 @@ use crate::render;
 pub(super) fn import(ctx: &Ctx, a: ImportArgs) -> CliResult {
     let name = match &a.name {
         Some(n) => n.clone(),
-        None => agentbox_boxes::directories::dir_name(&a.dir)?,
+        None => agentbox_boxes::lifecycle::directories::dir_name(&a.dir)?,
     };
     let max_size = a.max_size.as_deref().map(parse_size).transpose()?;
     let options = agentbox_store::transfer::ImportOptions {

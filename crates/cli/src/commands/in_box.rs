@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use agentbox_boxes::provider::Command;
-use agentbox_boxes::record::BoxRecord;
+use agentbox_boxes::records::record::BoxRecord;
 use agentbox_boxes::types::ProcKind;
 use serde::Serialize;
 
@@ -64,7 +64,7 @@ fn note_agent(ctx: &Ctx, rec: &BoxRecord, argv: &[String]) {
     if rec.last_agent.as_deref() == Some(agent) {
         return;
     }
-    if let Err(e) = agentbox_boxes::registry::update(&ctx.home, &rec.name, |r| {
+    if let Err(e) = agentbox_boxes::records::registry::update(&ctx.home, &rec.name, |r| {
         r.last_agent = Some(agent.to_owned())
     }) {
         ctx.note(format!("agentbox: could not record the agent: {e}"));
@@ -107,7 +107,7 @@ pub(super) fn box_command(
 ) -> Command {
     Command {
         argv,
-        env: agentbox_boxes::record::caller_env(&opts.vars),
+        env: agentbox_boxes::records::record::caller_env(&opts.vars),
         workdir: ctx.workdir(rec, opts.workdir.clone()),
         kind,
         capture,

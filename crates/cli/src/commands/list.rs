@@ -10,7 +10,7 @@ pub(super) fn list(ctx: &Ctx, all: bool) -> CliResult {
     let here = if all { None } else { ctx.here()? };
     let rows = ctx.boxes().list(here.as_deref())?;
     if let (Some(p), true) = (&here, rows.is_empty()) {
-        let others = agentbox_boxes::record::list(&ctx.home)?.len();
+        let others = agentbox_boxes::records::record::list(&ctx.home)?.len();
         ctx.note(format!(
             "no boxes of project {}{}",
             p.display(),

@@ -3,7 +3,7 @@
 use std::io::{Read, Seek, Write};
 use std::time::Duration;
 
-use agentbox_boxes::record::BoxDirs;
+use agentbox_boxes::records::record::BoxDirs;
 
 use super::ctx::Ctx;
 use super::in_box::box_and_id;

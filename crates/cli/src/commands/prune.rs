@@ -1,5 +1,5 @@
 //! `agentbox prune`: remove what boxes left behind (the library does the work, see
-//! `agentbox_boxes::directories`; this prints it).
+//! `agentbox_boxes::lifecycle::directories`; this prints it).
 
 use serde::Serialize;
 

@@ -1,6 +1,6 @@
 //! `agentbox pull`: fetch on the host and merge into the box's branches.
 
-use agentbox_boxes::record;
+use agentbox_boxes::records::record;
 
 use super::ctx::Ctx;
 use crate::args::PullArgs;
@@ -26,7 +26,7 @@ pub(super) fn pull(ctx: &Ctx, a: PullArgs) -> CliResult {
         }
     }
     ctx.out(&results, || render::remote_table(&results))?;
-    match agentbox_boxes::remote::pull_problem(&rec, &results) {
+    match agentbox_boxes::history::remote::pull_problem(&rec, &results) {
         Some(e) => Err(e.into()),
         None => Ok(()),
     }

@@ -142,7 +142,7 @@ pub(super) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
 }
 
 /// `request` of box `name` with every node it names resolved in the box's own history
-/// (see [`agentbox_boxes::scope`]): a full id of a node of that history, or a reference
+/// (see [`agentbox_boxes::relay::scope`]): a full id of a node of that history, or a reference
 /// relative to HEAD, which the store walks along the box's own ancestry. A reference to
 /// anything else fails here as a node that does not exist, before any command runs.
 ///
@@ -151,7 +151,7 @@ pub(super) fn answer(ctx: &Ctx, request: agentbox_boxes::relay::RelayRequest) ->
 /// `pull`, `remote_refs` — repositories of the box's own record, by label —, `checkpoint`
 /// — a capture of the box itself).
 fn confine(
-    boxes: &agentbox_boxes::ops::Boxes,
+    boxes: &agentbox_boxes::facade::Boxes,
     name: &str,
     request: RelayRequest,
 ) -> agentbox_boxes::Result<RelayRequest> {

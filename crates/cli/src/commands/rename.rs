@@ -18,9 +18,9 @@ pub(super) fn rename(ctx: &Ctx, args: &[String]) -> CliResult {
     let rec = ctx.resolve_box(reference)?;
     let display = (!display.is_empty()).then_some(display);
     if let Some(d) = display {
-        agentbox_boxes::registry::check_display_name(&ctx.home, &rec.name, d)?;
+        agentbox_boxes::records::registry::check_display_name(&ctx.home, &rec.name, d)?;
     }
-    let rec = agentbox_boxes::registry::update(&ctx.home, &rec.name, |r| {
+    let rec = agentbox_boxes::records::registry::update(&ctx.home, &rec.name, |r| {
         r.display_name = display.map(str::to_owned)
     })?;
     ctx.out(&rec, || match &rec.display_name {

@@ -26,7 +26,7 @@ pub(super) fn run(ctx: &Ctx, a: RunArgs) -> CliResult {
             ctx.note(format!(
                 "agentbox: box {:?} was rolled back; relaunching {} (launch {})",
                 rec.name,
-                agentbox_boxes::render_command(&argv),
+                agentbox_boxes::types::render_command(&argv),
                 launches + 1
             ));
             continue;

@@ -47,7 +47,7 @@ fn start(ctx: &Ctx, a: SessionStartArgs) -> CliResult {
     let spec = SessionSpec {
         name: a.session,
         argv,
-        env: agentbox_boxes::record::caller_env(&a.opts.vars),
+        env: agentbox_boxes::records::record::caller_env(&a.opts.vars),
         workdir: ctx.workdir(&rec, a.opts.workdir.clone()),
         size: terminal_size(),
         supervise: a.supervise,
@@ -58,7 +58,7 @@ fn start(ctx: &Ctx, a: SessionStartArgs) -> CliResult {
 /// Start session `spec` in box `rec`, then attach this terminal to it (unless `detach`).
 pub(super) fn start_and_attach(
     ctx: &Ctx,
-    rec: &agentbox_boxes::record::BoxRecord,
+    rec: &agentbox_boxes::records::record::BoxRecord,
     mut spec: SessionSpec,
     detach: bool,
 ) -> CliResult {
@@ -141,7 +141,7 @@ fn table(list: &[SessionInfo]) -> String {
         "NAME", "COMMAND", "STATE", "STARTED"
     );
     for i in list {
-        let command = render::text(&agentbox_boxes::render_command(&i.argv)).into_owned();
+        let command = render::text(&agentbox_boxes::types::render_command(&i.argv)).into_owned();
         s.push_str(&format!(
             "{:<16} {:<30} {:<24} {:<19} {}\n",
             render::text(&i.name),

@@ -1,6 +1,6 @@
 //! `agentbox status`: the store, an environment, a box.
 
-use agentbox_boxes::record::BoxDirs;
+use agentbox_boxes::records::record::BoxDirs;
 use serde::Serialize;
 
 use super::ctx::Ctx;
@@ -29,7 +29,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
         Some(_) => None,
     };
     let mut project_boxes: Vec<ProjectBox> = match &project {
-        Some(p) => agentbox_boxes::record::list(&ctx.home)?
+        Some(p) => agentbox_boxes::records::record::list(&ctx.home)?
             .into_iter()
             .filter(|r| r.project.as_deref() == Some(p.as_path()))
             .map(|r| ProjectBox {
@@ -60,7 +60,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
         #[serde(flatten)]
         store: &'a agentbox_store::history::Status,
         #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
-        boxed: Option<&'a agentbox_boxes::ops::BoxStatus>,
+        boxed: Option<&'a agentbox_boxes::lifecycle::ops::BoxStatus>,
         /// The current project's boxes, when no box was named and the project has more
         /// than one.
         #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -123,7 +123,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
                         ", {} not committed to git",
                         render::count(d.len(), "path", "paths")
                     ),
-                    None if b.state == agentbox_boxes::ops::BoxState::Stopped => {
+                    None if b.state == agentbox_boxes::lifecycle::ops::BoxState::Stopped => {
                         ", paths not committed to git not known while the box is stopped"
                             .to_owned()
                     }
@@ -173,7 +173,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
                     .collect();
                 s.push_str(&format!("in memory:    {}\n", mounts.join(", ")));
             }
-            if b.state == agentbox_boxes::ops::BoxState::Running {
+            if b.state == agentbox_boxes::lifecycle::ops::BoxState::Running {
                 s.push_str(&match &b.box_root {
                     Some(r) => format!(
                         "box root:     host uid {} (box ids 0-{} are host ids {}-{})\n",

@@ -1,6 +1,6 @@
 //! `agentbox sync`: bring a box's branches into the host repositories now.
 
-use agentbox_boxes::record::BoxRecord;
+use agentbox_boxes::records::record::BoxRecord;
 
 use super::ctx::Ctx;
 use crate::errors::CliResult;

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
-use agentbox_boxes::tournament::{
+use agentbox_boxes::history::tournament::{
     Candidate, CandidateResult, TournamentResult, TournamentSpec, Verdict,
 };
 

@@ -15,7 +15,7 @@ pub(super) fn trust(ctx: &Ctx, a: TrustArgs) -> CliResult {
     if a.list {
         return list(ctx);
     }
-    let cwd = agentbox_boxes::project::current_dir()?;
+    let cwd = agentbox_boxes::records::registry::current_dir()?;
     let file = match a.path {
         Some(p) if p.is_dir() => cwd.join(p).join(PROJECT_FILE),
         Some(p) => cwd.join(p),

@@ -86,7 +86,7 @@ pub fn time(t: &chrono::DateTime<chrono::Utc>) -> String {
 
 /// A box as a listing names it: the name commands take, then its display name in
 /// parentheses when it has one, so the name to type is always shown.
-pub fn box_name(rec: &agentbox_boxes::record::BoxRecord) -> String {
+pub fn box_name(rec: &agentbox_boxes::records::record::BoxRecord) -> String {
     match rec
         .display_name
         .as_deref()

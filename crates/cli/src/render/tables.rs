@@ -2,7 +2,7 @@
 //! processes (`ps`), the per-repository results of `push` and `pull`, and columns padded to
 //! their widest cell (`config`).
 
-use agentbox_boxes::remote::RemoteResult;
+use agentbox_boxes::history::remote::RemoteResult;
 
 use super::basic::{output, text, time};
 
@@ -26,7 +26,7 @@ pub fn procs(procs: &[agentbox_boxes::types::ProcInfo]) -> String {
             format!("{:?}", p.kind).to_lowercase(),
             time(&p.started),
             state,
-            text(&agentbox_boxes::render_command(&p.argv))
+            text(&agentbox_boxes::types::render_command(&p.argv))
         ));
         for line in p.exit.iter().flat_map(|e| &e.output) {
             // A box's output is the box's text: its colours dropped, the rest escaped.

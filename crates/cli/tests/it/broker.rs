@@ -286,7 +286,7 @@ fn the_facade_starts_a_broker_with_given_credentials() {
     let Some(t) = Brokered::new("the_facade_starts_a_broker_with_given_credentials") else {
         return;
     };
-    use agentbox_boxes::broker::{Credentials, Endpoint};
+    use agentbox_boxes::agents::broker::{Credentials, Endpoint};
     use agentbox_broker::{AnthropicCredential, Secret};
     t.create("plain", &["--network", "private"]);
     assert!(
@@ -298,7 +298,7 @@ fn the_facade_starts_a_broker_with_given_credentials() {
         home.clone(),
         env!("CARGO_BIN_EXE_agentbox").into(),
     ));
-    let boxes = agentbox_boxes::ops::Boxes::new(home, provider);
+    let boxes = agentbox_boxes::facade::Boxes::new(home, provider);
     let credentials = |key: &str| Credentials {
         anthropic: Some(AnthropicCredential::OauthToken(Secret::new(key))),
         openai: Some(Secret::new(format!("{key}-openai"))),

@@ -1,4 +1,4 @@
-//! One unit: one scenario and the snapshots of everything it prints; insta names the
+//! One file (over 600 lines): one scenario and the snapshots of everything it prints; insta names the
 //! snapshots after this module, so its tests and the scenario they share stay in one file.
 //!
 //! Snapshots of what the commands print, human tables and `--json` shapes alike, after a

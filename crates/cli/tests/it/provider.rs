@@ -1,5 +1,5 @@
 //! The provider conformance suite: the box behaviours every provider must have, written once
-//! against the façade (`ops::Boxes`) and the `Provider` trait, and run here on the local
+//! against the façade (`facade::Boxes`) and the `Provider` trait, and run here on the local
 //! provider (root: namespaces and mounts). A new provider runs the same [`suite`] with its
 //! own `Arc<dyn Provider>`.
 
@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::{git, kill_supervisors, write, Env};
-use agentbox_boxes::create::{Quiet, Settings, Spec, Workspace};
-use agentbox_boxes::ops::{BoxState, Boxes};
+use agentbox_boxes::facade::Boxes;
+use agentbox_boxes::lifecycle::create::{Settings, Spec, Workspace};
+use agentbox_boxes::lifecycle::ops::BoxState;
+use agentbox_boxes::progress::Quiet;
 use agentbox_boxes::provider::{Command, OnBox, Provider};
-use agentbox_boxes::record::{BoxDirs, BoxRecord};
+use agentbox_boxes::records::record::{BoxDirs, BoxRecord};
 use agentbox_boxes::types::ProcInfo;
 use agentbox_core::Home;
 use agentbox_provider_local::proto::ProcKind;
@@ -221,7 +223,7 @@ fn exec_records_what_it_changes(boxes: &Boxes, store: &Store, name: &str) {
     assert!(!out.killed_by_checkout);
     let node = out.node.expect("the change made a node");
     let made = store.node(&node).expect("the node is in the store");
-    let label = agentbox_boxes::render_command(&argv.map(str::to_owned));
+    let label = agentbox_boxes::types::render_command(&argv.map(str::to_owned));
     assert_eq!(made.command.as_deref(), Some(label.as_str()));
     assert_eq!(store.env(name).expect("env").head, node);
     assert!(store

@@ -2,7 +2,7 @@
 //! it for a checkout, killing it, and the events its PID 1 sends (started, exited).
 
 use super::*;
-use agentbox_boxes::hostdata::HostView;
+use agentbox_boxes::hostview::HostView;
 
 /// Start the box (a new generation: its PID 1 and, on a private network, its `pasta`).
 /// Runs on the main thread, which the box's launcher and `pasta` die with.
@@ -25,13 +25,13 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
     let (base, view) = match &shared.rec.image {
         // An image has its own homes and tools: nothing of the host's is shown.
         Some(image) => (
-            agentbox_boxes::images::rootfs(&shared.home, image),
+            agentbox_boxes::records::images::rootfs(&shared.home, image),
             HostView::default(),
         ),
         None => {
-            let mut view = agentbox_boxes::hostdata::host_view_scanned(
+            let mut view = agentbox_boxes::hostview::host_view_scanned(
                 &shared.home,
-                &shared.rec,
+                &shared.rec.host_inputs(),
                 &mut lock(&shared.unreadable),
             );
             if shared.rec.rootless {
@@ -72,7 +72,7 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
         },
         Bind {
             src: shared.dirs.inbox(),
-            dst: PathBuf::from(record::INBOX_DIR),
+            dst: PathBuf::from(agentbox_boxes::types::INBOX_DIR),
             readonly: true,
         },
     ];
@@ -385,8 +385,8 @@ pub(super) fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
 /// The host user's `~/.npmrc` without its credentials, into the box's inbox (read-only in
 /// the box, where `npm_config_globalconfig` names it), or no such file when there is none.
 /// Written whole under another name first: a running box's npm never reads half of it.
-fn write_npmrc(inbox: &Path, npmrc: Option<&agentbox_boxes::hostdata::Npmrc>) -> Result<()> {
-    let at = inbox.join(agentbox_boxes::hostdata::NPMRC_FILE);
+fn write_npmrc(inbox: &Path, npmrc: Option<&agentbox_boxes::hostview::Npmrc>) -> Result<()> {
+    let at = inbox.join(agentbox_boxes::hostview::NPMRC_FILE);
     let Some(npmrc) = npmrc else {
         match fs_err::remove_file(&at) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
@@ -401,7 +401,7 @@ fn write_npmrc(inbox: &Path, npmrc: Option<&agentbox_boxes::hostdata::Npmrc>) ->
         );
     }
     fs_err::create_dir_all(inbox)?;
-    let tmp = inbox.join(format!(".{}.tmp", agentbox_boxes::hostdata::NPMRC_FILE));
+    let tmp = inbox.join(format!(".{}.tmp", agentbox_boxes::hostview::NPMRC_FILE));
     fs_err::write(&tmp, &npmrc.text)?;
     fs_err::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
     fs_err::rename(&tmp, &at)?;

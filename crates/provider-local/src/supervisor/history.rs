@@ -68,7 +68,10 @@ pub(super) fn try_auto_capture(
     after_node(shared);
     // Automatic nodes accumulate: thin old ones (stable positions; tags, branch points and
     // the newest `keep` stay). Only once the history is longer than what is kept anyway.
-    let keep = shared.rec.keep.unwrap_or(record::DEFAULT_KEEP);
+    let keep = shared
+        .rec
+        .keep
+        .unwrap_or(agentbox_boxes::config::keys::DEFAULT_KEEP);
     if node.seq > keep {
         if let Err(e) = shared.store.retain(&shared.name, keep) {
             eprintln!("retention after an automatic node failed: {e}");
@@ -204,7 +207,7 @@ impl crate::capture::Capturer for Shared {
                     true,
                     format!(
                         "auto: while {} ran{}",
-                        agentbox_boxes::render_command(&p.info.argv),
+                        agentbox_boxes::types::render_command(&p.info.argv),
                         match spawned.count() {
                             0 => String::new(),
                             n => format!(" (and {n} more)"),
@@ -215,7 +218,7 @@ impl crate::capture::Capturer for Shared {
                     false,
                     format!(
                         "auto: during {}",
-                        agentbox_boxes::render_command(&p.info.argv)
+                        agentbox_boxes::types::render_command(&p.info.argv)
                     ),
                 ),
                 (None, None) => (false, "auto: changes".to_owned()),

@@ -34,7 +34,7 @@ use crate::proto::{
     ProcExit, ProcInfo, ProcKind, Reply, Request, ScratchUse, SyncedRepo, Workdir,
     EXIT_OUTPUT_LINES, RECENT_EXITS,
 };
-use agentbox_boxes::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
+use agentbox_boxes::records::record::{self, BoxDirs, BoxRecord, SupervisorInfo, WORKSPACE};
 use agentbox_boxes::{BoxError, Result};
 
 mod attach;
@@ -48,12 +48,13 @@ mod repos;
 mod screen;
 mod server;
 mod sessions;
+mod sink;
 
 pub use self::generation::{remove_cgroup, DEFAULT_PIDS};
 use self::{generation::*, history::*, procs::*, relay::*, repos::*, server::*};
 
 /// Where the agentbox binary appears inside every box.
-pub use agentbox_boxes::record::BOX_BINARY;
+pub use agentbox_boxes::records::record::BOX_BINARY;
 
 /// How a process ended, as told to whoever waits for it.
 #[derive(Debug, Clone, Copy)]
@@ -128,7 +129,7 @@ struct Shared {
     tool_env: Mutex<Vec<(String, String)>>,
     /// The base's scan for files others may not read, kept across the box's restarts (a
     /// checkout restarts the box; the host's files did not change with it).
-    unreadable: Mutex<agentbox_boxes::hostdata::UnreadableScan>,
+    unreadable: Mutex<agentbox_boxes::hostview::UnreadableScan>,
     /// The box's credential broker, once the owner asked for it (see [`broker`]).
     broker: Mutex<Option<broker::BrokerState>>,
     /// The foreground commands running, for what auto-capture may do meanwhile.

@@ -135,7 +135,7 @@ pub(super) fn exec(
     }
     let label = match kind {
         ProcKind::Shell => "shell session".to_owned(),
-        _ => agentbox_boxes::render_command(&argv),
+        _ => agentbox_boxes::types::render_command(&argv),
     };
     let info = new_info(shared, kind, argv);
     let id = info.id;
@@ -235,7 +235,7 @@ pub(super) fn spawn_bg(
     env: Vec<(String, String)>,
     cwd: Option<Workdir>,
 ) -> Result<()> {
-    let command = agentbox_boxes::render_command(&argv);
+    let command = agentbox_boxes::types::render_command(&argv);
     let info = new_info(shared, ProcKind::Spawn, argv);
     let id = info.id;
     let log_path = shared.dirs.log(id);

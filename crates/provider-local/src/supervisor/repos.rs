@@ -63,7 +63,7 @@ impl crate::boxgit::BoxRunner for Shared {
                 }
                 return Err(BoxError::Supervisor(format!(
                     "{} did not finish within {} s in the box",
-                    agentbox_boxes::render_command(argv),
+                    agentbox_boxes::types::render_command(argv),
                     BOX_GIT_TIMEOUT.as_secs()
                 )));
             }

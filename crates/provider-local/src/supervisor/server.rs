@@ -49,7 +49,7 @@ pub(super) fn accept_loop(shared: Arc<Shared>, listener: OwnedFd, inbox: bool) {
                     reply(
                         &conn,
                         &Reply::Error {
-                            error: agentbox_boxes::wire::WireError::Other {
+                            error: agentbox_boxes::relay::wire::WireError::Other {
                                 message: format!(
                                     "box {:?}: too many connections to its supervisor (at most {limit} at once)",
                                     shared.name

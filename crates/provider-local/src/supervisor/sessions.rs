@@ -12,8 +12,8 @@
 //! Locks: the table's before a session's state, never the other way round; a session's
 //! state before an attached terminal's outbox.
 
-use super::attach::Sink;
 use super::screen::Screen;
+use super::sink::Sink;
 use super::*;
 
 use agentbox_boxes::sessions::{
@@ -387,7 +387,7 @@ fn wait_exit(
         let launches = lock(&session.state).launches;
         session.note(&format!(
             "the box was rolled back; relaunching {} (launch {})",
-            agentbox_boxes::render_command(&session.argv),
+            agentbox_boxes::types::render_command(&session.argv),
             launches + 1
         ));
         match launch(shared, session) {

@@ -65,7 +65,7 @@ pub use self::debounce::Debouncer;
 pub use self::scan::fingerprint;
 use self::scan::*;
 pub use self::watcher::{max_watches, Journal, Seen, Watcher};
-pub use agentbox_boxes::ignore::IgnoreSet;
+pub use agentbox_boxes::records::ignore::IgnoreSet;
 
 /// Why watching or fingerprinting a tree failed. Every variant names the path involved.
 ///

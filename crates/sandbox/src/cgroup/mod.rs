@@ -17,18 +17,26 @@
 //! A machine is treated as v1 when any of the `memory`, `pids` or `cpu` controllers is bound to
 //! a v1 hierarchy: a controller can be bound to only one hierarchy, so on a hybrid machine the
 //! unified mount has none of them.
+//!
+//! One file (over 600 lines): [`BoxCgroup`] is one handle whose operations (create or adopt, add, limit,
+//! freeze, kill, remove) keep one invariant across both layouts — every process of the box
+//! is in every one of its groups; the layouts, limits, files and errors are the modules
+//! below.
 
 use std::io::{self, Write as _};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+mod error;
+mod files;
 mod layout;
 mod limits;
 mod v1;
 mod v2;
 
+pub use self::error::CgroupError;
 pub use self::limits::Limits;
-use self::{layout::*, limits::*, v1::*, v2::*};
+use self::{error::*, files::*, layout::*, limits::*, v1::*, v2::*};
 
 /// Environment variable naming the cgroup (relative to each hierarchy's root) under which
 /// `agentbox/<name>` is created. Unset: the hierarchy root.
@@ -53,108 +61,6 @@ const KILL_ROUNDS: u32 = 100;
 /// Rounds of rmdir in [`BoxCgroup::remove`] while the kernel still finishes tearing down exited
 /// processes.
 const RMDIR_ROUNDS: u32 = 100;
-
-/// Errors of cgroup management. Each variant names the path involved and says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
-    /// No cgroup could be made, and none was strictly needed (no limits were requested). A
-    /// caller may treat this as "run the box without a cgroup". [`BoxCgroup::create`] returns
-    /// it only for empty limits.
-    #[error("no usable cgroup at {path}: {reason}")]
-    Unavailable { path: PathBuf, reason: String },
-    /// Limits were requested but no cgroup can be made for them.
-    #[error(
-        "cannot apply the resource limits ({limits}): {reason} ({path}); run agentbox as root, \
-         or delegate a cgroup to this user and set {PARENT_ENV} to its path relative to the \
-         cgroup root"
-    )]
-    CannotLimit {
-        path: PathBuf,
-        reason: String,
-        limits: String,
-    },
-    /// A controller needed for `needed_for` is missing.
-    #[error("the {controller} cgroup controller is not available at {path} (needed for {needed_for}): {hint}")]
-    ControllerMissing {
-        controller: &'static str,
-        needed_for: &'static str,
-        path: PathBuf,
-        hint: String,
-    },
-    /// A limit value that cannot be applied.
-    #[error("invalid {what} {value:?}: {reason}")]
-    InvalidLimit {
-        what: &'static str,
-        value: String,
-        reason: String,
-    },
-    /// A box name that cannot be a cgroup directory name.
-    #[error("invalid box cgroup name {name:?}: {reason}")]
-    InvalidName { name: String, reason: String },
-    /// `$AGENTBOX_CGROUP_PARENT` is unusable.
-    #[error("{PARENT_ENV}={value:?} ({path}): {reason}")]
-    InvalidParent {
-        value: String,
-        path: PathBuf,
-        reason: String,
-    },
-    /// An IO operation on a cgroup file failed; `source` (from `fs_err`) names the file.
-    #[error("{what}: {source}{}", hint_suffix(.hint))]
-    Io {
-        what: String,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-        hint: String,
-    },
-    /// Processes survived every round of SIGKILL.
-    #[error(
-        "processes {pids:?} are still in {path} after {rounds} rounds of SIGKILL; they are \
-         probably stuck in uninterruptible IO (state D in /proc/PID/status): retry once that IO \
-         completes"
-    )]
-    NotEmpty {
-        path: PathBuf,
-        pids: Vec<u32>,
-        rounds: u32,
-    },
-    /// The calling process is inside the cgroup it was asked to kill.
-    #[error("refusing to kill every process in {path}: this process ({pid}) is one of them; kill the box from a process outside it")]
-    ContainsSelf { path: PathBuf, pid: u32 },
-}
-
-fn hint_suffix(hint: &str) -> String {
-    if hint.is_empty() {
-        String::new()
-    } else {
-        format!(" ({hint})")
-    }
-}
-
-impl CgroupError {
-    /// True for [`CgroupError::Unavailable`]: the box can run without a cgroup.
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, CgroupError::Unavailable { .. })
-    }
-
-    fn io(what: impl Into<String>, path: &Path, source: io::Error) -> Self {
-        CgroupError::Io {
-            what: what.into(),
-            path: path.to_owned(),
-            source,
-            hint: String::new(),
-        }
-    }
-
-    fn io_hint(what: impl Into<String>, path: &Path, source: io::Error, hint: String) -> Self {
-        CgroupError::Io {
-            what: what.into(),
-            path: path.to_owned(),
-            source,
-            hint,
-        }
-    }
-}
 
 /// The controllers this module uses. `Freezer` is a v1 hierarchy; on v2 freezing is built into
 /// every cgroup (`cgroup.freeze`).
@@ -234,160 +140,6 @@ fn validate_name(name: &str) -> Result<(), CgroupError> {
         return bad("must start with a letter or a digit");
     }
     Ok(())
-}
-
-/// The error for "a cgroup directory cannot be created here". Invariant: `Unavailable` only when
-/// no limit was requested, so a caller may always treat `Unavailable` as "no cgroup".
-fn cannot_create(limits: &Limits, path: &Path, reason: String) -> CgroupError {
-    if limits.is_empty() {
-        CgroupError::Unavailable {
-            path: path.to_owned(),
-            reason: format!(
-                "{reason}; the box runs without a cgroup (to give it one: run agentbox as root, \
-                 or delegate a cgroup to this user and set {PARENT_ENV})"
-            ),
-        }
-    } else {
-        CgroupError::CannotLimit {
-            path: path.to_owned(),
-            reason,
-            limits: limits.describe(),
-        }
-    }
-}
-
-/// Whether an IO error means "this user may not do this here".
-fn is_permission(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
-    )
-}
-
-fn read_file(path: &Path) -> Result<String, CgroupError> {
-    fs_err::read_to_string(path).map_err(|e| CgroupError::io("reading a cgroup file", path, e))
-}
-
-/// Write `value` to a cgroup control file in a single `write(2)`, as the kernel requires.
-fn write_raw(path: &Path, value: &str) -> io::Result<()> {
-    let mut f = fs_err::OpenOptions::new().write(true).open(path)?;
-    f.write_all(value.as_bytes())
-}
-
-fn write_file(path: &Path, value: &str, what: &str, hint: &str) -> Result<(), CgroupError> {
-    write_raw(path, value).map_err(|e| {
-        CgroupError::io_hint(
-            format!("{what} (writing {:?})", value.trim()),
-            path,
-            e,
-            hint.to_owned(),
-        )
-    })
-}
-
-fn is_dir(path: &Path) -> bool {
-    path.symlink_metadata().map(|m| m.is_dir()).unwrap_or(false)
-}
-
-/// Make `dir` if missing. Returns whether this call made it.
-fn ensure_dir(dir: &Path, limits: &Limits) -> Result<bool, CgroupError> {
-    match fs_err::create_dir(dir) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            if is_dir(dir) {
-                Ok(false)
-            } else {
-                Err(CgroupError::InvalidName {
-                    name: dir
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                    reason: format!("{} exists and is a cgroup control file", dir.display()),
-                })
-            }
-        }
-        Err(e) if is_permission(&e) => Err(cannot_create(
-            limits,
-            dir,
-            format!("this user may not create cgroups here ({})", e.kind()),
-        )),
-        Err(e) => Err(CgroupError::io("creating a cgroup", dir, e)),
-    }
-}
-
-/// All process ids in `dir` and its descendant cgroups. A cgroup that no longer exists has no
-/// processes.
-fn collect_procs(dir: &Path, out: &mut Vec<u32>) -> Result<(), CgroupError> {
-    let procs = dir.join("cgroup.procs");
-    match fs_err::read_to_string(&procs) {
-        Ok(text) => out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => {
-            return Err(CgroupError::io(
-                "listing the processes of a cgroup",
-                &procs,
-                e,
-            ))
-        }
-    }
-    for sub in sub_cgroups(dir)? {
-        collect_procs(&sub, out)?;
-    }
-    Ok(())
-}
-
-/// The child cgroups of `dir` (none if `dir` is gone).
-fn sub_cgroups(dir: &Path) -> Result<Vec<PathBuf>, CgroupError> {
-    let entries = match fs_err::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(CgroupError::io("listing a cgroup", dir, e)),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| CgroupError::io("listing a cgroup", dir, e))?;
-        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            out.push(entry.path());
-        }
-    }
-    Ok(out)
-}
-
-/// Remove `dir` and its descendant cgroups (which must have no processes). Tolerates `dir`
-/// being gone. Retries while the kernel reports the cgroup busy: right after SIGKILL, exiting
-/// processes may still be accounted to it.
-fn remove_tree(dir: &Path) -> Result<(), CgroupError> {
-    for sub in sub_cgroups(dir)? {
-        remove_tree(&sub)?;
-    }
-    let mut round = 0;
-    loop {
-        match fs_err::remove_dir(dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::ResourceBusy && round < RMDIR_ROUNDS => {
-                round += 1;
-                std::thread::sleep(backoff(round));
-            }
-            Err(e) => {
-                return Err(CgroupError::io_hint(
-                    "removing a cgroup",
-                    dir,
-                    e,
-                    "a process may still be inside it; kill it first".into(),
-                ))
-            }
-        }
-    }
-}
-
-/// Sleep between polling rounds: 1 ms doubling up to 50 ms.
-fn backoff(round: u32) -> Duration {
-    Duration::from_millis((1u64 << round.min(6)).min(50))
-}
-
-fn process_exists(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
 }
 
 /// One directory of the box: in v1, one per hierarchy; in v2 the only one.
@@ -808,19 +560,6 @@ pub fn size_text(b: u64) -> String {
     format!("{b} bytes")
 }
 
-/// A number from a cgroup file, `None` when it is not one.
-fn read_number(path: &Path) -> Result<Option<u64>, CgroupError> {
-    Ok(read_file(path)?.trim().parse().ok())
-}
-
-/// A v2-style limit file: a number, or `max` for none. A missing file means no limit.
-fn read_v2_max(path: &Path) -> Result<Option<u64>, CgroupError> {
-    if !path.exists() {
-        return Ok(None);
-    }
-    Ok(read_file(path)?.trim().parse().ok())
-}
-
 /// The parent cgroup's directory in the hierarchy mounted at `mount` (`parent` is relative;
 /// empty for the root, which then gets no trailing separator in messages).
 fn under(mount: &Path, parent: &Path) -> PathBuf {
@@ -834,14 +573,6 @@ fn under(mount: &Path, parent: &Path) -> PathBuf {
 /// `<mount>/<parent>/agentbox/<name>`.
 fn box_dir(mount: &Path, parent: &Path, name: &str) -> PathBuf {
     under(mount, parent).join(GROUP_DIR).join(name)
-}
-
-fn missing_parent(parent: &Path, base: &Path) -> CgroupError {
-    CgroupError::InvalidParent {
-        value: parent.display().to_string(),
-        path: base.to_owned(),
-        reason: "this cgroup does not exist; create it (or have it delegated) first".into(),
-    }
 }
 
 /// Return the box, or on error remove the directories this call created (they hold no limits

@@ -1,0 +1,16 @@
+//! A box's life, as the façade runs it: making one (`create`: settings over configuration
+//! and the one transaction; `seeding`: its workspace from the project, repositories
+//! included; `reseed`: from a checkpoint, moved to the host's present), then commit,
+//! checkout, start, stop, processes, sessions, sync, status and destroy (`ops`), and the
+//! operations on versioned directories and the store as a whole (`directories`).
+//!
+//! `ops` sits on top: it calls the others and the checkpoints, never the reverse. A running
+//! box is changed only through its provider — decided in `ops`, once; nothing here runs a
+//! box's processes itself, and nothing below (records, configuration, checkpoints) calls
+//! back up into it.
+
+pub mod create;
+pub mod directories;
+pub mod ops;
+pub mod reseed;
+pub mod seeding;

@@ -1,0 +1,534 @@
+//! The façade's lifecycle operations, with typed inputs and results: create (from the
+//! project's checkpoint when it has one), commit, checkout, start, stop, processes, exec,
+//! spawn, sessions, kill, sync, status and destroy.
+//!
+//! A front end (the CLI; later the MCP server and the web view) builds one [`Boxes`] with
+//! the provider it picked, calls one operation per command, and renders what it returns.
+//! The façade decides what goes through the box's provider and what through the store —
+//! "a running box is changed only through its provider" is decided here, once.
+
+use agentbox_sandbox::proto::Network;
+use agentbox_store::{CommitOpts, Node};
+use serde::Serialize;
+
+use crate::facade::Boxes;
+use crate::lifecycle::create::{Created, Spec};
+use crate::progress::Progress;
+use crate::provider::OnBox;
+use crate::records::record::{self, BoxDirs, BoxRecord};
+use crate::types::{ProcInfo, SyncedRepo};
+use crate::{BoxError, Result};
+
+/// The file of a box's inbox (`/run/agentbox/ctl/` inside it) listing the paths where the
+/// host's carried-over work met what the box's checkpoint held (one per line).
+pub const RESYNC_CONFLICTS: &str = "resync-conflicts";
+
+/// A checkout's result.
+#[derive(Debug)]
+pub struct CheckedOut {
+    /// The node HEAD is on now.
+    pub node: Node,
+    /// The box's processes killed for it (0 for a stopped box or an environment).
+    pub killed: usize,
+}
+
+/// A box branch as `status` shows it.
+#[derive(Debug, Serialize)]
+pub struct BranchStatus {
+    /// The host repository.
+    pub repository: std::path::PathBuf,
+    pub branch: String,
+    /// The branch's tip in the host repository (`None`: not synced yet, or deleted).
+    pub tip: Option<String>,
+    /// The host branch compared with (the one checked out in the host repository).
+    pub against: Option<String>,
+    /// Commits of the box branch not on `against`, and the reverse.
+    pub ahead: Option<u64>,
+    pub behind: Option<u64>,
+    /// Uncommitted paths in the box's repository (`None` when they cannot be told: the
+    /// box is stopped — they are read inside it).
+    pub dirty: Option<Vec<String>>,
+}
+
+/// Whether a box runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BoxState {
+    Running,
+    Stopped,
+}
+
+impl BoxState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BoxState::Running => "running",
+            BoxState::Stopped => "stopped",
+        }
+    }
+}
+
+/// A box's status. Its JSON is the record's fields and the status's own in one object
+/// (the record's `capture` is the auto-capture setting; `capture_state` how it is doing).
+#[derive(Debug, Serialize)]
+pub struct BoxStatus {
+    #[serde(flatten)]
+    pub record: BoxRecord,
+    pub branches: Vec<BranchStatus>,
+    pub state: BoxState,
+    pub processes: usize,
+    pub base: String,
+    /// The network as a person reads it (`private (published 8080->8123)`). Not named
+    /// `network`: the record's own `network` (`host`, `private`, `none`) is flattened into
+    /// the same JSON object, and a key must appear once.
+    pub network_shown: String,
+    /// How auto-capture is doing in the running box (`None`: stopped, or capture off).
+    pub capture_state: Option<crate::types::CaptureHealth>,
+    pub limits: String,
+    /// The running box's private in-memory mounts and their use (empty: stopped).
+    pub scratch: Vec<crate::types::ScratchUse>,
+    /// The host ids the running box's root is (`None`: host root, or stopped).
+    pub box_root: Option<agentbox_sandbox::proto::IdRange>,
+    /// Paths changed in the box's layer since HEAD (what the next node would hold).
+    pub changed: usize,
+}
+
+impl Boxes {
+    /// Make a box (see [`crate::lifecycle::create`]); from a checkpoint (the one named, else the
+    /// project's default) its repositories are moved to the host's present inside it (see
+    /// [`crate::lifecycle::reseed`]), and it is left running.
+    pub fn create(&self, spec: &Spec, progress: &dyn Progress) -> Result<Created> {
+        let project = match &spec.workspace {
+            crate::lifecycle::create::Workspace::From(d)
+            | crate::lifecycle::create::Workspace::ProjectOf(d) => crate::project::find_root(d),
+            crate::lifecycle::create::Workspace::Empty => None,
+        };
+        let wanted = match (&spec.checkpoint, spec.no_checkpoint) {
+            (Some(c), _) => Some(c.clone()),
+            (None, false) => {
+                crate::checkpoints::checkpoint::default_of(&self.home, project.as_deref())?
+            }
+            (None, true) => None,
+        };
+        let Some(wanted) = wanted else {
+            return crate::lifecycle::create::create(
+                &self.home,
+                spec,
+                self.provider.kind(),
+                progress,
+                None,
+            );
+        };
+        let found = self.checkpoint(project.as_deref(), &wanted)?;
+        match found.state {
+            crate::checkpoints::checkpoint::Freshness::Fresh => {}
+            crate::checkpoints::checkpoint::Freshness::NodeMissing => {
+                return Err(BoxError::CheckpointUnusable {
+                    name: wanted,
+                    why: "its node is gone".into(),
+                })
+            }
+            crate::checkpoints::checkpoint::Freshness::BaseMissing => {
+                return Err(BoxError::CheckpointUnusable {
+                    name: wanted,
+                    why: format!(
+                        "its base image {:?} is gone",
+                        found.manifest.base.image.as_deref().unwrap_or("")
+                    ),
+                })
+            }
+            crate::checkpoints::checkpoint::Freshness::Stale if !spec.accept_stale => {
+                return Err(BoxError::CheckpointStale { name: wanted })
+            }
+            crate::checkpoints::checkpoint::Freshness::Stale => progress.note(&format!(
+                "agentbox: warning: checkpoint {wanted:?} was made on a base that has changed since (system packages or image); its installed files may not match. Recreate it: create a box with --no-checkpoint, set it up, then `agentbox checkpoint create --name {wanted} --replace`"
+            )),
+        }
+        let mut spec = spec.clone();
+        let config = crate::config::Config::load(&self.home, project.as_deref())
+            .map_err(|e| BoxError::Config(Box::new(e)))?
+            .effective();
+        spec.resync = Some(spec.resync.unwrap_or(config.resync_on_start));
+        let mut created = crate::lifecycle::create::create(
+            &self.home,
+            &spec,
+            self.provider.kind(),
+            progress,
+            Some(&found.manifest),
+        )?;
+        let name = created.record.name.to_string();
+        let stage = created
+            .reseed
+            .take()
+            .expect("a box made from a checkpoint has a stage");
+        let finished = (|| {
+            let mut conflicts = Vec::new();
+            progress.busy(
+                "moving the checkpoint's repositories to the host's commit",
+                &mut || {
+                    conflicts = self.finish_reseed(&name, &stage, &wanted)?;
+                    Ok(())
+                },
+            )?;
+            let rec = crate::records::registry::update(&self.home, &name, |r| {
+                r.resync_conflicts = conflicts.clone();
+            })?;
+            let dirs = BoxDirs::new(&self.home, &name);
+            // Readable by the agents in the box, at /run/agentbox/ctl/resync-conflicts.
+            let mut text = conflicts.join("\n");
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            fs_err::write(dirs.inbox().join(RESYNC_CONFLICTS), text)?;
+            Ok::<_, BoxError>(rec)
+        })();
+        match finished {
+            Ok(rec) => {
+                created.head = self.store()?.env(&name)?.head.into_string();
+                created.record = rec;
+                Ok(created)
+            }
+            Err(e) => {
+                let _ = self.destroy(&name, false, &crate::progress::Quiet);
+                Err(e)
+            }
+        }
+    }
+
+    /// Commit environment `env` of `store`: a running box through its provider (which
+    /// serialises it with auto-capture), anything else in the store.
+    pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
+        let store = self.store()?;
+        if self.is_box(env) {
+            if let OnBox::Running(id) =
+                self.provider
+                    .commit(env, &opts.message, opts.command.as_deref())?
+            {
+                let id = id.ok_or_else(|| {
+                    BoxError::Supervisor(format!("box {env:?} made no node for the commit"))
+                })?;
+                return Ok(store.node(&id)?);
+            }
+        }
+        Ok(store.commit(env, opts)?)
+    }
+
+    /// Check out `reference` in `env`: a running box through its provider (which kills its
+    /// processes unless `keep_processes`), anything else in the store.
+    pub fn checkout(&self, env: &str, reference: &str, keep_processes: bool) -> Result<CheckedOut> {
+        let store = self.store()?;
+        if self.is_box(env) {
+            if let OnBox::Running(done) = self.provider.checkout(env, reference, keep_processes)? {
+                return Ok(CheckedOut {
+                    node: store.node(&done.node)?,
+                    killed: done.killed,
+                });
+            }
+        }
+        Ok(CheckedOut {
+            node: store.checkout(env, reference)?,
+            killed: 0,
+        })
+    }
+
+    pub fn start(&self, name: &str) -> Result<()> {
+        self.ours(name)?;
+        self.provider.start(name)
+    }
+
+    /// Stop box `name`; whether it was running.
+    pub fn stop(&self, name: &str) -> Result<bool> {
+        self.provider.stop(name)
+    }
+
+    /// The running box's processes, then the last ones that ended (with their `exit`;
+    /// none when the box is stopped).
+    pub fn processes(&self, name: &str) -> Result<Vec<ProcInfo>> {
+        Ok(self.provider.processes(name)?.running().unwrap_or_default())
+    }
+
+    /// Run `command` in box `name` (started when it is not running), attached to this
+    /// process's standard input and output, until it ends.
+    pub fn exec(
+        &self,
+        name: &str,
+        command: crate::provider::Command,
+    ) -> Result<crate::types::ExecOutcome> {
+        self.ours(name)?;
+        self.provider.exec(name, command)
+    }
+
+    /// Start `command` in the background in box `name`.
+    pub fn spawn(
+        &self,
+        name: &str,
+        command: crate::provider::Command,
+    ) -> Result<crate::provider::Started> {
+        self.ours(name)?;
+        self.provider.spawn(name, command)
+    }
+
+    /// Start a session in box `name` (started when it is not running): `spec`'s command
+    /// on a terminal the box's provider owns, which outlives this process (see
+    /// [`crate::sessions`]).
+    pub fn start_session(
+        &self,
+        name: &str,
+        spec: crate::sessions::SessionSpec,
+    ) -> Result<crate::sessions::SessionInfo> {
+        self.ours(name)?;
+        if let Some(n) = &spec.name {
+            crate::sessions::check_name(n)?;
+        }
+        self.provider.start_session(name, spec)
+    }
+
+    /// Box `name`'s sessions, running and exited (none when the box is stopped: sessions
+    /// end with it).
+    pub fn sessions(&self, name: &str) -> Result<Vec<crate::sessions::SessionInfo>> {
+        Ok(self
+            .provider
+            .sessions(name, false)?
+            .running()
+            .map(|(all, _)| all)
+            .unwrap_or_default())
+    }
+
+    /// Remove box `name`'s exited sessions that no terminal is attached to; the ones
+    /// removed.
+    pub fn prune_sessions(&self, name: &str) -> Result<Vec<crate::sessions::SessionInfo>> {
+        Ok(self
+            .provider
+            .sessions(name, true)?
+            .running()
+            .map(|(_, pruned)| pruned)
+            .unwrap_or_default())
+    }
+
+    /// Attach this process's terminal (or standard input and output) to session `session`
+    /// of the running box `name` (`None`: its only one) until it detaches or the session's
+    /// process ends. The detach key, when `opts` has none, is the `session.detachKey`
+    /// configuration of the box's project.
+    pub fn attach(
+        &self,
+        name: &str,
+        session: Option<&str>,
+        opts: crate::sessions::AttachOpts,
+    ) -> Result<crate::sessions::AttachOutcome> {
+        self.ours(name)?;
+        if !self.provider.is_running(name)? {
+            return Err(BoxError::NotRunning { name: name.into() });
+        }
+        let mut opts = opts;
+        if opts.detach_key.is_none() {
+            opts.detach_key = Some(self.detach_key(name)?);
+        }
+        self.provider.attach(name, session, &opts)
+    }
+
+    /// The detach key of box `name`: `session.detachKey` as its project's configuration
+    /// layers set it.
+    pub fn detach_key(&self, name: &str) -> Result<crate::sessions::DetachKey> {
+        let rec = record::read(&self.home, name)?;
+        let config = crate::config::Config::load(&self.home, rec.project.as_deref())
+            .map_err(|e| BoxError::Config(Box::new(e)))?;
+        Ok(config.effective().detach_key)
+    }
+
+    /// Signal process `target` of the running box `name`.
+    pub fn kill(&self, name: &str, target: u64, signal: i32) -> Result<()> {
+        match self.provider.kill(name, target, signal)? {
+            OnBox::Running(()) => Ok(()),
+            OnBox::Stopped => Err(BoxError::NotRunning { name: name.into() }),
+        }
+    }
+
+    /// Bring every branch of box `rec` into its host repository now.
+    pub fn sync(&self, rec: &BoxRecord) -> Result<Vec<SyncedRepo>> {
+        if rec.repos.is_empty() {
+            return Err(BoxError::NoRepositories {
+                name: rec.name.to_string(),
+            });
+        }
+        self.provider.sync(&rec.name)
+    }
+
+    /// Remove box `name`: stop it, its provider's state, the base pins in its host
+    /// repositories (with `delete_branch`, its branches too), its environment and its
+    /// directory; its working files are deleted by [`crate::provider::Provider::remove_discarded`] (perhaps
+    /// after this returns). Returns the branches deleted; what could not be removed is noted on
+    /// `progress` (and retried by `prune`).
+    pub fn destroy(
+        &self,
+        name: &str,
+        delete_branch: bool,
+        progress: &dyn Progress,
+    ) -> Result<Vec<String>> {
+        let mut timer = agentbox_core::timing::Timer::start("destroy");
+        let store = self.store()?;
+        let mut deleted = Vec::new();
+        let mut unpinned = true;
+        self.provider.stop(name)?;
+        timer.lap("stop");
+        self.provider.forget(name);
+        timer.lap("cgroup");
+        for git in record::read(&self.home, name)
+            .map(|r| r.repos)
+            .unwrap_or_default()
+        {
+            // The base pins go with the box; its branches stay (they are the user's work).
+            if let Err(e) = agentbox_git::unpin(&git.repo, name) {
+                unpinned = false;
+                progress.note(&format!(
+                    "agentbox: could not remove refs/agentbox/{name}/ from {}: {e}",
+                    git.repo.display()
+                ));
+            }
+            if delete_branch {
+                match agentbox_git::delete_branch(&git.repo, &git.branch) {
+                    Ok(()) => deleted.push(git.branch.clone()),
+                    Err(e) => progress.note(&format!(
+                        "agentbox: kept branch {} in {}: {e}",
+                        git.branch,
+                        git.repo.display()
+                    )),
+                }
+            }
+        }
+        if unpinned {
+            // Kept otherwise: `prune` retries the refs that could not be removed.
+            crate::records::registry::forget_pins(&self.home, name)?;
+        }
+        timer.lap("git");
+        // Its working files are only set aside here: deleting them costs one unlink per file
+        // (seconds for a box that installed `node_modules`), left to the provider below.
+        let discarded = match store.env(name) {
+            Ok(_) => store.discard_env(name)?,
+            Err(_) => None,
+        };
+        timer.lap("environment");
+        let dirs = BoxDirs::new(&self.home, name);
+        // The record goes first: without it the box no longer exists.
+        let _ = fs_err::remove_file(dirs.record());
+        fs_err::remove_dir_all(&dirs.dir)?;
+        timer.lap("box directory");
+        if let Some(d) = discarded {
+            self.provider.remove_discarded(store, &d)?;
+            timer.lap("working files");
+        }
+        Ok(deleted)
+    }
+
+    /// Box `name`'s status: its record, state, branches (ahead/behind the host's checked-out
+    /// branch, uncommitted paths read inside the running box), limits and health.
+    pub fn status(&self, name: &str) -> Result<BoxStatus> {
+        let store = self.store()?;
+        let rec = record::read(&self.home, name)?;
+        let health = self.provider.health(name)?.running();
+        let state = if health.is_some() {
+            BoxState::Running
+        } else {
+            BoxState::Stopped
+        };
+        let processes = self
+            .processes(name)?
+            .iter()
+            .filter(|p| p.exit.is_none())
+            .count();
+        let health = health.unwrap_or_default();
+        let l = &rec.limits;
+        let mut limits = Vec::new();
+        if let Some(m) = l.memory_bytes {
+            limits.push(format!("memory {}", agentbox_core::units::bytes(m)));
+        }
+        match (l.pids, health.pids_limit) {
+            (Some(p), _) => limits.push(format!("{p} processes")),
+            (None, Some(p)) => limits.push(format!("{p} processes (default)")),
+            (None, None) => {}
+        }
+        if let Some(c) = l.cpus {
+            limits.push(format!("{c} CPUs"));
+        }
+        // The store's counters: how much the box wrote against its disk limit.
+        match store.disk_usage(name) {
+            Ok(Some(d)) => limits.push(match d.used {
+                Some(used) => format!(
+                    "disk {} of {}",
+                    agentbox_core::units::bytes(used),
+                    agentbox_core::units::bytes(d.limit)
+                ),
+                None => format!("disk {}", agentbox_core::units::bytes(d.limit)),
+            }),
+            Ok(None) => {}
+            Err(e) => limits.push(format!("disk unknown ({e})")),
+        }
+        // The box's repositories are read only inside the box: a stopped box's
+        // uncommitted paths are not known.
+        let dirty = if rec.repos.is_empty() {
+            Vec::new()
+        } else {
+            self.provider.dirty(name)?.running().unwrap_or_default()
+        };
+        let branches = rec
+            .repos
+            .iter()
+            .enumerate()
+            .map(|(i, git)| {
+                let tip = agentbox_git::branch_tip(&git.repo, &git.branch, &git.objects)
+                    .ok()
+                    .flatten();
+                let against = agentbox_git::current_branch(&git.repo).ok().flatten();
+                let (ahead, behind) = match (&tip, &against) {
+                    (Some(_), Some(a)) => agentbox_git::ahead_behind(&git.repo, &git.branch, a)
+                        .map(|(x, y)| (Some(x), Some(y)))
+                        .unwrap_or((None, None)),
+                    _ => (None, None),
+                };
+                BranchStatus {
+                    repository: git.repo.clone(),
+                    branch: git.branch.clone(),
+                    tip,
+                    against,
+                    ahead,
+                    behind,
+                    dirty: dirty.get(i).cloned().flatten(),
+                }
+            })
+            .collect();
+        Ok(BoxStatus {
+            branches,
+            state,
+            processes,
+            base: match &rec.image {
+                Some(i) => format!("image {i}"),
+                None => "the host's /".to_owned(),
+            },
+            network_shown: match rec.network {
+                Network::Host => "host".to_owned(),
+                Network::None => "none (loopback only)".to_owned(),
+                Network::Private if rec.publish.is_empty() => "private".to_owned(),
+                Network::Private => format!(
+                    "private (published {})",
+                    rec.publish
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+            capture_state: health.capture,
+            scratch: health.scratch,
+            box_root: health.box_root,
+            limits: if limits.is_empty() {
+                "none".to_owned()
+            } else {
+                limits.join(", ")
+            },
+            changed: record::counted_changes(
+                &record::ignore_set(&rec),
+                &store.changed_paths(name)?,
+            )
+            .len(),
+            record: rec,
+        })
+    }
+}
