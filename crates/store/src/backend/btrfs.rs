@@ -229,9 +229,11 @@ impl BtrfsBackend {
     /// change since then, so HEAD's layer plus the latest changes is exactly the box's tree.
     /// Overlay markers are kept literally: a box's layer sits on top of its base.
     fn commit_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {
+        let mut timer = agentbox_core::timing::Timer::start("btrfs commit");
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        timer.lap("snapshot");
         // The applied changes are ordinary writes: they need the store's sync.
         self.durability.mark_unsynced();
         let diff = dirs.work.join(format!("capture-{id}"));
@@ -239,7 +241,9 @@ impl BtrfsBackend {
         fs_err::create_dir_all(&diff)?;
         let opaque = self.opaque_xattr();
         let result = LayersBackend::capture_into(dirs, &diff, opaque).and_then(|captured| {
+            timer.lap("capture");
             crate::backend::apply::apply_overlay_layer(&diff, &tmp, opaque, None)?;
+            timer.lap("apply");
             if let Some(base) = &dirs.base {
                 // The layer is the box's whole tree over its base: a whiteout in a directory
                 // the base lacks hides nothing, and overlayfs would list its name there.
@@ -247,10 +251,14 @@ impl BtrfsBackend {
             }
             Ok(captured)
         });
+        timer.lap("whiteouts");
         remove_any(&diff)?;
+        timer.lap("remove the capture");
         let (now, paths) = result?;
         LayersBackend::stage_marks(dirs, now)?;
+        timer.lap("marks");
         let record = self.publish_layer(&layers, &tmp_name, id)?;
+        timer.lap("publish");
         // The new layer is the previous one with exactly these paths changed.
         let base = chain.first().map(|l| l.id.clone());
         Listing::new(base, paths.iter().map(PathBuf::as_path)).write(&layers, id)?;
@@ -529,9 +537,11 @@ impl Backend for BtrfsBackend {
         over_base: bool,
         base: Option<&crate::backend::BoxBase>,
     ) -> Result<LayerRecord> {
+        let mut timer = agentbox_core::timing::Timer::start("btrfs commit");
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        timer.lap("snapshot");
         // The edits are ordinary writes: they need the store's sync.
         self.durability.mark_unsynced();
         // The layer is the box's whole tree: whiteouts only where they hide something.
