@@ -74,7 +74,7 @@ impl Engine {
                     Docker::connect_with_http(host, REQUEST_TIMEOUT_SECS, version)
                 }
             })
-            .map_err(|e| unreachable(e.to_string()))?;
+            .map_err(|e| unreachable(reason(&e)))?;
         let answer =
             rt.block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, docker.version()).await });
         let v = match answer {
@@ -84,7 +84,7 @@ impl Engine {
                     CONNECT_TIMEOUT.as_secs()
                 )))
             }
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Err(e)) => return Err(unreachable(reason(&e))),
             Ok(Ok(v)) => v,
         };
         let api_text = v.api_version.clone().unwrap_or_default();
@@ -103,7 +103,7 @@ impl Engine {
         // Speak the engine's version when it is older than the client's.
         let docker = rt
             .block_on(docker.negotiate_version())
-            .map_err(|e| unreachable(e.to_string()))?;
+            .map_err(|e| unreachable(reason(&e)))?;
         Ok(Engine {
             docker,
             rt,
@@ -155,12 +155,30 @@ pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
     )
 }
 
-/// The engine's own message when it gave one, else the client's.
+/// The engine's own message when it gave one, else the client's with every cause below
+/// it: for a remote engine the cause is what says what went wrong (`client error
+/// (Connect)` alone does not; the TLS alert or ssh's refusal under it does).
 fn reason(e: &bollard::errors::Error) -> String {
     match e {
         bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
-        other => other.to_string(),
+        other => with_causes(other),
     }
+}
+
+/// `e` and its sources, `outer: inner: innermost`, each said once (a wrapper often
+/// repeats its source's text).
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// `1.41` → (1, 41).
@@ -172,6 +190,35 @@ fn parse_api(v: &str) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn a_reason_carries_every_cause_once() {
+        let e = Layer(
+            "client error (Connect)",
+            Some(Box::new(Layer(
+                "ssh: Permission denied",
+                Some(Box::new(Layer("Permission denied", None))),
+            ))),
+        );
+        assert_eq!(
+            with_causes(&e),
+            "client error (Connect): ssh: Permission denied"
+        );
+        assert_eq!(with_causes(&Layer("alone", None)), "alone");
+    }
 
     #[test]
     fn api_versions_parse_and_order() {
