@@ -520,15 +520,18 @@ fn remove_slot(slot: u8, dir: Option<&Path>) {
                 .args(["netns", "pids", &ns])
                 .output()
                 .expect("ip netns pids");
-            let pids: Vec<i32> = String::from_utf8_lossy(&out.stdout)
+            let in_ns: Vec<u32> = String::from_utf8_lossy(&out.stdout)
                 .split_whitespace()
                 .filter_map(|p| p.parse().ok())
                 .collect();
-            if pids.is_empty() {
+            if in_ns.is_empty() {
                 break;
             }
-            for pid in &pids {
-                signal(*pid as u32, rustix::process::Signal::KILL);
+            // A container's processes are in namespaces of their own, below the shims
+            // of this one: killed with them (the engine, when it could still stop, has
+            // stopped them already).
+            for pid in with_descendants(&in_ns) {
+                signal(pid, rustix::process::Signal::KILL);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -546,9 +549,83 @@ fn remove_slot(slot: u8, dir: Option<&Path>) {
         .stderr(Stdio::null())
         .status();
     if let Some(dir) = dir.filter(|d| d.exists()) {
+        remove_cgroups(&dir.join("data/containers"));
         crate::unmount_below(dir);
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// The cgroups of the containers whose state is in `containers` (one directory per id):
+/// an engine that was killed leaves them behind. A cgroup goes once its processes are gone,
+/// which takes a moment after they were killed.
+fn remove_cgroups(containers: &Path) {
+    let Ok(ids) = std::fs::read_dir(containers) else {
+        return;
+    };
+    let ids: Vec<String> = ids
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    let root = Path::new("/sys/fs/cgroup");
+    // cgroup v1 has a hierarchy per controller, v2 one; the engine's cgroupfs driver uses
+    // `docker/ID`, its systemd driver `system.slice/docker-ID.scope`.
+    let mut hierarchies = vec![root.to_owned()];
+    if let Ok(d) = std::fs::read_dir(root) {
+        hierarchies.extend(d.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    for id in &ids {
+        for h in &hierarchies {
+            for cg in [
+                h.join("docker").join(id),
+                h.join("system.slice").join(format!("docker-{id}.scope")),
+            ] {
+                for _ in 0..50 {
+                    if !cg.exists() || std::fs::remove_dir(&cg).is_ok() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+}
+
+/// `roots` and every process below them.
+fn with_descendants(roots: &[u32]) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(ppid) = ppid {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut all: Vec<u32> = roots.to_vec();
+    let mut i = 0;
+    while i < all.len() {
+        let p = all[i];
+        let children: Vec<u32> = parent_of
+            .iter()
+            .filter(|(c, pp)| *pp == p && !all.contains(c))
+            .map(|(c, _)| *c)
+            .collect();
+        all.extend(children);
+        i += 1;
+    }
+    all
 }
 
 fn signal(pid: u32, sig: rustix::process::Signal) {
