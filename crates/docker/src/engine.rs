@@ -7,6 +7,7 @@ use std::time::Duration;
 use bollard::Docker;
 
 use crate::endpoint::Endpoint;
+use crate::ssh::{SshMaster, SshTarget};
 use crate::{DockerError, Result};
 
 /// The oldest Engine API agentbox speaks: Docker 20.10's. Everything this crate asks of an
@@ -29,6 +30,9 @@ pub struct Engine {
     /// The engine's own version (`28.2.2`) and API version.
     version: String,
     api: (usize, usize),
+    /// For an `ssh://` engine, the ssh connection its connections share; closed after
+    /// them (fields drop in order).
+    _ssh: Option<SshMaster>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -55,12 +59,39 @@ impl Engine {
         let host = endpoint.host.as_str();
         // bollard's constructors only build the client (the ssh one needs the runtime); the
         // first request is what connects.
+        let ssh = if host.starts_with("ssh://") {
+            let target = SshTarget::parse(host).map_err(|why| DockerError::BadHost {
+                host: host.to_owned(),
+                why,
+            })?;
+            Some(SshMaster::new(target)?)
+        } else {
+            None
+        };
         let docker = rt
             .block_on(async {
-                if host.starts_with("unix://") {
+                if let Some(ssh) = &ssh {
+                    let client = hyper_util::client::legacy::Client::builder(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .build(ssh.connector());
+                    Docker::connect_with_custom_transport(
+                        move |req: bollard::BollardRequest| {
+                            let client = client.clone();
+                            async move {
+                                client
+                                    .request(req)
+                                    .await
+                                    .map_err(bollard::errors::Error::from)
+                            }
+                        },
+                        // Only the path of the URL travels; the engine ignores the host.
+                        Some("http://ssh"),
+                        REQUEST_TIMEOUT_SECS,
+                        version,
+                    )
+                } else if host.starts_with("unix://") {
                     Docker::connect_with_unix(host, REQUEST_TIMEOUT_SECS, version)
-                } else if host.starts_with("ssh://") {
-                    Docker::connect_with_ssh(host, REQUEST_TIMEOUT_SECS, version, None)
                 } else if let Some(tls) = &endpoint.tls {
                     Docker::connect_with_ssl(
                         host,
@@ -84,7 +115,27 @@ impl Engine {
                     CONNECT_TIMEOUT.as_secs()
                 )))
             }
-            Ok(Err(e)) => return Err(unreachable(reason(&e))),
+            Ok(Err(e)) => {
+                let mut why = reason(&e);
+                if let Some(ssh) = &ssh {
+                    // ssh's own words (a refused login, an unknown host key) say more
+                    // than the broken connection; they arrive as the process ends.
+                    let said = rt.block_on(async {
+                        for _ in 0..50 {
+                            let said = ssh.complaint();
+                            if !said.is_empty() {
+                                return said;
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        String::new()
+                    });
+                    if !said.is_empty() {
+                        why = format!("{why}; ssh said: {said}");
+                    }
+                }
+                return Err(unreachable(why));
+            }
             Ok(Ok(v)) => v,
         };
         let api_text = v.api_version.clone().unwrap_or_default();
@@ -110,6 +161,7 @@ impl Engine {
             endpoint,
             version: v.version.unwrap_or_default(),
             api,
+            _ssh: ssh,
         })
     }
 
