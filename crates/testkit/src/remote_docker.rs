@@ -14,8 +14,9 @@
 //! `dockerd.log`, `tls/` (CA, server certificate and key), `client/` and `untrusted/`
 //! (`ca.pem`, `cert.pem`, `key.pem` as `DOCKER_CERT_PATH` wants them; the untrusted client
 //! certificate is signed by another CA), `ssh/` (host key, client key, `authorized_keys.USER`,
-//! `known_hosts`, `sshd_config`, `config`, `sshd.log`), `bin/ssh` (the wrapper), `state/`
-//! (`XDG_STATE_HOME`, where the ssh client library keeps its control sockets).
+//! `known_hosts`, `sshd_config`, `config`, `sshd.log`; `counted` is a second client key, used
+//! for the host alias [`COUNTED_HOST`] only, so that a test can count its logins), `bin/ssh`
+//! (the wrapper).
 //!
 //! Concurrent test processes each get a slot `N` (a lock file): network namespace
 //! `agentbox-rd<N>`, veths `abrd<N>h`/`abrd<N>n`, addresses `198.18.N.1` (host) and
@@ -34,6 +35,9 @@ use crate::tier;
 
 /// Slots tried for concurrent fixtures.
 const SLOTS: u8 = 64;
+/// A host name only the fixture's ssh configuration knows: the namespace's address, logged
+/// into with a key of its own.
+pub const COUNTED_HOST: &str = "agentbox-counted";
 /// The engine's TLS port.
 pub const TLS_PORT: u16 = 2376;
 /// How long the engine and sshd may take to listen.
@@ -49,7 +53,7 @@ pub struct RemoteDocker {
     ns_ip: Ipv4Addr,
     dockerd: Option<Child>,
     sshd: Option<Child>,
-    /// The environment as it was before the fixture changed `PATH` and `XDG_STATE_HOME`.
+    /// The environment as it was before the fixture changed `PATH`.
     saved_env: Vec<(&'static str, Option<std::ffi::OsString>)>,
     /// Held for the fixture's life: the slot is ours.
     _slot_lock: fs_err::File,
@@ -116,6 +120,30 @@ impl RemoteDocker {
     /// `ssh://root@IP`: `docker system dial-stdio` on the other side reaches this engine.
     pub fn ssh_host(&self) -> String {
         format!("ssh://root@{}", self.ns_ip)
+    }
+
+    /// `ssh://root@COUNTED_HOST`: the same engine over ssh with a key of its own, whose
+    /// logins [`Self::counted_logins`] counts.
+    pub fn counted_ssh_host(&self) -> String {
+        format!("ssh://root@{COUNTED_HOST}")
+    }
+
+    /// How many times sshd let the key of [`Self::counted_ssh_host`] in.
+    pub fn counted_logins(&self) -> usize {
+        let ssh = self.dir().join("ssh");
+        let out = Command::new("ssh-keygen")
+            .arg("-lf")
+            .arg(ssh.join("counted.pub"))
+            .output()
+            .expect("ssh-keygen -l");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let fingerprint = text.split_whitespace().nth(1).expect("a fingerprint");
+        // `Accepted publickey for root from 198.18.0.1 port 40000 ssh2: ED25519 SHA256:…`
+        fs_err::read_to_string(ssh.join("sshd.log"))
+            .expect("sshd log")
+            .lines()
+            .filter(|l| l.contains("Accepted publickey") && l.ends_with(fingerprint))
+            .count()
     }
 
     /// A directory with `ca.pem`, `cert.pem`, `key.pem` of a client the engine trusts.
@@ -295,7 +323,7 @@ impl RemoteDocker {
     fn start_sshd(&mut self) {
         let ssh = self.dir().join("ssh");
         fs_err::create_dir_all(&ssh).expect("ssh dir");
-        for key in ["host_key", "id"] {
+        for key in ["host_key", "id", "counted"] {
             run(
                 "ssh-keygen",
                 &[
@@ -324,13 +352,11 @@ impl RemoteDocker {
         .expect("known_hosts");
         // root runs the engine's dial-stdio; `nobody` may log in too, but has no shell to
         // run it with (a far side without a usable docker); any other user is refused.
-        for user in ["root", "nobody"] {
-            fs_err::copy(
-                ssh.join("id.pub"),
-                ssh.join(format!("authorized_keys.{user}")),
-            )
+        let id = fs_err::read_to_string(ssh.join("id.pub")).expect("id.pub");
+        let counted = fs_err::read_to_string(ssh.join("counted.pub")).expect("counted.pub");
+        fs_err::write(ssh.join("authorized_keys.root"), format!("{id}{counted}"))
             .expect("authorized_keys");
-        }
+        fs_err::write(ssh.join("authorized_keys.nobody"), id).expect("authorized_keys");
         // `docker system dial-stdio` on the far side must reach this engine, not the
         // host's: the session's DOCKER_HOST says which.
         let config = format!(
@@ -373,14 +399,14 @@ impl RemoteDocker {
     }
 
     /// The client side: `ssh` on `PATH` becomes a wrapper reading the fixture's own
-    /// configuration (its key, the host key it expects), and the ssh library's control
-    /// sockets go to the fixture's directory.
+    /// configuration (its key, the host key it expects).
     fn ssh_client(&mut self) {
         let d = self.dir().to_owned();
         let ssh = d.join("ssh");
         let config = format!(
-            "Host *\n  IdentityFile {ssh}/id\n  IdentitiesOnly yes\n  UserKnownHostsFile {ssh}/known_hosts\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  BatchMode yes\n  LogLevel ERROR\n",
-            ssh = ssh.display()
+            "Host {COUNTED_HOST}\n  HostName {ip}\n  IdentityFile {ssh}/counted\nHost *\n  IdentityFile {ssh}/id\n  IdentitiesOnly yes\n  UserKnownHostsFile {ssh}/known_hosts\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  BatchMode yes\n  LogLevel ERROR\n",
+            ssh = ssh.display(),
+            ip = self.ns_ip,
         );
         fs_err::write(ssh.join("config"), config).expect("ssh config");
         let real = which("ssh").expect("ssh on PATH");
@@ -400,21 +426,16 @@ impl RemoteDocker {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .expect("chmod ssh wrapper");
-        fs_err::create_dir_all(d.join("state")).expect("state dir");
         let old_path = std::env::var_os("PATH");
         let mut paths = vec![bin];
         paths.extend(std::env::split_paths(
             old_path.as_deref().unwrap_or_default(),
         ));
         let new_path = std::env::join_paths(paths).expect("PATH");
-        self.saved_env = vec![
-            ("PATH", old_path),
-            ("XDG_STATE_HOME", std::env::var_os("XDG_STATE_HOME")),
-        ];
+        self.saved_env = vec![("PATH", old_path)];
         // Tests of this binary share the fixture, and it is made under SHARED's lock
         // before any of them connects.
         std::env::set_var("PATH", new_path);
-        std::env::set_var("XDG_STATE_HOME", d.join("state"));
     }
 
     /// Wait until `ready`, or panic with the logs when the daemons died or time ran out.
