@@ -14,8 +14,9 @@ use crate::{DockerError, Result};
 /// engine (exec with a TTY size, commit with changes, labels on images) is there.
 pub const MIN_API: (usize, usize) = (1, 41);
 
-/// How long one request may take before the engine counts as unreachable. Long requests
-/// (a commit, an import) stream and are bounded by the engine itself.
+/// How long one request may take before the engine counts as unreachable (the default
+/// of [`Engine::set_request_timeout`]). Long answers (a build's output, an exec's streams)
+/// stream and are bounded by the engine itself; uploads see [`crate::upload`].
 const REQUEST_TIMEOUT_SECS: u64 = 600;
 
 /// How long the first answer may take: an engine that does not answer `/version` in this
@@ -30,6 +31,7 @@ pub struct Engine {
     /// The engine's own version (`28.2.2`) and API version.
     version: String,
     api: (usize, usize),
+    request_timeout: Duration,
     /// For an `ssh://` engine, the ssh connection its connections share; closed after
     /// them (fields drop in order).
     _ssh: Option<SshMaster>,
@@ -57,8 +59,7 @@ impl Engine {
             .build()?;
         let version = bollard::API_DEFAULT_VERSION;
         let host = endpoint.host.as_str();
-        // bollard's constructors only build the client (the ssh one needs the runtime); the
-        // first request is what connects.
+        // The constructors only build the client; the first request is what connects.
         let ssh = if host.starts_with("ssh://") {
             let target = SshTarget::parse(host).map_err(|why| DockerError::BadHost {
                 host: host.to_owned(),
@@ -161,6 +162,7 @@ impl Engine {
             endpoint,
             version: v.version.unwrap_or_default(),
             api,
+            request_timeout: Duration::from_secs(REQUEST_TIMEOUT_SECS),
             _ssh: ssh,
         })
     }
@@ -178,6 +180,19 @@ impl Engine {
     /// The engine's API version.
     pub fn api(&self) -> (usize, usize) {
         self.api
+    }
+
+    /// How long a request may take before it fails (600 s unless set). An upload is not
+    /// bounded as a whole: its body must move at least this often, and the engine must
+    /// answer within this time after it has all of it.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// Set [`Self::request_timeout`].
+    pub fn set_request_timeout(&mut self, timeout: Duration) {
+        self.request_timeout = timeout;
+        self.docker = self.docker.clone().with_timeout(timeout);
     }
 
     /// Run `f` to its end on this connection's runtime.

@@ -24,6 +24,7 @@ pub mod exec;
 pub mod image;
 pub mod image_build;
 pub mod ssh;
+mod upload;
 
 pub use endpoint::Endpoint;
 pub use engine::Engine;

@@ -281,6 +281,64 @@ fn an_ssh_engine_that_cannot_be_used_is_unreachable_with_the_reason() {
 }
 
 #[test]
+fn an_upload_slower_than_the_request_timeout_completes() {
+    let test = "an_upload_slower_than_the_request_timeout_completes";
+    let Some(f) = fixture(test) else { return };
+    let mut engine = Engine::connect(tls_endpoint(&f, &f.client_certs()))
+        .unwrap_or_else(|e| panic!("{e}\n{}", f.log()));
+    let base = test_image(&engine);
+    // 30 MB that do not compress, over a 24 Mbit/s link: some 10 s of upload, twice the
+    // request timeout. The engine answers an import or a build only once it has the whole
+    // body. (Much more than the sockets buffer, whose draining after the body's end the
+    // upload's watch cannot see.)
+    let blob = agentbox_testkit::tree_gen::random_bytes(7, 30 << 20);
+    let dir = tempfile::tempdir().expect("tmp");
+    let tar_path = dir.path().join("rootfs.tar");
+    let mut b = tar::Builder::new(fs_err::File::create(&tar_path).expect("tar"));
+    let mut h = tar::Header::new_gnu();
+    h.set_mode(0o644);
+    h.set_size(blob.len() as u64);
+    b.append_data(&mut h, "blob", blob.as_slice())
+        .expect("blob");
+    b.into_inner().expect("finish");
+    let ctx_dir = dir.path().join("ctx");
+    fs_err::create_dir(&ctx_dir).expect("ctx");
+    fs_err::write(
+        ctx_dir.join("Dockerfile"),
+        format!("FROM {base}\nCOPY blob /blob\n"),
+    )
+    .expect("Dockerfile");
+    fs_err::write(ctx_dir.join("blob"), &blob).expect("blob");
+    let ctx =
+        agentbox_docker::image_build::pack(&ctx_dir, &ctx_dir.join("Dockerfile")).expect("pack");
+
+    let slow = f.limit_upload("24mbit");
+    engine.set_request_timeout(std::time::Duration::from_secs(5));
+    let repo = "agentbox-test-remote-slow";
+    let tag = format!("t{}", std::process::id());
+    let imported = engine
+        .import_rootfs(&tar_path, repo, &tag, &[])
+        .expect("import over a slow link");
+    let labels: HashMap<String, String> = [(LABEL.to_owned(), "slow".to_owned())].into();
+    let built_repo = "agentbox-test-remote-slow-built";
+    let built = engine
+        .build_image(&ctx, built_repo, &ctx.fingerprint, &labels, &mut |_| {})
+        .expect("build over a slow link");
+    drop(slow);
+    assert_eq!(
+        engine
+            .require_image(&format!("{repo}:{tag}"))
+            .expect("imported")
+            .id,
+        imported
+    );
+    let built_name = format!("{built_repo}:{}", ctx.fingerprint);
+    assert_eq!(engine.require_image(&built_name).expect("built").id, built);
+    assert!(engine.remove_image(&built_name).expect("rm"));
+    assert!(engine.remove_image(&format!("{repo}:{tag}")).expect("rm"));
+}
+
+#[test]
 fn docker_host_with_tls_verify_and_a_cert_path_reaches_the_engine() {
     let test = "docker_host_with_tls_verify_and_a_cert_path_reaches_the_engine";
     let Some(f) = fixture(test) else { return };

@@ -71,6 +71,7 @@ pub fn shared(test: &str) -> Option<Arc<RemoteDocker>> {
     }
     for tool in [
         "ip",
+        "tc",
         "nsenter",
         "dockerd",
         "docker",
@@ -144,6 +145,20 @@ impl RemoteDocker {
             .lines()
             .filter(|l| l.contains("Accepted publickey") && l.ends_with(fingerprint))
             .count()
+    }
+
+    /// Limit what the host sends to the namespace to `rate` (`tc` syntax: `4mbit`) until
+    /// the guard is dropped: a slow link to a remote engine.
+    pub fn limit_upload(&self, rate: &str) -> RateLimit {
+        let (dev, _) = veth_names(self.slot);
+        run(
+            "tc",
+            &[
+                "qdisc", "add", "dev", &dev, "root", "tbf", "rate", rate, "burst", "32kbit",
+                "latency", "400ms",
+            ],
+        );
+        RateLimit { dev }
     }
 
     /// A directory with `ca.pem`, `cert.pem`, `key.pem` of a client the engine trusts.
@@ -465,6 +480,19 @@ impl RemoteDocker {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// A rate limit on the host's side of the veth; lifted on drop.
+pub struct RateLimit {
+    dev: String,
+}
+
+impl Drop for RateLimit {
+    fn drop(&mut self) {
+        let _ = Command::new("tc")
+            .args(["qdisc", "del", "dev", &self.dev, "root"])
+            .status();
     }
 }
 
