@@ -91,22 +91,18 @@ impl Engine {
                         REQUEST_TIMEOUT_SECS,
                         version,
                     )
+                    .map_err(|e| reason(&e))
                 } else if host.starts_with("unix://") {
                     Docker::connect_with_unix(host, REQUEST_TIMEOUT_SECS, version)
+                        .map_err(|e| reason(&e))
                 } else if let Some(tls) = &endpoint.tls {
-                    Docker::connect_with_ssl(
-                        host,
-                        &tls.key,
-                        &tls.cert,
-                        &tls.ca,
-                        REQUEST_TIMEOUT_SECS,
-                        version,
-                    )
+                    crate::tls::connect(host, tls, REQUEST_TIMEOUT_SECS, version)
                 } else {
                     Docker::connect_with_http(host, REQUEST_TIMEOUT_SECS, version)
+                        .map_err(|e| reason(&e))
                 }
             })
-            .map_err(|e| unreachable(reason(&e)))?;
+            .map_err(unreachable)?;
         let answer =
             rt.block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, docker.version()).await });
         let v = match answer {

@@ -197,6 +197,29 @@ fn a_tls_engine_answers_its_client_and_refuses_any_other() {
 }
 
 #[test]
+fn a_tls_engine_keeps_its_connections_for_the_next_request() {
+    let test = "a_tls_engine_keeps_its_connections_for_the_next_request";
+    let Some(f) = fixture(test) else { return };
+    let mut ep = tls_endpoint(&f, &f.client_certs());
+    ep.host = f.counted_tcp_host();
+    let engine = Engine::connect(ep).unwrap_or_else(|e| panic!("{e}\n{}", f.log()));
+    let c = running(&engine, "remote-pool", Limits::default());
+    let execs = 4;
+    for i in 0..execs {
+        let (st, out, _) = run(&engine, &c.name, &["echo", &i.to_string()], None);
+        assert_eq!((st, out), (0, format!("{i}\n")));
+    }
+    // Some ten requests so far. An exec keeps the connection it starts on (the engine
+    // takes it over for the command's streams), so each one opens one more; anything else
+    // rides on a kept connection.
+    let opened = f.counted_tls_connections();
+    assert!(
+        opened <= 1 + execs,
+        "{opened} connections for {execs} execs"
+    );
+}
+
+#[test]
 fn a_box_lives_on_an_engine_over_tls() {
     let test = "a_box_lives_on_an_engine_over_tls";
     let Some(f) = fixture(test) else { return };

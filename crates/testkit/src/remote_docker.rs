@@ -40,6 +40,9 @@ const SLOTS: u8 = 64;
 pub const COUNTED_HOST: &str = "agentbox-counted";
 /// The engine's TLS port.
 pub const TLS_PORT: u16 = 2376;
+/// A second TLS port of the engine, whose new connections [`RemoteDocker::counted_tls_connections`]
+/// counts.
+pub const COUNTED_TLS_PORT: u16 = 2377;
 /// How long the engine and sshd may take to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long the engine may take to stop its containers and exit on SIGTERM.
@@ -72,6 +75,7 @@ pub fn shared(test: &str) -> Option<Arc<RemoteDocker>> {
     for tool in [
         "ip",
         "tc",
+        "iptables",
         "nsenter",
         "dockerd",
         "docker",
@@ -121,6 +125,29 @@ impl RemoteDocker {
     /// `ssh://root@IP`: `docker system dial-stdio` on the other side reaches this engine.
     pub fn ssh_host(&self) -> String {
         format!("ssh://root@{}", self.ns_ip)
+    }
+
+    /// `tcp://IP:2377`: the same engine with the same TLS, on the port whose connections
+    /// [`Self::counted_tls_connections`] counts.
+    pub fn counted_tcp_host(&self) -> String {
+        format!("tcp://{}:{COUNTED_TLS_PORT}", self.ns_ip)
+    }
+
+    /// How many TCP connections were opened to [`Self::counted_tcp_host`].
+    pub fn counted_tls_connections(&self) -> u64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.netns()])
+            .args(["iptables", "-w", "-L", "INPUT", "-v", "-n", "-x"])
+            .output()
+            .expect("iptables -L");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let dport = format!("dpt:{COUNTED_TLS_PORT}");
+        // `    pkts      bytes target prot opt in out source destination  … dpt:2377 …`
+        text.lines()
+            .find(|l| l.contains(&dport))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no counting rule in:\n{text}"))
     }
 
     /// `ssh://root@COUNTED_HOST`: the same engine over ssh with a key of its own, whose
@@ -223,6 +250,16 @@ impl RemoteDocker {
         in_ns(&["addr", "add", &format!("{}/30", self.ns_ip), "dev", &n]);
         in_ns(&["link", "set", &n, "up"]);
         in_ns(&["link", "set", "lo", "up"]);
+        // A rule that only counts: the connections opened to the counted port. The
+        // namespace's firewall goes with the namespace.
+        let port = COUNTED_TLS_PORT.to_string();
+        run(
+            "ip",
+            &[
+                "netns", "exec", &ns, "iptables", "-w", "-A", "INPUT", "-p", "tcp", "--syn",
+                "--dport", &port,
+            ],
+        );
     }
 
     /// A CA, the engine's certificate for the namespace's address, a client certificate,
@@ -315,6 +352,7 @@ impl RemoteDocker {
             .args(["--pidfile", &path(d.join("dockerd.pid"))])
             .args(["-H", &self.unix_host()])
             .args(["-H", &self.tcp_host()])
+            .args(["-H", &self.counted_tcp_host()])
             .arg("--tlsverify")
             .args(["--tlscacert", &path(tls.join("ca.pem"))])
             .args(["--tlscert", &path(tls.join("cert.pem"))])
@@ -333,6 +371,26 @@ impl RemoteDocker {
             UnixStream::connect(&sock).is_ok()
                 && TcpStream::connect_timeout(&tcp, Duration::from_secs(1)).is_ok()
         });
+        // The counted port listens too, before anything is counted: the probe above was
+        // for the other one.
+        let counted = SocketAddr::from((self.ns_ip, COUNTED_TLS_PORT));
+        let start = Instant::now();
+        while TcpStream::connect_timeout(&counted, Duration::from_secs(1)).is_err() {
+            assert!(start.elapsed() < START_TIMEOUT, "{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.netns(),
+                "iptables",
+                "-w",
+                "-Z",
+                "INPUT",
+            ],
+        );
     }
 
     fn start_sshd(&mut self) {
