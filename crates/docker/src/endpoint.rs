@@ -139,7 +139,11 @@ fn url(l: &Lookup<'_>, host: &str, origin: Origin) -> Result<Endpoint> {
         return Err(bad("no address after the scheme"));
     }
     let tls = match scheme {
-        "unix" | "ssh" | "http" => None,
+        "ssh" => {
+            crate::ssh::SshTarget::parse(host).map_err(|why| bad(&why))?;
+            None
+        }
+        "unix" | "http" => None,
         "tcp" | "https" => tls_files(l, scheme == "https"),
         _ => return Err(bad(&format!("unknown scheme {scheme:?}"))),
     };
@@ -317,6 +321,7 @@ mod tests {
         for (host, why) in [
             ("ftp://x", "unknown scheme \"ftp\""),
             ("unix://", "no address after the scheme"),
+            ("ssh://-oProxyCommand=x", "not a host name"),
         ] {
             let err = resolve(&lookup(Some(host), &named, &env, None)).expect_err(host);
             assert!(err.to_string().contains(why), "{err}");

@@ -60,6 +60,9 @@ impl DockerError {
             DockerError::BadContext { .. } => {
                 "`docker context ls` lists the contexts; `docker context use default` or DOCKER_HOST picks another engine".into()
             }
+            DockerError::Unreachable { engine, .. } if engine.contains("ssh://") => {
+                "over ssh the login must need no password (a key in ssh-agent or ~/.ssh/config) and `docker system dial-stdio` must work there: try `ssh HOST docker system dial-stdio`".into()
+            }
             DockerError::Unreachable { .. } => {
                 "is dockerd running there? check DOCKER_HOST, `docker context ls`, or pass --docker-host".into()
             }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
+use std::time::Duration;
 
 use bollard::query_parameters::{
     CreateImageOptions, ListImagesOptions, RemoveImageOptions, TagImageOptions,
@@ -11,6 +12,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use crate::engine::{is_not_found, Engine};
+use crate::upload::{first_answer, UploadWatch, CHUNK};
 use crate::{DockerError, Result};
 
 /// What agentbox reads of an image.
@@ -21,9 +23,6 @@ pub struct ImageInfo {
     pub tags: Vec<String>,
     pub labels: HashMap<String, String>,
 }
-
-/// Bytes read from a file at a time while it streams to the engine.
-const CHUNK: usize = 1 << 20;
 
 impl Engine {
     /// Image `name` (a tag or an id), or `None` when the engine has none of that name.
@@ -49,7 +48,8 @@ impl Engine {
 
     /// Import the root filesystem in the tar file `tar` as image `repo:tag`, with the
     /// Dockerfile instructions `changes` (`ENV …`, `CMD …`, `LABEL …`) applied; returns
-    /// its id. The tar streams to the engine, so it may be remote.
+    /// its id. The tar streams to the engine, so it may be remote, over a link as slow as
+    /// it is (see [`crate::upload`]).
     pub fn import_rootfs(
         &self,
         tar: &Path,
@@ -88,11 +88,24 @@ impl Engine {
             ..Default::default()
         };
         let doing = format!("import {} as {repo}:{tag}", tar.display());
+        let watch = UploadWatch::new(self);
+        let body = bollard::body_try_stream(watch.track(body));
+        // The upload's own watch bounds it, not the request timeout.
+        let docker = self.docker.clone().with_timeout(Duration::MAX);
         self.block_on(async {
-            let mut progress =
-                self.docker
-                    .create_image(Some(options), Some(bollard::body_try_stream(body)), None);
-            while let Some(step) = progress.next().await {
+            let progress = docker.create_image(Some(options), Some(body), None);
+            futures_util::pin_mut!(progress);
+            let first =
+                first_answer(&watch, &mut progress)
+                    .await
+                    .map_err(|why| DockerError::Engine {
+                        engine: self.endpoint().shown(),
+                        doing: doing.clone(),
+                        why,
+                    })?;
+            let rest = futures_util::stream::iter(first).chain(progress);
+            futures_util::pin_mut!(rest);
+            while let Some(step) = rest.next().await {
                 let step = step.map_err(|e| self.fail(&doing, e))?;
                 if let Some(detail) = step.error_detail.and_then(|d| d.message) {
                     return Err(DockerError::Engine {

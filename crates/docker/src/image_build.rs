@@ -13,12 +13,14 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use agentbox_core::glob::PathPattern;
 use bollard::query_parameters::BuildImageOptions;
 use futures_util::StreamExt;
 
 use crate::engine::Engine;
+use crate::upload::{first_answer, UploadWatch};
 use crate::{DockerError, Result};
 
 /// The name a Dockerfile from outside the context has in it.
@@ -185,10 +187,27 @@ impl Engine {
             ..Default::default()
         };
         let doing = format!("build image {repo}:{tag}");
-        let body = bollard::body_full(bytes::Bytes::from(ctx.tar.clone()));
+        // The context is an upload (see crate::upload): its watch bounds it, not the
+        // request timeout.
+        let watch = UploadWatch::new(self);
+        let body = bollard::body_try_stream(
+            watch.track(crate::upload::chunks(bytes::Bytes::from(ctx.tar.clone()))),
+        );
+        let docker = self.docker.clone().with_timeout(Duration::MAX);
         self.block_on(async {
-            let mut steps = self.docker.build_image(options, None, Some(body));
-            while let Some(step) = steps.next().await {
+            let steps = docker.build_image(options, None, Some(body));
+            futures_util::pin_mut!(steps);
+            let first =
+                first_answer(&watch, &mut steps)
+                    .await
+                    .map_err(|why| DockerError::Engine {
+                        engine: self.endpoint().shown(),
+                        doing: doing.clone(),
+                        why,
+                    })?;
+            let rest = futures_util::stream::iter(first).chain(steps);
+            futures_util::pin_mut!(rest);
+            while let Some(step) = rest.next().await {
                 let step = step.map_err(|e| self.fail(&doing, e))?;
                 if let Some(msg) = step.error_detail.and_then(|d| d.message) {
                     return Err(DockerError::Engine {

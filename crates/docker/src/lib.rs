@@ -5,7 +5,9 @@
 //! `DOCKER_HOST`, the current docker context, the default socket), the connection and its
 //! version check ([`engine`]), images ([`image`]: inspect, import of a root filesystem, tag,
 //! remove; [`image_build`]: a Dockerfile built under the fingerprint of its context), containers ([`container`]: created hardened, started, stopped, removed), commands
-//! in them ([`exec`]: exact argv, stdio, exit status) and commits ([`commit`]).
+//! in them ([`exec`]: exact argv, stdio, exit status) and commits ([`commit`]); an
+//! `ssh://` engine is reached through the system's `ssh` ([`ssh`]), a `tcp://` one with TLS
+//! on keep-alive connections (`tls`).
 //!
 //! The Engine API is spoken with `bollard`; nothing here runs the `docker` CLI. The API is
 //! asynchronous, agentbox is not: an [`engine::Engine`] owns a single-threaded runtime and
@@ -22,6 +24,9 @@ pub mod error;
 pub mod exec;
 pub mod image;
 pub mod image_build;
+pub mod ssh;
+mod tls;
+mod upload;
 
 pub use endpoint::Endpoint;
 pub use engine::Engine;

@@ -7,9 +7,12 @@
 //! * [`tree_gen`]: deterministic random directory trees (and a proptest strategy).
 //! * [`basefix::BaseFixture`]: a directory of the host's `/` a test owns (its base files).
 //! * [`loopfs::LoopFs`]: a throwaway btrfs or ext4 on a loop device (root only).
+//! * [`remote_docker::RemoteDocker`]: a second Docker engine in a network namespace of the
+//!   test's own, reached over `tcp://` with TLS and over `ssh://` (root only).
 
 pub mod basefix;
 pub mod loopfs;
+pub mod remote_docker;
 pub mod rootfs;
 pub mod tier;
 pub mod tree_gen;
