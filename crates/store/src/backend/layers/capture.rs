@@ -154,6 +154,7 @@ impl LayersBackend {
             let wanted: Vec<&Path> = wanted.into_iter().collect();
             read_metas_beneath(&upper_dir, &wanted)
         };
+        timer.lap("read the changed entries");
         // `None`: the entry vanished since the scan (the box keeps writing during a commit).
         let mut entry_of = |rel: &Path| -> Result<Option<Entry>> {
             if let Some(e) = full.get(rel) {
