@@ -90,6 +90,29 @@ impl IgnoreSet {
             .any(|p| (1..=components.len()).any(|n| p.matches(&components[..n])))
     }
 
+    /// Whether a pattern matches `rel` itself (not one of its directories).
+    fn matches_whole(&self, rel: &Path) -> bool {
+        let components: Vec<&[u8]> = rel
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(name) => Some(name.as_bytes()),
+                _ => None,
+            })
+            .collect();
+        !components.is_empty() && self.patterns.iter().any(|p| p.matches(&components))
+    }
+
+    /// [`IgnoreSet::is_ignored`] for many paths in the same directories (a check of what
+    /// an install changed), remembering each directory's answer: a path is ignored when
+    /// its directory is or a pattern matches it whole, so each path costs one match per
+    /// pattern instead of one per pattern and depth.
+    pub fn memo(&self) -> IgnoreMemo<'_> {
+        IgnoreMemo {
+            set: self,
+            dirs: std::collections::HashMap::new(),
+        }
+    }
+
     /// What a box changes constantly without it being worth a snapshot: temp directories,
     /// system caches and logs, per-user caches, Python bytecode and test caches, bundler
     /// caches.
@@ -143,10 +166,80 @@ impl IgnoreSet {
     }
 }
 
+/// See [`IgnoreSet::memo`].
+pub struct IgnoreMemo<'a> {
+    set: &'a IgnoreSet,
+    dirs: std::collections::HashMap<std::path::PathBuf, bool>,
+}
+
+impl IgnoreMemo<'_> {
+    /// The same answer as [`IgnoreSet::is_ignored`].
+    pub fn is_ignored(&mut self, rel: &Path) -> bool {
+        if self.set.patterns.is_empty() {
+            return false;
+        }
+        if let Some(dir) = rel.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let ignored = match self.dirs.get(dir).copied() {
+                Some(b) => b,
+                None => {
+                    let b = self.is_ignored(dir);
+                    self.dirs.insert(dir.to_owned(), b);
+                    b
+                }
+            };
+            if ignored {
+                return true;
+            }
+        }
+        self.set.matches_whole(rel)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::IgnoreSet;
     use std::path::Path;
+
+    #[test]
+    fn the_memo_answers_as_the_set_does() {
+        let mut patterns = IgnoreSet::default_patterns();
+        patterns.extend([
+            "workspace/build/**".to_owned(),
+            "*.log".to_owned(),
+            "a?c".to_owned(),
+        ]);
+        let set = IgnoreSet::new(&patterns);
+        let mut memo = set.memo();
+        let names = [
+            "workspace",
+            "tmp",
+            "node_modules",
+            ".cache",
+            "build",
+            "abc",
+            "x.log",
+            "src",
+            "__pycache__",
+            "v",
+        ];
+        let mut paths = vec![std::path::PathBuf::new()];
+        for _ in 0..4 {
+            let next: Vec<_> = paths
+                .iter()
+                .flat_map(|p| names.iter().map(move |n| p.join(n)))
+                .collect();
+            paths.extend(next);
+            paths.sort();
+            paths.dedup();
+        }
+        assert!(paths.len() > 10_000);
+        let ignored = paths.iter().filter(|p| set.is_ignored(p)).count();
+        assert!(ignored > 0 && ignored < paths.len());
+        for p in &paths {
+            assert_eq!(memo.is_ignored(p), set.is_ignored(p), "{}", p.display());
+        }
+        assert!(!IgnoreSet::new(&[]).memo().is_ignored(Path::new("tmp/x")));
+    }
 
     fn set(p: &[&str]) -> IgnoreSet {
         IgnoreSet::new(&p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())

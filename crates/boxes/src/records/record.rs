@@ -436,9 +436,10 @@ pub fn counted_changes(ignore: &IgnoreSet, changed: &[(PathBuf, bool)]) -> Vec<P
         .flat_map(|(p, _)| p.ancestors().skip(1))
         .collect();
     let touched_below = |dir: &Path| above.contains(dir);
+    let mut ignored = ignore.memo();
     changed
         .iter()
-        .filter(|(p, _)| !ignore.is_ignored(p))
+        .filter(|(p, _)| !ignored.is_ignored(p))
         .filter(|(p, is_dir)| !*is_dir || !touched_below(p))
         .map(|(p, _)| p.clone())
         .collect()

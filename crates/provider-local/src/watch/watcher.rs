@@ -291,6 +291,9 @@ impl Watcher {
         seen: &mut Seen,
         appeared: &mut Vec<PathBuf>,
     ) -> Result<(), WatchError> {
+        // A batch is mostly events in a few directories: their answers are remembered.
+        let ignore = self.ignore.clone();
+        let mut ignore = ignore.memo();
         for event in batch {
             if event.mask.contains(EventMask::Q_OVERFLOW) {
                 seen.overflowed = true;
@@ -336,7 +339,7 @@ impl Watcher {
                     if let Some(j) = &mut self.journal {
                         j.record(dir.clone());
                     }
-                    if !self.ignore.is_ignored(&dir) {
+                    if !ignore.is_ignored(&dir) {
                         seen.changed += 1;
                     }
                     continue;
@@ -345,7 +348,7 @@ impl Watcher {
             if let Some(j) = &mut self.journal {
                 j.record(rel.clone());
             }
-            let ignored = self.ignore.is_ignored(&rel);
+            let ignored = ignore.is_ignored(&rel);
             if ignored && self.journal.is_none() {
                 continue;
             }

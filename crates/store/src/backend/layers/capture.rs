@@ -3,6 +3,7 @@
 //! commit that follows, [`ScanMemo`]), written out as an overlay-format layer.
 
 use super::*;
+use std::collections::{HashMap, HashSet};
 
 /// A change check's look at the upper directory ([`LayersBackend::changed_in_upper`]),
 /// taken by the commit that follows it on the same thread, so that an auto-capture (check,
@@ -139,8 +140,10 @@ impl LayersBackend {
         // directories leading to them), read on all cores at once: one `openat2`, `statx`
         // and xattr read per entry is most of a large commit's planning, and a command
         // that installed thousands of files waits for it.
-        let mut full: BTreeMap<PathBuf, Entry> = {
-            let mut wanted: BTreeSet<&Path> = BTreeSet::new();
+        // Hashed, not ordered: these are only looked up, and comparing paths component by
+        // component was a good part of planning a commit of thousands of entries.
+        let mut full: HashMap<PathBuf, Entry> = {
+            let mut wanted: HashSet<&Path> = HashSet::new();
             for (rel, mark) in marks {
                 let before = rel.to_str().and_then(|k| prev.marks.get(k));
                 if !before.is_some_and(|b| b.same(mark)) {
@@ -179,8 +182,8 @@ impl LayersBackend {
         let mut now = marks::Changes::default();
         let mut changed: BTreeSet<PathBuf> = BTreeSet::new();
         // Changed entries that hide everything below them in lower layers.
-        let mut hiding: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut new_opaque: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut hiding: HashSet<PathBuf> = HashSet::new();
+        let mut new_opaque: HashSet<PathBuf> = HashSet::new();
         for (rel, mark) in marks {
             if rel.as_os_str().is_empty() {
                 continue;
@@ -242,7 +245,7 @@ impl LayersBackend {
             changed.insert(rel);
         }
         let mut removed: Vec<PathBuf> = Vec::new();
-        let mut removed_set: BTreeSet<PathBuf> = BTreeSet::new();
+        let mut removed_set: HashSet<PathBuf> = HashSet::new();
         for k in gone {
             now.del.push(k.clone());
             let p = PathBuf::from(k);
@@ -386,7 +389,7 @@ const PARALLEL_META_MIN: usize = 256;
 /// The entries `rels` of `upper`, read beneath it (never through a symlink the box made)
 /// on one thread per core. An entry that cannot be read is left out: the caller reads it
 /// again when it needs it, and then reports what went wrong (or that it vanished).
-fn read_metas_beneath(upper: &Path, rels: &[&Path]) -> BTreeMap<PathBuf, Entry> {
+fn read_metas_beneath(upper: &Path, rels: &[&Path]) -> HashMap<PathBuf, Entry> {
     let read = |rel: &Path| -> Option<(PathBuf, Entry)> {
         let meta = crate::fsops::read_meta_beneath(upper, rel).ok()?;
         Some((
