@@ -62,11 +62,11 @@ pub fn fold_over_base(
     Ok(())
 }
 
-/// After [`apply_overlay_layer`] of `diff` onto `target` (a box's layer, to be mounted over
-/// `base`): remove from `target` the whiteouts `diff` put there that hide nothing
+/// After [`apply_overlay_tree`] of `tree` onto `target` (a box's layer, to be mounted over
+/// `base`): remove from `target` the whiteouts `tree` put there that hide nothing
 /// ([`idle_whiteout`]), giving their directories their mtimes back.
-pub(crate) fn drop_idle_whiteouts_of(
-    diff: &Path,
+pub(crate) fn drop_idle_whiteouts(
+    tree: &crate::fsops::Tree,
     target: &Path,
     base: &BoxBase,
     opaque: &str,
@@ -76,7 +76,7 @@ pub(crate) fn drop_idle_whiteouts_of(
         read_meta(&fsutil::join(target, a))
             .is_ok_and(|m| m.kind == Kind::Dir && crate::fsops::scan::is_opaque(&m, opaque))
     };
-    for (rel, e) in &scan_tree(diff)?.entries {
+    for (rel, e) in &tree.entries {
         if !e.meta.is_whiteout() || !idle_whiteout(rel, &opaque_at, &base, opaque)? {
             continue;
         }
@@ -215,7 +215,20 @@ pub fn apply_overlay_layer(
     opaque: &str,
     link_from: Option<&Path>,
 ) -> Result<()> {
-    let tree = scan_tree(diff)?;
+    apply_overlay_tree(&scan_tree(diff)?, target, opaque, link_from, None)
+}
+
+/// [`apply_overlay_layer`] of a layer known as a tree (its entries' `src` anywhere, its
+/// whiteouts whiteout devices): what a commit planned straight from a box's upper
+/// directory, without writing the layer out first. `beneath`: every source is opened below
+/// it, never through a symlink (see [`CopyOpts::beneath`]).
+pub(crate) fn apply_overlay_tree(
+    tree: &crate::fsops::Tree,
+    target: &Path,
+    opaque: &str,
+    link_from: Option<&Path>,
+    beneath: Option<&Path>,
+) -> Result<()> {
     let root = fsutil::is_root();
     let opts = CopyOpts {
         reflink: true,
@@ -223,7 +236,7 @@ pub fn apply_overlay_layer(
         xattr_filter: None,
         link_from: link_from.map(Path::to_path_buf),
         link_marked: false,
-        beneath: None,
+        beneath: beneath.map(Path::to_path_buf),
     };
     let mut dirs: Vec<(PathBuf, std::borrow::Cow<'_, crate::fsops::Meta>)> = Vec::new();
     // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.

@@ -236,26 +236,28 @@ impl BtrfsBackend {
         timer.lap("snapshot");
         // The applied changes are ordinary writes: they need the store's sync.
         self.durability.mark_unsynced();
-        let diff = dirs.work.join(format!("capture-{id}"));
-        remove_any(&diff)?;
-        fs_err::create_dir_all(&diff)?;
         let opaque = self.opaque_xattr();
-        let result = LayersBackend::capture_into(dirs, &diff, opaque).and_then(|captured| {
-            timer.lap("capture");
-            crate::backend::apply::apply_overlay_layer(&diff, &tmp, opaque, None)?;
-            timer.lap("apply");
-            if let Some(base) = &dirs.base {
-                // The layer is the box's whole tree over its base: a whiteout in a directory
-                // the base lacks hides nothing, and overlayfs would list its name there.
-                crate::backend::apply::drop_idle_whiteouts_of(&diff, &tmp, base, opaque)?;
-            }
-            Ok(captured)
-        });
+        // The changes go from the upper directory straight into the snapshot (reflinked),
+        // not through a layer written out first: that was a second copy of every changed
+        // file, a scan of it and its removal. A failure leaves only the temporary
+        // snapshot, which the caller's abandon (or reconcile) removes.
+        let planned = LayersBackend::plan_capture(dirs, opaque, &mut timer)?;
+        crate::backend::apply::apply_overlay_tree(
+            &planned.tree,
+            &tmp,
+            opaque,
+            None,
+            Some(&planned.upper),
+        )?;
+        timer.lap("apply");
+        if let Some(base) = &dirs.base {
+            // The layer is the box's whole tree over its base: a whiteout in a directory
+            // the base lacks hides nothing, and overlayfs would list its name there.
+            crate::backend::apply::drop_idle_whiteouts(&planned.tree, &tmp, base, opaque)?;
+        }
         timer.lap("whiteouts");
-        remove_any(&diff)?;
-        timer.lap("remove the capture");
-        let (now, paths) = result?;
-        LayersBackend::stage_marks(dirs, now)?;
+        let paths: Vec<PathBuf> = planned.tree.entries.keys().cloned().collect();
+        LayersBackend::stage_marks(dirs, crate::backend::marks::NewMarks::Changes(planned.now))?;
         timer.lap("marks");
         let record = self.publish_layer(&layers, &tmp_name, id)?;
         timer.lap("publish");

@@ -110,6 +110,31 @@ impl LayersBackend {
         opaque: &str,
     ) -> Result<(NewMarks, Vec<PathBuf>)> {
         let mut timer = agentbox_core::timing::Timer::start("capture");
+        let planned = Self::plan_capture(dirs, opaque, &mut timer)?;
+        let opts = CopyOpts {
+            beneath: Some(planned.upper.clone()),
+            ..copy_opts()
+        };
+        copy_tree(&planned.tree, dst, &opts)?;
+        timer.lap("copy");
+        write_out(&planned.tree, dst)?;
+        timer.lap("write out");
+        Ok((
+            NewMarks::Changes(planned.now),
+            planned.tree.entries.into_keys().collect(),
+        ))
+    }
+
+    /// What [`LayersBackend::capture_into`] writes, without writing it: the layer's tree
+    /// (each entry's `src` in the upper directory, or the whiteout template for a removed
+    /// path; opaque markers set), and the marks to record once the commit is durable. A
+    /// backend that builds its layer otherwise (btrfs applies the tree to a snapshot of
+    /// the previous layer) takes it from here, copying from below `upper` only.
+    pub(in crate::backend) fn plan_capture(
+        dirs: &WorkDirs,
+        opaque: &str,
+        timer: &mut agentbox_core::timing::Timer,
+    ) -> Result<PlannedCapture> {
         // Only `lstat` per upper entry; full metadata (xattrs) is read just for what changed.
         let upper_dir = Self::upper(dirs);
         let kept = ScanMemo::take(dirs)?;
@@ -325,16 +350,21 @@ impl LayersBackend {
             );
         }
         timer.lap("plan");
-        let opts = CopyOpts {
-            beneath: Some(upper_dir.clone()),
-            ..copy_opts()
-        };
-        copy_tree(&tree, dst, &opts)?;
-        timer.lap("copy");
-        write_out(&tree, dst)?;
-        timer.lap("write out");
-        Ok((NewMarks::Changes(now), tree.entries.into_keys().collect()))
+        Ok(PlannedCapture {
+            now,
+            tree,
+            upper: upper_dir,
+        })
     }
+}
+
+/// See [`LayersBackend::plan_capture`].
+pub(in crate::backend) struct PlannedCapture {
+    pub(in crate::backend) now: marks::Changes,
+    pub(in crate::backend) tree: Tree,
+    /// The upper directory every data entry's `src` is below (box-controlled: copies
+    /// open sources beneath it, never through a symlink).
+    pub(in crate::backend) upper: PathBuf,
 }
 impl LayersBackend {
     /// Paths of the upper directory changed since the last commit's marks: all of them,
