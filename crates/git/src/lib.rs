@@ -13,7 +13,8 @@
 //!
 //! `run` runs git; `host` finds the host's repositories; `seed` makes a box's repository
 //! and pins its base; `branches` reads and removes the host's box refs; `from_box` takes a
-//! box's branch into the host's repository; `remote` pushes and fetches. Their public items
+//! box's branch into the host's repository; `remote` pushes and fetches; `ship` makes the
+//! files and steps that seed a box which cannot borrow the host's objects (a remote engine). Their public items
 //! are this crate's API, at its root.
 
 mod branches;
@@ -30,3 +31,6 @@ pub use seed::*;
 
 mod from_box;
 pub use from_box::*;
+
+mod ship;
+pub use ship::*;

@@ -195,12 +195,17 @@ pub(crate) fn resolve_start(repo: &HostRepo, opts: &SeedOpts) -> Result<Start> {
         }
     })?;
     let facts: Vec<&str> = facts.lines().collect();
-    let [base, full_ref, host_index] = facts[..] else {
-        return Err(GitError::Command {
-            dir: repo.root.clone(),
-            args: "rev-parse".into(),
-            message: format!("unexpected answer {facts:?}"),
-        });
+    // `--symbolic-full-name` prints nothing for a start that is no ref (an id, `HEAD~1`).
+    let (base, full_ref, host_index) = match facts[..] {
+        [base, full_ref, host_index] => (base, full_ref, host_index),
+        [base, host_index] => (base, "", host_index),
+        _ => {
+            return Err(GitError::Command {
+                dir: repo.root.clone(),
+                args: "rev-parse".into(),
+                message: format!("unexpected answer {facts:?}"),
+            })
+        }
     };
     Ok(Start {
         base: base.to_owned(),
@@ -337,43 +342,43 @@ pub(crate) fn box_remotes(
     branch: &str,
     source_branch: Option<&str>,
 ) -> Result<()> {
+    for (key, value) in box_config(host, branch, source_branch)? {
+        git(dst, &["config", &key, &value])?;
+    }
+    Ok(())
+}
+
+/// The configuration [`box_remotes`] writes, as `(key, value)` in order, read from the host
+/// repository's own configuration.
+pub(crate) fn box_config(
+    host: &Path,
+    branch: &str,
+    source_branch: Option<&str>,
+) -> Result<Vec<(String, String)>> {
     let remotes = git(host, &["remote"])?;
     let upstream_remote = source_branch
         .and_then(|b| git(host, &["config", "--get", &format!("branch.{b}.remote")]).ok())
         .filter(|r| !r.is_empty());
+    let mut out = Vec::new();
     let mut first = None;
     for r in remotes.lines().map(str::trim).filter(|r| !r.is_empty()) {
         // Remote names come from the host's own configuration.
-        git(
-            dst,
-            &[
-                "config",
-                &format!("remote.{r}.url"),
-                &format!("agentbox::{r}"),
-            ],
-        )?;
-        git(
-            dst,
-            &[
-                "config",
-                &format!("remote.{r}.fetch"),
-                &format!("+refs/heads/*:refs/remotes/{r}/*"),
-            ],
-        )?;
+        out.push((format!("remote.{r}.url"), format!("agentbox::{r}")));
+        out.push((
+            format!("remote.{r}.fetch"),
+            format!("+refs/heads/*:refs/remotes/{r}/*"),
+        ));
         first.get_or_insert_with(|| r.to_owned());
     }
-    git(dst, &["config", "push.default", "current"])?;
-    git(dst, &["config", "agentbox.branch", branch])?;
+    out.push(("push.default".into(), "current".into()));
+    out.push(("agentbox.branch".into(), branch.to_owned()));
     if let (Some(remote), Some(src)) = (upstream_remote.or(first), source_branch) {
-        git(
-            dst,
-            &["config", &format!("branch.{branch}.remote"), &remote],
-        )?;
+        out.push((format!("branch.{branch}.remote"), remote));
         let merge = git(host, &["config", "--get", &format!("branch.{src}.merge")])
             .unwrap_or_else(|_| format!("refs/heads/{src}"));
-        git(dst, &["config", &format!("branch.{branch}.merge"), &merge])?;
+        out.push((format!("branch.{branch}.merge"), merge));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Whether `rel` (a path git listed) is empty or lies below one of the `exclude`d
