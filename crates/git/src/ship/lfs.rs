@@ -18,9 +18,16 @@ pub(crate) struct LfsObjects {
 
 /// The LFS objects of the commits `want` that `not` do not have already (their trees'
 /// pointers, by oid), found in the host repository's LFS store.
+///
+/// Nothing is looked up when the host's store is empty (no object to ship whatever the trees
+/// point to; `git lfs ls-files` costs about 0.2 s on 2,000 files) or git-lfs is not installed.
 pub(crate) fn objects(repo: &HostRepo, want: &[&str], not: &[&str]) -> LfsObjects {
+    let store = repo.git_dir().join("lfs/objects");
+    let stored = fs_err::read_dir(&store)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
     // Not installed (or not working): nothing to ship, pointers stay pointers.
-    if git(&repo.root, &["lfs", "version"]).is_err() {
+    if !stored || git(&repo.root, &["lfs", "version"]).is_err() {
         return LfsObjects::default();
     }
     let oids = |commits: &[&str]| -> BTreeSet<String> {
@@ -37,7 +44,6 @@ pub(crate) fn objects(repo: &HostRepo, want: &[&str], not: &[&str]) -> LfsObject
             .collect()
     };
     let have = oids(not);
-    let store = repo.git_dir().join("lfs/objects");
     let mut out = LfsObjects::default();
     for oid in oids(want).difference(&have) {
         let path = store.join(&oid[0..2]).join(&oid[2..4]).join(oid);

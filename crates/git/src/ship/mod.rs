@@ -19,6 +19,8 @@
 //! The only host refs written are the temporary `refs/agentbox-ship/<box>/…` (removed before
 //! returning, whatever happens) and, on success, the pins and branch `seed` writes.
 
+#[cfg(test)]
+mod bench;
 mod delta;
 mod lfs;
 mod pack;
@@ -236,6 +238,12 @@ impl Job<'_> {
             .to_str()
             .ok_or_else(|| self.fail("make the stage", "its path is not UTF-8"))?;
         let branch = &self.opts.branch;
+        // The host's object format (SHA-1 or SHA-256), which the fetch must find.
+        let format = self.git(
+            &self.repo.root,
+            "make the stage",
+            &["rev-parse", "--show-object-format"],
+        )?;
         // No template: no hooks, nothing of the user's `init.templateDir`.
         self.git(
             Path::new("/"),
@@ -244,6 +252,7 @@ impl Job<'_> {
                 "init",
                 "-q",
                 "--template=",
+                &format!("--object-format={format}"),
                 &format!("--initial-branch={branch}"),
                 dst_str,
             ],

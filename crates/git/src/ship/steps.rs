@@ -147,7 +147,7 @@ impl Shipment {
                 // names its own box's).
                 for (key, value) in &self.config {
                     steps.push(BoxStep::Run {
-                        argv: git_in(workspace, &["config", key, value]),
+                        argv: git_in(workspace, &["config", "--replace-all", key, value]),
                     });
                 }
                 if let Some(stash) = &self.stash {

@@ -11,7 +11,7 @@ use crate::{delete_branch, seed, unpin, SeedOpts};
 
 /// A home and global git configuration of the test process's own (with git-lfs's filter,
 /// as a box image installs it system-wide), set once for the host's git and the box's.
-fn isolated() -> &'static Path {
+pub(super) fn isolated() -> &'static Path {
     static HOME: OnceLock<PathBuf> = OnceLock::new();
     HOME.get_or_init(|| {
         let home = tempfile::tempdir().expect("home").keep();
@@ -124,7 +124,7 @@ fn opts(stage: &Path, depth: Depth) -> ShipOpts {
 }
 
 /// Carry out `steps` as a provider would, in directories of the host standing for the box.
-fn exec(steps: &[BoxStep]) -> Vec<Skipped<String>> {
+pub(super) fn exec(steps: &[BoxStep]) -> Vec<Skipped<String>> {
     isolated();
     run_steps(steps, |step| -> Result<(), String> {
         match step {
@@ -557,5 +557,34 @@ fn lfs_objects_of_the_checkout_travel() {
     assert_eq!(
         fs_err::read_to_string(boxdir.join("gone.bin")).expect("gone"),
         pointer
+    );
+}
+
+#[test]
+fn a_sha256_repository_ships() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let host = d.path().join("host");
+    fs_err::create_dir(&host).expect("mkdir");
+    run(
+        &host,
+        &["init", "-q", "-b", "main", "--object-format=sha256"],
+    );
+    write(&host, "a.txt", "a\n");
+    run(&host, &["add", "a.txt"]);
+    run(&host, &["commit", "-q", "-m", "c0"]);
+    write(&host, "a.txt", "changed\n");
+    let repo = crate::detect(&host).expect("detect").expect("a repository");
+    let shipped = ship(&repo, "b", &opts(&d.path().join("stage"), Depth::Adaptive)).expect("ship");
+    assert_eq!(shipped.seeded.base.len(), 64);
+    let boxdir = d.path().join("box");
+    fs_err::create_dir(&boxdir).expect("mkdir");
+    exec(&shipped.steps(boxdir.to_str().expect("utf-8")));
+    assert_eq!(
+        run(&boxdir, &["rev-parse", "HEAD"]).trim(),
+        shipped.seeded.base
+    );
+    assert_eq!(
+        fs_err::read_to_string(boxdir.join("a.txt")).expect("a"),
+        "changed\n"
     );
 }
