@@ -41,7 +41,12 @@ impl TarOut {
             self.builder.append_data(&mut h, name, std::io::empty())
         } else {
             let file = fs_err::File::open(src)?;
-            self.builder.append_data(&mut h, name, file)
+            let exact = Exact {
+                inner: std::io::Read::take(file, meta.len()),
+                left: meta.len(),
+                src,
+            };
+            self.builder.append_data(&mut h, name, exact)
         }
     }
 
@@ -91,6 +96,29 @@ impl TarOut {
     }
 }
 
+/// A file read for an entry whose header says `left` bytes: never more (the rest of a file
+/// that grew meanwhile is left out), and an error when it ends sooner (it shrank): the tar
+/// crate copies what the reader gives, so either would otherwise corrupt the archive.
+struct Exact<'a, R> {
+    inner: std::io::Take<R>,
+    left: u64,
+    src: &'a Path,
+}
+
+impl<R: std::io::Read> std::io::Read for Exact<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && self.left > 0 && !buf.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("{} shrank while it was packed", self.src.display()),
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
 /// The bytes of every file below `dir` (what a tar of it will roughly weigh).
 pub(crate) fn tree_bytes(dir: &Path) -> std::io::Result<u64> {
     let mut total = 0;
@@ -104,4 +132,30 @@ pub(crate) fn tree_bytes(dir: &Path) -> std::io::Result<u64> {
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn an_entry_is_read_exactly_as_long_as_its_header_says() {
+        let src = Path::new("f");
+        let mut longer = Exact {
+            inner: std::io::Read::take(&b"abcdef"[..], 4),
+            left: 4,
+            src,
+        };
+        let mut out = vec![];
+        longer.read_to_end(&mut out).expect("read");
+        assert_eq!(out, b"abcd");
+        let mut shorter = Exact {
+            inner: std::io::Read::take(&b"ab"[..], 4),
+            left: 4,
+            src,
+        };
+        let e = shorter.read_to_end(&mut vec![]).expect_err("shrank");
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
 }

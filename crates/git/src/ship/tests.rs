@@ -588,3 +588,76 @@ fn a_sha256_repository_ships() {
         "changed\n"
     );
 }
+
+/// 200 commits, each replacing a 110 kB blob of noise (incompressible): about 22 MB at depth
+/// 200, 11 MB at depth 100. Made with `git fast-import`, in one process.
+fn heavy_history(root: &Path) {
+    use std::io::Write;
+    run(root, &["init", "-q", "-b", "main"]);
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["fast-import", "--quiet"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("fast-import");
+    let mut stdin = std::io::BufWriter::new(child.stdin.take().expect("stdin"));
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..200 {
+        let blob: Vec<u8> = (0..110_000)
+            .map(|_| {
+                // xorshift64: noise git cannot compress or delta.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        write!(
+            stdin,
+            "commit refs/heads/main\ncommitter u <u@x> {} +0000\ndata 4\nc{i:03}\nM 100644 inline noise.bin\ndata {}\n",
+            1_700_000_000 + i,
+            blob.len()
+        )
+        .expect("stream");
+        stdin.write_all(&blob).expect("stream");
+        stdin.write_all(b"\n").expect("stream");
+    }
+    drop(stdin);
+    assert!(child.wait().expect("fast-import").success());
+    run(root, &["reset", "-q", "--hard"]);
+}
+
+#[test]
+fn an_adaptive_shipment_over_the_limit_is_redone_at_100() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let host = d.path().join("host");
+    fs_err::create_dir(&host).expect("mkdir");
+    heavy_history(&host);
+    let repo = crate::detect(&host).expect("detect").expect("a repository");
+    let shipped = ship(&repo, "b", &opts(&d.path().join("stage"), Depth::Adaptive)).expect("ship");
+    assert_eq!(shipped.form, Form::Full { depth: Some(100) });
+    assert!(
+        shipped.git_tar_bytes > 100 * 110_000,
+        "{}",
+        shipped.git_tar_bytes
+    );
+    assert!(
+        shipped.git_tar_bytes < ADAPTIVE_LIMIT,
+        "{}",
+        shipped.git_tar_bytes
+    );
+    let boxdir = d.path().join("box");
+    fs_err::create_dir(&boxdir).expect("mkdir");
+    exec(&shipped.steps(boxdir.to_str().expect("utf-8")));
+    assert_eq!(run(&boxdir, &["rev-list", "--count", "HEAD"]).trim(), "100");
+    // A fixed depth is kept whatever it weighs.
+    let fixed = ship(&repo, "c", &{
+        let mut o = opts(&d.path().join("stage2"), Depth::Fixed(150));
+        o.branch = "agentbox/c".into();
+        o
+    })
+    .expect("ship");
+    assert_eq!(fixed.form, Form::Full { depth: Some(150) });
+    assert!(fixed.git_tar_bytes > ADAPTIVE_LIMIT - 5 * 1024 * 1024);
+}
