@@ -238,25 +238,25 @@ impl Job<'_> {
             .to_str()
             .ok_or_else(|| self.fail("make the stage", "its path is not UTF-8"))?;
         let branch = &self.opts.branch;
-        // The host's object format (SHA-1 or SHA-256), which the fetch must find.
-        let format = self.git(
-            &self.repo.root,
-            "make the stage",
-            &["rev-parse", "--show-object-format"],
-        )?;
-        // No template: no hooks, nothing of the user's `init.templateDir`.
-        self.git(
-            Path::new("/"),
-            "make the stage",
-            &[
-                "init",
-                "-q",
-                "--template=",
-                &format!("--object-format={format}"),
-                &format!("--initial-branch={branch}"),
-                dst_str,
-            ],
-        )?;
+        // The host's object format, which the fetch must find: SHA-256 named (a git that
+        // cannot tell is one without it).
+        let sha256 = git(&self.repo.root, &["rev-parse", "--show-object-format"])
+            .is_ok_and(|f| f == "sha256");
+        // No template: no hooks, nothing of the user's `init.templateDir`. Loose refs, which
+        // every git in a box reads, whatever the user's `init.defaultRefFormat`.
+        let mut init = vec![
+            "-c",
+            "init.defaultRefFormat=files",
+            "init",
+            "-q",
+            "--template=",
+        ];
+        if sha256 {
+            init.push("--object-format=sha256");
+        }
+        let initial = format!("--initial-branch={branch}");
+        init.extend([initial.as_str(), dst_str]);
+        self.git(Path::new("/"), "make the stage", &init)?;
         let host = self
             .repo
             .root

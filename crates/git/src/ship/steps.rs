@@ -120,8 +120,6 @@ impl Shipment {
                         "fetch",
                         "--quiet",
                         "--no-tags",
-                        "--no-write-fetch-head",
-                        "--no-auto-gc",
                         "--update-head-ok",
                         "--",
                         DELTA_BUNDLE,
