@@ -84,7 +84,8 @@ pub struct ShipOpts {
     /// What the box starts from and what it carries, as for [`crate::seed`].
     pub seed: SeedOpts,
     pub depth: Depth,
-    /// The stage directory: must not exist; made, and on failure removed, by the call.
+    /// The stage directory: must not exist; made, and on failure removed, by the call; the
+    /// caller removes it once the box has what it holds.
     pub stage: PathBuf,
     /// The owner (uid, gid) written into every tar entry: the box user's.
     pub owner: (u64, u64),

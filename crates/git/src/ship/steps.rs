@@ -67,18 +67,20 @@ fn git_in(workspace: &str, args: &[&str]) -> Vec<String> {
 impl Shipment {
     /// The steps that make the box's directory `workspace` the box's repository.
     ///
-    /// A full shipment, into an empty `workspace`: unpack the `.git`; check the carried-over
-    /// work out (or the base), then make the index the host's — as [`crate::seed`] does,
-    /// the branch already at the base, so it cannot conflict; drop the carried-over ref;
-    /// unpack the untracked files.
+    /// A full shipment, into an empty `workspace`: unpack the `.git` (its `HEAD` is the box's
+    /// branch, at the base already); check the carried-over work's tree out (or the base's),
+    /// then make the index the host's, as [`crate::seed`] does — `read-tree` rather than
+    /// `checkout -B` + `stash apply --index`: the same result, which cannot conflict on its
+    /// own base, with every file written once; drop the carried-over ref; unpack the
+    /// untracked files.
     ///
     /// A delta, into the `workspace` of a box booted from a checkpoint that has `from_tip`:
     /// unpack and fetch the bundle, move onto the box's branch at the base (`checkout -f
-    /// -B`: the checkpoint's tracked changes dropped, its ignored files kept), apply the
+    /// -B`: the checkpoint's tracked changes dropped, its ignored files kept), set the
     /// remotes, branch and upstream [`Shipment::config`] names, apply the carried-over work
-    /// with `stash apply --index` — a [`BoxStep::Try`]: when it would
-    /// overwrite a file of the box's it changes nothing and is reported — and unpack the
-    /// untracked files.
+    /// with `stash apply --index` — a [`BoxStep::Try`]: when it would overwrite a file of the
+    /// box's it changes nothing and is reported — and unpack the untracked files (which
+    /// replace the box's files of the same names).
     pub fn steps(&self, workspace: &str) -> Vec<BoxStep> {
         let mut steps = Vec::new();
         let base = self.seeded.base.as_str();
