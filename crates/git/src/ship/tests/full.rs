@@ -134,3 +134,41 @@ fn a_failed_shipment_leaves_nothing() {
     assert!(!stage.exists());
     assert_eq!(host_refs(&host), before);
 }
+
+#[test]
+fn a_linked_worktree_ships_like_its_seed() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let main = d.path().join("main");
+    fs_err::create_dir(&main).expect("mkdir");
+    fixture(&main, 3);
+    let linked = d.path().join("linked");
+    run(
+        &main,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "feature",
+            linked.to_str().expect("utf-8"),
+        ],
+    );
+    write(&linked, "a.txt", "linked work\n");
+    write(&linked, "lu.txt", "linked untracked\n");
+    let repo = crate::detect(&linked)
+        .expect("detect")
+        .expect("a repository");
+    assert_ne!(repo.git_dir(), linked.join(".git"));
+    let o = opts(&d.path().join("stage"), Depth::Adaptive);
+    let local = d.path().join("local");
+    let seeded = seed_locally(&repo, &local, &o);
+    let shipped = ship(&repo, "b", &o).expect("ship");
+    assert_eq!(shipped.seeded, seeded);
+    assert_eq!(shipped.seeded.source_branch.as_deref(), Some("feature"));
+    let boxdir = d.path().join("box");
+    fs_err::create_dir(&boxdir).expect("mkdir");
+    assert!(exec(&shipped.steps(boxdir.to_str().expect("utf-8"))).is_empty());
+    assert_eq!(tree(&boxdir, &[]), tree(&local, &[]));
+    assert_eq!(facts(&boxdir), facts(&local));
+    assert!(!host_refs(&main).contains("refs/agentbox-ship/"));
+}
