@@ -125,6 +125,26 @@ pub struct Shipment {
     pub config: Vec<(String, String)>,
 }
 
+impl Shipment {
+    /// Take back what the shipment made in the host repository `repo` — the box's pins and
+    /// its branch, while the branch is still at the base (nothing of the box's taken yet) —
+    /// for a box that did not come to be, or whose delta its repository could not take (then
+    /// shipped in full with [`ship`]). The stage is the caller's to remove.
+    pub fn undo(&self, repo: &HostRepo) -> Result<()> {
+        // The branch first: refused when it moved, with the pins still in place.
+        git(
+            &repo.root,
+            &[
+                "update-ref",
+                "-d",
+                &format!("refs/heads/{}", self.seeded.branch),
+                &self.seeded.base,
+            ],
+        )?;
+        crate::unpin(&repo.root, &self.name)
+    }
+}
+
 /// The ref the carried-over work has in a shipped repository until the box applied it.
 pub(crate) const CARRIED: &str = "refs/agentbox/carried";
 

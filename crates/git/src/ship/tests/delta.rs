@@ -136,6 +136,35 @@ fn a_delta_whose_carried_work_collides_is_reported() {
         run(&boxdir, &["rev-parse", "HEAD"]).trim(),
         first.seeded.base
     );
+    // Undone (as after a box that could not take its delta): the host is as before, and
+    // the box can be shipped in full.
+    let before = host_refs(&host);
+    // Not while the branch holds more than the base.
+    let tip = run(
+        &host,
+        &[
+            "commit-tree",
+            "-p",
+            &first.seeded.base,
+            "-m",
+            "box work",
+            &format!("{}^{{tree}}", first.seeded.base),
+        ],
+    );
+    run(&host, &["update-ref", "refs/heads/agentbox/b", tip.trim()]);
+    assert!(delta.undo(&repo).is_err());
+    assert!(host_refs(&host).contains("refs/agentbox/b/base"));
+    run(
+        &host,
+        &["update-ref", "refs/heads/agentbox/b", &first.seeded.base],
+    );
+    delta.undo(&repo).expect("undo");
+    let after = host_refs(&host);
+    assert!(!after.contains("refs/agentbox/b/"), "{after}");
+    assert!(!after.contains("refs/heads/agentbox/b "), "{after}");
+    assert_ne!(before, after);
+    let full = ship(&repo, "b", &opts(&d.path().join("stage3"), Depth::Adaptive)).expect("ship");
+    assert_eq!(full.seeded.base, first.seeded.base);
 }
 
 #[test]
