@@ -174,3 +174,79 @@ fn an_adaptive_shipment_over_the_limit_is_redone_at_100() {
     assert_eq!(fixed.form, Form::Full { depth: Some(150) });
     assert!(fixed.git_tar_bytes > ADAPTIVE_LIMIT - 5 * 1024 * 1024);
 }
+
+#[test]
+fn a_delta_carries_only_the_lfs_objects_it_adds() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let host = d.path().join("host");
+    fs_err::create_dir(&host).expect("mkdir");
+    isolated();
+    run(&host, &["init", "-q", "-b", "main"]);
+    write(
+        &host,
+        ".gitattributes",
+        "*.bin filter=lfs diff=lfs merge=lfs -text\n",
+    );
+    write(&host, "a.bin", "first object\n");
+    run(&host, &["add", "-A"]);
+    run(&host, &["commit", "-q", "-m", "a"]);
+    let repo = crate::detect(&host).expect("detect").expect("a repository");
+    let mut o = opts(&d.path().join("stage1"), Depth::Adaptive);
+    o.seed.no_carry = true;
+    o.branch = "agentbox/cp".into();
+    let first = ship(&repo, "cp", &o).expect("ship");
+    assert_eq!(first.lfs_objects, 1);
+    let boxdir = d.path().join("box");
+    fs_err::create_dir(&boxdir).expect("mkdir");
+    let ws = boxdir.to_str().expect("utf-8");
+    exec(&first.steps(ws));
+    assert_eq!(
+        fs_err::read_to_string(boxdir.join("a.bin")).expect("a"),
+        "first object\n"
+    );
+
+    write(&host, "b.bin", "second object\n");
+    run(&host, &["add", "b.bin"]);
+    run(&host, &["commit", "-q", "-m", "b"]);
+    let mut o = opts(&d.path().join("stage2"), Depth::Adaptive);
+    o.seed.no_carry = true;
+    let delta = ship_delta(&repo, "b", &first.seeded.base, &o)
+        .expect("delta")
+        .expect("from_tip serves");
+    assert_eq!((delta.lfs_objects, delta.lfs_missing), (1, 0));
+    let mut names = vec![];
+    let mut archive = tar::Archive::new(fs_err::File::open(&delta.git_tar).expect("tar"));
+    for e in archive.entries().expect("entries") {
+        names.push(
+            e.expect("entry")
+                .path()
+                .expect("path")
+                .display()
+                .to_string(),
+        );
+    }
+    let pointer = run(&host, &["show", "HEAD:b.bin"]);
+    let oid = pointer
+        .lines()
+        .find_map(|l| l.strip_prefix("oid sha256:"))
+        .expect("a pointer");
+    assert!(names.contains(&DELTA_BUNDLE.to_owned()), "{names:?}");
+    assert!(
+        names.contains(&format!(".git/{}", lfs::rel_path(oid).display())),
+        "{names:?}"
+    );
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.starts_with(".git/lfs/objects/") && n.len() > 60)
+            .count(),
+        1,
+        "{names:?}"
+    );
+    assert!(exec(&delta.steps(ws)).is_empty());
+    assert_eq!(
+        fs_err::read_to_string(boxdir.join("b.bin")).expect("b"),
+        "second object\n"
+    );
+    assert_eq!(run(&boxdir, &["status", "--porcelain"]), "");
+}
