@@ -316,6 +316,29 @@ impl Job<'_> {
 /// Where a shipment's temporary host refs live: `refs/agentbox-ship/<box>/{base,carried}`.
 const TEMP: &str = "refs/agentbox-ship";
 
+/// Remove the temporary refs a shipment for box `name` left in the host repository at
+/// `repo_root` (`refs/agentbox-ship/<name>/…`: only a process killed while shipping leaves
+/// them), for `prune`.
+pub fn drop_ship_refs(repo_root: &Path, name: &str) -> Result<()> {
+    let refs = git(
+        repo_root,
+        &[
+            "for-each-ref",
+            "--format=%(refname)",
+            &format!("{TEMP}/{name}/"),
+        ],
+    )?;
+    let tx: String = refs
+        .lines()
+        .filter(|r| !r.is_empty())
+        .map(|r| format!("delete {r}\n"))
+        .collect();
+    if !tx.is_empty() {
+        git_stdin(repo_root, &["update-ref", "--stdin"], &tx)?;
+    }
+    Ok(())
+}
+
 /// The temporary host refs of a shipment, removed when dropped.
 struct TempRefs<'a> {
     root: &'a Path,

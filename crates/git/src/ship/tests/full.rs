@@ -124,6 +124,23 @@ fn a_failed_shipment_leaves_nothing() {
     assert!(!stage.exists());
     assert_eq!(host_refs(&host), before);
 
+    // What a killed shipment leaves, cleared.
+    let head = run(&host, &["rev-parse", "HEAD"]);
+    run(
+        &host,
+        &["update-ref", "refs/agentbox-ship/b/base", head.trim()],
+    );
+    run(
+        &host,
+        &["update-ref", "refs/agentbox-ship/c/base", head.trim()],
+    );
+    drop_ship_refs(&host, "b").expect("drop");
+    let refs = host_refs(&host);
+    assert!(!refs.contains("refs/agentbox-ship/b/"), "{refs}");
+    assert!(refs.contains("refs/agentbox-ship/c/"), "{refs}");
+    drop_ship_refs(&host, "c").expect("drop");
+    assert_eq!(host_refs(&host), before);
+
     // The box's branch exists already: refused at the end, everything made undone.
     run(&host, &["branch", "agentbox/b"]);
     let before = host_refs(&host);
