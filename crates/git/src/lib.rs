@@ -8,9 +8,10 @@
 //! `refs/agentbox/<box>/base` (its GC can never drop what the box builds on). The only
 //! things written to the host repository are refs under `refs/heads/agentbox/` and
 //! `refs/agentbox/<box>/` (`base`, and `fetched`: the last commit [`fetch`]ed for the box),
-//! while shipping `refs/agentbox-ship/<box>/`, and the objects `git stash create`, syncs and fetches add. Everything shells out to the
-//! `git` command, as the user's own git would run it — pushes and fetches with the user's
-//! own configuration and credentials, on the host (never inside a box).
+//! while shipping `refs/agentbox-ship/<box>/`, and the objects `git stash create`, syncs
+//! and fetches add. Everything shells out to the `git` command, as the user's own git would
+//! run it — pushes and fetches with the user's own configuration and credentials, on the
+//! host (never inside a box).
 //!
 //! `run` runs git; `host` finds the host's repositories; `seed` makes a box's repository
 //! and pins its base; `branches` reads and removes the host's box refs; `from_box` takes a
