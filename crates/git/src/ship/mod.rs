@@ -22,6 +22,7 @@
 #[cfg(test)]
 mod bench;
 mod delta;
+mod files;
 mod lfs;
 mod pack;
 mod steps;
@@ -107,6 +108,8 @@ pub struct Shipment {
     /// What the box will hold, as [`crate::seed`] reports it (`untracked`: the files in
     /// `files_tar`).
     pub seeded: Seeded,
+    /// The host repository's root.
+    pub repo: PathBuf,
     /// The box's name (its refs in the host repository are `refs/agentbox/<name>/…`).
     pub name: String,
     /// The carried-over work's commit, if any.
@@ -116,6 +119,8 @@ pub struct Shipment {
     pub git_tar_bytes: u64,
     pub files_tar: PathBuf,
     pub files_tar_bytes: u64,
+    /// The paths `files_tar` holds (relative to the repository's root), in its order.
+    pub files: Vec<String>,
     /// LFS objects shipped, and those the host lacks (left as pointers).
     pub lfs_objects: usize,
     pub lfs_missing: usize,
@@ -416,6 +421,7 @@ fn staged_in(
 
     let files = carried_files(&repo.root, &opts.seed)?;
     let files_tar = opts.stage.join("files.tar");
+    let mut packed = Vec::new();
     let files_tar_bytes = (|| {
         let mut tar = TarOut::create(&files_tar, opts.owner)?;
         for rel in &files {
@@ -424,6 +430,7 @@ fn staged_in(
             // copies nothing of it either.
             if !fs_err::symlink_metadata(&src)?.is_dir() {
                 tar.add(&src, Path::new(rel))?;
+                packed.push(rel.clone());
             }
         }
         tar.finish()
@@ -441,6 +448,7 @@ fn staged_in(
             untracked: files.len(),
             source_branch: job.source_branch.clone(),
         },
+        repo: repo.root.clone(),
         name: name.to_owned(),
         stash: job.stash.clone(),
         form: made.form,
@@ -448,6 +456,7 @@ fn staged_in(
         git_tar_bytes: made.git_tar_bytes,
         files_tar,
         files_tar_bytes,
+        files: packed,
         lfs_objects: made.lfs.found.len(),
         lfs_missing: made.lfs.missing,
         config: job.config.clone(),

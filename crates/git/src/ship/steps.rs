@@ -80,7 +80,8 @@ impl Shipment {
     /// remotes, branch and upstream [`Shipment::config`] names, apply the carried-over work
     /// with `stash apply --index` — a [`BoxStep::Try`]: when it would overwrite a file of the
     /// box's it changes nothing and is reported — and unpack the untracked files (which
-    /// replace the box's files of the same names).
+    /// replace the box's files of the same names: the provider leaves those out first with
+    /// [`Shipment::leave_out`], so the box's stay).
     pub fn steps(&self, workspace: &str) -> Vec<BoxStep> {
         let mut steps = Vec::new();
         let base = self.seeded.base.as_str();
@@ -168,7 +169,7 @@ impl Shipment {
                 }
             }
         }
-        if self.seeded.untracked > 0 {
+        if !self.files.is_empty() {
             steps.push(BoxStep::Extract {
                 tar: self.files_tar.clone(),
                 into: workspace.to_owned(),

@@ -1,5 +1,7 @@
 //! A checkpoint's box re-seeded from a delta, against local seeding.
 
+use std::path::Path;
+
 use super::*;
 
 #[test]
@@ -106,11 +108,13 @@ fn a_delta_whose_carried_work_collides_is_reported() {
     fs_err::create_dir(&boxdir).expect("mkdir");
     let ws = boxdir.to_str().expect("utf-8");
     exec(&first.steps(ws));
-    // The box has a file of its own where the host's carried work adds one.
+    // The box has a file of its own where the host's carried work adds one, and one where
+    // the host has an untracked file.
     write(&boxdir, "new.txt", "the box's\n");
+    write(&boxdir, "u.txt", "the box's untracked\n");
 
     let o = opts(&d.path().join("stage2"), Depth::Adaptive);
-    let delta = ship_delta(&repo, "b", &first.seeded.base, &o)
+    let mut delta = ship_delta(&repo, "b", &first.seeded.base, &o)
         .expect("delta")
         .expect("from_tip serves");
     assert_eq!(
@@ -120,8 +124,35 @@ fn a_delta_whose_carried_work_collides_is_reported() {
             bundle: true
         }
     );
+    // The provider finds which of the host's untracked files the box has: left out.
+    let present: std::collections::BTreeSet<String> = delta
+        .files
+        .iter()
+        .filter(|f| fs_err::symlink_metadata(boxdir.join(f)).is_ok())
+        .cloned()
+        .collect();
+    let before = delta.files_tar_bytes;
+    // (The checkpoint's box got the secrets too.)
+    assert_eq!(
+        delta.leave_out(&present).expect("left out"),
+        ["u.txt", ".env", "dir/.env"]
+    );
+    assert!(delta.files_tar_bytes < before);
+    assert_eq!(delta.files, ["newdir/u2.txt", "ulink"]);
     let skipped = exec(&delta.steps(ws));
     assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(
+        fs_err::read_to_string(boxdir.join("u.txt")).expect("kept"),
+        "the box's untracked\n"
+    );
+    assert_eq!(
+        fs_err::read_to_string(boxdir.join("newdir/u2.txt")).expect("arrived"),
+        "untracked below\n"
+    );
+    assert_eq!(
+        fs_err::read_link(boxdir.join("ulink")).expect("a link"),
+        Path::new("dir")
+    );
     assert_eq!(skipped[0].what, "the host's uncommitted changes");
     assert!(skipped[0].error.contains("new.txt"), "{}", skipped[0].error);
     assert_eq!(
