@@ -37,6 +37,14 @@ pub enum GitError {
     },
     #[error("{}: refused box {:?}'s tip {}: it carries commit {}, which the box did not make ({})", .0.repo.display(), .0.box_name, .0.tip, .0.commit, .0.reached_by)]
     ForeignCommit(Box<Foreign>),
+    #[error("{}: shipping box {box_name:?}'s repository: {what}: {message}", repo.display())]
+    Ship {
+        repo: PathBuf,
+        box_name: String,
+        /// The step that failed (`fetch into the stage`, `pack the files`, ...).
+        what: String,
+        message: String,
+    },
     #[error(transparent)]
     Store(#[from] agentbox_store::Error),
     #[error(transparent)]
@@ -57,6 +65,7 @@ impl GitError {
             | GitError::Spawn(_)
             | GitError::Push { .. }
             | GitError::Fetch { .. }
+            | GitError::Ship { .. }
             | GitError::Command { .. } => ExitCode::Failure.into(),
         }
     }
@@ -89,6 +98,7 @@ impl GitError {
             GitError::Io(_)
             | GitError::Spawn(_)
             | GitError::NoCommits { .. }
+            | GitError::Ship { .. }
             | GitError::Command { .. } => None,
         }
     }

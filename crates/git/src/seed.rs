@@ -74,83 +74,22 @@ pub fn seed(
     alternates: &Path,
     opts: &SeedOpts,
 ) -> Result<Seeded> {
-    let start = opts.from_ref.as_deref().unwrap_or("HEAD");
-    // The base commit, the branch it came from (a full ref name; `HEAD` when detached) and
-    // the host's index file, from one process.
-    let facts = git(
-        &repo.root,
-        &[
-            "rev-parse",
-            &format!("{start}^{{commit}}"),
-            "--symbolic-full-name",
-            start,
-            "--path-format=absolute",
-            "--git-path",
-            "index",
-        ],
-    )
-    .map_err(|_| {
-        if start == "HEAD" {
-            GitError::NoCommits {
-                path: repo.root.clone(),
-            }
-        } else {
-            GitError::NoSuchRef {
-                repo: repo.root.clone(),
-                start: start.to_owned(),
-            }
-        }
-    })?;
-    let facts: Vec<&str> = facts.lines().collect();
-    let [base, full_ref, host_index] = facts[..] else {
-        return Err(GitError::Command {
-            dir: repo.root.clone(),
-            args: "rev-parse".into(),
-            message: format!("unexpected answer {facts:?}"),
-        });
-    };
-    let base = base.to_owned();
-    let source_branch = full_ref.strip_prefix("refs/heads/").map(str::to_owned);
+    let Start {
+        base,
+        source_branch,
+        host_index,
+    } = resolve_start(repo, opts)?;
     // The carried-over work, as one commit nothing refers to: its tree is the host's
     // working tree (tracked files, deletions included), its second parent the host's index.
-    let stash = if !opts.no_carry && opts.from_ref.is_none() {
-        // `stash create` refreshes the index it reads: give it a copy, so the host's own
-        // index stays byte for byte what it was.
+    let stash = if carries(opts) {
         let scratch = tempfile_in(dst)?;
-        let copy = scratch.join("index");
-        if Path::new(host_index).exists() {
-            fs_err::copy(host_index, &copy)?;
-        }
-        // Refreshed first: `stash create` fails without a word when the index's stat data
-        // is stale (files touched, or chowned) and nothing else changed.
-        let stash = git_with(
-            &repo.root,
-            &["update-index", "-q", "--refresh"],
-            &[("GIT_INDEX_FILE", &copy)],
-        )
-        .and_then(|_| {
-            git_with(
-                &repo.root,
-                &["stash", "create"],
-                &[("GIT_INDEX_FILE", &copy)],
-            )
-        });
+        let stash = create_stash(repo, &host_index, &scratch);
         fs_err::remove_dir_all(&scratch)?;
-        Some(stash?).filter(|s| !s.is_empty())
+        stash?
     } else {
         None
     };
-    // The host keeps what the box builds on (the base, and the carried-over work whose
-    // objects the box's index and tree refer to: a host `gc` must never drop them), and
-    // shows the box's branch — all in one transaction; the branch must not exist yet.
-    let mut refs = format!(
-        "start\nupdate refs/agentbox/{name}/base {base}\ncreate refs/heads/{branch} {base}\n"
-    );
-    if let Some(stash) = &stash {
-        refs.push_str(&format!("update refs/agentbox/{name}/carried {stash}\n"));
-    }
-    refs.push_str("prepare\ncommit\n");
-    git_stdin(&repo.root, &["update-ref", "--stdin"], &refs)?;
+    pin(repo, name, branch, &base, stash.as_deref())?;
 
     let dst_str = dst.to_str().ok_or_else(|| GitError::Command {
         dir: dst.to_owned(),
@@ -178,23 +117,151 @@ pub fn seed(
     }
 
     let carried = stash.is_some();
-    let mut untracked = 0;
-    if !opts.no_carry && opts.from_ref.is_none() {
-        let files = git(
-            &repo.root,
-            &["ls-files", "-z", "--others", "--exclude-standard"],
-        )?;
-        for rel in files
-            .split('\0')
-            .filter(|f| !f.is_empty() && !excluded(f, &opts.exclude))
-        {
-            copy_into(&repo.root, dst, Path::new(rel))?;
-            untracked += 1;
+    let files = carried_files(&repo.root, opts)?;
+    for rel in &files {
+        copy_into(&repo.root, dst, Path::new(rel))?;
+    }
+    let untracked = files.len();
+    fs_err::write(&alt, format!("{}\n", alternates.display()))?;
+    Ok(Seeded {
+        branch: branch.to_owned(),
+        base,
+        carried,
+        untracked,
+        source_branch,
+    })
+}
+
+/// Make the host keep what box `name` builds on (`refs/agentbox/<name>/base`, and
+/// `refs/agentbox/<name>/carried`: the carried-over work whose objects the box's index and
+/// tree refer to — a host `gc` must never drop them) and show its branch `branch` at `base`,
+/// all in one transaction; the branch must not exist yet.
+pub(crate) fn pin(
+    repo: &HostRepo,
+    name: &str,
+    branch: &str,
+    base: &str,
+    stash: Option<&str>,
+) -> Result<()> {
+    let mut refs = format!(
+        "start\nupdate refs/agentbox/{name}/base {base}\ncreate refs/heads/{branch} {base}\n"
+    );
+    if let Some(stash) = stash {
+        refs.push_str(&format!("update refs/agentbox/{name}/carried {stash}\n"));
+    }
+    refs.push_str("prepare\ncommit\n");
+    git_stdin(&repo.root, &["update-ref", "--stdin"], &refs).map(|_| ())
+}
+
+/// Where a box starts: the base commit, the host branch it came from, the host's index file.
+pub(crate) struct Start {
+    pub base: String,
+    pub source_branch: Option<String>,
+    pub host_index: PathBuf,
+}
+
+/// Whether `opts` carry the host's uncommitted and untracked work over.
+pub(crate) fn carries(opts: &SeedOpts) -> bool {
+    !opts.no_carry && opts.from_ref.is_none()
+}
+
+/// Resolve `opts.from_ref` (or the host's `HEAD`) to the commit a box starts from, in one
+/// process: the commit, the branch it came from (a full ref name; `HEAD` when detached) and
+/// the host's index file.
+pub(crate) fn resolve_start(repo: &HostRepo, opts: &SeedOpts) -> Result<Start> {
+    let start = opts.from_ref.as_deref().unwrap_or("HEAD");
+    let facts = git(
+        &repo.root,
+        &[
+            "rev-parse",
+            &format!("{start}^{{commit}}"),
+            "--symbolic-full-name",
+            start,
+            "--path-format=absolute",
+            "--git-path",
+            "index",
+        ],
+    )
+    .map_err(|_| {
+        if start == "HEAD" {
+            GitError::NoCommits {
+                path: repo.root.clone(),
+            }
+        } else {
+            GitError::NoSuchRef {
+                repo: repo.root.clone(),
+                start: start.to_owned(),
+            }
         }
+    })?;
+    let facts: Vec<&str> = facts.lines().collect();
+    // `--symbolic-full-name` prints nothing for a start that is no ref (an id, `HEAD~1`).
+    let (base, full_ref, host_index) = match facts[..] {
+        [base, full_ref, host_index] => (base, full_ref, host_index),
+        [base, host_index] => (base, "", host_index),
+        _ => {
+            return Err(GitError::Command {
+                dir: repo.root.clone(),
+                args: "rev-parse".into(),
+                message: format!("unexpected answer {facts:?}"),
+            })
+        }
+    };
+    Ok(Start {
+        base: base.to_owned(),
+        source_branch: full_ref.strip_prefix("refs/heads/").map(str::to_owned),
+        host_index: PathBuf::from(host_index),
+    })
+}
+
+/// The host's uncommitted work (staged and unstaged) as one commit nothing refers to (`git
+/// stash create`): its tree is the host's working tree (tracked files, deletions included),
+/// its second parent the host's index. `None` when there is none. `scratch` is an empty
+/// directory of the caller's.
+pub(crate) fn create_stash(
+    repo: &HostRepo,
+    host_index: &Path,
+    scratch: &Path,
+) -> Result<Option<String>> {
+    // `stash create` refreshes the index it reads: give it a copy, so the host's own
+    // index stays byte for byte what it was.
+    let copy = scratch.join("index");
+    if host_index.exists() {
+        fs_err::copy(host_index, &copy)?;
+    }
+    // Refreshed first: `stash create` fails without a word when the index's stat data
+    // is stale (files touched, or chowned) and nothing else changed.
+    git_with(
+        &repo.root,
+        &["update-index", "-q", "--refresh"],
+        &[("GIT_INDEX_FILE", &copy)],
+    )?;
+    let stash = git_with(
+        &repo.root,
+        &["stash", "create"],
+        &[("GIT_INDEX_FILE", &copy)],
+    )?;
+    Ok(Some(stash).filter(|s| !s.is_empty()))
+}
+
+/// The files (relative paths, as git lists them) a box of the host repository at `root` gets
+/// besides its tracked ones: the untracked, not ignored ones when `opts` carry work over,
+/// and the ignored ones whose name matches a `with_env` pattern; none below an `exclude`d
+/// first-level name.
+pub(crate) fn carried_files(root: &Path, opts: &SeedOpts) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    if carries(opts) {
+        let files = git(root, &["ls-files", "-z", "--others", "--exclude-standard"])?;
+        out.extend(
+            files
+                .split('\0')
+                .filter(|f| !f.is_empty() && !excluded(f, &opts.exclude))
+                .map(str::to_owned),
+        );
     }
     if !opts.with_env.is_empty() {
         let ignored = git(
-            &repo.root,
+            root,
             &[
                 "ls-files",
                 "-z",
@@ -216,19 +283,11 @@ pub fn seed(
                 .iter()
                 .any(|p| agentbox_core::glob::matches(p.as_bytes(), name.as_bytes()))
             {
-                copy_into(&repo.root, dst, Path::new(rel))?;
-                untracked += 1;
+                out.push(rel.to_owned());
             }
         }
     }
-    fs_err::write(&alt, format!("{}\n", alternates.display()))?;
-    Ok(Seeded {
-        branch: branch.to_owned(),
-        base,
-        carried,
-        untracked,
-        source_branch,
-    })
+    Ok(out)
 }
 
 /// The paths (relative to the repository's root) box `name`'s seeding carried over from
@@ -283,43 +342,43 @@ pub(crate) fn box_remotes(
     branch: &str,
     source_branch: Option<&str>,
 ) -> Result<()> {
+    for (key, value) in box_config(host, branch, source_branch)? {
+        git(dst, &["config", &key, &value])?;
+    }
+    Ok(())
+}
+
+/// The configuration [`box_remotes`] writes, as `(key, value)` in order, read from the host
+/// repository's own configuration.
+pub(crate) fn box_config(
+    host: &Path,
+    branch: &str,
+    source_branch: Option<&str>,
+) -> Result<Vec<(String, String)>> {
     let remotes = git(host, &["remote"])?;
     let upstream_remote = source_branch
         .and_then(|b| git(host, &["config", "--get", &format!("branch.{b}.remote")]).ok())
         .filter(|r| !r.is_empty());
+    let mut out = Vec::new();
     let mut first = None;
     for r in remotes.lines().map(str::trim).filter(|r| !r.is_empty()) {
         // Remote names come from the host's own configuration.
-        git(
-            dst,
-            &[
-                "config",
-                &format!("remote.{r}.url"),
-                &format!("agentbox::{r}"),
-            ],
-        )?;
-        git(
-            dst,
-            &[
-                "config",
-                &format!("remote.{r}.fetch"),
-                &format!("+refs/heads/*:refs/remotes/{r}/*"),
-            ],
-        )?;
+        out.push((format!("remote.{r}.url"), format!("agentbox::{r}")));
+        out.push((
+            format!("remote.{r}.fetch"),
+            format!("+refs/heads/*:refs/remotes/{r}/*"),
+        ));
         first.get_or_insert_with(|| r.to_owned());
     }
-    git(dst, &["config", "push.default", "current"])?;
-    git(dst, &["config", "agentbox.branch", branch])?;
+    out.push(("push.default".into(), "current".into()));
+    out.push(("agentbox.branch".into(), branch.to_owned()));
     if let (Some(remote), Some(src)) = (upstream_remote.or(first), source_branch) {
-        git(
-            dst,
-            &["config", &format!("branch.{branch}.remote"), &remote],
-        )?;
+        out.push((format!("branch.{branch}.remote"), remote));
         let merge = git(host, &["config", "--get", &format!("branch.{src}.merge")])
             .unwrap_or_else(|_| format!("refs/heads/{src}"));
-        git(dst, &["config", &format!("branch.{branch}.merge"), &merge])?;
+        out.push((format!("branch.{branch}.merge"), merge));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Whether `rel` (a path git listed) is empty or lies below one of the `exclude`d
