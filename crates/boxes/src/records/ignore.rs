@@ -75,13 +75,7 @@ impl IgnoreSet {
         if self.patterns.is_empty() {
             return false;
         }
-        let components: Vec<&[u8]> = rel
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(name) => Some(name.as_bytes()),
-                _ => None,
-            })
-            .collect();
+        let components = names(rel);
         if components.is_empty() {
             return false;
         }
@@ -92,13 +86,7 @@ impl IgnoreSet {
 
     /// Whether a pattern matches `rel` itself (not one of its directories).
     fn matches_whole(&self, rel: &Path) -> bool {
-        let components: Vec<&[u8]> = rel
-            .components()
-            .filter_map(|c| match c {
-                Component::Normal(name) => Some(name.as_bytes()),
-                _ => None,
-            })
-            .collect();
+        let components = names(rel);
         !components.is_empty() && self.patterns.iter().any(|p| p.matches(&components))
     }
 
@@ -164,6 +152,16 @@ impl IgnoreSet {
         .map(|p| (*p).to_owned())
         .collect()
     }
+}
+
+/// The names along `rel` (a leading `/` or `./` and `..` left out), as patterns match them.
+fn names(rel: &Path) -> Vec<&[u8]> {
+    rel.components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name.as_bytes()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// See [`IgnoreSet::memo`].
