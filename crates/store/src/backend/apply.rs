@@ -404,3 +404,40 @@ pub(crate) fn edit_in_place(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A box swaps a directory of its layer for a symlink to a host directory after the
+    /// commit planned its tree and before the tree is applied: nothing of the host's file
+    /// reaches the layer (the copy refuses the path), while without `beneath` the same swap
+    /// would have read it.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_after_planning_copies_nothing_from_the_host() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let upper = tmp.path().join("upper");
+        let host = tmp.path().join("host/d");
+        fs_err::create_dir_all(upper.join("workspace/d")).expect("mkdir");
+        fs_err::write(upper.join("workspace/d/f.txt"), "box's own").expect("write");
+        fs_err::create_dir_all(&host).expect("mkdir");
+        fs_err::write(host.join("f.txt"), "HOST SECRET").expect("write");
+        let tree = scan_tree(&upper).expect("scan");
+        fs_err::remove_dir_all(upper.join("workspace/d")).expect("rm");
+        std::os::unix::fs::symlink(&host, upper.join("workspace/d")).expect("symlink");
+        let leaked = |target: &Path| {
+            fs_err::read_to_string(target.join("workspace/d/f.txt"))
+                .is_ok_and(|t| t.contains("HOST SECRET"))
+        };
+        let opaque = "user.overlay.opaque";
+        let guarded = tmp.path().join("guarded");
+        fs_err::create_dir_all(&guarded).expect("mkdir");
+        let _ = apply_overlay_tree(&tree, &guarded, opaque, None, Some(&upper));
+        assert!(!leaked(&guarded), "the host's file reached the layer");
+        // The control: the same apply without `beneath` follows the swapped directory.
+        let unguarded = tmp.path().join("unguarded");
+        fs_err::create_dir_all(&unguarded).expect("mkdir");
+        let _ = apply_overlay_tree(&tree, &unguarded, opaque, None, None);
+        assert!(leaked(&unguarded), "the control did not follow the symlink");
+    }
+}
