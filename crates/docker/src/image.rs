@@ -9,10 +9,9 @@ use std::time::Duration;
 use bollard::query_parameters::{
     CreateImageOptions, ListImagesOptions, RemoveImageOptions, TagImageOptions,
 };
-use futures_util::StreamExt;
 
 use crate::engine::{is_not_found, Engine};
-use crate::upload::{first_answer, UploadWatch, CHUNK};
+use crate::upload::{UploadWatch, CHUNK};
 use crate::{DockerError, Result};
 
 /// What agentbox reads of an image.
@@ -92,31 +91,12 @@ impl Engine {
         let body = bollard::body_try_stream(watch.track(body));
         // The upload's own watch bounds it, not the request timeout.
         let docker = self.docker.clone().with_timeout(Duration::MAX);
-        self.block_on(async {
-            let progress = docker.create_image(Some(options), Some(body), None);
-            futures_util::pin_mut!(progress);
-            let first =
-                first_answer(&watch, &mut progress)
-                    .await
-                    .map_err(|why| DockerError::Engine {
-                        engine: self.endpoint().shown(),
-                        doing: doing.clone(),
-                        why,
-                    })?;
-            let rest = futures_util::stream::iter(first).chain(progress);
-            futures_util::pin_mut!(rest);
-            while let Some(step) = rest.next().await {
-                let step = step.map_err(|e| self.fail(&doing, e))?;
-                if let Some(detail) = step.error_detail.and_then(|d| d.message) {
-                    return Err(DockerError::Engine {
-                        engine: self.endpoint().shown(),
-                        doing: doing.clone(),
-                        why: detail,
-                    });
-                }
-            }
-            Ok(())
-        })?;
+        self.block_on(self.follow_upload(
+            &watch,
+            docker.create_image(Some(options), Some(body), None),
+            &doing,
+            |step| step.error_detail.and_then(|d| d.message),
+        ))?;
         Ok(self.require_image(&format!("{repo}:{tag}"))?.id)
     }
 

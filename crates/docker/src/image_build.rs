@@ -17,11 +17,10 @@ use std::time::Duration;
 
 use agentbox_core::glob::PathPattern;
 use bollard::query_parameters::BuildImageOptions;
-use futures_util::StreamExt;
 
 use crate::engine::Engine;
-use crate::upload::{first_answer, UploadWatch};
-use crate::{DockerError, Result};
+use crate::upload::UploadWatch;
+use crate::Result;
 
 /// The name a Dockerfile from outside the context has in it.
 pub const OUTSIDE_DOCKERFILE: &str = ".agentbox.Dockerfile";
@@ -194,36 +193,19 @@ impl Engine {
             watch.track(crate::upload::chunks(bytes::Bytes::from(ctx.tar.clone()))),
         );
         let docker = self.docker.clone().with_timeout(Duration::MAX);
-        self.block_on(async {
-            let steps = docker.build_image(options, None, Some(body));
-            futures_util::pin_mut!(steps);
-            let first =
-                first_answer(&watch, &mut steps)
-                    .await
-                    .map_err(|why| DockerError::Engine {
-                        engine: self.endpoint().shown(),
-                        doing: doing.clone(),
-                        why,
-                    })?;
-            let rest = futures_util::stream::iter(first).chain(steps);
-            futures_util::pin_mut!(rest);
-            while let Some(step) = rest.next().await {
-                let step = step.map_err(|e| self.fail(&doing, e))?;
-                if let Some(msg) = step.error_detail.and_then(|d| d.message) {
-                    return Err(DockerError::Engine {
-                        engine: self.endpoint().shown(),
-                        doing: doing.clone(),
-                        why: msg,
-                    });
-                }
-                if let Some(text) = step.stream {
+        self.block_on(self.follow_upload(
+            &watch,
+            docker.build_image(options, None, Some(body)),
+            &doing,
+            |step| {
+                if let Some(text) = &step.stream {
                     for line in text.lines().filter(|l| !l.trim().is_empty()) {
                         progress(line);
                     }
                 }
-            }
-            Ok(())
-        })?;
+                step.error_detail.and_then(|d| d.message)
+            },
+        ))?;
         Ok(self.require_image(&format!("{repo}:{tag}"))?.id)
     }
 }

@@ -100,6 +100,40 @@ pub(crate) async fn first_answer<S: Stream + Unpin>(
     }
 }
 
+impl Engine {
+    /// Follow the engine's answer to an upload while `doing`: its first step within the
+    /// upload's watch, then every step to the end. The engine reports a failed import or
+    /// build inside the stream, not as an HTTP error: `check` reads each step and says
+    /// why it failed, which ends the upload with that reason.
+    pub(crate) async fn follow_upload<S, T>(
+        &self,
+        watch: &UploadWatch,
+        answer: S,
+        doing: &str,
+        mut check: impl FnMut(T) -> Option<String>,
+    ) -> crate::Result<()>
+    where
+        S: Stream<Item = Result<T, bollard::errors::Error>>,
+    {
+        let failed = |why: String| crate::DockerError::Engine {
+            engine: self.endpoint().shown(),
+            doing: doing.to_owned(),
+            why,
+        };
+        futures_util::pin_mut!(answer);
+        let first = first_answer(watch, &mut answer).await.map_err(failed)?;
+        let rest = futures_util::stream::iter(first).chain(answer);
+        futures_util::pin_mut!(rest);
+        while let Some(step) = rest.next().await {
+            let step = step.map_err(|e| self.fail(doing, e))?;
+            if let Some(why) = check(step) {
+                return Err(failed(why));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `bytes` as a body of [`CHUNK`]-sized pieces.
 pub(crate) fn chunks(bytes: bytes::Bytes) -> impl Stream<Item = std::io::Result<bytes::Bytes>> {
     let n = bytes.len().div_ceil(CHUNK);
