@@ -23,21 +23,7 @@ pub(super) fn run_candidate(
     progress: &Relay,
 ) -> CandidateResult {
     let c = &spec.candidates[i];
-    let mut r = CandidateResult {
-        name: c.name.clone(),
-        cmd: c.command.clone(),
-        box_name: slot.box_name.clone(),
-        branches: Vec::new(),
-        node: None,
-        cmd_exit: None,
-        test_exit: None,
-        duration_ms: 0,
-        verdict: Verdict::Error,
-        error: None,
-        output: String::new(),
-        log: None,
-        kept: false,
-    };
+    let mut r = CandidateResult::unrun(c, slot);
     if let Some(v) = slot.cancelled().verdict() {
         r.verdict = v;
         return r;
@@ -182,6 +168,28 @@ pub(super) fn tail(s: &str, max: usize) -> &str {
         at += 1;
     }
     &s[at..]
+}
+
+impl CandidateResult {
+    /// Candidate `c` in `slot` before anything of it ran: an error until its run says
+    /// otherwise.
+    pub(super) fn unrun(c: &Candidate, slot: &Slot) -> CandidateResult {
+        CandidateResult {
+            name: c.name.clone(),
+            cmd: c.command.clone(),
+            box_name: slot.box_name.clone(),
+            branches: Vec::new(),
+            node: None,
+            cmd_exit: None,
+            test_exit: None,
+            duration_ms: 0,
+            verdict: Verdict::Error,
+            error: None,
+            output: String::new(),
+            log: None,
+            kept: false,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -250,21 +250,11 @@ pub(super) fn run(
 /// The result of a candidate whose worker ended without one (it panicked).
 pub(super) fn lost_worker(boxes: &Boxes, c: &Candidate, slot: &Slot) -> CandidateResult {
     CandidateResult {
-        name: c.name.clone(),
-        cmd: c.command.clone(),
-        box_name: slot.box_name.clone(),
-        branches: Vec::new(),
-        node: None,
-        cmd_exit: None,
-        test_exit: None,
-        duration_ms: 0,
-        verdict: Verdict::Error,
         error: Some("its worker ended without a result".into()),
-        output: String::new(),
-        log: None,
         // Its box, if the fork got that far, is removed with the losers (its name was free
         // when the tournament began: the box is this tournament's).
         kept: BoxDirs::new(boxes.home(), &slot.box_name).record().exists(),
+        ..CandidateResult::unrun(c, slot)
     }
 }
 
