@@ -256,14 +256,13 @@ impl BtrfsBackend {
             crate::backend::apply::drop_idle_whiteouts(&planned.tree, &tmp, base, opaque)?;
         }
         timer.lap("whiteouts");
-        let paths: Vec<PathBuf> = planned.tree.entries.keys().cloned().collect();
         LayersBackend::stage_marks(dirs, crate::backend::marks::NewMarks::Changes(planned.now))?;
         timer.lap("marks");
         let record = self.publish_layer(&layers, &tmp_name, id)?;
         timer.lap("publish");
         // The new layer is the previous one with exactly these paths changed.
         let base = chain.first().map(|l| l.id.clone());
-        Listing::new(base, paths.iter().map(PathBuf::as_path)).write(&layers, id)?;
+        Listing::new(base, planned.tree.entries.keys().map(PathBuf::as_path)).write(&layers, id)?;
         Ok(record)
     }
 
