@@ -50,6 +50,10 @@ pub enum Error {
     /// A disk limit cannot be set or read here (see `crate::disk`).
     #[error("cannot limit the disk of a box: {path}: {reason}")]
     DiskLimit { path: PathBuf, reason: String },
+    /// The tree of node `node` is held by provider `by` outside the store (see
+    /// `crate::held`): the store cannot read or make it.
+    #[error("the tree of node {node} is held by the {by} provider, not by the store")]
+    Held { node: String, by: String },
 }
 
 /// True when `e` is ENOSPC or EDQUOT (by raw errno or by kind, which `fs_err` keeps).
@@ -141,6 +145,9 @@ impl Error {
             Error::TooLarge { .. } => Some(
                 "nothing was imported; if you trust the bundle, raise the limit with `--max-size SIZE` (or AGENTBOX_IMPORT_MAX_SIZE)",
             ),
+            Error::Held { .. } => Some(
+                "act on the box through agentbox's box commands, which ask its provider",
+            ),
             Error::DiskLimit { .. } => Some(
                 "create the box without --disk (it then has no disk limit), or keep the store on a filesystem with quotas",
             ),
@@ -165,7 +172,8 @@ impl Error {
             | Error::AmbiguousRef { .. }
             | Error::InvalidName { .. }
             | Error::InvalidPattern { .. }
-            | Error::Refused { .. } => ExitCode::Refused.into(),
+            | Error::Refused { .. }
+            | Error::Held { .. } => ExitCode::Refused.into(),
             Error::Core(agentbox_core::Error::Locked { .. }) => ExitCode::Locked.into(),
             Error::NeedsRoot { .. } => ExitCode::NeedsRoot.into(),
             Error::Corrupt { .. } => ExitCode::Inconsistent.into(),

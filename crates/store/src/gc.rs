@@ -9,13 +9,12 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use agentbox_core::atomic;
-use agentbox_core::failpoint;
 use agentbox_core::id::{self, NodeId};
 use agentbox_core::lock::Mode;
 use serde::Serialize;
 
 use crate::store::Store;
-use crate::Result;
+use crate::{Error, Result};
 
 /// What GC did.
 #[derive(Debug, Clone, Serialize)]
@@ -203,13 +202,7 @@ impl Store {
         let (on_disk, live) = self.layer_sets()?;
         let mut removed = Vec::new();
         for lid in on_disk.difference(&live) {
-            // Record first: a layer without record is garbage on every later pass too.
-            let rec = self.layout().layer_record(lid);
-            if rec.exists() {
-                fs_err::remove_file(&rec)?;
-            }
-            failpoint::hit("gc:after-record");
-            self.backend().remove_layer(lid)?;
+            self.free_layer(lid)?;
             removed.push(lid.clone());
         }
         atomic::sync_dir(&self.layout().layers())?;
@@ -297,6 +290,8 @@ impl Store {
                         }
                     }
                 }
+                // Its provider holds the tree (see `crate::held`): only the record is here.
+                Err(Error::Held { .. }) => {}
                 Err(e) => problem(path.clone(), e.to_string(), false),
             }
         }
@@ -429,11 +424,7 @@ impl Store {
                 ));
             }
             for lid in on_disk.difference(&live) {
-                let rec = self.layout().layer_record(lid);
-                if rec.exists() {
-                    fs_err::remove_file(&rec)?;
-                }
-                self.backend().remove_layer(lid)?;
+                self.free_layer(lid)?;
                 repairs.push(format!("freed unreferenced layer {lid}"));
             }
             problems.retain(|p| !p.repairable);

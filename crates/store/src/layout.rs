@@ -83,6 +83,11 @@ impl Layout {
     pub fn tmp(&self) -> PathBuf {
         self.root.join("tmp")
     }
+    /// `released/<provider>`: the objects of held layers GC freed that their provider has
+    /// not removed yet (see `crate::held`).
+    pub fn released(&self, by: &str) -> PathBuf {
+        self.root.join("released").join(by)
+    }
     pub fn index(&self) -> PathBuf {
         self.root.join("index")
     }

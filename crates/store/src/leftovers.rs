@@ -414,13 +414,7 @@ impl Store {
                 fs_err::remove_dir_all(layout.env_dir(&l.id))?;
             }
             LeftoverKind::UnreferencedLayer => {
-                // Record first, as `gc` does: a layer without record is garbage on every
-                // later pass too.
-                let rec = layout.layer_record(&l.id);
-                if rec.exists() {
-                    fs_err::remove_file(&rec)?;
-                }
-                self.backend().remove_layer(&l.id)?;
+                self.free_layer(&l.id)?;
                 atomic::sync_dir(&layout.layers())?;
             }
         }

@@ -614,6 +614,7 @@ fn import_history_locked(
         checkout_pending: None,
         box_base: None,
         disk_limit: None,
+        held_by: None,
     };
     let head = store.node(&state.head)?;
     let result = (|| {

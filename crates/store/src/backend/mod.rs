@@ -83,6 +83,13 @@ pub struct LayerRecord {
     /// ignore it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub compacted: bool,
+    /// Set on a layer whose data a provider holds outside the store (a Docker box's node is
+    /// an image on its engine, see `crate::held`): the store keeps only this record, no
+    /// layer directory, and freeing the layer hands the object back to its holder instead
+    /// of removing a directory. Absent on every layer the backend holds; older versions
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<crate::held::Held>,
 }
 
 impl LayerRecord {
@@ -94,6 +101,7 @@ impl LayerRecord {
             depth,
             cleaned: None,
             compacted: false,
+            held: None,
         }
     }
 }

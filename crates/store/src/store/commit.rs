@@ -200,7 +200,7 @@ impl Store {
     }
 
     /// The commit point: HEAD, the tips and the next sequence number move together.
-    pub(super) fn move_head(&self, state: &mut EnvState, head: &Node, node: &Node) -> Result<()> {
+    pub(crate) fn move_head(&self, state: &mut EnvState, head: &Node, node: &Node) -> Result<()> {
         state.tips.remove(head.id.as_str());
         state.tips.insert(node.id.as_str().to_owned());
         state.head = node.id.clone();

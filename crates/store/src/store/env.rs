@@ -147,6 +147,7 @@ impl Store {
             checkout_pending: None,
             box_base: None,
             disk_limit: None,
+            held_by: None,
         };
         let dirs = self.work_dirs(&state);
         self.backend.reset_work(&dirs, &[record])?;
@@ -269,6 +270,16 @@ impl Store {
         let node = self.node(id)?;
         let env_dir = self.claim_env_dir(name)?;
         let result = (|| {
+            // A fork of a node a provider holds is held by it too: the provider makes its
+            // tree (see `crate::held`); the store only starts its history.
+            let held_by = self.held_of(&node)?.map(|h| h.by);
+            if held_by.is_some() && mountpoint.is_some() {
+                return Err(Error::Refused {
+                    action: "mount",
+                    id: node.id.as_str().to_owned(),
+                    reason: "its tree is held by a provider, outside the store".to_owned(),
+                });
+            }
             let state = EnvState {
                 name: name.to_owned(),
                 created: Utc::now(),
@@ -281,9 +292,12 @@ impl Store {
                 checkout_pending: None,
                 box_base: None,
                 disk_limit: None,
+                held_by,
             };
-            self.backend
-                .reset_work(&self.work_dirs(&state), &self.chain(&node)?)?;
+            if state.held_by.is_none() {
+                self.backend
+                    .reset_work(&self.work_dirs(&state), &self.chain(&node)?)?;
+            }
             self.write_env(&state)?;
             Ok(state)
         })();

@@ -121,6 +121,12 @@ pub struct EnvState {
     /// again each time a checkout makes the work area anew.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_limit: Option<crate::disk::DiskLimit>,
+    /// Set on an environment whose working tree a provider holds outside the store (a
+    /// Docker box's container, see `crate::held`): the provider it names. Such an
+    /// environment has no work area here, and its nodes' layers are held too: the store keeps
+    /// its history (nodes, HEAD, tips, tags, refs) and never reads or writes its tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
 }
 
 /// Where a new environment's first node comes from.

@@ -72,12 +72,20 @@ impl Store {
         })
     }
 
-    /// The chain of layers (top first) whose union is `node`'s tree.
+    /// The chain of layers (top first) whose union is `node`'s tree. Every reading or
+    /// making of a tree goes through here, so a node whose tree a provider holds (see
+    /// `crate::held`) is refused here with [`Error::Held`].
     pub fn chain(&self, node: &Node) -> Result<Vec<LayerRecord>> {
         let mut chain = Vec::new();
         let mut next = Some(node.layer.clone());
         while let Some(id) = next {
             let rec = self.layer_record(&id)?;
+            if let Some(held) = &rec.held {
+                return Err(Error::Held {
+                    node: node.id.as_str().to_owned(),
+                    by: held.by.clone(),
+                });
+            }
             next = rec.parent.clone();
             chain.push(rec);
             if chain.len() > 4096 {

@@ -35,7 +35,7 @@ impl Store {
     /// exclusively.
     pub(crate) fn interrupted_commits(&self) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
-        for state in self.envs()? {
+        for state in self.envs()?.into_iter().filter(|s| s.held_by.is_none()) {
             let Some(layer) = self.backend.unfinished_commit(&self.work_dirs(&state))? else {
                 continue;
             };

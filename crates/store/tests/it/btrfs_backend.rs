@@ -86,6 +86,7 @@ fn empty_layer_is_a_readonly_subvolume() {
             depth: 1,
             cleaned: None,
             compacted: false,
+            held: None,
         }
     );
     let dir = b.layer_dir("l0");

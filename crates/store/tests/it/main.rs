@@ -10,5 +10,6 @@ mod capture;
 mod checkpoints;
 mod conformance;
 mod fsops;
+mod held;
 mod index;
 mod setup;
