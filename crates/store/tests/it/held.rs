@@ -1,6 +1,7 @@
 //! Environments whose trees a provider holds (`agentbox_store::held`): the store keeps their
 //! history and never touches a tree; freeing a held layer queues its object for the
 //! provider. Tier 0: a held environment needs no mount.
+#![allow(clippy::unwrap_used)]
 
 use agentbox_store::{CommitOpts, Error, Held, Store};
 use agentbox_testkit::TempHome;
