@@ -122,6 +122,15 @@ pub enum BoxError {
     },
     #[error("box {name:?} is run by the {provider:?} provider, not this one")]
     OtherProvider { name: String, provider: String },
+    /// What a box's provider cannot do for it: a refusal naming the provider, never a
+    /// silent skip.
+    #[error("box {name:?}: the {provider} provider cannot {what}")]
+    ProviderCannot {
+        name: String,
+        provider: String,
+        what: String,
+        hint: String,
+    },
     #[error("box {name:?} is not running")]
     NotRunning { name: String },
     #[error("box {name:?} was not made from a git repository")]
@@ -233,7 +242,8 @@ impl BoxError {
             BoxError::StoreExists { .. }
             | BoxError::InvalidName(_)
             | BoxError::CheckpointExists { .. }
-            | BoxError::CheckpointFromBox { .. } => ExitCode::Refused.into(),
+            | BoxError::CheckpointFromBox { .. }
+            | BoxError::ProviderCannot { .. } => ExitCode::Refused.into(),
             BoxError::NoSuchCheckpoint { .. } | BoxError::NoSuchAgent { .. } => {
                 ExitCode::NotFound.into()
             }
@@ -343,6 +353,7 @@ impl BoxError {
                 "`agentbox logs {name} {id}` shows its whole output, `agentbox ps {name}` its exit"
             )),
             BoxError::Remote { hint, .. } => hint.clone(),
+            BoxError::ProviderCannot { hint, .. } => Some(hint.clone()),
             BoxError::NoSuchNode { name, .. } => Some(format!(
                 "`agentbox log {name}` shows its nodes; refs are HEAD, HEAD~N, a tag, an id or a unique id prefix"
             )),

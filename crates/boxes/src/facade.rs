@@ -12,13 +12,16 @@ use crate::provider::Provider;
 use crate::records::record::{self, BoxDirs};
 use crate::{BoxError, Result};
 
-/// The boxes (and versioned directories) of one agentbox home, run by one provider.
+/// The boxes (and versioned directories) of one agentbox home, run by its providers: the
+/// default one (the local provider) and any others the front end registered (Docker). Each
+/// box is run by the provider its record names ([`Boxes::provider_of`]).
 ///
 /// The store is opened on first use and kept for the façade's life (one command), so every
 /// operation of a command sees the same reconciled store.
 pub struct Boxes {
     pub(crate) home: Home,
     pub(crate) provider: Arc<dyn Provider>,
+    others: Vec<Arc<dyn Provider>>,
     store: std::sync::OnceLock<Store>,
 }
 
@@ -27,8 +30,52 @@ impl Boxes {
         Boxes {
             home,
             provider,
+            others: Vec::new(),
             store: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Register `provider` beside the default one (a kind already registered is replaced).
+    pub fn with_provider(mut self, provider: Arc<dyn Provider>) -> Boxes {
+        self.others.retain(|p| p.kind() != provider.kind());
+        self.others.push(provider);
+        self
+    }
+
+    /// The provider of kind `kind` (`local`, `docker`), when registered.
+    pub fn provider_named(&self, kind: &str) -> Option<&dyn Provider> {
+        std::iter::once(&self.provider)
+            .chain(&self.others)
+            .find(|p| p.kind() == kind)
+            .map(|p| &**p)
+    }
+
+    /// The registered providers, the default first.
+    pub fn providers(&self) -> impl Iterator<Item = &dyn Provider> {
+        std::iter::once(&self.provider)
+            .chain(&self.others)
+            .map(|p| &**p)
+    }
+
+    /// The provider that runs box `name`, as its record says; the default one for a name
+    /// that is no box (a versioned directory, whose tree is the store's). A box of a
+    /// provider this build lacks is [`BoxError::OtherProvider`].
+    pub fn provider_of(&self, name: &str) -> Result<&dyn Provider> {
+        if !self.is_box(name) {
+            return Ok(&*self.provider);
+        }
+        let rec = record::read(&self.home, name)?;
+        self.provider_named(&rec.provider)
+            .ok_or_else(|| BoxError::OtherProvider {
+                name: name.to_owned(),
+                provider: rec.provider,
+            })
+    }
+
+    /// Whether box `name`'s tree is held by its provider outside the store (see
+    /// [`crate::provider::Trees`]).
+    pub(crate) fn held(&self, name: &str) -> Result<bool> {
+        Ok(self.is_box(name) && self.provider_of(name)?.trees() == crate::provider::Trees::Held)
     }
 
     /// The home's store, opened (and reconciled) on first use; [`BoxError::NoStore`] when
@@ -70,6 +117,7 @@ impl Boxes {
         &self.home
     }
 
+    /// The default provider (the one new boxes get unless told otherwise).
     pub fn provider(&self) -> &dyn Provider {
         &*self.provider
     }
@@ -79,15 +127,9 @@ impl Boxes {
         BoxDirs::new(&self.home, name).record().exists()
     }
 
-    /// Refuse box `name` when another provider runs it (its record says which).
+    /// Refuse box `name` when no registered provider runs it (its record says which).
     pub(crate) fn ours(&self, name: &str) -> Result<()> {
-        let rec = record::read(&self.home, name)?;
-        if rec.provider == self.provider.kind() {
-            return Ok(());
-        }
-        Err(BoxError::OtherProvider {
-            name: name.to_owned(),
-            provider: rec.provider,
-        })
+        record::read(&self.home, name)?;
+        self.provider_of(name).map(|_| ())
     }
 }

@@ -89,11 +89,90 @@ pub struct Started {
     pub log: std::path::PathBuf,
 }
 
+/// Who keeps a provider's boxes' trees and their nodes' data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trees {
+    /// The host store's backend (the local provider): a box's environment has a work area
+    /// there, and the façade acts on the store itself for a stopped box.
+    Store,
+    /// The provider, outside the store (a Docker box's container and images, see
+    /// `agentbox_store::held`): the store keeps the history only, and every operation on
+    /// a box's tree — create, commit, checkout, diff — goes through the provider, running
+    /// or not ([`Provider::commit`] and [`Provider::checkout`] never answer
+    /// [`OnBox::Stopped`]).
+    Held,
+}
+
+/// A new box whose tree its provider holds ([`Provider::create_tree`]): what `create`
+/// decided, for the provider to make.
+#[derive(Debug, Clone)]
+pub struct NewBox<'a> {
+    pub name: &'a agentbox_core::name::BoxName,
+    /// The project directory to seed from (`None`: an empty `/workspace`).
+    pub source: Option<&'a std::path::Path>,
+    /// Copy the directory as it is, its repositories not made the box's.
+    pub no_git: bool,
+    pub seed: &'a agentbox_git::SeedOpts,
+    pub options: &'a crate::lifecycle::create::CreateOptions,
+    /// Where to run it ([`crate::records::record::BoxRecord::engine`]).
+    pub engine: Option<&'a str>,
+    /// Build the box's image from this Dockerfile first (`None`: `options.image`, else the
+    /// provider's default).
+    pub dockerfile: Option<&'a std::path::Path>,
+}
+
+/// What [`Provider::create_tree`] made.
+#[derive(Debug, Clone)]
+pub struct NewTree {
+    /// The first node's data.
+    pub held: agentbox_store::Held,
+    pub seeded: Vec<crate::lifecycle::seeding::SeededRepo>,
+    /// The image the box runs on, as its record keeps it.
+    pub image: Option<String>,
+}
+
 /// A runtime for boxes. Every method takes the box's name; "not running" is
 /// [`OnBox::Stopped`], not an error.
 pub trait Provider: Send + Sync {
     /// The provider's name, as box records keep it (`local`).
     fn kind(&self) -> &'static str;
+    /// Who keeps this provider's boxes' trees ([`Trees::Store`] unless it says otherwise).
+    fn trees(&self) -> Trees {
+        Trees::Store
+    }
+    /// Make the tree of new box `new.name` (a provider whose boxes' trees it holds,
+    /// [`Trees::Held`]): its container or equivalent, seeded from `new.source`, and the data
+    /// of its first node. On failure, nothing of it is left on either side.
+    fn create_tree(
+        &self,
+        new: &NewBox<'_>,
+        progress: &dyn crate::progress::Progress,
+    ) -> Result<NewTree> {
+        let _ = progress;
+        Err(self.cannot(new.name.as_str(), "hold a box's tree outside the store"))
+    }
+    /// What changed from node `from` to node `to` (`None`: the box's working tree), each
+    /// change with its content difference when `patch` (a provider whose boxes' trees it
+    /// holds; the store answers for the others).
+    fn changes(
+        &self,
+        name: &str,
+        from: &agentbox_store::Node,
+        to: Option<&agentbox_store::Node>,
+        patch: bool,
+    ) -> Result<Vec<crate::history::nodes::Patched>> {
+        let _ = (from, to, patch);
+        Err(self.cannot(name, "list the changes between a box's nodes"))
+    }
+    /// The refusal of something this provider cannot do for box `name`.
+    fn cannot(&self, name: &str, what: &str) -> crate::BoxError {
+        crate::BoxError::ProviderCannot {
+            name: name.to_owned(),
+            provider: self.kind().to_owned(),
+            what: what.to_owned(),
+            hint: "the local provider (the default, `--provider local`) can".to_owned(),
+        }
+    }
     /// Whether box `name` runs.
     fn is_running(&self, name: &str) -> Result<bool>;
     /// Start box `name` (nothing when it runs).

@@ -45,6 +45,9 @@ impl Boxes {
                         no_checkpoint: false,
                         resync: None,
                         accept_stale: true,
+                        provider: None,
+                        engine: None,
+                        dockerfile: None,
                     },
                     progress,
                 )?;

@@ -98,3 +98,10 @@ pub(super) fn check_cpus(v: &Value) -> Result<(), String> {
         _ => Ok(()),
     }
 }
+
+pub(super) fn check_provider(v: &Value) -> Result<(), String> {
+    match v {
+        Value::Str(s) if s == "local" || s == "docker" => Ok(()),
+        _ => Err("expected local or docker".into()),
+    }
+}

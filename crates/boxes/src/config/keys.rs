@@ -30,6 +30,7 @@
 //! | `box.hostPaths`, `box.homeTools` | only `!PATH` entries (hide more), added to the user's | showing host data or the home's tokens |
 //! | `box.ignore`, `box.keep`, `checkpoint.cleanup`, `checkpoint.maxLayers` | yes | the box's own history and checkpoints |
 //! | `box.image` | no | it chooses the box's whole base |
+//! | `box.provider` | no | it chooses what isolates the box |
 //! | `box.network` | only to a stricter mode (none < private < host) | |
 //! | `box.resyncOnStart`, `git.carry` | only to `false` | they carry the host's uncommitted work in |
 //! | `broker.anthropicUpstream`, `broker.openaiUpstream` | no | where the broker sends the real key |
@@ -154,6 +155,14 @@ pub static KEYS: &[Key] = &[
         default: none,
         description: "Base image of new boxes (see `agentbox image`); unset: the host's own /",
         check: None,
+        trust: Trust::User,
+    },
+    Key {
+        name: "box.provider",
+        kind: Kind::String,
+        default: none,
+        description: "Where new boxes run: local (namespaces on this machine, the default) or docker (a container on a Docker engine)",
+        check: Some(check_provider),
         trust: Trust::User,
     },
     Key {

@@ -300,6 +300,7 @@ impl Config {
             host_paths: self.list("box.hostPaths"),
             home_tools: self.list("box.homeTools"),
             image: self.text("box.image").map(str::to_owned),
+            provider: self.text("box.provider").map(str::to_owned),
             agents_broker: self.flag("agents.broker"),
             agents_skip_permissions: self.flag("agents.skipPermissions"),
             isolate_config: ["claude", "codex", "opencode"]
@@ -406,6 +407,8 @@ pub struct Effective {
     /// `box.homeTools`.
     pub home_tools: Vec<String>,
     /// `box.image`.
+    /// `box.provider`: the provider of new boxes (`None`: the default, local).
+    pub provider: Option<String>,
     pub image: Option<String>,
     /// `agents.broker`.
     pub agents_broker: bool,

@@ -273,6 +273,7 @@ fn fork_rest(
         checkpoint: src.checkpoint.clone(),
         lineage: src.lineage.clone(),
         resync_conflicts: Vec::new(),
+        engine: src.engine.clone(),
         // A fork gets a broker of its own (its own token) when its source has one.
         broker: src.broker,
     };

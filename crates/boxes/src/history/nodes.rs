@@ -91,7 +91,20 @@ impl Boxes {
     /// Node `reference` and its changes.
     pub fn show(&self, env: &str, reference: &str) -> Result<Shown> {
         let store = self.store()?;
-        let (node, changes) = store.show(env, reference)?;
+        let (node, changes) = if self.held(env)? {
+            // Its provider holds the trees: it tells the changes.
+            let node = store.node(&store.resolve(env, reference)?)?;
+            let changes = match &node.parent {
+                Some(p) => {
+                    let parent = store.node(p)?;
+                    self.held_changes(env, &parent, Some(&node), false)?
+                }
+                None => Vec::new(),
+            };
+            (node, changes.into_iter().map(|p| p.change).collect())
+        } else {
+            store.show(env, reference)?
+        };
         let state = store.env(env)?;
         Ok(Shown {
             node,
@@ -103,17 +116,53 @@ impl Boxes {
 
     /// What changed from `from` to `to` (`None`: the working tree).
     pub fn diff(&self, env: &str, from: &str, to: Option<&str>) -> Result<Vec<Change>> {
+        if self.held(env)? {
+            return Ok(self
+                .held_diff(env, from, to, false)?
+                .into_iter()
+                .map(|p| p.change)
+                .collect());
+        }
         Ok(self.store()?.diff(env, from, to)?)
     }
 
     /// [`Boxes::diff`] with each changed file's content difference.
     pub fn diff_patch(&self, env: &str, from: &str, to: Option<&str>) -> Result<Vec<Patched>> {
+        if self.held(env)? {
+            return self.held_diff(env, from, to, true);
+        }
         Ok(self
             .store()?
             .diff_patch(env, from, to)?
             .into_iter()
             .map(|(change, patch)| Patched { change, patch })
             .collect())
+    }
+
+    /// The nodes `from` and `to` resolve to in box `env`, their changes told by its provider.
+    fn held_diff(
+        &self,
+        env: &str,
+        from: &str,
+        to: Option<&str>,
+        patch: bool,
+    ) -> Result<Vec<Patched>> {
+        let store = self.store()?;
+        let from = store.node(&store.resolve(env, from)?)?;
+        let to = to
+            .map(|r| store.resolve(env, r).and_then(|id| store.node(&id)))
+            .transpose()?;
+        self.held_changes(env, &from, to.as_ref(), patch)
+    }
+
+    fn held_changes(
+        &self,
+        env: &str,
+        from: &Node,
+        to: Option<&Node>,
+        patch: bool,
+    ) -> Result<Vec<Patched>> {
+        self.provider_of(env)?.changes(env, from, to, patch)
     }
 
     /// The environment's tags: name → node id.

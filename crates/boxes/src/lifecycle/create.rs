@@ -209,6 +209,13 @@ pub struct Spec {
     /// Use a checkpoint whose base changed since it was made (with a warning); otherwise
     /// that is [`BoxError::CheckpointStale`], for the front end to ask.
     pub accept_stale: bool,
+    /// The provider to run it (`local`, `docker`; `None`: `box.provider`, else the
+    /// default).
+    pub provider: Option<String>,
+    /// Where that provider runs it ([`BoxRecord::engine`]: `--docker-host`).
+    pub engine: Option<String>,
+    /// Build the box's image from this Dockerfile (`--dockerfile`).
+    pub dockerfile: Option<PathBuf>,
 }
 
 /// A box just made.
@@ -224,12 +231,12 @@ pub struct Created {
     pub reseed: Option<String>,
 }
 
-/// Make a box from `spec` in agentbox home `home`, to be run by the provider named
-/// `provider`. The box is stopped; its first command starts it.
+/// Make a box from `spec` in agentbox home `home`, to be run by `provider`. The box is
+/// stopped; its first command starts it.
 pub fn create(
     home: &Home,
     spec: &Spec,
-    provider: &str,
+    provider: &dyn crate::provider::Provider,
     progress: &dyn Progress,
     checkpoint: Option<&crate::checkpoints::checkpoint::Manifest>,
 ) -> Result<Created> {
@@ -324,7 +331,27 @@ pub fn create(
         // Before anything is copied: say what the store's filesystem lacks.
         store.check_disk_limit()?;
     }
-    if let Some(image) = &o.image {
+    let held = provider.trees() == crate::provider::Trees::Held;
+    if held {
+        if checkpoint.is_some() {
+            return Err(provider.cannot(
+                spec.name.as_deref().unwrap_or("(new)"),
+                "make a box from a checkpoint yet",
+            ));
+        }
+        if disk.is_some() {
+            return Err(provider.cannot(
+                spec.name.as_deref().unwrap_or("(new)"),
+                "limit a box's disk (--disk)",
+            ));
+        }
+    } else if spec.engine.is_some() || spec.dockerfile.is_some() {
+        return Err(BoxError::BadSetting {
+            key: "--provider".into(),
+            given: provider.kind().to_owned(),
+            reason: "--docker-host and --dockerfile are for boxes of the docker provider (--provider docker)".into(),
+        });
+    } else if let Some(image) = &o.image {
         crate::records::images::get(home, image)?;
     }
     let taken = |n: &str| BoxDirs::new(home, n).record().exists() || store.env(n).is_ok();
@@ -351,7 +378,35 @@ pub fn create(
         with_env: o.with_env.clone(),
         exclude: Vec::new(),
     };
+    let mut image = o.image.clone();
     let (state, seeded, reseed) = match checkpoint {
+        None if held => {
+            let tree = provider.create_tree(
+                &crate::provider::NewBox {
+                    name: &name,
+                    source: source.as_deref(),
+                    no_git: spec.no_git,
+                    seed: &seed_opts,
+                    options: &o,
+                    engine: spec.engine.as_deref(),
+                    dockerfile: spec.dockerfile.as_deref(),
+                },
+                progress,
+            )?;
+            let message = match &source {
+                Some(s) => format!("box created from {}", s.display()),
+                None => "box created".to_owned(),
+            };
+            let state = match store.create_held_env(&name, tree.held.clone(), &message) {
+                Ok(state) => state,
+                Err(e) => {
+                    provider.forget(&name);
+                    return Err(e.into());
+                }
+            };
+            image = tree.image;
+            (state, tree.seeded, None)
+        }
         Some(m) => {
             let (state, seeded, stage) = crate::lifecycle::reseed::stage(
                 home,
@@ -388,7 +443,7 @@ pub fn create(
         id: agentbox_core::id::BoxId::random(),
         name: name.clone(),
         display_name: None,
-        provider: provider.to_owned(),
+        provider: provider.kind().to_owned(),
         project: source.clone(),
         index,
         last_agent: None,
@@ -399,7 +454,7 @@ pub fn create(
         publish: o.publish,
         repos: seeded.iter().map(|r| r.record.clone()).collect(),
         rootless,
-        image: o.image,
+        image,
         capture: o.capture,
         env: o.env,
         ignore: o.ignore,
@@ -417,12 +472,16 @@ pub fn create(
             .unwrap_or_default(),
         resync_conflicts: Vec::new(),
         broker: o.broker,
+        engine: spec.engine.clone(),
     };
     let dirs = BoxDirs::new(home, &name);
     let written = fs_err::create_dir_all(&dirs.dir)
         .map_err(BoxError::from)
         .and_then(|()| record::write(home, &rec));
     if let Err(e) = written {
+        if held {
+            provider.forget(&name);
+        }
         let _ = store.remove_env(&name);
         let _ = fs_err::remove_dir_all(&dirs.dir);
         return Err(e);

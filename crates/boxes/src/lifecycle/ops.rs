@@ -113,7 +113,7 @@ impl Boxes {
             return crate::lifecycle::create::create(
                 &self.home,
                 spec,
-                self.provider.kind(),
+                self.provider_for_new(spec, project.as_deref())?,
                 progress,
                 None,
             );
@@ -151,7 +151,7 @@ impl Boxes {
         let mut created = crate::lifecycle::create::create(
             &self.home,
             &spec,
-            self.provider.kind(),
+            self.provider_for_new(&spec, project.as_deref())?,
             progress,
             Some(&found.manifest),
         )?;
@@ -194,13 +194,45 @@ impl Boxes {
         }
     }
 
+    /// The provider a new box of `spec` gets: the one it names, else `box.provider`, else
+    /// the default.
+    fn provider_for_new(
+        &self,
+        spec: &Spec,
+        project: Option<&std::path::Path>,
+    ) -> Result<&dyn crate::provider::Provider> {
+        let configured = match &spec.provider {
+            Some(p) => Some(p.clone()),
+            None => crate::config::Config::load(&self.home, project)
+                .map_err(|e| BoxError::Config(Box::new(e)))?
+                .effective()
+                .provider
+                .clone(),
+        };
+        let Some(kind) = configured else {
+            return Ok(self.provider());
+        };
+        self.provider_named(&kind)
+            .ok_or_else(|| BoxError::BadSetting {
+                key: "box.provider".into(),
+                given: kind.clone(),
+                reason: format!(
+                    "this agentbox runs boxes with: {}",
+                    self.providers()
+                        .map(|p| p.kind())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })
+    }
+
     /// Commit environment `env` of `store`: a running box through its provider (which
     /// serialises it with auto-capture), anything else in the store.
     pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
         let store = self.store()?;
         if self.is_box(env) {
             if let OnBox::Running(id) =
-                self.provider
+                self.provider_of(env)?
                     .commit(env, &opts.message, opts.command.as_deref())?
             {
                 let id = id.ok_or_else(|| {
@@ -217,7 +249,10 @@ impl Boxes {
     pub fn checkout(&self, env: &str, reference: &str, keep_processes: bool) -> Result<CheckedOut> {
         let store = self.store()?;
         if self.is_box(env) {
-            if let OnBox::Running(done) = self.provider.checkout(env, reference, keep_processes)? {
+            if let OnBox::Running(done) =
+                self.provider_of(env)?
+                    .checkout(env, reference, keep_processes)?
+            {
                 return Ok(CheckedOut {
                     node: store.node(&done.node)?,
                     killed: done.killed,
@@ -232,18 +267,22 @@ impl Boxes {
 
     pub fn start(&self, name: &str) -> Result<()> {
         self.ours(name)?;
-        self.provider.start(name)
+        self.provider_of(name)?.start(name)
     }
 
     /// Stop box `name`; whether it was running.
     pub fn stop(&self, name: &str) -> Result<bool> {
-        self.provider.stop(name)
+        self.provider_of(name)?.stop(name)
     }
 
     /// The running box's processes, then the last ones that ended (with their `exit`;
     /// none when the box is stopped).
     pub fn processes(&self, name: &str) -> Result<Vec<ProcInfo>> {
-        Ok(self.provider.processes(name)?.running().unwrap_or_default())
+        Ok(self
+            .provider_of(name)?
+            .processes(name)?
+            .running()
+            .unwrap_or_default())
     }
 
     /// Run `command` in box `name` (started when it is not running), attached to this
@@ -254,7 +293,7 @@ impl Boxes {
         command: crate::provider::Command,
     ) -> Result<crate::types::ExecOutcome> {
         self.ours(name)?;
-        self.provider.exec(name, command)
+        self.provider_of(name)?.exec(name, command)
     }
 
     /// Start `command` in the background in box `name`.
@@ -264,7 +303,7 @@ impl Boxes {
         command: crate::provider::Command,
     ) -> Result<crate::provider::Started> {
         self.ours(name)?;
-        self.provider.spawn(name, command)
+        self.provider_of(name)?.spawn(name, command)
     }
 
     /// Start a session in box `name` (started when it is not running): `spec`'s command
@@ -279,7 +318,7 @@ impl Boxes {
         if let Some(n) = &spec.name {
             crate::sessions::check_name(n)?;
         }
-        self.provider.start_session(name, spec)
+        self.provider_of(name)?.start_session(name, spec)
     }
 
     /// Box `name`'s sessions, running and exited (none when the box is stopped: sessions
@@ -315,14 +354,14 @@ impl Boxes {
         opts: crate::sessions::AttachOpts,
     ) -> Result<crate::sessions::AttachOutcome> {
         self.ours(name)?;
-        if !self.provider.is_running(name)? {
+        if !self.provider_of(name)?.is_running(name)? {
             return Err(BoxError::NotRunning { name: name.into() });
         }
         let mut opts = opts;
         if opts.detach_key.is_none() {
             opts.detach_key = Some(self.detach_key(name)?);
         }
-        self.provider.attach(name, session, &opts)
+        self.provider_of(name)?.attach(name, session, &opts)
     }
 
     /// The detach key of box `name`: `session.detachKey` as its project's configuration
@@ -336,7 +375,7 @@ impl Boxes {
 
     /// Signal process `target` of the running box `name`.
     pub fn kill(&self, name: &str, target: u64, signal: i32) -> Result<()> {
-        match self.provider.kill(name, target, signal)? {
+        match self.provider_of(name)?.kill(name, target, signal)? {
             OnBox::Running(()) => Ok(()),
             OnBox::Stopped => Err(BoxError::NotRunning { name: name.into() }),
         }
@@ -349,7 +388,7 @@ impl Boxes {
                 name: rec.name.to_string(),
             });
         }
-        self.provider.sync(&rec.name)
+        self.provider_of(&rec.name)?.sync(&rec.name)
     }
 
     /// Remove box `name`: stop it, its provider's state, the base pins in its host
@@ -367,9 +406,11 @@ impl Boxes {
         let store = self.store()?;
         let mut deleted = Vec::new();
         let mut unpinned = true;
-        self.provider.stop(name)?;
+        // Resolved while the record still says which provider runs the box.
+        let provider = self.provider_of(name)?;
+        provider.stop(name)?;
         timer.lap("stop");
-        self.provider.forget(name);
+        provider.forget(name);
         timer.lap("cgroup");
         for git in record::read(&self.home, name)
             .map(|r| r.repos)
@@ -412,7 +453,7 @@ impl Boxes {
         fs_err::remove_dir_all(&dirs.dir)?;
         timer.lap("box directory");
         if let Some(d) = discarded {
-            self.provider.remove_discarded(store, &d)?;
+            provider.remove_discarded(store, &d)?;
             timer.lap("working files");
         }
         Ok(deleted)
@@ -423,7 +464,7 @@ impl Boxes {
     pub fn status(&self, name: &str) -> Result<BoxStatus> {
         let store = self.store()?;
         let rec = record::read(&self.home, name)?;
-        let health = self.provider.health(name)?.running();
+        let health = self.provider_of(name)?.health(name)?.running();
         let state = if health.is_some() {
             BoxState::Running
         } else {
@@ -466,7 +507,10 @@ impl Boxes {
         let dirty = if rec.repos.is_empty() {
             Vec::new()
         } else {
-            self.provider.dirty(name)?.running().unwrap_or_default()
+            self.provider_of(name)?
+                .dirty(name)?
+                .running()
+                .unwrap_or_default()
         };
         let branches = rec
             .repos

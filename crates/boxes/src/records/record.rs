@@ -200,6 +200,11 @@ pub struct BoxRecord {
     /// the command that started it (see [`crate::agents::broker`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub broker: bool,
+    /// Where a provider that runs boxes elsewhere runs this one, as the user named it
+    /// (the Docker provider: `--docker-host`, a URL or a `docker.hosts` name; `None`: its
+    /// default, resolved when the box is used). Never set for a local box.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// One repository of a box: where it comes from on the host, and where the box has it.

@@ -35,6 +35,9 @@ pub(super) fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         resync: a.no_resync.then_some(false),
         // Asked below on a terminal; a script gets the warning and goes on.
         accept_stale: a.yes || !std::io::IsTerminal::is_terminal(&std::io::stdin()),
+        provider: None,
+        engine: None,
+        dockerfile: None,
     };
     let made = match ctx.boxes().create(&spec, ctx) {
         Err(agentbox_boxes::BoxError::CheckpointStale { name }) => {
@@ -49,6 +52,9 @@ pub(super) fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
             }
             let spec = create::Spec {
                 accept_stale: true,
+                provider: None,
+                engine: None,
+                dockerfile: None,
                 ..spec
             };
             ctx.boxes().create(&spec, ctx)

@@ -36,6 +36,9 @@ fn make_box_with(boxes: &Boxes, project: &Path, name: &str, settings: Settings) 
         no_checkpoint: true,
         resync: None,
         accept_stale: false,
+        provider: None,
+        engine: None,
+        dockerfile: None,
     };
     boxes.create(&spec, &Quiet).expect("create").record
 }
