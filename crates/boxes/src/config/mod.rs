@@ -301,6 +301,10 @@ impl Config {
             home_tools: self.list("box.homeTools"),
             image: self.text("box.image").map(str::to_owned),
             provider: self.text("box.provider").map(str::to_owned),
+            docker_hosts: match self.value("docker.hosts") {
+                Some(Value::Map(m)) => m.clone(),
+                _ => Default::default(),
+            },
             agents_broker: self.flag("agents.broker"),
             agents_skip_permissions: self.flag("agents.skipPermissions"),
             isolate_config: ["claude", "codex", "opencode"]
@@ -354,14 +358,42 @@ pub fn lookup(name: &str) -> Result<&'static Key, ConfigError> {
             new,
         });
     }
-    keys::key(name).ok_or_else(|| ConfigError::UnknownKey {
-        key: name.to_owned(),
-        suggestion: keys::suggest(name),
-    })
+    keys::key(name)
+        .or_else(|| keys::member(name).map(|(k, _)| k))
+        .ok_or_else(|| ConfigError::UnknownKey {
+            key: name.to_owned(),
+            suggestion: keys::suggest(name),
+        })
+}
+
+/// The name under which `name` is written in a file: a key's own name (`box.network`,
+/// whatever spelling found it), or a map key's member as given (`docker.hosts.big`).
+pub fn written_name(name: &str) -> Result<String, ConfigError> {
+    if let Some((k, m)) = keys::member(name) {
+        return Ok(format!("{}.{m}", k.name));
+    }
+    lookup(name).map(|k| k.name.to_owned())
 }
 
 /// Parse the values of `config set NAME VALUE...` (see [`keys::parse_args`]).
 pub fn parse_set_args(name: &str, args: &[String]) -> Result<Value, ConfigError> {
+    if let Some((key, member)) = keys::member(name) {
+        // One member of a map key: its value alone, checked as the map would be.
+        let invalid = |reason: String| ConfigError::InvalidValue {
+            path: None,
+            key: name.to_owned(),
+            value: format!("{:?}", args.join(" ")),
+            reason,
+        };
+        let [one] = args else {
+            return Err(invalid(format!("{name} takes one value")));
+        };
+        let map = Value::Map([(member.to_owned(), one.clone())].into());
+        if let Some(check) = key.check {
+            check(&map).map_err(invalid)?;
+        }
+        return Ok(Value::Str(one.clone()));
+    }
     let key = lookup(name)?;
     keys::parse_args(key, args).map_err(|reason| ConfigError::InvalidValue {
         path: None,
@@ -407,6 +439,8 @@ pub struct Effective {
     /// `box.homeTools`.
     pub home_tools: Vec<String>,
     /// `box.image`.
+    /// `docker.hosts`: named engines, name → URL.
+    pub docker_hosts: std::collections::BTreeMap<String, String>,
     /// `box.provider`: the provider of new boxes (`None`: the default, local).
     pub provider: Option<String>,
     pub image: Option<String>,
