@@ -525,12 +525,49 @@ pub struct Journal {
     seq: u64,
     /// The number of the last event before the kernel's queue last overflowed.
     lost: Option<u64>,
+    /// While someone taps the journal ([`Journal::tap`]): the paths recorded since they
+    /// last took them, in order, repeats included; `None` once more than [`TAP_MAX`]
+    /// waited (the tap is broken: [`Journal::tapped`] says so).
+    tap: Option<Option<Vec<PathBuf>>>,
 }
+
+/// The most paths a tap holds between two takes.
+const TAP_MAX: usize = 1 << 20;
 
 impl Journal {
     fn record(&mut self, rel: PathBuf) {
         self.seq += 1;
+        if let Some(tap) = &mut self.tap {
+            match tap {
+                Some(t) if t.len() < TAP_MAX => t.push(rel.clone()),
+                _ => *tap = None,
+            }
+        }
         self.paths.insert(rel, self.seq);
+    }
+
+    /// Start (or restart, emptied) keeping every recorded path for [`Journal::tapped`].
+    pub fn tap(&mut self) {
+        self.tap = Some(Some(Vec::new()));
+    }
+
+    /// Stop keeping paths for a tap.
+    pub fn untap(&mut self) {
+        self.tap = None;
+    }
+
+    /// The paths recorded since the tap began or since the last call, oldest first;
+    /// `None` when there is no tap or it broke (too many waited).
+    pub fn tapped(&mut self) -> Option<Vec<PathBuf>> {
+        match &mut self.tap {
+            Some(Some(t)) => Some(std::mem::take(t)),
+            _ => None,
+        }
+    }
+
+    /// The number of the last event recorded on `rel`, if the journal holds one.
+    pub fn last_event(&self, rel: &Path) -> Option<u64> {
+        self.paths.get(rel).copied()
     }
 
     /// The number of the last event recorded.

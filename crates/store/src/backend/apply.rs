@@ -215,19 +215,21 @@ pub fn apply_overlay_layer(
     opaque: &str,
     link_from: Option<&Path>,
 ) -> Result<()> {
-    apply_overlay_tree(&scan_tree(diff)?, target, opaque, link_from, None)
+    apply_overlay_tree(&scan_tree(diff)?, target, opaque, link_from, None, None)
 }
 
 /// [`apply_overlay_layer`] of a layer known as a tree (its entries' `src` anywhere, its
 /// whiteouts whiteout devices): what a commit planned straight from a box's upper
 /// directory, without writing the layer out first. `beneath`: every source is opened below
-/// it, never through a symlink (see [`CopyOpts::beneath`]).
+/// it, never through a symlink (see [`CopyOpts::beneath`]). `prestaged`: see
+/// [`CopyOpts::prestaged`].
 pub(crate) fn apply_overlay_tree(
     tree: &crate::fsops::Tree,
     target: &Path,
     opaque: &str,
     link_from: Option<&Path>,
     beneath: Option<&Path>,
+    prestaged: Option<std::sync::Arc<crate::backend::prestage::Prestaged>>,
 ) -> Result<()> {
     let root = fsutil::is_root();
     let opts = CopyOpts {
@@ -237,6 +239,7 @@ pub(crate) fn apply_overlay_tree(
         link_from: link_from.map(Path::to_path_buf),
         link_marked: false,
         beneath: beneath.map(Path::to_path_buf),
+        prestaged,
     };
     let mut dirs: Vec<(PathBuf, std::borrow::Cow<'_, crate::fsops::Meta>)> = Vec::new();
     // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.
@@ -432,12 +435,12 @@ mod tests {
         let opaque = "user.overlay.opaque";
         let guarded = tmp.path().join("guarded");
         fs_err::create_dir_all(&guarded).expect("mkdir");
-        let _ = apply_overlay_tree(&tree, &guarded, opaque, None, Some(&upper));
+        let _ = apply_overlay_tree(&tree, &guarded, opaque, None, Some(&upper), None);
         assert!(!leaked(&guarded), "the host's file reached the layer");
         // The control: the same apply without `beneath` follows the swapped directory.
         let unguarded = tmp.path().join("unguarded");
         fs_err::create_dir_all(&unguarded).expect("mkdir");
-        let _ = apply_overlay_tree(&tree, &unguarded, opaque, None, None);
+        let _ = apply_overlay_tree(&tree, &unguarded, opaque, None, None, None);
         assert!(leaked(&unguarded), "the control did not follow the symlink");
     }
 }

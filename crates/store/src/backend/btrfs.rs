@@ -92,7 +92,7 @@ fn make_subvolume(path: &Path) -> std::io::Result<()> {
 }
 
 /// Delete whatever is at `path`: a subvolume, a directory tree or a file. Missing is fine.
-fn remove_any(path: &Path) -> Result<()> {
+pub(crate) fn remove_any(path: &Path) -> Result<()> {
     let md = match fs_err::symlink_metadata(path) {
         Ok(md) => md,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -232,7 +232,18 @@ impl BtrfsBackend {
         let mut timer = agentbox_core::timing::Timer::start("btrfs commit");
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
-        let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        let tmp = layers.join(&tmp_name);
+        // Copies of the box's files made while its command ran are in a writable snapshot
+        // of HEAD's layer (see `crate::backend::prestage`): that snapshot becomes this
+        // layer, the copies are renamed to their places.
+        let prestaged = crate::backend::prestage::offered();
+        let inner = match (&prestaged, chain.first()) {
+            (Some(p), Some(head)) => p.take_snapshot(&head.id, &tmp)?,
+            _ => None,
+        };
+        if inner.is_none() {
+            btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        }
         timer.lap("snapshot");
         // The applied changes are ordinary writes: they need the store's sync.
         self.durability.mark_unsynced();
@@ -242,13 +253,38 @@ impl BtrfsBackend {
         // file, a scan of it and its removal. A failure leaves only the temporary
         // snapshot, which the caller's abandon (or reconcile) removes.
         let planned = LayersBackend::plan_capture(dirs, opaque, &mut timer)?;
+        let root_mtime = match planned.tree.entries.get(Path::new("")) {
+            Some(e) => (e.meta.mtime_sec, e.meta.mtime_nsec),
+            None => {
+                let m = fs_err::symlink_metadata(&top)?;
+                (m.mtime(), m.mtime_nsec())
+            }
+        };
+        let mut reuse = None;
+        if let (Some(p), Some(inner)) = (&prestaged, &inner) {
+            // The copies' directory is no path of the box's: a plan naming it (which the
+            // random name makes all but impossible) gets no copies, and keeps its entry.
+            let named = inner
+                .file_name()
+                .is_some_and(|n| planned.tree.entries.contains_key(Path::new(n)));
+            if named {
+                p.finish(inner, root_mtime)?;
+            } else {
+                reuse = Some(p.clone());
+            }
+        }
         crate::backend::apply::apply_overlay_tree(
             &planned.tree,
             &tmp,
             opaque,
             None,
             Some(&planned.upper),
+            reuse.clone(),
         )?;
+        if let (Some(p), Some(inner)) = (&reuse, &inner) {
+            timer.lap(&format!("apply ({} files prestaged)", p.taken()));
+            p.finish(inner, root_mtime)?;
+        }
         timer.lap("apply");
         if let Some(base) = &dirs.base {
             // The layer is the box's whole tree over its base: a whiteout in a directory
@@ -481,6 +517,29 @@ impl Backend for BtrfsBackend {
     /// its log tree — much cheaper than the transaction commit a `syncfs` would force.
     fn make_durable(&self, files: &[PathBuf]) -> Result<()> {
         self.durability.make_durable(files)
+    }
+
+    /// A writable snapshot of HEAD's layer, the copies in a directory at its root: the
+    /// commit takes the snapshot as its layer (a rename cannot cross subvolumes).
+    fn prestage_area(
+        &self,
+        chain: &[LayerRecord],
+        nonce: &str,
+    ) -> Result<crate::backend::prestage::Area> {
+        let top = self.top_layer(chain)?;
+        let layers = self.layers();
+        let name = format!("{}{nonce}", crate::backend::prestage::AREA_PREFIX);
+        let path = btrfs::snapshot(&top, &layers, OsStr::new(&name), false).map_err(sys)?;
+        let files = path.join(format!(".prestage-{nonce}"));
+        if let Err(e) = fs_err::create_dir(&files) {
+            let _ = remove_any(&path);
+            return Err(e.into());
+        }
+        Ok(crate::backend::prestage::Area {
+            path,
+            files,
+            snapshot_of: chain.first().map(|l| l.id.clone()),
+        })
     }
 
     fn staging_dir_maker(&self) -> Option<fn(&Path) -> std::io::Result<()>> {

@@ -125,7 +125,7 @@ impl LayersBackend {
         Ok(dst)
     }
 
-    pub(super) fn upper(dirs: &WorkDirs) -> PathBuf {
+    pub(crate) fn upper(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join("upper")
     }
     pub(super) fn ovl(dirs: &WorkDirs) -> PathBuf {
