@@ -11,4 +11,5 @@ mod checkpoints;
 mod conformance;
 mod fsops;
 mod index;
+mod prestage;
 mod setup;
