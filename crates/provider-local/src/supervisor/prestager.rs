@@ -30,9 +30,9 @@ use std::time::Instant;
 const TICK: Duration = Duration::from_millis(100);
 /// How long a path must have had no event before it is copied.
 const QUIET: Duration = Duration::from_millis(300);
-/// Free space below which (or below a tenth of the filesystem) nothing more is copied.
-const SPACE_FLOOR: u64 = 1 << 30;
-/// Copies between two looks at the free space.
+/// Free space below which (or below a twentieth of the filesystem) nothing more is copied.
+const SPACE_FLOOR: u64 = 256 << 20;
+/// Copies between two looks at the free space (the first copy looks too).
 const SPACE_EVERY: usize = 256;
 
 /// Whether prestaging is on for this supervisor (see the module documentation).
@@ -167,7 +167,7 @@ fn run(
             match prestage.stage(&rel, seq) {
                 Ok(Staged::Copied(_)) => {
                     copies += 1;
-                    if copies.is_multiple_of(SPACE_EVERY) && prestage.space_low(SPACE_FLOOR) {
+                    if copies % SPACE_EVERY == 1 && prestage.space_low(SPACE_FLOOR) {
                         space_low = true;
                         break;
                     }

@@ -138,7 +138,7 @@ impl Prestage {
     }
 
     /// Whether the filesystem of the area has less than `floor` bytes free (or than a
-    /// tenth of its size, whichever is more): then nothing more should be staged.
+    /// twentieth of its size, whichever is more): then nothing more should be staged.
     pub fn space_low(&self, floor: u64) -> bool {
         let Some(area) = &self.area else {
             return true;
@@ -147,7 +147,7 @@ impl Prestage {
             Ok(s) => {
                 let free = s.f_bavail.saturating_mul(s.f_frsize);
                 let total = s.f_blocks.saturating_mul(s.f_frsize);
-                free < floor.max(total / 10)
+                free < floor.max(total / 20)
             }
             Err(_) => true,
         }
