@@ -151,6 +151,8 @@ fn run(
         for p in paths {
             quiet_since.insert(p, now);
         }
+        // The copies of the previous ticks: their writeback had time to finish.
+        prestage.write_out();
         if space_low {
             continue;
         }

@@ -221,15 +221,16 @@ pub fn apply_overlay_layer(
 /// [`apply_overlay_layer`] of a layer known as a tree (its entries' `src` anywhere, its
 /// whiteouts whiteout devices): what a commit planned straight from a box's upper
 /// directory, without writing the layer out first. `beneath`: every source is opened below
-/// it, never through a symlink (see [`CopyOpts::beneath`]). `prestaged`: see
-/// [`CopyOpts::prestaged`].
+/// it, never through a symlink (see [`CopyOpts::beneath`]). `kept`: regular files that
+/// `target` already holds exactly as `tree` has them (prestaged in place, see
+/// [`crate::backend::prestage`]), left as they are.
 pub(crate) fn apply_overlay_tree(
     tree: &crate::fsops::Tree,
     target: &Path,
     opaque: &str,
     link_from: Option<&Path>,
     beneath: Option<&Path>,
-    prestaged: Option<std::sync::Arc<crate::backend::prestage::Prestaged>>,
+    kept: Option<&std::collections::HashSet<PathBuf>>,
 ) -> Result<()> {
     let root = fsutil::is_root();
     let opts = CopyOpts {
@@ -239,7 +240,7 @@ pub(crate) fn apply_overlay_tree(
         link_from: link_from.map(Path::to_path_buf),
         link_marked: false,
         beneath: beneath.map(Path::to_path_buf),
-        prestaged,
+        prestaged: None,
     };
     let mut dirs: Vec<(PathBuf, std::borrow::Cow<'_, crate::fsops::Meta>)> = Vec::new();
     // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.
@@ -278,6 +279,9 @@ pub(crate) fn apply_overlay_tree(
             };
             dirs.push((t, meta));
         } else {
+            if kept.is_some_and(|k| k.contains(rel)) {
+                continue;
+            }
             if existing.is_some() {
                 fsutil::remove_any(&t).map_err(|err| Error::Io(io_at(&t, err)))?;
             }

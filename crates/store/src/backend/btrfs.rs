@@ -233,15 +233,15 @@ impl BtrfsBackend {
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
         let tmp = layers.join(&tmp_name);
-        // Copies of the box's files made while its command ran are in a writable snapshot
-        // of HEAD's layer (see `crate::backend::prestage`): that snapshot becomes this
-        // layer, the copies are renamed to their places.
+        // Copies of the box's files made while its command ran are in place in a writable
+        // snapshot of HEAD's layer (see `crate::backend::prestage`): that snapshot becomes
+        // this layer, and the copies that are exact stay.
         let prestaged = crate::backend::prestage::offered();
-        let inner = match (&prestaged, chain.first()) {
+        let in_place = match (&prestaged, chain.first()) {
             (Some(p), Some(head)) => p.take_snapshot(&head.id, &tmp)?,
-            _ => None,
+            _ => false,
         };
-        if inner.is_none() {
+        if !in_place {
             btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
         }
         timer.lap("snapshot");
@@ -253,38 +253,22 @@ impl BtrfsBackend {
         // file, a scan of it and its removal. A failure leaves only the temporary
         // snapshot, which the caller's abandon (or reconcile) removes.
         let planned = LayersBackend::plan_capture(dirs, opaque, &mut timer)?;
-        let root_mtime = match planned.tree.entries.get(Path::new("")) {
-            Some(e) => (e.meta.mtime_sec, e.meta.mtime_nsec),
-            None => {
-                let m = fs_err::symlink_metadata(&top)?;
-                (m.mtime(), m.mtime_nsec())
+        let kept = match (&prestaged, in_place) {
+            (Some(p), true) => {
+                let kept = p.settle_in_place(&planned.tree, opaque)?;
+                timer.lap(&format!("keep ({} files prestaged)", kept.len()));
+                Some(kept)
             }
+            _ => None,
         };
-        let mut reuse = None;
-        if let (Some(p), Some(inner)) = (&prestaged, &inner) {
-            // The copies' directory is no path of the box's: a plan naming it (which the
-            // random name makes all but impossible) gets no copies, and keeps its entry.
-            let named = inner
-                .file_name()
-                .is_some_and(|n| planned.tree.entries.contains_key(Path::new(n)));
-            if named {
-                p.finish(inner, root_mtime)?;
-            } else {
-                reuse = Some(p.clone());
-            }
-        }
         crate::backend::apply::apply_overlay_tree(
             &planned.tree,
             &tmp,
             opaque,
             None,
             Some(&planned.upper),
-            reuse.clone(),
+            kept.as_ref(),
         )?;
-        if let (Some(p), Some(inner)) = (&reuse, &inner) {
-            timer.lap(&format!("apply ({} files prestaged)", p.taken()));
-            p.finish(inner, root_mtime)?;
-        }
         timer.lap("apply");
         if let Some(base) = &dirs.base {
             // The layer is the box's whole tree over its base: a whiteout in a directory
@@ -519,25 +503,18 @@ impl Backend for BtrfsBackend {
         self.durability.make_durable(files)
     }
 
-    /// A writable snapshot of HEAD's layer, the copies in a directory at its root: the
-    /// commit takes the snapshot as its layer (a rename cannot cross subvolumes).
+    /// A writable snapshot of HEAD's layer, which holds the copies in place: the commit
+    /// takes the snapshot as its layer (see `crate::backend::prestage`).
     fn prestage_area(
         &self,
         chain: &[LayerRecord],
         nonce: &str,
     ) -> Result<crate::backend::prestage::Area> {
         let top = self.top_layer(chain)?;
-        let layers = self.layers();
         let name = format!("{}{nonce}", crate::backend::prestage::AREA_PREFIX);
-        let path = btrfs::snapshot(&top, &layers, OsStr::new(&name), false).map_err(sys)?;
-        let files = path.join(format!(".prestage-{nonce}"));
-        if let Err(e) = fs_err::create_dir(&files) {
-            let _ = remove_any(&path);
-            return Err(e.into());
-        }
+        let path = btrfs::snapshot(&top, &self.layers(), OsStr::new(&name), false).map_err(sys)?;
         Ok(crate::backend::prestage::Area {
             path,
-            files,
             snapshot_of: chain.first().map(|l| l.id.clone()),
         })
     }

@@ -319,7 +319,6 @@ pub trait Backend: Send + Sync + fmt::Debug {
         fs_err::create_dir_all(path.parent().unwrap_or(Path::new("/")))?;
         fs_err::create_dir(&path)?;
         Ok(prestage::Area {
-            files: path.clone(),
             path,
             snapshot_of: None,
         })

@@ -8,12 +8,16 @@
 //! core the command leaves idle, and the commit takes the copies that are still exact.
 //!
 //! On disk: `layers/.tmp-prestage-<nonce>/`, the *area*. On `layers` it is a directory
-//! holding the copies, named `<n>`. On btrfs it is a writable snapshot of HEAD's layer
-//! holding them in `.prestage-<nonce>/` at its root (a rename cannot cross subvolumes):
-//! the commit renames the snapshot to be its temporary layer, moves the copies to their
-//! places and removes that directory before it seals the layer. Under the `.tmp-` prefix
-//! a crash leaves a temporary layer, which `fsck` reports and `prune` removes; while a
-//! [`Prestage`] lives it holds the store lock shared (see [`crate::leftovers`]).
+//! holding the copies, named `<n>`: the commit renames each copy it takes into its layer.
+//! On btrfs (a rename cannot cross subvolumes, and one costs about what a reflink does) it
+//! is a writable snapshot of HEAD's layer holding each copy *in place*, at its own path,
+//! in the directories it needs (made as they are needed): the commit renames the snapshot
+//! to be its layer, removes the copies it does not take and the directories made for
+//! them only, gives the directories they touched their times back, and applies the rest
+//! of its plan over the copies it keeps. Only new paths are copied in place (a path HEAD's
+//! layer holds is left to the commit). Under the `.tmp-` prefix a crash leaves a temporary
+//! layer, which the next open of the store or `prune` removes (`fsck` reports it); while
+//! a [`Prestage`] lives it holds the store lock shared (see [`crate::leftovers`]).
 //!
 //! Invariants (a node is exactly the box's tree when the command ended):
 //! * a copy is made only of a regular file with one link, opened beneath the upper
@@ -54,9 +58,7 @@ pub(crate) const AREA_PREFIX: &str = ".tmp-prestage-";
 pub struct Area {
     /// `layers/.tmp-prestage-<nonce>`.
     pub(crate) path: PathBuf,
-    /// The directory of the copies: the area, or (btrfs) a directory at its root.
-    pub(crate) files: PathBuf,
-    /// btrfs: the layer the area is a writable snapshot of.
+    /// btrfs: the layer the area is a writable snapshot of (the copies are in place).
     pub(crate) snapshot_of: Option<String>,
 }
 
@@ -74,13 +76,15 @@ pub enum Staged {
 }
 
 struct Copy {
-    /// The copy's name in the area's file directory.
-    name: String,
+    /// The copy's path in the area: `<n>`, or in place its own path.
+    name: PathBuf,
     /// The source's metadata (overlay bookkeeping left out, as a commit's plan has it).
     meta: Meta,
     /// The caller's event number when the copy began.
     seq: u64,
     bytes: u64,
+    /// Whether the copy's data reached the device ([`Prestage::write_out`]).
+    written: bool,
 }
 
 /// A box's copies in the making (see the module documentation). Dropped, it deletes them.
@@ -88,6 +92,13 @@ pub struct Prestage {
     upper: PathBuf,
     area: Option<Area>,
     copies: HashMap<PathBuf, Copy>,
+    /// Copies whose data is not known to have reached the device yet.
+    unwritten: Vec<PathBuf>,
+    /// In place: the directories made for copies, parents first.
+    made: Vec<PathBuf>,
+    /// In place: the times (mtime) of the directories of HEAD's layer that got an entry,
+    /// from before they did.
+    touched: HashMap<PathBuf, (i64, i64)>,
     next: u64,
     bytes: u64,
     lock: Option<StoreLock>,
@@ -121,6 +132,9 @@ impl Prestage {
             upper,
             area: Some(area),
             copies: HashMap::new(),
+            unwritten: Vec::new(),
+            made: Vec::new(),
+            touched: HashMap::new(),
             next: 0,
             bytes: 0,
             lock: Some(lock),
@@ -179,11 +193,38 @@ impl Prestage {
         strip_overlay_xattrs(&mut meta);
         if let Some(old) = self.copies.remove(rel) {
             self.bytes -= old.bytes;
-            let _ = fs_err::remove_file(area.files.join(&old.name));
+            let _ = remove_beneath(&area.path, &old.name, false);
         }
-        let name = self.next.to_string();
-        self.next += 1;
-        let dst = area.files.join(&name);
+        let in_place = area.snapshot_of.is_some();
+        // In place: the copy is created through its directory's descriptor, opened beneath
+        // the area without following any symlink (HEAD's layer holds the box's symlinks).
+        let mut parent_fd = None;
+        let (name, dst) = if in_place {
+            let area_path = area.path.clone();
+            let Some(parent) =
+                self.dir_in_place(&area_path, rel.parent().unwrap_or(Path::new("")))?
+            else {
+                return Ok(Staged::Skipped);
+            };
+            let Some(file) = rel.file_name() else {
+                return Ok(Staged::Skipped);
+            };
+            match rustix::fs::statat(&parent, file, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                Err(rustix::io::Errno::NOENT) => {}
+                // A path of HEAD's layer: left to the commit.
+                _ => return Ok(Staged::Skipped),
+            }
+            let dst = Path::new("/proc/self/fd")
+                .join(rustix::fd::AsRawFd::as_raw_fd(&parent).to_string())
+                .join(file);
+            parent_fd = Some(parent);
+            (rel.to_owned(), dst)
+        } else {
+            let name = PathBuf::from(self.next.to_string());
+            self.next += 1;
+            let dst = area.path.join(&name);
+            (name, dst)
+        };
         let entry = Entry {
             rel: rel.to_owned(),
             src: self.upper.join(rel),
@@ -209,6 +250,15 @@ impl Prestage {
         }
         let bytes = meta.size;
         self.bytes += bytes;
+        // A plain area's copies go into a layer that the commit writes out (a snapshot's
+        // are made durable by the transaction that seals it): started now, waited for
+        // later ([`Prestage::write_out`]), so the commit finds them on the device.
+        if !in_place
+            && fs_err::File::open(&dst).is_ok_and(|f| agentbox_sys::writeback::start(&f).is_ok())
+        {
+            self.unwritten.push(rel.to_owned());
+        }
+        drop(parent_fd);
         self.copies.insert(
             rel.to_owned(),
             Copy {
@@ -216,9 +266,73 @@ impl Prestage {
                 meta,
                 seq,
                 bytes,
+                written: false,
             },
         );
         Ok(Staged::Copied(bytes))
+    }
+
+    /// Wait until the data of the copies made so far reached the device (their writeback
+    /// was started when they were made): a commit then need not write them out. Returns
+    /// how many were waited for.
+    pub fn write_out(&mut self) -> usize {
+        let Some(area) = &self.area else {
+            return 0;
+        };
+        let mut done = 0;
+        for rel in std::mem::take(&mut self.unwritten) {
+            let Some(copy) = self.copies.get_mut(&rel) else {
+                continue;
+            };
+            let path = area.path.join(&copy.name);
+            if fs_err::File::open(&path).is_ok_and(|f| agentbox_sys::writeback::wait(&f).is_ok()) {
+                copy.written = true;
+                done += 1;
+            }
+        }
+        done
+    }
+
+    /// In place: directory `dir` of the area (relative), opened beneath it without
+    /// following any symlink, made (with its missing parents) when HEAD's layer lacks it;
+    /// `None` when a symlink or a non-directory of that layer is on the way. The times of
+    /// the layer's directories that get an entry are recorded first.
+    fn dir_in_place(&mut self, root: &Path, dir: &Path) -> Result<Option<rustix::fd::OwnedFd>> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let io = |e: rustix::io::Errno| Error::Io(crate::store::io_at(root, e.into()));
+        let mut fd = rustix::fs::open(root, flags, Mode::empty()).map_err(io)?;
+        let mut at = PathBuf::new();
+        for part in dir.components() {
+            let std::path::Component::Normal(name) = part else {
+                return Ok(None);
+            };
+            match rustix::fs::openat(&fd, name, flags, Mode::empty()) {
+                Ok(next) => fd = next,
+                Err(rustix::io::Errno::NOENT) => {
+                    self.touch(&at, &fd);
+                    rustix::fs::mkdirat(&fd, name, Mode::from_raw_mode(0o700)).map_err(io)?;
+                    self.made.push(at.join(name));
+                    fd = rustix::fs::openat(&fd, name, flags, Mode::empty()).map_err(io)?;
+                }
+                Err(_) => return Ok(None),
+            }
+            at.push(name);
+        }
+        self.touch(&at, &fd);
+        Ok(Some(fd))
+    }
+
+    /// Record the time of directory `at` (open as `fd`) of HEAD's layer before its first
+    /// change (nothing for a directory made here).
+    fn touch(&mut self, at: &Path, fd: &rustix::fd::OwnedFd) {
+        if self.touched.contains_key(at) || self.made.iter().any(|m| m == at) {
+            return;
+        }
+        if let Ok(st) = rustix::fs::statat(fd, "", rustix::fs::AtFlags::EMPTY_PATH) {
+            self.touched
+                .insert(at.to_owned(), (st.st_mtime, st.st_mtime_nsec as i64));
+        }
     }
 
     /// The regular files below directory `rel` of the upper directory (relative to it),
@@ -277,16 +391,29 @@ impl Prestage {
     /// on this thread while the returned guard lives (see [`offered`]); the rest, and
     /// whatever no commit takes, are deleted with the guard.
     pub fn offer(mut self, valid: impl Fn(&Path, u64) -> bool) -> Offer {
-        let copies: HashMap<PathBuf, (String, Meta)> = std::mem::take(&mut self.copies)
+        let copies: HashMap<PathBuf, Offered> = std::mem::take(&mut self.copies)
             .into_iter()
-            .filter(|(p, c)| valid(p, c.seq))
-            .map(|(p, c)| (p, (c.name, c.meta)))
+            .map(|(p, c)| {
+                let valid = valid(&p, c.seq);
+                (
+                    p,
+                    Offered {
+                        name: c.name,
+                        meta: c.meta,
+                        written: c.written,
+                        valid,
+                    },
+                )
+            })
             .collect();
         let offered = Arc::new(Prestaged {
             upper: self.upper.clone(),
-            files: Mutex::new(self.area.as_ref().map(|a| a.files.clone())),
+            root: Mutex::new(None),
             area: Mutex::new(self.area.take()),
             copies: Mutex::new(copies),
+            made: std::mem::take(&mut self.made),
+            touched: std::mem::take(&mut self.touched),
+            written: Mutex::new(std::collections::HashSet::new()),
             taken: AtomicU64::new(0),
             _lock: self.lock.take(),
         });
@@ -338,9 +465,9 @@ impl Offer {
         self.0.taken.load(Ordering::Relaxed)
     }
 
-    /// How many copies are offered and not taken.
+    /// How many copies are offered as valid and not taken.
     pub fn left(&self) -> usize {
-        lock(&self.0.copies).len()
+        lock(&self.0.copies).values().filter(|c| c.valid).count()
     }
 }
 
@@ -359,14 +486,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// One copy as offered.
+struct Offered {
+    name: PathBuf,
+    meta: Meta,
+    /// Its data reached the device.
+    written: bool,
+    /// The caller vouched for it (see [`Prestage::offer`]).
+    valid: bool,
+}
+
 /// Copies offered to a commit (see [`Prestage::offer`]).
 pub struct Prestaged {
     upper: PathBuf,
-    /// The directory of the copies now (it moves with a btrfs area a commit took).
-    files: Mutex<Option<PathBuf>>,
+    /// In place: the layer the area became ([`Prestaged::take_snapshot`]).
+    root: Mutex<Option<PathBuf>>,
     /// The area while no commit took it as its layer.
     area: Mutex<Option<Area>>,
-    copies: Mutex<HashMap<PathBuf, (String, Meta)>>,
+    copies: Mutex<HashMap<PathBuf, Offered>>,
+    made: Vec<PathBuf>,
+    touched: HashMap<PathBuf, (i64, i64)>,
+    /// The paths of the copies taken whose data had reached the device.
+    written: Mutex<std::collections::HashSet<PathBuf>>,
     taken: AtomicU64,
     _lock: Option<StoreLock>,
 }
@@ -380,29 +521,35 @@ impl std::fmt::Debug for Prestaged {
 }
 
 impl Prestaged {
-    /// The copy to rename to `entry`'s place instead of copying it: only when `entry` is a
-    /// file of the upper directory the copies were made from, with exactly the copy's
-    /// metadata. The copy is the caller's from then on.
+    /// A plain area's copy to rename to `entry`'s place instead of copying it: only when
+    /// `entry` is a file of the upper directory the copies were made from, with exactly the
+    /// copy's metadata. The copy is the caller's from then on.
     pub(crate) fn take(&self, entry: &Entry) -> Option<PathBuf> {
         if entry.meta.kind != Kind::File {
             return None;
         }
         let rel = entry.src.strip_prefix(&self.upper).ok()?;
+        let area = lock(&self.area).as_ref()?.path.clone();
         let name = {
             let mut copies = lock(&self.copies);
-            if copies.get(rel)?.1 != entry.meta {
+            let c = copies.get(rel)?;
+            if !c.valid || c.meta != entry.meta {
                 return None;
             }
-            copies.remove(rel)?.0
+            let c = copies.remove(rel)?;
+            if c.written {
+                lock(&self.written).insert(rel.to_owned());
+            }
+            c.name
         };
-        let files = lock(&self.files).clone()?;
         self.taken.fetch_add(1, Ordering::Relaxed);
-        Some(files.join(name))
+        Some(area.join(name))
     }
 
-    /// How many copies commits took so far.
-    pub(crate) fn taken(&self) -> u64 {
-        self.taken.load(Ordering::Relaxed)
+    /// Whether the copy taken for path `rel` had its data on the device already: a commit
+    /// need not write it out.
+    pub(crate) fn written(&self, rel: &Path) -> bool {
+        lock(&self.written).contains(rel)
     }
 
     /// Whether copies are held in a plain directory (`layers`), which any commit of the
@@ -413,37 +560,107 @@ impl Prestaged {
             .is_some_and(|a| a.snapshot_of.is_none())
     }
 
-    /// btrfs: when the area is a writable snapshot of layer `top`, rename it to `dst` (to be
-    /// the commit's layer) and return the directory of the copies inside it, which the
-    /// commit removes (see [`Prestaged::finish`]) before it seals the layer.
-    pub(crate) fn take_snapshot(&self, top: &str, dst: &Path) -> Result<Option<PathBuf>> {
+    /// btrfs: when the area is a writable snapshot of layer `top`, rename it to `dst` to be
+    /// the commit's layer; whether it was. The commit then calls
+    /// [`Prestaged::settle_in_place`] before it applies its plan.
+    pub(crate) fn take_snapshot(&self, top: &str, dst: &Path) -> Result<bool> {
         let mut area = lock(&self.area);
         let Some(a) = area
             .as_ref()
             .filter(|a| a.snapshot_of.as_deref() == Some(top))
         else {
-            return Ok(None);
+            return Ok(false);
         };
-        let inner = a.files.strip_prefix(&a.path).map_err(|_| Error::Backend {
-            path: a.files.clone(),
-            message: "the copies are not inside the prestage snapshot".into(),
-        })?;
-        let inner = dst.join(inner);
         fs_err::rename(&a.path, dst)?;
         *area = None;
-        *lock(&self.files) = Some(inner.clone());
-        Ok(Some(inner))
+        *lock(&self.root) = Some(dst.to_owned());
+        Ok(true)
     }
 
-    /// btrfs: after the commit applied its tree to the snapshot it took, remove the
-    /// directory of the copies (`inner`) and give the layer's root `root_mtime` back.
-    pub(crate) fn finish(&self, inner: &Path, root_mtime: (i64, i64)) -> Result<()> {
-        *lock(&self.files) = None;
-        lock(&self.copies).clear();
-        fs_err::remove_dir_all(inner)?;
-        let root = inner.parent().unwrap_or(Path::new("/"));
-        crate::bundle::fsutil::set_mtime(root, root_mtime.0, root_mtime.1)
-            .map_err(|e| Error::Io(crate::store::io_at(root, e)))
+    /// btrfs, once the snapshot is the commit's layer (at `root`) and its plan `tree` is
+    /// made: keep the copies that are exactly the plan's files (valid, same metadata, no
+    /// directory above them replaced by the plan: an opaque one is emptied when applied),
+    /// remove every other copy and the directories made for copies that the plan does not
+    /// hold, and give the layer's directories that the plan does not hold their times back.
+    /// Returns the paths kept, which the apply leaves as they are.
+    pub(crate) fn settle_in_place(
+        &self,
+        tree: &crate::fsops::Tree,
+        opaque: &str,
+    ) -> Result<std::collections::HashSet<PathBuf>> {
+        let Some(root) = lock(&self.root).clone() else {
+            return Ok(Default::default());
+        };
+        let replaced = |rel: &Path| {
+            rel.ancestors().skip(1).any(|a| {
+                tree.entries
+                    .get(a)
+                    .is_some_and(|e| crate::fsops::scan::is_opaque(&e.meta, opaque))
+            })
+        };
+        let unplanned_dir = |rel: &Path| {
+            rel.ancestors()
+                .skip(1)
+                .any(|a| self.made.iter().any(|m| m == a) && !tree.entries.contains_key(a))
+        };
+        let mut kept = std::collections::HashSet::new();
+        for (rel, c) in std::mem::take(&mut *lock(&self.copies)) {
+            let exact = c.valid
+                && tree
+                    .entries
+                    .get(&rel)
+                    .is_some_and(|e| e.meta.kind == Kind::File && e.meta == c.meta);
+            if exact && !replaced(&rel) && !unplanned_dir(&rel) {
+                kept.insert(rel);
+            } else {
+                remove_beneath(&root, &c.name, false)?;
+            }
+        }
+        for dir in self.made.iter().rev() {
+            if !tree.entries.contains_key(dir) {
+                remove_beneath(&root, dir, true)?;
+            }
+        }
+        for (dir, (sec, nsec)) in &self.touched {
+            if tree.entries.contains_key(dir) {
+                continue;
+            }
+            let fd = crate::fsops::scan::open_dir_beneath(&root, dir)
+                .map_err(|e| Error::Io(crate::store::io_at(&root.join(dir), e)))?;
+            let proc =
+                Path::new("/proc/self/fd").join(rustix::fd::AsRawFd::as_raw_fd(&fd).to_string());
+            let dir_fd = rustix::fs::open(
+                &proc,
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| Error::Io(crate::store::io_at(&root.join(dir), e.into())))?;
+            crate::bundle::fsutil::set_mtime_fd(&std::fs::File::from(dir_fd), *sec, *nsec)
+                .map_err(|e| Error::Io(crate::store::io_at(&root.join(dir), e)))?;
+        }
+        self.taken.store(kept.len() as u64, Ordering::Relaxed);
+        Ok(kept)
+    }
+}
+
+/// Remove `rel` (a file, or with `dir` an empty directory) of the store's own tree
+/// `root`, through its directory opened beneath `root` without following any symlink.
+fn remove_beneath(root: &Path, rel: &Path, dir: bool) -> Result<()> {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Ok(());
+    };
+    let io = |e: std::io::Error| Error::Io(crate::store::io_at(&root.join(rel), e));
+    let fd = crate::fsops::scan::open_dir_beneath(root, parent).map_err(io)?;
+    let flags = if dir {
+        rustix::fs::AtFlags::REMOVEDIR
+    } else {
+        rustix::fs::AtFlags::empty()
+    };
+    match rustix::fs::unlinkat(&fd, name, flags) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(io(e.into())),
     }
 }
 

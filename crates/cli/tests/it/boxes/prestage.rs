@@ -68,7 +68,7 @@ fn supervisor_log(b: &Boxes, name: &str) -> String {
 fn prestaged_in(log: &str) -> u64 {
     log.lines()
         .filter_map(|l| {
-            // `copy (N files, M of them prestaged)` (layers), `apply (M files prestaged)`.
+            // `copy (N files, M of them prestaged)` (layers), `keep (M files prestaged)` (btrfs).
             let before = l
                 .split(" prestaged)")
                 .next()

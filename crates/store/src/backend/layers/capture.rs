@@ -116,7 +116,7 @@ impl LayersBackend {
         let prestaged = crate::backend::prestage::offered().filter(|p| p.plain());
         let opts = CopyOpts {
             beneath: Some(planned.upper.clone()),
-            prestaged,
+            prestaged: prestaged.clone(),
             ..copy_opts()
         };
         let stats = copy_tree(&planned.tree, dst, &opts)?;
@@ -124,7 +124,8 @@ impl LayersBackend {
             "copy ({} files, {} of them prestaged)",
             stats.files, stats.prestaged
         ));
-        write_out(&planned.tree, dst)?;
+        let written = |rel: &Path| prestaged.as_ref().is_some_and(|p| p.written(rel));
+        write_out(&planned.tree, dst, &written)?;
         timer.lap("write out");
         Ok((
             NewMarks::Changes(planned.now),
