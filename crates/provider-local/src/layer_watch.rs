@@ -232,8 +232,9 @@ impl LayerWatch {
 
     /// Read what is pending, then, if the tap still holds, which of `copies` (a path and
     /// the number of the last event when its copy began) are still valid: no event on the
-    /// path or on a directory above it since. `None`: the tap broke, none is. The tap ends
-    /// either way.
+    /// path since, and no directory above it made or removed since (which would make the
+    /// path name another file; a change of a directory's attributes, such as the overlay's
+    /// own markers, does not). `None`: the tap broke, none is. The tap ends either way.
     pub fn end_tap<'a>(
         &self,
         tap: &Tap,
@@ -247,16 +248,18 @@ impl LayerWatch {
             self.stop_tap(tap);
             return None;
         };
+        let valid = copies
+            .filter(|(rel, seq)| {
+                journal.last_event(rel).is_none_or(|s| s <= *seq)
+                    && rel
+                        .ancestors()
+                        .skip(1)
+                        .all(|a| journal.last_move(a).is_none_or(|s| s <= *seq))
+            })
+            .map(|(rel, _)| rel.to_owned())
+            .collect();
         journal.untap();
-        Some(
-            copies
-                .filter(|(rel, seq)| {
-                    rel.ancestors()
-                        .all(|a| journal.last_event(a).is_none_or(|s| s <= *seq))
-                })
-                .map(|(rel, _)| rel.to_owned())
-                .collect(),
-        )
+        Some(valid)
     }
 
     /// Stop tapping (a tap given up): the journal keeps no paths for it any more.

@@ -140,6 +140,10 @@ fn run(
     // Path → when its last event was seen.
     let mut quiet_since: HashMap<PathBuf, Instant> = HashMap::new();
     let mut copies = 0usize;
+    // What the thread did, for `AGENTBOX_TIMINGS=1`: copies made, paths skipped, asked
+    // again for being too new, directories listed.
+    let mut counts = [0usize; 4];
+    let mut timer = agentbox_core::timing::Timer::start("prestage");
     let mut space_low = false;
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(TICK);
@@ -169,22 +173,25 @@ fn run(
             match prestage.stage(&rel, seq) {
                 Ok(Staged::Copied(_)) => {
                     copies += 1;
+                    counts[0] += 1;
                     if copies % SPACE_EVERY == 1 && prestage.space_low(SPACE_FLOOR) {
                         space_low = true;
                         break;
                     }
                 }
                 Ok(Staged::TooNew) => {
+                    counts[2] += 1;
                     quiet_since.insert(rel, now);
                 }
                 Ok(Staged::Directory) => {
+                    counts[3] += 1;
                     for f in prestage.files_below(&rel) {
                         if !prestage.holds(&f) {
                             quiet_since.entry(f).or_insert(now);
                         }
                     }
                 }
-                Ok(Staged::Skipped) => {}
+                Ok(Staged::Skipped) => counts[1] += 1,
                 Err(e) => {
                     eprintln!("prestaging: {e}");
                     return None;
@@ -192,5 +199,11 @@ fn run(
             }
         }
     }
+    let (held, bytes) = prestage.size();
+    timer.lap(&format!(
+        "while the command ran: {} copies made ({held} held, {bytes} bytes), {} paths \
+         skipped, {} too new, {} directories listed",
+        counts[0], counts[1], counts[2], counts[3]
+    ));
     Some(prestage)
 }

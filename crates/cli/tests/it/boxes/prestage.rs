@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use super::*;
 
 /// Writes files (some in a directory that appears whole by a rename), lets them settle so
-/// they are copied, then rewrites, removes, renames, chmods, truncates, links some, and
-/// changes a few more just before it ends (their copies are then stale).
+/// they are copied, then swaps two directories, rewrites, removes, renames, chmods,
+/// truncates, links some, and changes a few more just before it ends (their copies are
+/// then stale).
 const SCRIPT: &str = r#"
 set -e
 cd /workspace
@@ -18,7 +19,9 @@ i=0
 while [ $i -lt 200 ]; do echo "file $i" > pkg/sub/f$i; i=$((i+1)); done
 mkdir /tmp/whole && echo inside > /tmp/whole/w && mv /tmp/whole pkg/whole
 printf AAAA > pkg/same
+mkdir pkg/m1 pkg/m2 && echo one > pkg/m1/x && echo two > pkg/m2/x
 sleep 1.5
+mv pkg/m1 pkg/tmpm && mv pkg/m2 pkg/m1 && mv pkg/tmpm pkg/m2
 echo rewritten > pkg/sub/f1
 rm pkg/sub/f2
 mv pkg/sub/f3 pkg/sub/g3
