@@ -14,8 +14,9 @@
 //! in the directories it needs (made as they are needed): the commit renames the snapshot
 //! to be its layer, removes the copies it does not take and the directories made for
 //! them only, gives the directories they touched their times back, and applies the rest
-//! of its plan over the copies it keeps. Only new paths are copied in place (a path HEAD's
-//! layer holds is left to the commit). Under the `.tmp-` prefix a crash leaves a temporary
+//! of its plan over the copies it keeps. A file of HEAD's layer at a copy's path is set
+//! aside (in `.prestage-<nonce>/` at the snapshot's root) and put back unless the plan
+//! replaces it; a directory of that layer at a file's path is left to the commit. Under the `.tmp-` prefix a crash leaves a temporary
 //! layer, which the next open of the store or `prune` removes (`fsck` reports it); while
 //! a [`Prestage`] lives it holds the store lock shared (see [`crate::leftovers`]).
 //!
@@ -99,6 +100,10 @@ pub struct Prestage {
     /// In place: the times (mtime) of the directories of HEAD's layer that got an entry,
     /// from before they did.
     touched: HashMap<PathBuf, (i64, i64)>,
+    /// In place: the entries of HEAD's layer set aside for copies (path → where, in the
+    /// area), and the name of their directory at the area's root.
+    aside: HashMap<PathBuf, PathBuf>,
+    aside_dir: String,
     next: u64,
     bytes: u64,
     lock: Option<StoreLock>,
@@ -127,7 +132,7 @@ fn remove_area(area: &Area) -> Result<()> {
 }
 
 impl Prestage {
-    pub(crate) fn new(upper: PathBuf, area: Area, lock: StoreLock) -> Prestage {
+    pub(crate) fn new(upper: PathBuf, area: Area, lock: StoreLock, nonce: &str) -> Prestage {
         Prestage {
             upper,
             area: Some(area),
@@ -135,6 +140,8 @@ impl Prestage {
             unwritten: Vec::new(),
             made: Vec::new(),
             touched: HashMap::new(),
+            aside: HashMap::new(),
+            aside_dir: format!(".prestage-{nonce}"),
             next: 0,
             bytes: 0,
             lock: Some(lock),
@@ -211,8 +218,21 @@ impl Prestage {
             };
             match rustix::fs::statat(&parent, file, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
                 Err(rustix::io::Errno::NOENT) => {}
-                // A path of HEAD's layer: left to the commit.
-                _ => return Ok(Staged::Skipped),
+                // A directory of HEAD's layer: left to the commit.
+                Ok(st)
+                    if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        == rustix::fs::FileType::Directory =>
+                {
+                    return Ok(Staged::Skipped)
+                }
+                // Another entry of HEAD's layer: set aside, to be put back if the commit
+                // does not replace it.
+                Ok(_) => {
+                    if !self.set_aside(&area_path, rel, &parent, file)? {
+                        return Ok(Staged::Skipped);
+                    }
+                }
+                Err(_) => return Ok(Staged::Skipped),
             }
             let dst = Path::new("/proc/self/fd")
                 .join(rustix::fd::AsRawFd::as_raw_fd(&parent).to_string())
@@ -335,6 +355,41 @@ impl Prestage {
         }
     }
 
+    /// In place: move the entry `file` of HEAD's layer at `rel` (in directory `parent`)
+    /// into the area's directory of set-aside entries (made at its root when first
+    /// needed), so a copy can take its place; whether it was moved.
+    fn set_aside(
+        &mut self,
+        root: &Path,
+        rel: &Path,
+        parent: &rustix::fd::OwnedFd,
+        file: &std::ffi::OsStr,
+    ) -> Result<bool> {
+        use rustix::fs::{Mode, OFlags};
+        if self.aside.contains_key(rel) {
+            // Set aside before; what is there is a stranger's (cannot be: only copies).
+            return Ok(false);
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let io = |e: rustix::io::Errno| Error::Io(crate::store::io_at(root, e.into()));
+        let root_fd = rustix::fs::open(root, flags, Mode::empty()).map_err(io)?;
+        let dir = PathBuf::from(&self.aside_dir);
+        if self.aside.is_empty() {
+            self.touch(Path::new(""), &root_fd);
+            match rustix::fs::mkdirat(&root_fd, &dir, Mode::from_raw_mode(0o700)) {
+                Ok(()) => {}
+                // Not ours (HEAD's layer holds the name): nothing is set aside.
+                Err(_) => return Ok(false),
+            }
+        }
+        let dir_fd = rustix::fs::openat(&root_fd, &dir, flags, Mode::empty()).map_err(io)?;
+        let name = self.next.to_string();
+        self.next += 1;
+        rustix::fs::renameat(parent, file, &dir_fd, name.as_str()).map_err(io)?;
+        self.aside.insert(rel.to_owned(), dir.join(name));
+        Ok(true)
+    }
+
     /// The regular files below directory `rel` of the upper directory (relative to it),
     /// listed beneath it without following any symlink. A directory that cannot be read
     /// (gone, swapped for a symlink) lists nothing.
@@ -413,6 +468,8 @@ impl Prestage {
             copies: Mutex::new(copies),
             made: std::mem::take(&mut self.made),
             touched: std::mem::take(&mut self.touched),
+            aside: std::mem::take(&mut self.aside),
+            aside_dir: PathBuf::from(&self.aside_dir),
             written: Mutex::new(std::collections::HashSet::new()),
             taken: AtomicU64::new(0),
             _lock: self.lock.take(),
@@ -506,6 +563,8 @@ pub struct Prestaged {
     copies: Mutex<HashMap<PathBuf, Offered>>,
     made: Vec<PathBuf>,
     touched: HashMap<PathBuf, (i64, i64)>,
+    aside: HashMap<PathBuf, PathBuf>,
+    aside_dir: PathBuf,
     /// The paths of the copies taken whose data had reached the device.
     written: Mutex<std::collections::HashSet<PathBuf>>,
     taken: AtomicU64,
@@ -616,6 +675,18 @@ impl Prestaged {
                 remove_beneath(&root, &c.name, false)?;
             }
         }
+        // What was set aside goes back where the plan leaves the path as HEAD's layer
+        // had it; otherwise the copy or the plan's entry replaces it.
+        for (rel, at) in &self.aside {
+            if kept.contains(rel) || tree.entries.contains_key(rel) {
+                remove_beneath(&root, at, false)?;
+            } else {
+                put_back(&root, at, rel)?;
+            }
+        }
+        if !self.aside.is_empty() {
+            remove_beneath(&root, &self.aside_dir, true)?;
+        }
         for dir in self.made.iter().rev() {
             if !tree.entries.contains_key(dir) {
                 remove_beneath(&root, dir, true)?;
@@ -643,6 +714,20 @@ impl Prestaged {
         self.taken.store(kept.len() as u64, Ordering::Relaxed);
         Ok(kept)
     }
+}
+
+/// Move the entry at `from` of the store's own tree `root` back to `to`, both directories
+/// opened beneath `root` without following any symlink.
+fn put_back(root: &Path, from: &Path, to: &Path) -> Result<()> {
+    let io = |e: std::io::Error| Error::Io(crate::store::io_at(&root.join(to), e));
+    let (Some(fp), Some(fname), Some(tp), Some(tname)) =
+        (from.parent(), from.file_name(), to.parent(), to.file_name())
+    else {
+        return Ok(());
+    };
+    let from_dir = crate::fsops::scan::open_dir_beneath(root, fp).map_err(io)?;
+    let to_dir = crate::fsops::scan::open_dir_beneath(root, tp).map_err(io)?;
+    rustix::fs::renameat(&from_dir, fname, &to_dir, tname).map_err(|e| io(e.into()))
 }
 
 /// Remove `rel` (a file, or with `dir` an empty directory) of the store's own tree

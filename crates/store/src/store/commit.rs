@@ -75,13 +75,13 @@ impl Store {
         }
         let head = self.node(&state.head)?;
         let chain = self.chain(&head)?;
-        let area = self
-            .backend
-            .prestage_area(&chain, &agentbox_core::id::new_id())?;
+        let nonce = agentbox_core::id::new_id();
+        let area = self.backend.prestage_area(&chain, &nonce)?;
         Ok(crate::backend::prestage::Prestage::new(
             crate::backend::layers::LayersBackend::upper(&dirs),
             area,
             lock,
+            &nonce,
         ))
     }
 

@@ -93,6 +93,8 @@ fn a_commit_takes_only_the_copies_that_are_exactly_the_files() {
         ] {
             write(&w.join("d").join(name), &format!("{name} v1"));
         }
+        // A file of HEAD's layer, written again.
+        write(&w.join("README"), "readme v2");
         settle();
         let mut pre = store.prestage("bx").expect("prestage");
         for name in [
@@ -108,6 +110,8 @@ fn a_commit_takes_only_the_copies_that_are_exactly_the_files() {
                 .expect("stage");
             assert!(matches!(staged, Staged::Copied(_)), "{name}: {staged:?}");
         }
+        let staged = pre.stage(Path::new("workspace/README"), 1).expect("stage");
+        assert!(matches!(staged, Staged::Copied(_)), "README: {staged:?}");
         assert_eq!(
             pre.stage(Path::new("workspace/d"), 1).expect("stage"),
             Staged::Directory
@@ -121,11 +125,16 @@ fn a_commit_takes_only_the_copies_that_are_exactly_the_files() {
         write(&w.join("d/new"), "made after the copies");
         let offer = pre.offer(|_, _| true);
         commit(&store, "bx", "the end");
-        assert_eq!(offer.taken(), 2, "{:?}: kept and kept2 only", fx.kind);
+        assert_eq!(
+            offer.taken(),
+            3,
+            "{:?}: kept, kept2 and README only",
+            fx.kind
+        );
         drop(offer);
         let files = head_files(&store);
         let want: Vec<(&str, &str, u32)> = vec![
-            ("workspace/README", "readme", 0o644),
+            ("workspace/README", "readme v2", 0o644),
             ("workspace/d/chmodded", "chmodded v1", 0o600),
             ("workspace/d/kept", "kept v1", 0o644),
             ("workspace/d/kept2", "kept2 v1", 0o644),
