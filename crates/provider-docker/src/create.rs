@@ -1,0 +1,163 @@
+//! A new box: its image checked (or built), its container made hardened, its workspace
+//! sent in, and its first node committed — and on any failure, nothing of it left: no
+//! container, no node image, no branch or pin in a host repository.
+//!
+//! The container the box runs in is made from the first node's image, not from the base
+//! image the workspace was sent onto: a box's container then differs from its image by
+//! exactly what the box changed ([`crate::capture`] relies on it).
+
+use agentbox_boxes::progress::Progress;
+use agentbox_boxes::provider::{NewBox, NewTree};
+use agentbox_boxes::{BoxError, Result};
+use agentbox_docker::Engine;
+use agentbox_store::Held;
+
+use crate::errors::remote;
+use crate::names;
+use crate::provider::{DockerProvider, KIND};
+use crate::spec::{self, BoxSettings};
+
+/// What a failed create removes.
+#[derive(Default)]
+struct Made {
+    container: bool,
+    node_tag: Option<String>,
+    seeded: Option<crate::seed::Seeded>,
+}
+
+/// Make box `new.name` (see the module's documentation).
+pub fn create_tree(
+    p: &DockerProvider,
+    new: &NewBox<'_>,
+    progress: &dyn Progress,
+) -> Result<NewTree> {
+    let engine = p.engine(new.engine)?;
+    let image = base_image(p, &engine, new, progress)?;
+    let container = names::container(new.name);
+    if engine.container(&container).map_err(remote)?.is_some() {
+        return Err(crate::errors::failed(format!(
+            "box {:?}: a container named {container} already exists on the Docker engine at {}",
+            new.name.as_str(),
+            engine.endpoint().shown()
+        )));
+    }
+    let mut made = Made::default();
+    match make(p, &engine, new, &image, &mut made, progress) {
+        Ok(held) => Ok(NewTree {
+            held,
+            seeded: made.seeded.take().map(|s| s.repos).unwrap_or_default(),
+            image: Some(image),
+        }),
+        Err(e) => {
+            if made.container {
+                let _ = engine.remove_container(&container);
+            }
+            if let Some(tag) = &made.node_tag {
+                let _ = engine.remove_image(&format!("{}:{tag}", names::NODE_REPO));
+            }
+            if let Some(s) = &made.seeded {
+                s.undo();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The image the box starts from: `--dockerfile`'s, built when its fingerprint tag is not
+/// there yet, else `box.image`, which must be on the engine (nothing is pulled).
+fn base_image(
+    p: &DockerProvider,
+    engine: &Engine,
+    new: &NewBox<'_>,
+    progress: &dyn Progress,
+) -> Result<String> {
+    if let Some(dockerfile) = new.dockerfile {
+        let context = dockerfile
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let ctx = agentbox_docker::image_build::pack(context, dockerfile).map_err(remote)?;
+        let name = format!("{}:{}", names::BUILT_REPO, ctx.fingerprint);
+        if engine.image(&name).map_err(remote)?.is_none() {
+            let labels = [(names::HOME_LABEL.to_owned(), names::home_key(&p.home))].into();
+            progress.busy(&format!("building {name}"), &mut || {
+                engine
+                    .build_image(
+                        &ctx,
+                        names::BUILT_REPO,
+                        &ctx.fingerprint,
+                        &labels,
+                        &mut |_| {},
+                    )
+                    .map(|_| ())
+                    .map_err(remote)
+            })?;
+        }
+        return Ok(name);
+    }
+    let Some(image) = new.options.image.clone() else {
+        return Err(BoxError::BadSetting {
+            key: "box.image".into(),
+            given: String::new(),
+            reason: "a box of the docker provider needs an image: --image IMG (on the engine already) or --dockerfile F".into(),
+        });
+    };
+    engine.require_image(&image).map_err(remote)?;
+    Ok(image)
+}
+
+/// The steps of a create, noting in `made` what a failure must remove.
+fn make(
+    p: &DockerProvider,
+    engine: &Engine,
+    new: &NewBox<'_>,
+    image: &str,
+    made: &mut Made,
+    progress: &dyn Progress,
+) -> Result<Held> {
+    let name = new.name.as_str();
+    let settings = BoxSettings {
+        env: &new.options.env,
+        limits: &new.options.limits,
+        network: new.options.network,
+    };
+    let container = names::container(name);
+    engine
+        .create_container(&spec::container(&p.home, name, image, &settings))
+        .map_err(remote)?;
+    made.container = true;
+    progress.busy("copying the workspace", &mut || {
+        let seeded = crate::seed::seed(&p.home, new, &std::env::temp_dir())?;
+        let sent = engine
+            .upload_tar(&container, "/", &seeded.tar)
+            .map_err(remote);
+        made.seeded = Some(seeded);
+        sent
+    })?;
+    let tag = names::node_tag(&p.home);
+    let message = match new.source {
+        Some(s) => format!("box created from {}", s.display()),
+        None => "box created".to_owned(),
+    };
+    let id = engine
+        .commit(
+            &container,
+            names::NODE_REPO,
+            &tag,
+            &message,
+            &names::labels(&p.home, name),
+        )
+        .map_err(remote)?;
+    made.node_tag = Some(tag);
+    // The box runs on its first node (see the module's documentation).
+    engine.remove_container(&container).map_err(remote)?;
+    made.container = false;
+    engine
+        .create_container(&spec::container(&p.home, name, &id, &settings))
+        .map_err(remote)?;
+    made.container = true;
+    Ok(Held {
+        by: KIND.to_owned(),
+        object: id,
+    })
+}

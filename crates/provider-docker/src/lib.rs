@@ -1,0 +1,35 @@
+//! agentbox's Docker provider: a box is a container `agentbox-<box>` on a Docker engine
+//! (the local one, or the one its record names), its `/workspace` in the container's
+//! writable layer, and each node of its history an image of the container (`docker
+//! commit`) whose metadata the host store keeps ([`agentbox_store::held`]).
+//!
+//! The provider holds its boxes' trees ([`agentbox_boxes::provider::Trees::Held`]): every
+//! operation on a box's files — create, commit, checkout — goes through it, running or not.
+//!
+//! What is where:
+//! * [`provider`] — [`DockerProvider`], its engines, the [`agentbox_boxes::provider::Provider`]
+//!   implementation;
+//! * [`names`] — the container, image and label names a box's objects carry;
+//! * [`spec`] — the container a box runs in;
+//! * [`seed`] — a new box's `/workspace`, made on the host and sent as one tar;
+//! * [`create`] — a new box's container and first node;
+//! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal;
+//! * [`capture`] — whether a box changed since its last node, and its nodes;
+//! * [`checkout`] — a box moved to another node (its container recreated);
+//! * [`procs`] — its processes;
+//! * [`prune`] — what boxes left on an engine, and the images GC freed.
+
+pub mod capture;
+pub mod checkout;
+pub mod create;
+pub mod errors;
+pub mod names;
+pub mod procs;
+pub mod provider;
+pub mod prune;
+pub mod run;
+pub mod seed;
+pub mod spec;
+pub mod terminal;
+
+pub use provider::DockerProvider;

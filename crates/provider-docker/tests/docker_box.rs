@@ -1,0 +1,211 @@
+//! The Docker provider through the façade, against a real engine (`.ci/run` starts
+//! `dockerd`): a box made from a dirty repository, its commands, its history as images,
+//! checkout, destroy and prune, and a create that fails leaving nothing.
+
+mod common;
+
+use agentbox_boxes::progress::Quiet;
+use agentbox_boxes::BoxError;
+use agentbox_core::home::Home;
+use agentbox_provider_docker::names;
+use agentbox_testkit::TempHome;
+use common::{
+    box_name, boxes, command, dirty_repo, engine, git, leftovers, output, spec, test_image,
+};
+
+#[test]
+fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_images() {
+    let test = "a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_images";
+    let Some(engine) = engine(test) else { return };
+    let image = test_image(&engine);
+    let tmp = TempHome::new();
+    let home = Home::at(tmp.path().join("home"));
+    let repo = tmp.path().join("repo");
+    fs_err::create_dir_all(&repo).expect("repo");
+    dirty_repo(&repo);
+    let boxes = boxes(&home);
+    let name = box_name("hist");
+    let created = boxes
+        .create(&spec(&name, &repo, &image), &Quiet)
+        .expect("create");
+    assert_eq!(created.record.provider, "docker");
+    assert_eq!(created.record.image.as_deref(), Some(image.as_str()));
+    assert_eq!(created.seeded.len(), 1, "the repository is the box's");
+    let container = names::container(&name);
+    assert!(engine.container(&container).expect("inspect").is_some());
+
+    // The host's uncommitted change and untracked file are in the box, and so is the
+    // repository (on the box's branch, at the host's commit).
+    let (status, out) = output(&boxes, &name, &["cat", "a.txt", "u.txt"]);
+    assert_eq!(
+        (status, out.as_str()),
+        (0, "two, then uncommitted\nuntracked\n")
+    );
+    let (status, out) = output(&boxes, &name, &["cat", ".git/HEAD"]);
+    assert_eq!(
+        (status, out.as_str()),
+        (0, format!("ref: refs/heads/agentbox/{name}\n").as_str())
+    );
+    let host_head = git(&repo, &["rev-parse", "HEAD"]);
+    assert_eq!(
+        git(&repo, &["rev-parse", &format!("agentbox/{name}")]),
+        host_head
+    );
+
+    // Exit statuses are the command's, exactly; a signal is 128 + N.
+    let exec = |argv: &[&str]| boxes.exec(&name, command(argv)).expect("exec");
+    assert_eq!(exec(&["sh", "-c", "exit 7"]).status, 7);
+    assert_eq!(exec(&["sh", "-c", "kill -9 $$"]).status, 137);
+    let nodes = |b: &agentbox_boxes::Boxes| b.ancestors(&name, None).expect("log").nodes.len();
+    assert_eq!(
+        nodes(&boxes),
+        1,
+        "commands that change nothing make no node"
+    );
+
+    // A change makes one node, of the command.
+    let wrote = exec(&["sh", "-c", "echo new > made.txt"]);
+    assert_eq!(wrote.status, 0);
+    let node = wrote.node.expect("a node for the change");
+    let log = boxes.ancestors(&name, None).expect("log");
+    assert_eq!(log.nodes.len(), 2);
+    assert_eq!(log.head, node);
+    assert_eq!(
+        log.nodes[0].command.as_deref(),
+        Some("sh -c 'echo new > made.txt'")
+    );
+    // Nothing changed since: no node, however often asked.
+    assert_eq!(exec(&["true"]).node, None);
+    assert_eq!(exec(&["cat", "made.txt"]).node, None);
+    assert_eq!(nodes(&boxes), 2);
+    // A file written again is listed by the engine as before: its change time tells it,
+    // whatever modification time it is given.
+    let again = exec(&["sh", "-c", "echo newer > made.txt"]);
+    assert!(again.node.is_some(), "a file written again is a change");
+    let backdated = exec(&[
+        "sh",
+        "-c",
+        "echo newest > made.txt; touch -d '2000-01-01 00:00:00' made.txt",
+    ]);
+    assert!(
+        backdated.node.is_some(),
+        "an old modification time hides nothing"
+    );
+    assert_eq!(nodes(&boxes), 4);
+    assert_eq!(exec(&["true"]).node, None);
+    // Ignored paths are no change.
+    assert_eq!(exec(&["sh", "-c", "echo x > /tmp/scratch"]).node, None);
+    // An explicit commit is a node even when nothing changed, as for a local box.
+    let explicit = boxes
+        .commit(
+            &name,
+            agentbox_store::CommitOpts {
+                message: "by hand".into(),
+                command: None,
+                metadata: Default::default(),
+            },
+        )
+        .expect("commit");
+    assert_eq!(explicit.message, "by hand");
+    assert_eq!(nodes(&boxes), 5);
+
+    // Back to the first node: the container is made again from its image.
+    let out = boxes.checkout(&name, "HEAD~4", false).expect("checkout");
+    assert_eq!(out.node.id.as_str(), created.head);
+    let (status, _) = output(&boxes, &name, &["test", "-e", "made.txt"]);
+    assert_eq!(status, 1, "the file made after that node is gone");
+    let (_, out) = output(&boxes, &name, &["cat", "a.txt"]);
+    assert_eq!(out, "two, then uncommitted\n");
+    assert_eq!(
+        exec(&["true"]).node,
+        None,
+        "a fresh container has no change"
+    );
+    // Keeping the processes is refused by name.
+    let err = boxes.checkout(&name, "HEAD", true).expect_err("refused");
+    assert!(matches!(err, BoxError::ProviderCannot { .. }), "{err}");
+
+    // Stopped and started again, the files stay.
+    assert!(boxes.stop(&name).expect("stop"));
+    assert!(!boxes
+        .provider_of(&name)
+        .expect("p")
+        .is_running(&name)
+        .expect("running"));
+    let (status, out) = output(&boxes, &name, &["cat", "u.txt"]);
+    assert_eq!((status, out.as_str()), (0, "untracked\n"));
+
+    // Destroyed: the container goes at once; its images once GC freed their nodes and
+    // prune removed them.
+    let (_, images) = leftovers(&engine, &home);
+    assert!(images.len() >= 4, "a node image per node: {images:?}");
+    boxes.destroy(&name, true, &Quiet).expect("destroy");
+    assert!(engine.container(&container).expect("inspect").is_none());
+    boxes.gc().expect("gc");
+    let pruned = boxes
+        .prune(std::time::Duration::ZERO, false)
+        .expect("prune");
+    let kept: Vec<_> = pruned
+        .boxes
+        .iter()
+        .filter(|l| l.outcome != agentbox_boxes::types::PruneOutcome::Removed)
+        .collect();
+    assert!(kept.is_empty(), "{kept:?}");
+    assert_eq!(leftovers(&engine, &home), (Vec::new(), Vec::new()));
+    assert!(
+        engine.image(&image).expect("inspect").is_some(),
+        "the base image stays"
+    );
+    assert!(
+        git(
+            &repo,
+            &["for-each-ref", &format!("refs/heads/agentbox/{name}")]
+        )
+        .is_empty(),
+        "the box's branch was deleted with it"
+    );
+}
+
+#[test]
+fn a_create_that_fails_leaves_nothing_on_either_side() {
+    let test = "a_create_that_fails_leaves_nothing_on_either_side";
+    let Some(engine) = engine(test) else { return };
+    let tmp = TempHome::new();
+    let home = Home::at(tmp.path().join("home"));
+    let repo = tmp.path().join("repo");
+    fs_err::create_dir_all(&repo).expect("repo");
+    dirty_repo(&repo);
+    let refs_before = git(&repo, &["for-each-ref"]);
+    let boxes = boxes(&home);
+    let name = box_name("nothing");
+    let missing = "agentbox-test-missing:never";
+    let err = boxes
+        .create(&spec(&name, &repo, missing), &Quiet)
+        .expect_err("no such image");
+    let text = err.to_string();
+    assert!(
+        text.contains(missing) && text.contains("unix:///var/run/docker.sock"),
+        "{text}"
+    );
+    let hint = err.hint().unwrap_or_default();
+    assert!(
+        hint.contains("docker pull") && hint.contains("agentbox image build"),
+        "{hint}"
+    );
+    assert!(engine
+        .container(&names::container(&name))
+        .expect("inspect")
+        .is_none());
+    assert_eq!(leftovers(&engine, &home), (Vec::new(), Vec::new()));
+    assert!(!boxes.is_box(&name));
+    assert!(boxes.store().map(|s| s.env(&name).is_err()).unwrap_or(true));
+    assert_eq!(git(&repo, &["for-each-ref"]), refs_before);
+
+    // A box without an image at all is refused before anything is made.
+    let mut no_image = spec(&name, &repo, "unused");
+    no_image.settings.image = None;
+    let err = boxes.create(&no_image, &Quiet).expect_err("no image");
+    assert!(err.to_string().contains("box.image"), "{err}");
+    assert_eq!(leftovers(&engine, &home), (Vec::new(), Vec::new()));
+    assert_eq!(git(&repo, &["for-each-ref"]), refs_before);
+}
