@@ -164,6 +164,22 @@ pub trait Provider: Send + Sync {
         let _ = (from, to, patch);
         Err(self.cannot(name, "list the changes between a box's nodes"))
     }
+    /// Build a box image from `dockerfile` (its directory is the build context) where this
+    /// provider runs boxes (`engine`: as [`NewBox::engine`]); the image's name, tagged by
+    /// the fingerprint of what it bakes in.
+    fn build_image(
+        &self,
+        dockerfile: &std::path::Path,
+        engine: Option<&str>,
+        progress: &dyn crate::progress::Progress,
+    ) -> Result<String> {
+        let _ = (dockerfile, engine, progress);
+        Err(crate::BoxError::BadSetting {
+            key: "--provider".into(),
+            given: self.kind().to_owned(),
+            reason: "only the docker provider builds box images from a Dockerfile".into(),
+        })
+    }
     /// The refusal of something this provider cannot do for box `name`.
     fn cannot(&self, name: &str, what: &str) -> crate::BoxError {
         crate::BoxError::ProviderCannot {

@@ -302,6 +302,31 @@ impl Boxes {
 
     /// Import a rootfs tarball (file, URL or `-`) as image `name` (see
     /// [`crate::records::images::import`]). Needs root: an image's files keep their owners.
+    /// Build a box image from `dockerfile` with the provider of kind `kind` (`docker`),
+    /// on `engine` (its default when `None`); the image's fingerprint-tagged name.
+    pub fn build_image(
+        &self,
+        kind: &str,
+        dockerfile: &std::path::Path,
+        engine: Option<&str>,
+        progress: &dyn crate::progress::Progress,
+    ) -> Result<String> {
+        let provider = self
+            .provider_named(kind)
+            .ok_or_else(|| crate::BoxError::BadSetting {
+                key: "--provider".into(),
+                given: kind.to_owned(),
+                reason: format!(
+                    "this agentbox runs boxes with: {}",
+                    self.providers()
+                        .map(|p| p.kind())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })?;
+        provider.build_image(dockerfile, engine, progress)
+    }
+
     pub fn import_image(
         &self,
         name: &str,

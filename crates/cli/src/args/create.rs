@@ -23,9 +23,23 @@ pub struct CreateArgs {
     #[arg(long, conflicts_with = "from")]
     pub empty: bool,
     /// Run on an imported image instead of the host's own `/` (see `agentbox image`;
-    /// config box.image).
+    /// config box.image). With `--provider docker`: the Docker image of the box's
+    /// container (it must be on the engine: nothing is pulled).
     #[arg(long, value_name = "NAME")]
     pub image: Option<String>,
+    /// Where the box runs: `local` (namespaces on this machine, the default) or `docker` (a
+    /// container on a Docker engine; config box.provider).
+    #[arg(long, value_name = "PROVIDER")]
+    pub provider: Option<String>,
+    /// With `--provider docker`: the engine, as a URL (`unix:///…`, `tcp://HOST:2376`,
+    /// `ssh://USER@HOST`) (default: DOCKER_HOST, else the current docker context, else the
+    /// local socket).
+    #[arg(long, value_name = "URL")]
+    pub docker_host: Option<String>,
+    /// With `--provider docker`: build the box's image from this Dockerfile (its directory
+    /// is the build context), tagged by the fingerprint of what it bakes in.
+    #[arg(long, value_name = "FILE", conflicts_with = "image")]
+    pub dockerfile: Option<PathBuf>,
     /// When DIR is a git repository: copy it as a plain directory instead of giving the box
     /// its own repository on a branch `agentbox/NAME`.
     #[arg(long)]

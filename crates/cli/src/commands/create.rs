@@ -35,9 +35,9 @@ pub(super) fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
         resync: a.no_resync.then_some(false),
         // Asked below on a terminal; a script gets the warning and goes on.
         accept_stale: a.yes || !std::io::IsTerminal::is_terminal(&std::io::stdin()),
-        provider: None,
-        engine: None,
-        dockerfile: None,
+        provider: a.provider.clone(),
+        engine: a.docker_host.clone(),
+        dockerfile: a.dockerfile.clone(),
     };
     let made = match ctx.boxes().create(&spec, ctx) {
         Err(agentbox_boxes::BoxError::CheckpointStale { name }) => {
@@ -52,9 +52,6 @@ pub(super) fn create(ctx: &Ctx, a: CreateArgs) -> CliResult {
             }
             let spec = create::Spec {
                 accept_stale: true,
-                provider: None,
-                engine: None,
-                dockerfile: None,
                 ..spec
             };
             ctx.boxes().create(&spec, ctx)
@@ -128,6 +125,7 @@ fn setting_error(e: agentbox_boxes::BoxError) -> CliError {
                 "box.pids" => "--pids",
                 "box.cpus" => "--cpus",
                 "box.image" => "--image",
+                "box.provider" => "--provider",
                 "git.carry" => "--carry",
                 "git.withEnv" => "--with-env",
                 _ => "",

@@ -30,6 +30,17 @@ pub(super) fn image(ctx: &Ctx, cmd: ImageCmd) -> CliResult {
                 s
             })
         }
+        ImageCmd::Build {
+            dockerfile,
+            docker_host,
+        } => {
+            let image =
+                ctx.boxes()
+                    .build_image("docker", &dockerfile, docker_host.as_deref(), ctx)?;
+            ctx.out(&serde_json::json!({ "image": image }), || {
+                format!("{image}\nUse it: agentbox create --provider docker --image {image}\n")
+            })
+        }
         ImageCmd::Rm { name } => {
             ctx.boxes().remove_image(&name)?;
             ctx.out(&serde_json::json!({ "removed": name }), || {
