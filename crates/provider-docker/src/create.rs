@@ -8,7 +8,7 @@
 
 use agentbox_boxes::progress::Progress;
 use agentbox_boxes::provider::{NewBox, NewTree};
-use agentbox_boxes::{BoxError, Result};
+use agentbox_boxes::Result;
 use agentbox_docker::Engine;
 use agentbox_store::Held;
 
@@ -32,7 +32,7 @@ pub fn create_tree(
     progress: &dyn Progress,
 ) -> Result<NewTree> {
     let engine = p.engine(new.engine)?;
-    let image = base_image(p, &engine, new, progress)?;
+    let image = crate::image::base(p, &engine, new, progress)?;
     let container = names::container(new.name);
     if engine.container(&container).map_err(remote)?.is_some() {
         return Err(crate::errors::failed(format!(
@@ -61,49 +61,6 @@ pub fn create_tree(
             Err(e)
         }
     }
-}
-
-/// The image the box starts from: `--dockerfile`'s, built when its fingerprint tag is not
-/// there yet, else `box.image`, which must be on the engine (nothing is pulled).
-fn base_image(
-    p: &DockerProvider,
-    engine: &Engine,
-    new: &NewBox<'_>,
-    progress: &dyn Progress,
-) -> Result<String> {
-    if let Some(dockerfile) = new.dockerfile {
-        let context = dockerfile
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        let ctx = agentbox_docker::image_build::pack(context, dockerfile).map_err(remote)?;
-        let name = format!("{}:{}", names::BUILT_REPO, ctx.fingerprint);
-        if engine.image(&name).map_err(remote)?.is_none() {
-            let labels = [(names::HOME_LABEL.to_owned(), names::home_key(&p.home))].into();
-            progress.busy(&format!("building {name}"), &mut || {
-                engine
-                    .build_image(
-                        &ctx,
-                        names::BUILT_REPO,
-                        &ctx.fingerprint,
-                        &labels,
-                        &mut |_| {},
-                    )
-                    .map(|_| ())
-                    .map_err(remote)
-            })?;
-        }
-        return Ok(name);
-    }
-    let Some(image) = new.options.image.clone() else {
-        return Err(BoxError::BadSetting {
-            key: "box.image".into(),
-            given: String::new(),
-            reason: "a box of the docker provider needs an image: --image IMG (on the engine already) or --dockerfile F".into(),
-        });
-    };
-    engine.require_image(&image).map_err(remote)?;
-    Ok(image)
 }
 
 /// The steps of a create, noting in `made` what a failure must remove.

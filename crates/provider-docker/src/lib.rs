@@ -12,6 +12,7 @@
 //! * [`names`] — the container, image and label names a box's objects carry;
 //! * [`spec`] — the container a box runs in;
 //! * [`seed`] — a new box's `/workspace`, made on the host and sent as one tar;
+//! * [`image`] — the image a box starts from (`--image`, or built from `--dockerfile`);
 //! * [`create`] — a new box's container and first node;
 //! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal;
 //! * [`capture`] — whether a box changed since its last node, and its nodes;
@@ -23,6 +24,7 @@ pub mod capture;
 pub mod checkout;
 pub mod create;
 pub mod errors;
+pub mod image;
 pub mod names;
 pub mod procs;
 pub mod provider;

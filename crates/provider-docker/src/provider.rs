@@ -141,6 +141,16 @@ impl Provider for DockerProvider {
         crate::create::create_tree(self, new, progress)
     }
 
+    fn build_image(
+        &self,
+        dockerfile: &std::path::Path,
+        engine: Option<&str>,
+        progress: &dyn agentbox_boxes::progress::Progress,
+    ) -> Result<String> {
+        let engine = self.engine(engine)?;
+        crate::image::build(self, &engine, dockerfile, progress)
+    }
+
     fn cannot(&self, name: &str, what: &str) -> BoxError {
         BoxError::ProviderCannot {
             name: name.to_owned(),

@@ -5,7 +5,8 @@
 //!   this home uses (an image already gone is fine), then their queue entries;
 //! * `container` and `image`: containers and images labelled with this home whose box no
 //!   longer exists (a create or destroy interrupted), older than the grace period, and
-//!   node images of a live box that lost their tag and that no container uses.
+//!   node images of a live box that lost their tag and that no container uses. Images
+//!   built from a Dockerfile (no box label) stay.
 //!
 //! An engine that does not answer is reported (its leftovers kept) when something of this
 //! home says it was used — a Docker box, a queued image — and passed over otherwise, so
@@ -149,9 +150,14 @@ pub fn prune(
             .images_labelled(names::HOME_LABEL, &key)
             .map_err(crate::errors::remote)?
         {
-            let gone_box = !exists(i.labels.get(names::BOX_LABEL));
+            // Node images only: an image built from a Dockerfile carries no box, and
+            // stays for the boxes still to be made from it.
+            let Some(of) = i.labels.get(names::BOX_LABEL) else {
+                continue;
+            };
+            let gone_box = !exists(Some(of));
             let untagged = i.tags.iter().all(|t| t.starts_with("<none>"));
-            let orphan = gone_box || (untagged && !in_use.contains(&i.id));
+            let orphan = gone_box || untagged;
             if !orphan || !old(i.created) || in_use.contains(&i.id) {
                 continue;
             }

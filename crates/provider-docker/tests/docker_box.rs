@@ -209,3 +209,52 @@ fn a_create_that_fails_leaves_nothing_on_either_side() {
     assert_eq!(leftovers(&engine, &home), (Vec::new(), Vec::new()));
     assert_eq!(git(&repo, &["for-each-ref"]), refs_before);
 }
+
+#[test]
+fn a_box_from_a_dockerfile_runs_on_the_image_built_once_under_its_fingerprint() {
+    let test = "a_box_from_a_dockerfile_runs_on_the_image_built_once_under_its_fingerprint";
+    let Some(engine) = engine(test) else { return };
+    let base = test_image(&engine);
+    let tmp = TempHome::new();
+    let home = Home::at(tmp.path().join("home"));
+    let project = tmp.path().join("project");
+    fs_err::create_dir_all(&project).expect("project");
+    fs_err::write(project.join("plain.txt"), "no repository here\n").expect("write");
+    let build = tmp.path().join("build");
+    fs_err::create_dir_all(&build).expect("build");
+    // The fingerprint covers the context: a file of this test's own makes the image this
+    // test's, removed at its end.
+    let own = format!("{test} {}\n", std::process::id());
+    fs_err::write(build.join("stamp"), &own).expect("stamp");
+    fs_err::write(
+        build.join("Dockerfile"),
+        format!("FROM {base}\nCOPY stamp /stamp\n"),
+    )
+    .expect("dockerfile");
+    let boxes = boxes(&home);
+    let built = boxes
+        .build_image("docker", &build.join("Dockerfile"), None, &Quiet)
+        .expect("build");
+    assert!(built.starts_with("agentbox-image:"), "{built}");
+    let name = box_name("built");
+    let mut s = spec(&name, &project, "unused");
+    s.settings.image = None;
+    s.dockerfile = Some(build.join("Dockerfile"));
+    let created = boxes.create(&s, &Quiet).expect("create");
+    assert_eq!(created.record.image.as_deref(), Some(built.as_str()));
+    assert!(created.seeded.is_empty(), "a plain directory is copied");
+    let (_, out) = output(&boxes, &name, &["cat", "/stamp", "plain.txt"]);
+    assert_eq!(out, format!("{own}no repository here\n"));
+    boxes.destroy(&name, true, &Quiet).expect("destroy");
+    boxes.gc().expect("gc");
+    boxes
+        .prune(std::time::Duration::ZERO, false)
+        .expect("prune");
+    // The built image stays for the boxes still to be made from it; only its box's went.
+    let (containers, images) = leftovers(&engine, &home);
+    assert!(containers.is_empty());
+    let built_id = engine.image(&built).expect("inspect").expect("kept").id;
+    assert_eq!(images, [built_id]);
+    assert!(engine.remove_image(&built).expect("remove the built image"));
+    assert_eq!(leftovers(&engine, &home), (Vec::new(), Vec::new()));
+}
