@@ -14,7 +14,8 @@
 //! * [`seed`] — a new box's `/workspace`, made on the host and sent as one tar;
 //! * [`image`] — the image a box starts from (`--image`, or built from `--dockerfile`);
 //! * [`create`] — a new box's container and first node;
-//! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal;
+//! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal,
+//!   [`start_failure`] the error of one that could not start;
 //! * [`capture`] — whether a box changed since its last node, and its nodes;
 //! * [`checkout`] — a box moved to another node (its container recreated);
 //! * [`procs`] — its processes;
@@ -32,6 +33,7 @@ pub mod prune;
 pub mod run;
 pub mod seed;
 pub mod spec;
+pub mod start_failure;
 pub mod terminal;
 
 pub use provider::DockerProvider;

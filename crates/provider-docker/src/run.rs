@@ -15,6 +15,7 @@ use crate::errors::remote;
 use crate::names;
 use crate::provider::DockerProvider;
 use crate::spec::WORKSPACE;
+use crate::start_failure::Sniff;
 
 /// Run `command` in box `name` (started when stopped), attached to this process.
 pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutcome> {
@@ -34,15 +35,25 @@ pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutc
         user: None,
         tty: tty.then(crate::terminal::size),
     };
+    let argv0 = command.argv.first().cloned().unwrap_or_default();
+    let cwd = spec.workdir.clone().unwrap_or_default();
     let status = {
         let _raw = tty.then(crate::terminal::RawMode::enter);
         let stdin: Box<dyn std::io::Read + Send> = Box::new(std::io::stdin());
-        let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
-        engine
+        let mut out = Sniff::new(std::io::stdout());
+        let mut err = Sniff::new(std::io::stderr());
+        let status = engine
             .exec(&container, &spec, Some(stdin), &mut out, &mut err)
-            .map_err(remote)?
+            .map_err(remote)?;
+        let sniffed = [
+            out.finish(status, &argv0, &cwd)?,
+            err.finish(status, &argv0, &cwd)?,
+        ];
+        if let Some(e) = sniffed.into_iter().flatten().next() {
+            return Err(e);
+        }
+        status
     };
-    let _ = std::io::stdout().flush();
     let label = match command.kind {
         ProcKind::Shell => "shell session".to_owned(),
         _ => agentbox_boxes::types::render_command(&command.argv),
@@ -84,12 +95,21 @@ pub fn collect(
     };
     // One buffer for both streams, in the order they come.
     let output = std::sync::Mutex::new(Vec::new());
+    let argv0 = spec.argv.first().cloned().unwrap_or_default();
     let status = {
-        let mut out = Shared(&output);
-        let mut err = Shared(&output);
-        engine
+        let mut out = Sniff::new(Shared(&output));
+        let mut err = Sniff::new(Shared(&output));
+        let status = engine
             .exec(&container, &spec, None, &mut out, &mut err)
-            .map_err(remote)?
+            .map_err(remote)?;
+        let sniffed = [
+            out.finish(status, &argv0, cwd)?,
+            err.finish(status, &argv0, cwd)?,
+        ];
+        if let Some(e) = sniffed.into_iter().flatten().next() {
+            return Err(e);
+        }
+        status
     };
     let output = output
         .into_inner()

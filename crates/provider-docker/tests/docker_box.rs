@@ -56,6 +56,28 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
     let exec = |argv: &[&str]| boxes.exec(&name, command(argv)).expect("exec");
     assert_eq!(exec(&["sh", "-c", "exit 7"]).status, 7);
     assert_eq!(exec(&["sh", "-c", "kill -9 $$"]).status, 137);
+    // A command that cannot start fails as in a local box.
+    match boxes.exec(&name, command(&["no-such-command"])) {
+        Err(BoxError::Command { message, status }) => {
+            assert_eq!(
+                (message.as_str(), status),
+                ("no-such-command: command not found in the box", 127)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut elsewhere = command(&["true"]);
+    elsewhere.workdir = Some(agentbox_boxes::types::Workdir::explicit("/no/such/dir"));
+    match boxes.exec(&name, elsewhere) {
+        Err(BoxError::Command { status, .. }) => assert_eq!(status, 2),
+        other => panic!("{other:?}"),
+    }
+    // A default directory the box lacks falls back to its nearest existing ancestor.
+    let mut nearest = command(&["sh", "-c", "test \"$PWD\" = /workspace"]);
+    nearest.workdir = Some(agentbox_boxes::types::Workdir::default_for(
+        "/workspace/not/here",
+    ));
+    assert_eq!(boxes.exec(&name, nearest).expect("exec").status, 0);
     let nodes = |b: &agentbox_boxes::Boxes| b.ancestors(&name, None).expect("log").nodes.len();
     assert_eq!(
         nodes(&boxes),
