@@ -4,6 +4,7 @@
 
 mod common;
 
+use agentbox_boxes::lifecycle::directories::ListedState;
 use agentbox_boxes::progress::Quiet;
 use agentbox_boxes::BoxError;
 use agentbox_core::home::Home;
@@ -78,6 +79,41 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
         "/workspace/not/here",
     ));
     assert_eq!(boxes.exec(&name, nearest).expect("exec").status, 0);
+    let listed = boxes.list(None).expect("list");
+    let row = listed.iter().find(|r| r.env.name == name).expect("listed");
+    assert_eq!(row.state, ListedState::Running, "its container's state");
+
+    // A process left running is the box's: listed (not the container's own), signalled.
+    let sleeping = |b: &agentbox_boxes::Boxes| -> Vec<u64> {
+        b.processes(&name)
+            .expect("ps")
+            .into_iter()
+            .filter(|p| p.argv == ["sleep", "300"])
+            .map(|p| p.id)
+            .collect()
+    };
+    assert_eq!(exec(&["sh", "-c", "sleep 300 >/dev/null 2>&1 &"]).status, 0);
+    let procs = boxes.processes(&name).expect("ps");
+    assert_eq!(procs.len(), 1, "only the command's process: {procs:?}");
+    let [sleeper] = sleeping(&boxes)[..] else {
+        panic!("{procs:?}")
+    };
+    boxes.kill(&name, sleeper, 9).expect("kill");
+    // The kill is sent; the process is gone once the box's init has reaped it.
+    let mut left = sleeping(&boxes);
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        left = sleeping(&boxes);
+    }
+    assert!(left.is_empty(), "{left:?}");
+    assert!(matches!(
+        boxes.kill(&name, 999_999, 15),
+        Err(BoxError::NoSuchProcess { .. })
+    ));
+
     let nodes = |b: &agentbox_boxes::Boxes| b.ancestors(&name, None).expect("log").nodes.len();
     assert_eq!(
         nodes(&boxes),
@@ -131,9 +167,13 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
     assert_eq!(explicit.message, "by hand");
     assert_eq!(nodes(&boxes), 5);
 
-    // Back to the first node: the container is made again from its image.
+    // Back to the first node: the container is made again from its image, its processes
+    // killed.
+    assert_eq!(exec(&["sh", "-c", "sleep 300 >/dev/null 2>&1 &"]).status, 0);
     let out = boxes.checkout(&name, "HEAD~4", false).expect("checkout");
     assert_eq!(out.node.id.as_str(), created.head);
+    assert_eq!(out.killed, 1);
+    assert!(sleeping(&boxes).is_empty());
     let (status, _) = output(&boxes, &name, &["test", "-e", "made.txt"]);
     assert_eq!(status, 1, "the file made after that node is gone");
     let (_, out) = output(&boxes, &name, &["cat", "a.txt"]);

@@ -193,7 +193,12 @@ impl Boxes {
                         continue;
                     }
                     rows.push(Listed {
-                        state: if self.provider().is_running(&env.name).unwrap_or(false) {
+                        // Its own provider's answer (a Docker box's is its container's).
+                        state: if self
+                            .provider_of(&env.name)
+                            .and_then(|p| p.is_running(&env.name))
+                            .unwrap_or(false)
+                        {
                             ListedState::Running
                         } else {
                             ListedState::Stopped
