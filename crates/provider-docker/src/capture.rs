@@ -146,10 +146,16 @@ fn changed(p: &DockerProvider, engine: &Engine, rec: &BoxRecord) -> Result<(bool
     Ok((written_again(engine, name, &present)?, now))
 }
 
-/// Whether any of `paths` changed after the marker, as the box's `stat` says (`true` when
-/// it cannot say).
+/// Whether any of `paths` changed after the marker (`true` when the box cannot say).
 fn written_again(engine: &Engine, name: &str, paths: &[&str]) -> Result<bool> {
+    Ok(after_marker(engine, name, paths)?.is_none_or(|each| each.contains(&true)))
+}
+
+/// For each of `paths`, whether it changed after the marker, as the box's `stat` says
+/// (`None`: it cannot say).
+fn after_marker(engine: &Engine, name: &str, paths: &[&str]) -> Result<Option<Vec<bool>>> {
     let container = names::container(name);
+    let mut each = Vec::with_capacity(paths.len());
     for batch in paths.chunks(STAT_BATCH) {
         let mut argv = ["stat", "-c", "%z", "--", MARKER]
             .map(str::to_owned)
@@ -164,26 +170,88 @@ fn written_again(engine: &Engine, name: &str, paths: &[&str]) -> Result<bool> {
             .exec(&container, &spec, None, &mut out, &mut err)
             .map_err(remote)?;
         if status != 0 {
-            return Ok(true);
+            return Ok(None);
         }
         let text = String::from_utf8_lossy(&out);
-        let mut times = text.lines().map(instant);
-        let Some(Some(marker)) = times.next() else {
-            return Ok(true);
+        let times: Vec<Option<&str>> = text.lines().map(instant).collect();
+        let Some((Some(marker), listed)) = times.split_first() else {
+            return Ok(None);
         };
-        let mut seen = 0;
-        for t in times {
-            seen += 1;
+        if listed.len() != batch.len() {
+            return Ok(None);
+        }
+        for t in listed {
             match t {
-                Some(t) if t <= marker => {}
-                _ => return Ok(true),
+                Some(t) => each.push(t > marker),
+                None => return Ok(None),
             }
         }
-        if seen != batch.len() {
-            return Ok(true);
+    }
+    Ok(Some(each))
+}
+
+/// The paths of box `name` (relative to `/`) that changed since its last node, each with
+/// how: what the engine lists now and did not then, what it listed then and does not
+/// now, and what it lists both times but was written after the node's marker (every such
+/// path when the box cannot tell).
+pub(crate) fn since_head(
+    p: &DockerProvider,
+    name: &str,
+) -> Result<Vec<(String, agentbox_store::fsops::ChangeKind)>> {
+    use agentbox_store::fsops::ChangeKind as K;
+    let (rec, engine) = p.boxed(name)?;
+    let now = counted(&engine, &rec)?;
+    let id = container_id(&engine, name)?;
+    let last = read_state(p, name)?.filter(|s| s.container == id);
+    let marker = last.as_ref().is_some_and(|s| s.marker);
+    let then: std::collections::BTreeMap<String, char> = last
+        .map(|s| s.changes.into_iter().collect())
+        .unwrap_or_default();
+    let rel = |path: &str| path.trim_start_matches('/').to_owned();
+    let mut out = Vec::new();
+    let mut both = Vec::new();
+    for c in &now {
+        match then.get(&c.path) {
+            Some(k) if *k == letter(c.kind) => {
+                if c.kind != ChangeKind::Deleted {
+                    both.push(c.path.as_str());
+                }
+            }
+            _ => out.push((
+                rel(&c.path),
+                match c.kind {
+                    ChangeKind::Added => K::Added,
+                    ChangeKind::Deleted => K::Removed,
+                    ChangeKind::Modified => K::Modified,
+                },
+            )),
         }
     }
-    Ok(false)
+    let listed: HashSet<&str> = now.iter().map(|c| c.path.as_str()).collect();
+    for (path, k) in &then {
+        if !listed.contains(path.as_str()) {
+            // Back to the image's: what the node had added is gone, what it had deleted
+            // is back, what it had modified is the image's again.
+            let kind = match k {
+                'A' => K::Removed,
+                'D' => K::Added,
+                _ => K::Modified,
+            };
+            out.push((rel(path), kind));
+        }
+    }
+    let written = if marker {
+        after_marker(&engine, name, &both)?
+    } else {
+        None
+    };
+    for (i, path) in both.iter().enumerate() {
+        if written.as_ref().is_none_or(|w| w.get(i) == Some(&true)) {
+            out.push((rel(path), K::Modified));
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// The date and time of a `stat` `%z` line (`2026-12-05 07:27:30.249026445 +0000`), which

@@ -315,17 +315,41 @@ impl Provider for DockerProvider {
         Err(self.not_yet(name, "run a credential broker for a box yet"))
     }
 
+    /// Only what changed since HEAD (from HEAD to the working tree, without content):
+    /// between nodes, and content, come with the next slice.
     fn changes(
         &self,
         name: &str,
-        _from: &agentbox_store::Node,
-        _to: Option<&agentbox_store::Node>,
-        _patch: bool,
+        from: &agentbox_store::Node,
+        to: Option<&agentbox_store::Node>,
+        patch: bool,
     ) -> Result<Vec<agentbox_boxes::history::nodes::Patched>> {
-        Err(self.not_yet(
-            name,
-            "list the changes between a box's nodes yet (show, diff)",
-        ))
+        if to.is_some() {
+            return Err(self.not_yet(name, "list the changes between a box's nodes yet"));
+        }
+        if patch {
+            return Err(self.not_yet(name, "show the content of a box's changes yet"));
+        }
+        let store = agentbox_store::Store::open(&self.home.store_dir())?;
+        if store.env(name)?.head != from.id {
+            return Err(self.not_yet(
+                name,
+                "list the changes from a node other than HEAD to the working tree yet",
+            ));
+        }
+        Ok(crate::capture::since_head(self, name)?
+            .into_iter()
+            .map(|(path, kind)| agentbox_boxes::history::nodes::Patched {
+                change: agentbox_store::fsops::Change {
+                    path: path.into(),
+                    kind,
+                    old_size: None,
+                    new_size: None,
+                    detail: None,
+                },
+                patch: None,
+            })
+            .collect())
     }
 
     fn prune(

@@ -9,9 +9,10 @@ use agentbox_boxes::progress::Quiet;
 use agentbox_boxes::BoxError;
 use agentbox_core::home::Home;
 use agentbox_provider_docker::names;
+use agentbox_store::fsops::ChangeKind;
 use agentbox_testkit::TempHome;
 use common::{
-    box_name, boxes, command, dirty_repo, engine, git, leftovers, output, spec, test_image,
+    box_name, boxes, command, dirty_repo, engine, git, leftovers, output, spec, test_image, Sweep,
 };
 
 #[test]
@@ -21,6 +22,10 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
     let image = test_image(&engine);
     let tmp = TempHome::new();
     let home = Home::at(tmp.path().join("home"));
+    let _sweep = Sweep {
+        engine: &engine,
+        home: home.clone(),
+    };
     let repo = tmp.path().join("repo");
     fs_err::create_dir_all(&repo).expect("repo");
     dirty_repo(&repo);
@@ -153,6 +158,38 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
     assert_eq!(exec(&["true"]).node, None);
     // Ignored paths are no change.
     assert_eq!(exec(&["sh", "-c", "echo x > /tmp/scratch"]).node, None);
+    // What a command without capture changed is what status and diff count since HEAD.
+    assert_eq!(boxes.status(&name).expect("status").changed, 0);
+    let mut uncaptured = command(&["sh", "-c", "echo d > draft.txt; rm u.txt; echo m >> a.txt"]);
+    uncaptured.capture = false;
+    assert_eq!(boxes.exec(&name, uncaptured).expect("exec").node, None);
+    let diff: Vec<(String, ChangeKind)> = boxes
+        .diff(&name, "HEAD", None)
+        .expect("diff")
+        .into_iter()
+        .map(|c| (c.path.to_string_lossy().into_owned(), c.kind))
+        .collect();
+    assert_eq!(
+        diff,
+        [
+            ("workspace/a.txt".to_owned(), ChangeKind::Modified),
+            ("workspace/draft.txt".to_owned(), ChangeKind::Added),
+            ("workspace/u.txt".to_owned(), ChangeKind::Removed),
+        ]
+    );
+    assert_eq!(boxes.status(&name).expect("status").changed, 3);
+    // Between nodes, and with content, is refused by name (not an empty answer).
+    for refused in [
+        boxes.diff(&name, "HEAD~1", Some("HEAD")).map(|_| ()),
+        boxes.show(&name, "HEAD").map(|_| ()),
+        boxes.diff_patch(&name, "HEAD", None).map(|_| ()),
+    ] {
+        assert!(
+            matches!(refused, Err(BoxError::ProviderCannot { .. })),
+            "{refused:?}"
+        );
+    }
+
     // An explicit commit is a node even when nothing changed, as for a local box.
     let explicit = boxes
         .commit(
@@ -166,6 +203,8 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
         .expect("commit");
     assert_eq!(explicit.message, "by hand");
     assert_eq!(nodes(&boxes), 5);
+    assert_eq!(boxes.status(&name).expect("status").changed, 0);
+    assert_eq!(exec(&["true"]).node, None);
 
     // Back to the first node: the container is made again from its image, its processes
     // killed.
@@ -234,6 +273,10 @@ fn a_create_that_fails_leaves_nothing_on_either_side() {
     let Some(engine) = engine(test) else { return };
     let tmp = TempHome::new();
     let home = Home::at(tmp.path().join("home"));
+    let _sweep = Sweep {
+        engine: &engine,
+        home: home.clone(),
+    };
     let repo = tmp.path().join("repo");
     fs_err::create_dir_all(&repo).expect("repo");
     dirty_repo(&repo);
@@ -279,6 +322,10 @@ fn a_box_from_a_dockerfile_runs_on_the_image_built_once_under_its_fingerprint() 
     let base = test_image(&engine);
     let tmp = TempHome::new();
     let home = Home::at(tmp.path().join("home"));
+    let _sweep = Sweep {
+        engine: &engine,
+        home: home.clone(),
+    };
     let project = tmp.path().join("project");
     fs_err::create_dir_all(&project).expect("project");
     fs_err::write(project.join("plain.txt"), "no repository here\n").expect("write");

@@ -151,3 +151,28 @@ pub fn leftovers(engine: &Engine, home: &Home) -> (Vec<String>, Vec<String>) {
         .collect();
     (containers, images)
 }
+
+/// Everything of `home` on `engine` (containers, then images), removed when dropped: a
+/// test that fails leaves nothing on the shared engine.
+pub struct Sweep<'a> {
+    pub engine: &'a Engine,
+    pub home: Home,
+}
+
+impl Drop for Sweep<'_> {
+    fn drop(&mut self) {
+        let key = names::home_key(&self.home);
+        if let Ok(cs) = self.engine.containers_labelled(names::HOME_LABEL, &key) {
+            for c in cs {
+                let _ = self.engine.remove_container(&c.name);
+            }
+        }
+        // Newest first: an image built on another goes before it.
+        if let Ok(mut is) = self.engine.images_labelled(names::HOME_LABEL, &key) {
+            is.sort_by_key(|i| std::cmp::Reverse(i.created));
+            for i in is {
+                let _ = agentbox_provider_docker::prune::remove_node_image(self.engine, &i.id);
+            }
+        }
+    }
+}
