@@ -32,6 +32,8 @@ pub fn create_tree(
     progress: &dyn Progress,
 ) -> Result<NewTree> {
     let engine = p.engine(new.engine)?;
+    // Before anything is made there: prune must look on it from now on.
+    crate::ledger::note(&p.home, new.engine)?;
     let image = crate::image::base(p, &engine, new, progress)?;
     let container = names::container(new.name);
     if engine.container(&container).map_err(remote)?.is_some() {

@@ -19,13 +19,15 @@
 //! * [`capture`] — whether a box changed since its last node, and its nodes;
 //! * [`checkout`] — a box moved to another node (its container recreated);
 //! * [`procs`] — its processes;
-//! * [`prune`] — what boxes left on an engine, and the images GC freed.
+//! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
+//!   engines to look on.
 
 pub mod capture;
 pub mod checkout;
 pub mod create;
 pub mod errors;
 pub mod image;
+pub mod ledger;
 pub mod names;
 pub mod procs;
 pub mod provider;

@@ -117,11 +117,6 @@ impl DockerProvider {
             doing,
         )?)
     }
-
-    /// The refusal of what this provider does not do yet.
-    fn not_yet(&self, name: &str, what: &str) -> BoxError {
-        self.cannot(name, what)
-    }
 }
 
 impl Provider for DockerProvider {
@@ -149,15 +144,6 @@ impl Provider for DockerProvider {
     ) -> Result<String> {
         let engine = self.engine(engine)?;
         crate::image::build(self, &engine, dockerfile, progress)
-    }
-
-    fn cannot(&self, name: &str, what: &str) -> BoxError {
-        BoxError::ProviderCannot {
-            name: name.to_owned(),
-            provider: KIND.to_owned(),
-            what: what.to_owned(),
-            hint: "the local provider (the default, `--provider local`) can".to_owned(),
-        }
     }
 
     fn is_running(&self, name: &str) -> Result<bool> {
@@ -223,7 +209,7 @@ impl Provider for DockerProvider {
     }
 
     fn sync(&self, name: &str) -> Result<Vec<SyncedRepo>> {
-        Err(self.not_yet(
+        Err(self.cannot(
             name,
             "bring a box's branches to the host repositories yet (sync)",
         ))
@@ -264,7 +250,7 @@ impl Provider for DockerProvider {
     }
 
     fn spawn(&self, name: &str, _command: Command) -> Result<Started> {
-        Err(self.not_yet(name, "run a background process in a box yet (spawn)"))
+        Err(self.cannot(name, "run a background process in a box yet (spawn)"))
     }
 
     fn collect(
@@ -282,7 +268,7 @@ impl Provider for DockerProvider {
         name: &str,
         _spec: agentbox_boxes::sessions::SessionSpec,
     ) -> Result<agentbox_boxes::sessions::SessionInfo> {
-        Err(self.not_yet(name, "start a session in a box yet"))
+        Err(self.cannot(name, "start a session in a box yet"))
     }
 
     fn sessions(
@@ -295,7 +281,7 @@ impl Provider for DockerProvider {
             Vec<agentbox_boxes::sessions::SessionInfo>,
         )>,
     > {
-        Err(self.not_yet(name, "keep sessions in a box yet"))
+        Err(self.cannot(name, "keep sessions in a box yet"))
     }
 
     fn attach(
@@ -304,7 +290,7 @@ impl Provider for DockerProvider {
         _session: Option<&str>,
         _opts: &agentbox_boxes::sessions::AttachOpts,
     ) -> Result<agentbox_boxes::sessions::AttachOutcome> {
-        Err(self.not_yet(name, "attach to a session in a box yet"))
+        Err(self.cannot(name, "attach to a session in a box yet"))
     }
 
     fn broker(
@@ -312,7 +298,7 @@ impl Provider for DockerProvider {
         name: &str,
         _spec: &agentbox_broker::Spec,
     ) -> Result<agentbox_broker::Endpoint> {
-        Err(self.not_yet(name, "run a credential broker for a box yet"))
+        Err(self.cannot(name, "run a credential broker for a box yet"))
     }
 
     /// Only what changed since HEAD (from HEAD to the working tree, without content):
@@ -325,14 +311,14 @@ impl Provider for DockerProvider {
         patch: bool,
     ) -> Result<Vec<agentbox_boxes::history::nodes::Patched>> {
         if to.is_some() {
-            return Err(self.not_yet(name, "list the changes between a box's nodes yet"));
+            return Err(self.cannot(name, "list the changes between a box's nodes yet"));
         }
         if patch {
-            return Err(self.not_yet(name, "show the content of a box's changes yet"));
+            return Err(self.cannot(name, "show the content of a box's changes yet"));
         }
         let store = agentbox_store::Store::open(&self.home.store_dir())?;
         if store.env(name)?.head != from.id {
-            return Err(self.not_yet(
+            return Err(self.cannot(
                 name,
                 "list the changes from a node other than HEAD to the working tree yet",
             ));

@@ -2,15 +2,17 @@
 //!
 //! * `image`: node images GC (or retention) freed — the store's release queue for this
 //!   provider ([`agentbox_store::Store::released`]) — removed from every engine a box of
-//!   this home uses (an image already gone is fine), then their queue entries;
+//!   this home uses or was made on ([`crate::ledger`]; an image already gone is fine), then
+//!   their queue entries (kept while one of those engines does not answer);
 //! * `container` and `image`: containers and images labelled with this home whose box no
 //!   longer exists (a create or destroy interrupted), older than the grace period, and
 //!   node images of a live box that lost their tag and that no container uses. Images
 //!   built from a Dockerfile (no box label) stay.
 //!
-//! An engine that does not answer is reported (its leftovers kept) when something of this
-//! home says it was used — a Docker box, a queued image — and passed over otherwise, so
-//! that `prune` without Docker boxes does not need an engine.
+//! The engines looked at are those of the home's Docker boxes and of its ledger
+//! ([`crate::ledger`]): a home that never had a Docker box asks no engine. One that does
+//! not answer is reported (its leftovers kept) when something of this home still needs it
+//! — a Docker box, a queued image — and passed over otherwise.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -65,7 +67,7 @@ pub fn remove_node_image(engine: &Engine, id: &str) -> agentbox_docker::Result<b
 /// The Docker boxes of `home` and the engines they use (`None`: the default one).
 fn boxes(home: &Home) -> Result<(BTreeSet<String>, BTreeSet<Option<String>>)> {
     let mut names = BTreeSet::new();
-    let mut engines = BTreeSet::from([None]);
+    let mut engines = crate::ledger::engines(home)?;
     for rec in agentbox_boxes::records::record::list(home)? {
         if rec.provider == KIND {
             names.insert(rec.name.as_str().to_owned());
@@ -87,21 +89,30 @@ pub fn prune(
     let used = !live.is_empty() || !released.is_empty();
     let mut out = Vec::new();
     let mut engines: Vec<Arc<Engine>> = Vec::new();
+    // A freed image may be on any of them: its queue entry stays until all answered.
+    let mut unreachable = None;
     for given in &engine_names {
         match p.engine(given.as_deref()) {
             Ok(e) => engines.push(e),
-            Err(e) if used => out.push(BoxLeftover {
-                kind: "engine".into(),
-                what: "the Docker engine of boxes of this home".into(),
-                target: given.clone().unwrap_or_else(|| "(default)".into()),
-                outcome: PruneOutcome::Kept(e.to_string()),
-            }),
-            Err(_) => {}
+            Err(e) => {
+                let shown = given.clone().unwrap_or_else(|| "(default)".into());
+                unreachable = Some(format!("the Docker engine {shown} did not answer"));
+                if used {
+                    out.push(BoxLeftover {
+                        kind: "engine".into(),
+                        what: "the Docker engine of boxes of this home".into(),
+                        target: shown,
+                        outcome: PruneOutcome::Kept(e.to_string()),
+                    });
+                }
+            }
         }
     }
     for (object, entry) in released {
         let outcome = if dry_run {
             PruneOutcome::WouldRemove
+        } else if let Some(why) = &unreachable {
+            PruneOutcome::Kept(why.clone())
         } else {
             let removed: std::result::Result<(), DockerError> = engines
                 .iter()

@@ -25,7 +25,7 @@ use agentbox_store::fsops::scan::scan_tree;
 /// A workspace ready to send: the tar, and what seeding it made in host repositories.
 pub struct Seeded {
     /// Holds the tar (and is removed with it).
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     pub tar: PathBuf,
     pub repos: Vec<SeededRepo>,
     /// Each host repository's shipment, to take back ([`Seeded::undo`]) when the box does
@@ -56,7 +56,7 @@ pub fn seed(home: &Home, new: &NewBox<'_>, tmp: &Path) -> Result<Seeded> {
         fs_err::create_dir(&ws)?;
         pack(&ws, &tar)?;
         return Ok(Seeded {
-            _dir: dir,
+            dir,
             tar,
             repos: Vec::new(),
             shipped: Vec::new(),
@@ -74,7 +74,7 @@ pub fn seed(home: &Home, new: &NewBox<'_>, tmp: &Path) -> Result<Seeded> {
         // Straight from the project: nothing to assemble.
         pack(src, &tar)?;
         return Ok(Seeded {
-            _dir: dir,
+            dir,
             tar,
             repos: Vec::new(),
             shipped: Vec::new(),
@@ -97,7 +97,7 @@ pub fn seed(home: &Home, new: &NewBox<'_>, tmp: &Path) -> Result<Seeded> {
     let roots: Vec<&Path> = plan.iter().map(|(_, r, _)| r.root.as_path()).collect();
     agentbox_boxes::records::registry::note_pins(home, new.name, &roots)?;
     let mut seeded = Seeded {
-        _dir: dir,
+        dir,
         tar,
         repos: Vec::new(),
         shipped: Vec::new(),
@@ -118,7 +118,7 @@ fn assemble(
     plan: &[(Option<String>, HostRepo, String)],
     seeded: &mut Seeded,
 ) -> Result<()> {
-    let base = seeded._dir.path().to_owned();
+    let base = seeded.dir.path().to_owned();
     let ws = base.join("workspace");
     let subs: Vec<String> = plan.iter().filter_map(|(s, _, _)| s.clone()).collect();
     if plan.first().is_some_and(|(sub, _, _)| sub.is_some()) {

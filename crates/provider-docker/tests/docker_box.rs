@@ -306,6 +306,20 @@ fn a_create_that_fails_leaves_nothing_on_either_side() {
     assert!(boxes.store().map(|s| s.env(&name).is_err()).unwrap_or(true));
     assert_eq!(git(&repo, &["for-each-ref"]), refs_before);
 
+    // A failure after the container was made (the start the workspace should be seeded
+    // from does not exist) removes it again, and touches no host ref.
+    let mut bad_ref = spec(&name, &repo, &test_image(&engine));
+    bad_ref.from_ref = Some("no-such-ref".into());
+    let err = boxes.create(&bad_ref, &Quiet).expect_err("no such ref");
+    assert!(err.to_string().contains("no-such-ref"), "{err}");
+    assert!(engine
+        .container(&names::container(&name))
+        .expect("inspect")
+        .is_none());
+    assert_eq!(leftovers(&engine, &home), (Vec::new(), Vec::new()));
+    assert!(!boxes.is_box(&name));
+    assert_eq!(git(&repo, &["for-each-ref"]), refs_before);
+
     // A box without an image at all is refused before anything is made.
     let mut no_image = spec(&name, &repo, "unused");
     no_image.settings.image = None;
