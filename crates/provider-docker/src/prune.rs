@@ -3,7 +3,8 @@
 //! * `image`: node images GC (or retention) freed — the store's release queue for this
 //!   provider ([`agentbox_store::Store::released`]) — removed from every engine a box of
 //!   this home uses or was made on ([`crate::ledger`]; an image already gone is fine), then
-//!   their queue entries (kept while one of those engines does not answer);
+//!   their queue entries (kept while one of those engines does not answer, or while a
+//!   container of the home still runs on the image);
 //! * `container` and `image`: containers and images labelled with this home whose box no
 //!   longer exists (a create or destroy interrupted), older than the grace period, and
 //!   node images of a live box that lost their tag and that no container uses. Images
@@ -14,7 +15,7 @@
 //! not answer is reported (its leftovers kept) when something of this home still needs it
 //! — a Docker box, a queued image — and passed over otherwise.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use agentbox_boxes::records::record::BoxDirs;
@@ -108,11 +109,27 @@ pub fn prune(
             }
         }
     }
+    let key = names::home_key(&p.home);
+    // The images this home's containers run on: a freed node's image a box still runs on
+    // (the node it was made or checked out from) stays until its container is made again.
+    let mut running_on: HashMap<String, String> = HashMap::new();
+    for engine in &engines {
+        for c in engine
+            .containers_labelled(names::HOME_LABEL, &key)
+            .map_err(crate::errors::remote)?
+        {
+            running_on.insert(c.image, c.name);
+        }
+    }
     for (object, entry) in released {
         let outcome = if dry_run {
             PruneOutcome::WouldRemove
         } else if let Some(why) = &unreachable {
             PruneOutcome::Kept(why.clone())
+        } else if let Some(container) = running_on.get(&object) {
+            PruneOutcome::Kept(format!(
+                "container {container} runs on it (it goes once the box's container is made again or the box is destroyed)"
+            ))
         } else {
             let removed: std::result::Result<(), DockerError> = engines
                 .iter()
@@ -132,7 +149,6 @@ pub fn prune(
             outcome,
         });
     }
-    let key = names::home_key(&p.home);
     let cutoff =
         chrono::Utc::now().timestamp() - i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
     let old = |created: Option<i64>| created.is_none_or(|c| c <= cutoff);

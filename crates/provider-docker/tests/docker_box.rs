@@ -381,3 +381,88 @@ fn a_box_from_a_dockerfile_runs_on_the_image_built_once_under_its_fingerprint() 
     assert!(engine.remove_image(&built).expect("remove the built image"));
     assert_eq!(leftovers(&engine, &home), (Vec::new(), Vec::new()));
 }
+
+#[test]
+fn freed_nodes_images_are_removed_by_prune_once_no_container_runs_on_them() {
+    let test = "freed_nodes_images_are_removed_by_prune_once_no_container_runs_on_them";
+    let Some(engine) = engine(test) else { return };
+    let image = test_image(&engine);
+    let tmp = TempHome::new();
+    let home = Home::at(tmp.path().join("home"));
+    let _sweep = Sweep {
+        engine: &engine,
+        home: home.clone(),
+    };
+    let project = tmp.path().join("project");
+    fs_err::create_dir_all(&project).expect("project");
+    let boxes = boxes(&home);
+    let name = box_name("freed");
+    let mut s = spec(&name, &project, &image);
+    s.settings.keep = Some(2);
+    boxes.create(&s, &Quiet).expect("create");
+    let write = |i: usize| {
+        let wrote = boxes
+            .exec(&name, command(&["sh", "-c", &format!("echo {i} > f{i}")]))
+            .expect("exec");
+        assert!(wrote.node.is_some());
+    };
+    let removed = agentbox_boxes::types::PruneOutcome::Removed;
+    // Retention (box.keep 2) thins automatic nodes: GC frees them, prune their images.
+    for i in 0..4 {
+        write(i);
+    }
+    let store = boxes.store().expect("store");
+    let image_of =
+        |n: &agentbox_store::Node| store.held_of(n).expect("held").expect("a held node").object;
+    let kept = boxes.ancestors(&name, None).expect("log").nodes;
+    assert!(
+        kept.len() < 5,
+        "retention thinned the history: {}",
+        kept.len()
+    );
+    boxes.gc().expect("gc");
+    let pruned = boxes
+        .prune(std::time::Duration::ZERO, false)
+        .expect("prune");
+    assert!(!pruned.boxes.is_empty());
+    for l in &pruned.boxes {
+        assert_eq!((l.kind.as_str(), &l.outcome), ("image", &removed), "{l:?}");
+        assert!(engine.image(&l.target).expect("inspect").is_none());
+    }
+    for n in &kept {
+        assert!(engine.image(&image_of(n)).expect("inspect").is_some());
+    }
+
+    // A node the box's container runs on (it was checked out) and that is then deleted:
+    // its image stays, saying why, until the container is made again.
+    boxes.checkout(&name, "HEAD~1", false).expect("checkout");
+    let under = boxes.ancestors(&name, Some(1)).expect("log").nodes[0].clone();
+    let under_image = image_of(&under);
+    write(9);
+    boxes.delete_node(&name, under.id.as_str()).expect("delete");
+    boxes.gc().expect("gc");
+    let pruned = boxes
+        .prune(std::time::Duration::ZERO, false)
+        .expect("prune");
+    let [l] = &pruned.boxes[..] else {
+        panic!("{pruned:?}")
+    };
+    assert_eq!(l.target, under_image);
+    assert!(
+        matches!(&l.outcome, agentbox_boxes::types::PruneOutcome::Kept(why) if why.contains("runs on it")),
+        "{l:?}"
+    );
+    boxes.checkout(&name, "HEAD", false).expect("checkout");
+    let pruned = boxes
+        .prune(std::time::Duration::ZERO, false)
+        .expect("prune");
+    assert!(
+        pruned.boxes.iter().all(|l| l.outcome == removed),
+        "{pruned:?}"
+    );
+    // Its tag is gone; its data stays only as the parent of a later node's image.
+    let left = engine.image(&under_image).expect("inspect");
+    assert!(left.as_ref().is_none_or(|i| i.tags.is_empty()), "{left:?}");
+    let (_, out) = output(&boxes, &name, &["cat", "f9"]);
+    assert_eq!(out, "9\n");
+}
