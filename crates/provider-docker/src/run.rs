@@ -30,7 +30,14 @@ pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutc
     let tty = command.tty.unwrap_or_else(crate::terminal::both_terminals);
     let spec = ExecSpec {
         argv: command.argv.clone(),
-        env: command.env.clone(),
+        // The image's own PATH, not the host's the caller passes (a local box runs the
+        // host's programs; a container, its image's).
+        env: command
+            .env
+            .iter()
+            .filter(|(k, _)| k != "PATH")
+            .cloned()
+            .collect(),
         workdir: Some(workdir),
         user: None,
         tty: tty.then(crate::terminal::size),

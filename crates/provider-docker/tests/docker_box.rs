@@ -62,6 +62,17 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
     let exec = |argv: &[&str]| boxes.exec(&name, command(argv)).expect("exec");
     assert_eq!(exec(&["sh", "-c", "exit 7"]).status, 7);
     assert_eq!(exec(&["sh", "-c", "kill -9 $$"]).status, 137);
+    // The image's PATH, whatever the caller's; the caller's other variables pass.
+    let mut env = command(&[
+        "sh",
+        "-c",
+        "test \"$PATH\" = /bin && test \"$GREETING\" = hi",
+    ]);
+    env.env = vec![
+        ("PATH".into(), "/host/only/bin:/bin".into()),
+        ("GREETING".into(), "hi".into()),
+    ];
+    assert_eq!(boxes.exec(&name, env).expect("exec").status, 0);
     // A command that cannot start fails as in a local box.
     match boxes.exec(&name, command(&["no-such-command"])) {
         Err(BoxError::Command { message, status }) => {
