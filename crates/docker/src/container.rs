@@ -66,6 +66,8 @@ pub struct ContainerInfo {
     pub image: String,
     pub running: bool,
     pub labels: HashMap<String, String>,
+    /// When it was made, in seconds since the epoch (`None`: not said, as by an inspect).
+    pub created: Option<i64>,
 }
 
 impl Engine {
@@ -156,6 +158,7 @@ impl Engine {
                 image: c.image.unwrap_or_default(),
                 running: c.state.and_then(|s| s.running).unwrap_or(false),
                 labels: c.config.and_then(|c| c.labels).unwrap_or_default(),
+                created: None,
             })),
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(self.fail(&format!("inspect container {name}"), e)),
@@ -186,6 +189,7 @@ impl Engine {
                 image: c.image.unwrap_or_default(),
                 running: c.state.is_some_and(|s| s.to_string() == "running"),
                 labels: c.labels.unwrap_or_default(),
+                created: c.created,
             })
             .collect())
     }

@@ -134,12 +134,18 @@ impl Engine {
                 }
                 Ok::<(), DockerError>(())
             };
-            // A command may end before reading all its input: its end is what counts,
-            // and a failed write of stdin to a command that exited is no error.
-            let (fed, drained) = tokio::join!(feed, drain);
-            drained?;
-            let _ = fed;
-            Ok(())
+            // A command may end before reading all its input: its end (its output's) is
+            // what counts, a failed write of stdin to a command that exited is no error,
+            // and an input that never ends (a terminal) is not waited for.
+            futures_util::pin_mut!(feed);
+            futures_util::pin_mut!(drain);
+            let mut fed = false;
+            loop {
+                tokio::select! {
+                    drained = &mut drain => return drained,
+                    _ = &mut feed, if !fed => fed = true,
+                }
+            }
         })?;
         for _ in 0..EXIT_POLLS {
             let state = self

@@ -21,6 +21,8 @@ pub struct ImageInfo {
     pub id: String,
     pub tags: Vec<String>,
     pub labels: HashMap<String, String>,
+    /// When it was made, in seconds since the epoch (`None`: not said, as by an inspect).
+    pub created: Option<i64>,
 }
 
 impl Engine {
@@ -31,6 +33,7 @@ impl Engine {
                 id: i.id.unwrap_or_default(),
                 tags: i.repo_tags.unwrap_or_default(),
                 labels: i.config.and_then(|c| c.labels).unwrap_or_default(),
+                created: None,
             })),
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(self.fail(&format!("inspect image {name}"), e)),
@@ -148,6 +151,7 @@ impl Engine {
                 id: i.id,
                 tags: i.repo_tags,
                 labels: i.labels,
+                created: Some(i.created),
             })
             .collect())
     }

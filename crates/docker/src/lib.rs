@@ -5,7 +5,8 @@
 //! `DOCKER_HOST`, the current docker context, the default socket), the connection and its
 //! version check ([`engine`]), images ([`image`]: inspect, import of a root filesystem, tag,
 //! remove; [`image_build`]: a Dockerfile built under the fingerprint of its context), containers ([`container`]: created hardened, started, stopped, removed), commands
-//! in them ([`exec`]: exact argv, stdio, exit status) and commits ([`commit`]); an
+//! in them ([`exec`]: exact argv, stdio, exit status), files copied into them ([`archive`]),
+//! what changed in them ([`changes`]) and commits ([`commit`]); an
 //! `ssh://` engine is reached through the system's `ssh` ([`ssh`]), a `tcp://` one with TLS
 //! on keep-alive connections (`tls`).
 //!
@@ -16,6 +17,8 @@
 //! Rule: every error names the engine it came from (see [`error::DockerError`]), because a
 //! user driving boxes on several engines must know which one failed.
 
+pub mod archive;
+pub mod changes;
 pub mod commit;
 pub mod container;
 pub mod endpoint;

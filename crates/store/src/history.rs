@@ -85,7 +85,8 @@ pub struct EnvStatus {
     pub mounted: bool,
     pub head: NodeId,
     pub tags: usize,
-    /// Depth of HEAD's layer chain (always 1 on btrfs).
+    /// Depth of HEAD's layer chain (always 1 on btrfs; 0 for a held environment, whose
+    /// tree is not in the store: see [`crate::held`]).
     pub chain_depth: usize,
     /// What the environment's history and data add up to: only when asked for (`usage`),
     /// since it costs a walk of the whole history and of its layers' files.
@@ -352,12 +353,15 @@ impl Store {
                 let usage = if usage {
                     let h = self.history(name)?;
                     let mut own: Vec<PathBuf> = vec![self.layout().env_dir(name)];
-                    own.extend(
-                        h.nodes
-                            .iter()
-                            .filter(|n| n.in_history_of(name))
-                            .map(|n| self.backend().layer_dir(&n.layer)),
-                    );
+                    // A held environment's layers have no data here (only their records).
+                    if state.held_by.is_none() {
+                        own.extend(
+                            h.nodes
+                                .iter()
+                                .filter(|n| n.in_history_of(name))
+                                .map(|n| self.backend().layer_dir(&n.layer)),
+                        );
+                    }
                     let own_usage = agentbox_sys::fiemap::disk_usage(
                         &own.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
                     )?;
@@ -378,7 +382,11 @@ impl Store {
                     mountpoint: state.mountpoint.clone(),
                     head: state.head.clone(),
                     tags: state.tags.len(),
-                    chain_depth: self.chain(&head)?.len(),
+                    chain_depth: if state.held_by.is_some() {
+                        0
+                    } else {
+                        self.chain(&head)?.len()
+                    },
                     usage,
                 })
             }

@@ -4,6 +4,7 @@
 //!   the capability is missing the test prints why and returns early on a developer machine,
 //!   and panics when `CI=true` (CI runs as root and must run every tier).
 //! * [`TempHome`]: a fresh agentbox home per test.
+//! * [`busybox_image`]: the Docker test image (the host's static busybox).
 //! * [`tree_gen`]: deterministic random directory trees (and a proptest strategy).
 //! * [`basefix::BaseFixture`]: a directory of the host's `/` a test owns (its base files).
 //! * [`loopfs::LoopFs`]: a throwaway btrfs or ext4 on a loop device (root only).
@@ -11,6 +12,7 @@
 //!   test's own, reached over `tcp://` with TLS and over `ssh://` (root only).
 
 pub mod basefix;
+pub mod busybox_image;
 pub mod loopfs;
 pub mod remote_docker;
 pub mod rootfs;

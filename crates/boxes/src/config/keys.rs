@@ -159,14 +159,6 @@ pub static KEYS: &[Key] = &[
         trust: Trust::User,
     },
     Key {
-        name: "box.provider",
-        kind: Kind::String,
-        default: none,
-        description: "Where new boxes run: local (namespaces on this machine, the default) or docker (a container on a Docker engine)",
-        check: Some(check_provider),
-        trust: Trust::User,
-    },
-    Key {
         name: "box.keep",
         kind: Kind::U64,
         default: || Some(Value::U64(crate::config::keys::DEFAULT_KEEP)),
@@ -197,6 +189,14 @@ pub static KEYS: &[Key] = &[
         description: "Most processes (and threads) a box may run at once",
         check: Some(check_pids),
         trust: Trust::Stricter(Stricter::Limit),
+    },
+    Key {
+        name: "box.provider",
+        kind: Kind::String,
+        default: none,
+        description: "Where new boxes run: local (namespaces on this machine, the default) or docker (a container on a Docker engine)",
+        check: Some(check_provider),
+        trust: Trust::User,
     },
     Key {
         name: "box.resyncOnStart",

@@ -193,7 +193,12 @@ impl Boxes {
                         continue;
                     }
                     rows.push(Listed {
-                        state: if self.provider().is_running(&env.name).unwrap_or(false) {
+                        // Its own provider's answer (a Docker box's is its container's).
+                        state: if self
+                            .provider_of(&env.name)
+                            .and_then(|p| p.is_running(&env.name))
+                            .unwrap_or(false)
+                        {
                             ListedState::Running
                         } else {
                             ListedState::Stopped
@@ -290,7 +295,11 @@ impl Boxes {
     pub fn prune(&self, grace: std::time::Duration, dry_run: bool) -> Result<Pruned> {
         // Not reconciled on open: half-made store data is what this reports and removes.
         let store = self.store_unreconciled()?;
-        let mut boxes = self.provider().prune(&store, grace, dry_run)?;
+        // Every provider's: a Docker box's leftovers are on its engine, not this host.
+        let mut boxes = Vec::new();
+        for provider in self.providers() {
+            boxes.extend(provider.prune(&store, grace, dry_run)?);
+        }
         boxes.extend(self.prune_checkpoints(&store, dry_run)?);
         let store = store.prune_leftovers(dry_run)?;
         Ok(Pruned { boxes, store })

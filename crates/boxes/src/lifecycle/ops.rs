@@ -567,11 +567,16 @@ impl Boxes {
             } else {
                 limits.join(", ")
             },
-            changed: record::counted_changes(
-                &record::ignore_set(&rec),
-                &store.changed_paths(name)?,
-            )
-            .len(),
+            changed: if self.held(name)? {
+                // Its provider holds the tree, and counts as auto-capture does.
+                let head = store.node(&store.env(name)?.head)?;
+                self.provider_of(name)?
+                    .changes(name, &head, None, false)?
+                    .len()
+            } else {
+                record::counted_changes(&record::ignore_set(&rec), &store.changed_paths(name)?)
+                    .len()
+            },
             record: rec,
         })
     }

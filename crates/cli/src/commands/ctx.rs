@@ -28,13 +28,17 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// The composition root: boxes of this home, run by the local provider.
+    /// The composition root: boxes of this home, run by the local provider, and those
+    /// made with `--provider docker` by the Docker provider (which connects to an engine
+    /// only when one of its boxes needs it).
     pub(crate) fn new(home: Home, json: bool, env: Option<String>) -> Ctx {
         let provider = std::sync::Arc::new(agentbox_provider_local::local::LocalProvider::new(
             home.clone(),
         ));
+        let docker =
+            std::sync::Arc::new(agentbox_provider_docker::DockerProvider::new(home.clone()));
         Ctx {
-            boxes: agentbox_boxes::facade::Boxes::new(home.clone(), provider),
+            boxes: agentbox_boxes::facade::Boxes::new(home.clone(), provider).with_provider(docker),
             home,
             json,
             env,

@@ -1,70 +1,24 @@
 //! What the tests of this crate share: the test image (a root filesystem of the host's
-//! static busybox, imported once per content on each engine), running containers of it,
-//! and commands run in them.
-
-use std::io::Write;
+//! static busybox, imported once per content on each engine: see
+//! [`agentbox_testkit::busybox_image`]), running containers of it, and commands run in them.
 
 use agentbox_docker::container::{ContainerSpec, Limits};
 use agentbox_docker::exec::ExecSpec;
 use agentbox_docker::Engine;
 
-const BUSYBOX: &str = "/bin/busybox";
 pub const LABEL: &str = "agentbox.test";
 
-/// The test image: a root filesystem of the host's static busybox, imported once per
-/// content (its tag is the busybox binary's hash).
+/// The test image (see [`agentbox_testkit::busybox_image`]), imported on `engine` when it
+/// lacks it.
 pub fn test_image(engine: &Engine) -> String {
-    let bin = fs_err::read(BUSYBOX).expect("read busybox");
-    let tag = blake3::hash(&bin).to_hex()[..16].to_owned();
-    let name = format!("agentbox-test-busybox:{tag}");
-    // Tests run in parallel processes: one imports, the others wait and find it (two
-    // imports under one tag would leave the first one's image untagged behind).
-    let lock = std::fs::File::create(std::env::temp_dir().join("agentbox-test-busybox.lock"))
-        .expect("lock file");
-    lock.lock().expect("lock");
-    if engine.image(&name).expect("inspect").is_some() {
-        return name;
-    }
-    let dir = tempfile::tempdir().expect("tmp");
-    let tar_path = dir.path().join("rootfs.tar");
-    let mut b = tar::Builder::new(fs_err::File::create(&tar_path).expect("tar"));
-    let mut dir_entry = |path: &str| {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(0o755);
-        h.set_size(0);
-        b.append_data(&mut h, path, std::io::empty()).expect("dir");
-    };
-    for d in ["bin", "tmp", "etc", "proc", "sys", "dev", "workspace"] {
-        dir_entry(d);
-    }
-    let mut h = tar::Header::new_gnu();
-    h.set_mode(0o755);
-    h.set_size(bin.len() as u64);
-    b.append_data(&mut h, "bin/busybox", bin.as_slice())
-        .expect("busybox");
-    for applet in [
-        "sh", "cat", "echo", "grep", "sleep", "ls", "mkdir", "id", "env", "printf", "wc", "rm",
-        "test", "true", "false", "kill",
-    ] {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Symlink);
-        h.set_mode(0o777);
-        h.set_size(0);
-        b.append_link(&mut h, format!("bin/{applet}"), "busybox")
-            .expect("applet");
-    }
-    b.into_inner().expect("finish").flush().expect("flush");
-    let (repo, tag) = name.split_once(':').expect("tag");
-    engine
-        .import_rootfs(
-            &tar_path,
-            repo,
-            tag,
-            &["ENV PATH=/bin".into(), "WORKDIR /workspace".into()],
-        )
-        .expect("import");
-    name
+    agentbox_testkit::busybox_image::busybox_image(
+        |name| engine.image(name).expect("inspect").is_some(),
+        |tar, repo, tag, changes| {
+            engine
+                .import_rootfs(tar, repo, tag, changes)
+                .expect("import");
+        },
+    )
 }
 
 /// A running container of the test image, removed when dropped.

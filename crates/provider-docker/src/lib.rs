@@ -1,0 +1,41 @@
+//! agentbox's Docker provider: a box is a container `agentbox-<box>` on a Docker engine
+//! (the local one, or the one its record names), its `/workspace` in the container's
+//! writable layer, and each node of its history an image of the container (`docker
+//! commit`) whose metadata the host store keeps ([`agentbox_store::held`]).
+//!
+//! The provider holds its boxes' trees ([`agentbox_boxes::provider::Trees::Held`]): every
+//! operation on a box's files — create, commit, checkout — goes through it, running or not.
+//!
+//! What is where:
+//! * [`provider`] — [`DockerProvider`], its engines, the [`agentbox_boxes::provider::Provider`]
+//!   implementation;
+//! * [`names`] — the container, image and label names a box's objects carry;
+//! * [`spec`] — the container a box runs in;
+//! * [`seed`] — a new box's `/workspace`, made on the host and sent as one tar;
+//! * [`image`] — the image a box starts from (`--image`, or built from `--dockerfile`);
+//! * [`create`] — a new box's container and first node;
+//! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal,
+//!   [`start_failure`] the error of one that could not start;
+//! * [`capture`] — whether a box changed since its last node, and its nodes;
+//! * [`checkout`] — a box moved to another node (its container recreated);
+//! * [`procs`] — its processes;
+//! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
+//!   engines to look on.
+
+pub mod capture;
+pub mod checkout;
+pub mod create;
+pub mod errors;
+pub mod image;
+pub mod ledger;
+pub mod names;
+pub mod procs;
+pub mod provider;
+pub mod prune;
+pub mod run;
+pub mod seed;
+pub mod spec;
+pub mod start_failure;
+pub mod terminal;
+
+pub use provider::DockerProvider;

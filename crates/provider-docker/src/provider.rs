@@ -1,0 +1,349 @@
+//! [`DockerProvider`]: the engines it talks to (connected on first use, one connection per
+//! engine for the provider's life) and the [`Provider`] implementation, which hands each
+//! operation to the module of its concern.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agentbox_boxes::provider::{
+    CheckedOut, Collected, Command, Health, NewBox, NewTree, OnBox, Provider, Started, Trees,
+};
+use agentbox_boxes::records::record::{self, BoxDirs, BoxRecord};
+use agentbox_boxes::types::{BoxLeftover, ExecOutcome, ProcInfo, SyncedRepo};
+use agentbox_boxes::{BoxError, Result};
+use agentbox_core::home::Home;
+use agentbox_core::lock::{FileLock, Mode};
+use agentbox_docker::endpoint::{self, Lookup};
+use agentbox_docker::Engine;
+
+use crate::errors::remote;
+use crate::names;
+
+/// The provider's name, as box records keep it.
+pub const KIND: &str = "docker";
+
+/// How long a stop waits after `SIGTERM` before the engine kills the box's processes.
+const STOP_GRACE_SECS: i32 = 10;
+
+/// Boxes of one agentbox home as containers on Docker engines.
+pub struct DockerProvider {
+    pub(crate) home: Home,
+    /// Connected engines, by the box record's `engine` (`None`: the default resolution).
+    engines: Mutex<HashMap<Option<String>, Arc<Engine>>>,
+}
+
+impl DockerProvider {
+    /// The Docker provider of `home`. Nothing is connected until a box needs its engine.
+    pub fn new(home: Home) -> DockerProvider {
+        DockerProvider {
+            home,
+            engines: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The engine `given` names (`--docker-host`: a URL or a configured name; `None`:
+    /// `DOCKER_HOST`, the docker context, the default socket), connected.
+    pub fn engine(&self, given: Option<&str>) -> Result<Arc<Engine>> {
+        let key = given.map(str::to_owned);
+        if let Some(e) = self.lock_engines().get(&key) {
+            return Ok(Arc::clone(e));
+        }
+        let env = |k: &str| std::env::var(k).ok();
+        // Named hosts (`docker.hosts`) are not configurable yet: a name is refused as
+        // unknown, a URL works.
+        let named = std::collections::BTreeMap::new();
+        let lookup = Lookup {
+            given,
+            named: &named,
+            env: &env,
+            docker_config: endpoint::docker_config_dir(&env),
+        };
+        let ep = endpoint::resolve(&lookup).map_err(remote)?;
+        // Connected outside the lock: an unreachable engine takes seconds to say so.
+        let engine = Arc::new(Engine::connect(ep).map_err(remote)?);
+        Ok(Arc::clone(self.lock_engines().entry(key).or_insert(engine)))
+    }
+
+    fn lock_engines(&self) -> std::sync::MutexGuard<'_, HashMap<Option<String>, Arc<Engine>>> {
+        // A panic while holding it leaves a map that is still whole.
+        self.engines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Box `name`'s record and engine.
+    pub(crate) fn boxed(&self, name: &str) -> Result<(BoxRecord, Arc<Engine>)> {
+        let rec = record::read(&self.home, name)?;
+        if rec.provider != KIND {
+            return Err(BoxError::OtherProvider {
+                name: name.to_owned(),
+                provider: rec.provider,
+            });
+        }
+        let engine = self.engine(rec.engine.as_deref())?;
+        Ok((rec, engine))
+    }
+
+    /// Whether box `name`'s container runs; a container that is gone is an error (the box
+    /// cannot be run without it).
+    pub(crate) fn running(&self, engine: &Engine, name: &str) -> Result<bool> {
+        let c = names::container(name);
+        match engine.container(&c).map_err(remote)? {
+            Some(info) => Ok(info.running),
+            None => Err(remote(agentbox_docker::DockerError::ContainerMissing {
+                engine: engine.endpoint().shown(),
+                container: c,
+            })),
+        }
+    }
+
+    /// Start box `name`'s container unless it runs.
+    pub(crate) fn ensure_started(&self, engine: &Engine, name: &str) -> Result<()> {
+        if !self.running(engine, name)? {
+            engine
+                .start_container(&names::container(name))
+                .map_err(remote)?;
+        }
+        Ok(())
+    }
+
+    /// The lock serialising box `name`'s history operations (capture, commit, checkout).
+    pub(crate) fn history_lock(&self, name: &str, doing: &str) -> Result<FileLock> {
+        let path = BoxDirs::new(&self.home, name).dir.join("docker.lock");
+        Ok(FileLock::acquire(
+            &path,
+            Mode::Exclusive,
+            &format!("box {name:?}"),
+            doing,
+        )?)
+    }
+}
+
+impl Provider for DockerProvider {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn trees(&self) -> Trees {
+        Trees::Held
+    }
+
+    fn create_tree(
+        &self,
+        new: &NewBox<'_>,
+        progress: &dyn agentbox_boxes::progress::Progress,
+    ) -> Result<NewTree> {
+        crate::create::create_tree(self, new, progress)
+    }
+
+    fn build_image(
+        &self,
+        dockerfile: &std::path::Path,
+        engine: Option<&str>,
+        progress: &dyn agentbox_boxes::progress::Progress,
+    ) -> Result<String> {
+        let engine = self.engine(engine)?;
+        crate::image::build(self, &engine, dockerfile, progress)
+    }
+
+    fn is_running(&self, name: &str) -> Result<bool> {
+        let (_, engine) = self.boxed(name)?;
+        Ok(engine
+            .container(&names::container(name))
+            .map_err(remote)?
+            .is_some_and(|c| c.running))
+    }
+
+    fn start(&self, name: &str) -> Result<()> {
+        let (_, engine) = self.boxed(name)?;
+        self.ensure_started(&engine, name)
+    }
+
+    fn stop(&self, name: &str) -> Result<bool> {
+        let (_, engine) = self.boxed(name)?;
+        let c = names::container(name);
+        let running = engine
+            .container(&c)
+            .map_err(remote)?
+            .is_some_and(|i| i.running);
+        if running {
+            engine.stop_container(&c, STOP_GRACE_SECS).map_err(remote)?;
+        }
+        Ok(running)
+    }
+
+    /// The container goes; its images stay until GC frees their nodes (`prune` removes
+    /// them then).
+    fn forget(&self, name: &str) {
+        let Ok((_, engine)) = self.boxed(name) else {
+            return;
+        };
+        let _ = crate::prune::remove_own_container(&self.home, &engine, name);
+    }
+
+    fn commit(
+        &self,
+        name: &str,
+        message: &str,
+        command: Option<&str>,
+    ) -> Result<OnBox<Option<String>>> {
+        let node = crate::capture::commit(self, name, message, command)?;
+        Ok(OnBox::Running(Some(node)))
+    }
+
+    fn checkout(
+        &self,
+        name: &str,
+        reference: &str,
+        keep_processes: bool,
+    ) -> Result<OnBox<CheckedOut>> {
+        if keep_processes {
+            return Err(self.cannot(
+                name,
+                "keep a box's processes across a checkout (its container is recreated)",
+            ));
+        }
+        Ok(OnBox::Running(crate::checkout::checkout(
+            self, name, reference,
+        )?))
+    }
+
+    fn sync(&self, name: &str) -> Result<Vec<SyncedRepo>> {
+        Err(self.cannot(
+            name,
+            "bring a box's branches to the host repositories yet (sync)",
+        ))
+    }
+
+    fn dirty(&self, _name: &str) -> Result<OnBox<Vec<Option<Vec<String>>>>> {
+        // Read inside the box by its git, which this slice does not drive yet.
+        Ok(OnBox::Stopped)
+    }
+
+    fn processes(&self, name: &str) -> Result<OnBox<Vec<ProcInfo>>> {
+        crate::procs::list(self, name)
+    }
+
+    fn kill(&self, name: &str, target: u64, signal: i32) -> Result<OnBox<()>> {
+        crate::procs::kill(self, name, target, signal)
+    }
+
+    fn health(&self, name: &str) -> Result<OnBox<Health>> {
+        let (rec, engine) = self.boxed(name)?;
+        let running = engine
+            .container(&names::container(name))
+            .map_err(remote)?
+            .is_some_and(|c| c.running);
+        if !running {
+            return Ok(OnBox::Stopped);
+        }
+        Ok(OnBox::Running(Health {
+            capture: None,
+            scratch: Vec::new(),
+            pids_limit: rec.limits.pids,
+            box_root: None,
+        }))
+    }
+
+    fn exec(&self, name: &str, command: Command) -> Result<ExecOutcome> {
+        crate::run::exec(self, name, command)
+    }
+
+    fn spawn(&self, name: &str, _command: Command) -> Result<Started> {
+        Err(self.cannot(name, "run a background process in a box yet (spawn)"))
+    }
+
+    fn collect(
+        &self,
+        name: &str,
+        argv: Vec<String>,
+        cwd: &str,
+        capture: bool,
+    ) -> Result<Collected> {
+        crate::run::collect(self, name, argv, cwd, capture)
+    }
+
+    fn start_session(
+        &self,
+        name: &str,
+        _spec: agentbox_boxes::sessions::SessionSpec,
+    ) -> Result<agentbox_boxes::sessions::SessionInfo> {
+        Err(self.cannot(name, "start a session in a box yet"))
+    }
+
+    fn sessions(
+        &self,
+        name: &str,
+        _prune: bool,
+    ) -> Result<
+        OnBox<(
+            Vec<agentbox_boxes::sessions::SessionInfo>,
+            Vec<agentbox_boxes::sessions::SessionInfo>,
+        )>,
+    > {
+        Err(self.cannot(name, "keep sessions in a box yet"))
+    }
+
+    fn attach(
+        &self,
+        name: &str,
+        _session: Option<&str>,
+        _opts: &agentbox_boxes::sessions::AttachOpts,
+    ) -> Result<agentbox_boxes::sessions::AttachOutcome> {
+        Err(self.cannot(name, "attach to a session in a box yet"))
+    }
+
+    fn broker(
+        &self,
+        name: &str,
+        _spec: &agentbox_broker::Spec,
+    ) -> Result<agentbox_broker::Endpoint> {
+        Err(self.cannot(name, "run a credential broker for a box yet"))
+    }
+
+    /// Only what changed since HEAD (from HEAD to the working tree, without content):
+    /// between nodes, and content, come with the next slice.
+    fn changes(
+        &self,
+        name: &str,
+        from: &agentbox_store::Node,
+        to: Option<&agentbox_store::Node>,
+        patch: bool,
+    ) -> Result<Vec<agentbox_boxes::history::nodes::Patched>> {
+        if to.is_some() {
+            return Err(self.cannot(name, "list the changes between a box's nodes yet"));
+        }
+        if patch {
+            return Err(self.cannot(name, "show the content of a box's changes yet"));
+        }
+        let store = agentbox_store::Store::open(&self.home.store_dir())?;
+        if store.env(name)?.head != from.id {
+            return Err(self.cannot(
+                name,
+                "list the changes from a node other than HEAD to the working tree yet",
+            ));
+        }
+        Ok(crate::capture::since_head(self, name)?
+            .into_iter()
+            .map(|(path, kind)| agentbox_boxes::history::nodes::Patched {
+                change: agentbox_store::fsops::Change {
+                    path: path.into(),
+                    kind,
+                    old_size: None,
+                    new_size: None,
+                    detail: None,
+                },
+                patch: None,
+            })
+            .collect())
+    }
+
+    fn prune(
+        &self,
+        store: &agentbox_store::Store,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Vec<BoxLeftover>> {
+        crate::prune::prune(self, store, grace, dry_run)
+    }
+}

@@ -1,0 +1,183 @@
+//! Commands in a box: the exact argv, in `/workspace` (or the directory asked for), with
+//! the box's environment and the caller's additions, attached to this process's standard
+//! input and output (or collected), on a terminal when asked; then, with capture, the
+//! node their changes make ([`crate::capture`]).
+
+use std::io::Write;
+
+use agentbox_boxes::provider::{Collected, Command};
+use agentbox_boxes::types::{ExecOutcome, ProcKind};
+use agentbox_boxes::Result;
+use agentbox_docker::exec::ExecSpec;
+use agentbox_docker::Engine;
+
+use crate::errors::remote;
+use crate::names;
+use crate::provider::DockerProvider;
+use crate::spec::WORKSPACE;
+use crate::start_failure::Sniff;
+
+/// Run `command` in box `name` (started when stopped), attached to this process.
+pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutcome> {
+    let (rec, engine) = p.boxed(name)?;
+    p.ensure_started(&engine, name)?;
+    let container = names::container(name);
+    let workdir = match &command.workdir {
+        Some(w) if w.explicit => w.path.clone(),
+        Some(w) => existing_dir(&engine, &container, &w.path)?,
+        None => WORKSPACE.to_owned(),
+    };
+    let tty = command.tty.unwrap_or_else(crate::terminal::both_terminals);
+    let spec = ExecSpec {
+        argv: command.argv.clone(),
+        // The image's own PATH, not the host's the caller passes (a local box runs the
+        // host's programs; a container, its image's).
+        env: command
+            .env
+            .iter()
+            .filter(|(k, _)| k != "PATH")
+            .cloned()
+            .collect(),
+        workdir: Some(workdir),
+        user: None,
+        tty: tty.then(crate::terminal::size),
+    };
+    let argv0 = command.argv.first().cloned().unwrap_or_default();
+    let cwd = spec.workdir.clone().unwrap_or_default();
+    let status = {
+        let _raw = tty.then(crate::terminal::RawMode::enter);
+        let stdin: Box<dyn std::io::Read + Send> = Box::new(std::io::stdin());
+        let mut out = Sniff::new(std::io::stdout());
+        let mut err = Sniff::new(std::io::stderr());
+        let status = engine
+            .exec(&container, &spec, Some(stdin), &mut out, &mut err)
+            .map_err(remote)?;
+        let sniffed = [
+            out.finish(status, &argv0, &cwd)?,
+            err.finish(status, &argv0, &cwd)?,
+        ];
+        if let Some(e) = sniffed.into_iter().flatten().next() {
+            return Err(e);
+        }
+        status
+    };
+    let label = match command.kind {
+        ProcKind::Shell => "shell session".to_owned(),
+        _ => agentbox_boxes::types::render_command(&command.argv),
+    };
+    let (node, capture_error) = if command.capture && rec.capture {
+        match crate::capture::auto(p, &engine, &rec, &label) {
+            Ok(node) => (node, None),
+            Err(e) => (None, Some(e.to_string())),
+        }
+    } else {
+        (None, None)
+    };
+    Ok(ExecOutcome {
+        status: status_of(status),
+        node,
+        killed_by_checkout: false,
+        capture_error,
+        killed_because: None,
+    })
+}
+
+/// Run `argv` in box `name` (started when stopped) in `cwd` with no input, its output
+/// collected; with `capture`, the node its changes make.
+pub fn collect(
+    p: &DockerProvider,
+    name: &str,
+    argv: Vec<String>,
+    cwd: &str,
+    capture: bool,
+) -> Result<Collected> {
+    let (rec, engine) = p.boxed(name)?;
+    p.ensure_started(&engine, name)?;
+    let container = names::container(name);
+    let label = agentbox_boxes::types::render_command(&argv);
+    let spec = ExecSpec {
+        argv,
+        workdir: Some(cwd.to_owned()),
+        ..Default::default()
+    };
+    // One buffer for both streams, in the order they come.
+    let output = std::sync::Mutex::new(Vec::new());
+    let argv0 = spec.argv.first().cloned().unwrap_or_default();
+    let status = {
+        let mut out = Sniff::new(Shared(&output));
+        let mut err = Sniff::new(Shared(&output));
+        let status = engine
+            .exec(&container, &spec, None, &mut out, &mut err)
+            .map_err(remote)?;
+        let sniffed = [
+            out.finish(status, &argv0, cwd)?,
+            err.finish(status, &argv0, cwd)?,
+        ];
+        if let Some(e) = sniffed.into_iter().flatten().next() {
+            return Err(e);
+        }
+        status
+    };
+    let output = output
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let node = if capture && rec.capture {
+        crate::capture::auto(p, &engine, &rec, &label)?
+    } else {
+        None
+    };
+    Ok(Collected {
+        status: status_of(status),
+        output: String::from_utf8_lossy(&output).into_owned(),
+        node,
+    })
+}
+
+/// A writer into a buffer two writers share.
+struct Shared<'a>(&'a std::sync::Mutex<Vec<u8>>);
+
+impl Write for Shared<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The engine's exit status as the process's (128 + N for a signal, as the engine says).
+fn status_of(status: i64) -> i32 {
+    i32::try_from(status).unwrap_or(1)
+}
+
+/// `path`, or its nearest ancestor that exists in the container (a default directory: the
+/// box need not have every directory of the host's project).
+fn existing_dir(engine: &Engine, container: &str, path: &str) -> Result<String> {
+    if path == WORKSPACE {
+        return Ok(path.to_owned());
+    }
+    let spec = ExecSpec {
+        argv: [
+            "sh",
+            "-c",
+            "d=$1; while [ -n \"$d\" ] && [ ! -d \"$d\" ]; do d=${d%/*}; done; printf %s \"${d:-/}\"",
+            "sh",
+            path,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        ..Default::default()
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let status = engine
+        .exec(container, &spec, None, &mut out, &mut err)
+        .map_err(remote)?;
+    if status != 0 || out.is_empty() {
+        return Ok(WORKSPACE.to_owned());
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}

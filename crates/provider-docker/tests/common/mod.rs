@@ -1,0 +1,178 @@
+//! What the Docker provider's tests share: the engine (skipping without one), the test
+//! image, a façade with the Docker provider beside the local one, a dirty git repository,
+//! and looks at the engine from outside the provider.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agentbox_boxes::lifecycle::create::{Settings, Spec, Workspace};
+use agentbox_boxes::provider::Command;
+use agentbox_boxes::types::ProcKind;
+use agentbox_boxes::Boxes;
+use agentbox_core::home::Home;
+use agentbox_docker::endpoint::{Endpoint, Origin};
+use agentbox_docker::Engine;
+use agentbox_provider_docker::{names, DockerProvider};
+use agentbox_testkit::tier;
+
+/// The local engine, or `None` (the test is skipped) when there is none.
+pub fn engine(test: &str) -> Option<Engine> {
+    if !tier::require_root(test)
+        || !tier::require_docker(test)
+        || !tier::require_tool(test, "busybox")
+        || !tier::require_tool(test, "git")
+    {
+        return None;
+    }
+    let ep = Endpoint {
+        host: agentbox_docker::endpoint::DEFAULT_HOST.into(),
+        origin: Origin::Default,
+        tls: None,
+    };
+    Some(Engine::connect(ep).expect("connect to the local engine"))
+}
+
+/// The test image on `engine`.
+pub fn test_image(engine: &Engine) -> String {
+    agentbox_testkit::busybox_image::busybox_image(
+        |name| engine.image(name).expect("inspect").is_some(),
+        |tar, repo, tag, changes| {
+            engine
+                .import_rootfs(tar, repo, tag, changes)
+                .expect("import");
+        },
+    )
+}
+
+/// A façade on `home` whose Docker provider runs the boxes that name it.
+pub fn boxes(home: &Home) -> Boxes {
+    let local = agentbox_provider_local::LocalProvider::new(home.clone());
+    Boxes::new(home.clone(), Arc::new(local))
+        .with_provider(Arc::new(DockerProvider::new(home.clone())))
+}
+
+/// A box name no other test process uses on the shared engine.
+pub fn box_name(what: &str) -> String {
+    format!("{what}-{}", std::process::id())
+}
+
+/// The spec of a Docker box `name` on `image` made from `dir`.
+pub fn spec(name: &str, dir: &Path, image: &str) -> Spec {
+    Spec {
+        name: Some(name.to_owned()),
+        workspace: Workspace::From(dir.to_owned()),
+        from_ref: None,
+        no_git: false,
+        settings: Settings {
+            image: Some(image.to_owned()),
+            ..Default::default()
+        },
+        checkpoint: None,
+        no_checkpoint: true,
+        resync: None,
+        accept_stale: false,
+        provider: Some("docker".into()),
+        engine: None,
+        dockerfile: None,
+    }
+}
+
+/// `git ARGS` in `dir` (identity given); its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=u", "-c", "user.email=u@example.org"])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A repository with two commits, an uncommitted change of `a.txt` and an untracked
+/// `u.txt`.
+pub fn dirty_repo(dir: &Path) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    fs_err::write(dir.join("a.txt"), "one\n").expect("write");
+    git(dir, &["add", "a.txt"]);
+    git(dir, &["commit", "-q", "-m", "first"]);
+    fs_err::write(dir.join("a.txt"), "two\n").expect("write");
+    git(dir, &["commit", "-q", "-am", "second"]);
+    fs_err::write(dir.join("a.txt"), "two, then uncommitted\n").expect("write");
+    fs_err::write(dir.join("u.txt"), "untracked\n").expect("write");
+}
+
+/// A command run with capture and no terminal.
+pub fn command(argv: &[&str]) -> Command {
+    Command {
+        argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+        env: Vec::new(),
+        workdir: None,
+        kind: ProcKind::Exec,
+        capture: true,
+        tty: Some(false),
+    }
+}
+
+/// Run `argv` in box `name` (no capture), its status and output.
+pub fn output(boxes: &Boxes, name: &str, argv: &[&str]) -> (i32, String) {
+    let c = boxes
+        .provider_of(name)
+        .expect("provider")
+        .collect(
+            name,
+            argv.iter().map(|a| (*a).to_owned()).collect(),
+            "/workspace",
+            false,
+        )
+        .expect("collect");
+    (c.status, c.output)
+}
+
+/// The containers and images of `home` on `engine` (by their labels).
+pub fn leftovers(engine: &Engine, home: &Home) -> (Vec<String>, Vec<String>) {
+    let key = names::home_key(home);
+    let containers = engine
+        .containers_labelled(names::HOME_LABEL, &key)
+        .expect("containers")
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    let images = engine
+        .images_labelled(names::HOME_LABEL, &key)
+        .expect("images")
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    (containers, images)
+}
+
+/// Everything of `home` on `engine` (containers, then images), removed when dropped: a
+/// test that fails leaves nothing on the shared engine.
+pub struct Sweep<'a> {
+    pub engine: &'a Engine,
+    pub home: Home,
+}
+
+impl Drop for Sweep<'_> {
+    fn drop(&mut self) {
+        let key = names::home_key(&self.home);
+        if let Ok(cs) = self.engine.containers_labelled(names::HOME_LABEL, &key) {
+            for c in cs {
+                let _ = self.engine.remove_container(&c.name);
+            }
+        }
+        // Newest first: an image built on another goes before it.
+        if let Ok(mut is) = self.engine.images_labelled(names::HOME_LABEL, &key) {
+            is.sort_by_key(|i| std::cmp::Reverse(i.created));
+            for i in is {
+                let _ = agentbox_provider_docker::prune::remove_node_image(self.engine, &i.id);
+            }
+        }
+    }
+}
