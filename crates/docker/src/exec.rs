@@ -23,7 +23,18 @@ pub struct ExecSpec {
     pub user: Option<String>,
     /// A terminal of `(rows, cols)`: output then comes as one stream, on `stdout`.
     pub tty: Option<(u16, u16)>,
+    /// The terminal's size as it changes (rows in the high 16 bits, columns in the low):
+    /// the command's terminal is resized to it whenever it differs from what it was given.
+    pub tty_size: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
 }
+
+/// `(rows, cols)` packed as [`ExecSpec::tty_size`] holds it.
+pub fn pack_size(rows: u16, cols: u16) -> u32 {
+    (u32::from(rows) << 16) | u32::from(cols)
+}
+
+/// How often a command's terminal size is compared with [`ExecSpec::tty_size`].
+const RESIZE_LOOK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The largest piece of output handed over at once.
 const OUTPUT_CAPACITY: usize = 1 << 20;
@@ -134,16 +145,49 @@ impl Engine {
                 }
                 Ok::<(), DockerError>(())
             };
+            // The terminal follows the caller's: its size is looked at while the command
+            // runs, and a changed one given to the command's terminal.
+            let resize = async {
+                let Some(initial) = spec.tty else {
+                    return std::future::pending::<()>().await;
+                };
+                // Engines before API 1.42 (Docker 23) ignore the console size an exec is
+                // made with: the first size is given here too, at once.
+                let mut given = 0;
+                loop {
+                    let now = spec
+                        .tty_size
+                        .as_ref()
+                        .map_or(pack_size(initial.0, initial.1), |s| {
+                            s.load(std::sync::atomic::Ordering::Relaxed)
+                        });
+                    if now != given {
+                        let options = bollard::exec::ResizeExecOptions {
+                            height: (now >> 16) as u16,
+                            width: (now & 0xffff) as u16,
+                        };
+                        // A command that just ended has no terminal to resize: no error.
+                        let _ = self.docker.resize_exec(&id, options).await;
+                        given = now;
+                    }
+                    if spec.tty_size.is_none() {
+                        return std::future::pending::<()>().await;
+                    }
+                    tokio::time::sleep(RESIZE_LOOK).await;
+                }
+            };
             // A command may end before reading all its input: its end (its output's) is
             // what counts, a failed write of stdin to a command that exited is no error,
             // and an input that never ends (a terminal) is not waited for.
             futures_util::pin_mut!(feed);
             futures_util::pin_mut!(drain);
+            futures_util::pin_mut!(resize);
             let mut fed = false;
             loop {
                 tokio::select! {
                     drained = &mut drain => return drained,
                     _ = &mut feed, if !fed => fed = true,
+                    _ = &mut resize => {}
                 }
             }
         })?;

@@ -6,9 +6,12 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 
 use agentbox_docker::container::{ContainerSpec, Limits, BOX_CAPS};
 use agentbox_docker::endpoint::{resolve, Endpoint, Lookup, Origin};
+use agentbox_docker::exec::{pack_size, ExecSpec};
 use agentbox_docker::{DockerError, Engine};
 use agentbox_testkit::tier;
 use common::{run, running, test_image, Running, LABEL};
@@ -290,4 +293,40 @@ fn an_image_builds_under_the_fingerprint_of_its_context() {
     assert!(err.to_string().contains("docker.sock"), "{err}");
     assert!(err.to_string().contains("exit"), "{err}");
     assert!(engine.remove_image(&tagged).expect("rm"));
+}
+
+#[test]
+fn a_commands_terminal_has_the_size_given_and_follows_the_callers() {
+    let test = "a_commands_terminal_has_the_size_given_and_follows_the_callers";
+    let Some(engine) = engine(test) else { return };
+    let c = running(&engine, "resize", Limits::default());
+    let tty_run = |script: &str, size: Option<Arc<AtomicU32>>| {
+        let spec = ExecSpec {
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+            tty: Some((24, 80)),
+            tty_size: size,
+            ..Default::default()
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let status = engine
+            .exec(&c.name, &spec, None, &mut out, &mut err)
+            .expect("exec");
+        (status, String::from_utf8_lossy(&out).trim().to_owned())
+    };
+    // The size comes with the command's start (at once after it, from engines older than
+    // Docker 23): the script looks until it is there, for at most 5 s, then says what it
+    // is. No input is attached: `stty` reads the terminal that is the command's output.
+    let until = |size: &str| {
+        format!(
+            "i=0; while [ \"$(stty size <&2 2>/dev/null)\" != '{size}' ] && [ $i -lt 100 ]; \
+             do sleep 0.05; i=$((i+1)); done; stty size <&1"
+        )
+    };
+    assert_eq!(tty_run(&until("24 80"), None), (0, "24 80".to_owned()));
+    // The caller's terminal is now 30x100: the command's follows, while it runs.
+    let size = Arc::new(AtomicU32::new(pack_size(30, 100)));
+    assert_eq!(
+        tty_run(&until("30 100"), Some(size)),
+        (0, "30 100".to_owned())
+    );
 }

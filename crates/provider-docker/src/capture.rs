@@ -24,8 +24,9 @@
 //!   image without it, a marker removed, a path gone meanwhile), the box counts as
 //!   changed: a node too many, never a change lost.
 //!
-//! The list and the marker are written after the node: a crash in between leaves the
-//! old list, which makes the next look see a change (a node too many).
+//! The marker is written before the node's commit (a file written between the two counts
+//! once more: a node too many, never a change lost), the list after it (a crash in between
+//! leaves the old list, which makes the next look see a change: a node too many).
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! exactly what the box changed ([`crate::capture`] relies on it).
 
 use agentbox_boxes::progress::Progress;
-use agentbox_boxes::provider::{NewBox, NewTree};
+use agentbox_boxes::provider::{NewBox, NewTree, Provider};
 use agentbox_boxes::Result;
 use agentbox_docker::Engine;
 use agentbox_store::Held;
@@ -31,6 +31,9 @@ pub fn create_tree(
     new: &NewBox<'_>,
     progress: &dyn Progress,
 ) -> Result<NewTree> {
+    if !new.options.publish.is_empty() {
+        return Err(p.cannot(new.name.as_str(), "publish a box's ports yet (--publish)"));
+    }
     let engine = p.engine(new.engine)?;
     // Before anything is made there: prune must look on it from now on.
     crate::ledger::note(&p.home, new.engine)?;

@@ -4,6 +4,7 @@
 //! node their changes make ([`crate::capture`]).
 
 use std::io::Write;
+use std::sync::Arc;
 
 use agentbox_boxes::provider::{Collected, Command};
 use agentbox_boxes::types::{ExecOutcome, ProcKind};
@@ -41,11 +42,17 @@ pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutc
         workdir: Some(workdir),
         user: None,
         tty: tty.then(crate::terminal::size),
+        tty_size: None,
     };
     let argv0 = command.argv.first().cloned().unwrap_or_default();
     let cwd = spec.workdir.clone().unwrap_or_default();
     let status = {
         let _raw = tty.then(crate::terminal::RawMode::enter);
+        let follower = tty.then(crate::terminal::SizeFollower::start);
+        let spec = ExecSpec {
+            tty_size: follower.as_ref().map(|f| Arc::clone(&f.size)),
+            ..spec.clone()
+        };
         let stdin: Box<dyn std::io::Read + Send> = Box::new(std::io::stdin());
         let mut out = Sniff::new(std::io::stdout());
         let mut err = Sniff::new(std::io::stderr());

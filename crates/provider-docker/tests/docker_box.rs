@@ -331,6 +331,14 @@ fn a_create_that_fails_leaves_nothing_on_either_side() {
     assert!(!boxes.is_box(&name));
     assert_eq!(git(&repo, &["for-each-ref"]), refs_before);
 
+    // Published ports are not done yet: refused by name, before anything is made.
+    let mut published = spec(&name, &repo, &test_image(&engine));
+    published.settings.network = Some("private".into());
+    published.settings.publish = vec!["18080:80".into()];
+    let err = boxes.create(&published, &Quiet).expect_err("refused");
+    assert!(matches!(err, BoxError::ProviderCannot { .. }), "{err}");
+    assert_eq!(leftovers(&engine, &home), (Vec::new(), Vec::new()));
+
     // A box without an image at all is refused before anything is made.
     let mut no_image = spec(&name, &repo, "unused");
     no_image.settings.image = None;

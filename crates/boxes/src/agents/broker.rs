@@ -62,7 +62,7 @@ impl Boxes {
             credentials,
             upstreams: upstreams(self.home(), &rec)?,
         };
-        self.provider().broker(name, &spec)
+        self.provider_of(name)?.broker(name, &spec)
     }
 }
 

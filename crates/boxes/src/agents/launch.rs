@@ -101,7 +101,7 @@ impl Boxes {
             sync::COMMAND.to_owned(),
             serde_json::to_string(&plan).expect("a plan is plain data"),
         ]);
-        let ran = self.provider().collect(&name, argv, "/", false)?;
+        let ran = self.provider_of(&name)?.collect(&name, argv, "/", false)?;
         let done: sync::inbox::Done = match (
             ran.status,
             ran.output.lines().find_map(|l| l.strip_prefix(SYNCED_LINE)),

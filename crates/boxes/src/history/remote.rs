@@ -267,7 +267,7 @@ impl Boxes {
         cwd: &str,
         capture: bool,
     ) -> Result<crate::provider::Collected> {
-        self.provider().collect(name, argv, cwd, capture)
+        self.provider_of(name)?.collect(name, argv, cwd, capture)
     }
 }
 

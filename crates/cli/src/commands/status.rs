@@ -33,7 +33,13 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
             .into_iter()
             .filter(|r| r.project.as_deref() == Some(p.as_path()))
             .map(|r| ProjectBox {
-                state: if ctx.boxes().provider().is_running(&r.name).unwrap_or(false) {
+                // Each box's own provider says (a Docker box's is its container's).
+                state: if ctx
+                    .boxes()
+                    .provider_of(&r.name)
+                    .and_then(|p| p.is_running(&r.name))
+                    .unwrap_or(false)
+                {
                     "running"
                 } else {
                     "stopped"

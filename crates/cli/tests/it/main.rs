@@ -17,6 +17,7 @@ mod cli;
 mod config;
 mod crash;
 mod destroy;
+mod docker;
 mod firsthour;
 mod fork;
 mod gitremote;

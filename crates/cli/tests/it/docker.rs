@@ -1,0 +1,133 @@
+//! Docker boxes through the binary (a real engine: `.ci/run` starts `dockerd`): `create
+//! --provider docker` from a dirty repository, `exec` with its exact output and status,
+//! `log`, `status`, `checkout`, `destroy`, `gc` and `prune` leaving nothing on the engine;
+//! and what this slice refuses, by name. The provider's own behaviours are tested in its
+//! crate (`crates/provider-docker/tests`).
+
+use agentbox_core::Home;
+use agentbox_docker::endpoint::{Endpoint, Origin, DEFAULT_HOST};
+use agentbox_docker::Engine;
+use agentbox_provider_docker::names;
+use agentbox_testkit::tier;
+
+use crate::common::{code, git, log_ids, stderr, write, Env};
+
+fn engine(test: &str) -> Option<Engine> {
+    if !tier::require_root(test)
+        || !tier::require_docker(test)
+        || !tier::require_tool(test, "busybox")
+    {
+        return None;
+    }
+    let ep = Endpoint {
+        host: DEFAULT_HOST.into(),
+        origin: Origin::Default,
+        tls: None,
+    };
+    Some(Engine::connect(ep).expect("connect to the local engine"))
+}
+
+fn test_image(engine: &Engine) -> String {
+    agentbox_testkit::busybox_image::busybox_image(
+        |name| engine.image(name).expect("inspect").is_some(),
+        |tar, repo, tag, changes| {
+            engine
+                .import_rootfs(tar, repo, tag, changes)
+                .expect("import");
+        },
+    )
+}
+
+/// The containers and images of home `home` on `engine`.
+fn on_engine(engine: &Engine, home: &Home) -> (usize, usize) {
+    let key = names::home_key(home);
+    (
+        engine
+            .containers_labelled(names::HOME_LABEL, &key)
+            .expect("containers")
+            .len(),
+        engine
+            .images_labelled(names::HOME_LABEL, &key)
+            .expect("images")
+            .len(),
+    )
+}
+
+/// Everything of `home` on `engine`, removed when dropped (a failed test leaves nothing).
+struct Sweep<'a>(&'a Engine, Home);
+
+impl Drop for Sweep<'_> {
+    fn drop(&mut self) {
+        let key = names::home_key(&self.1);
+        for c in self
+            .0
+            .containers_labelled(names::HOME_LABEL, &key)
+            .unwrap_or_default()
+        {
+            let _ = self.0.remove_container(&c.name);
+        }
+        for i in self
+            .0
+            .images_labelled(names::HOME_LABEL, &key)
+            .unwrap_or_default()
+        {
+            let _ = agentbox_provider_docker::prune::remove_node_image(self.0, &i.id);
+        }
+    }
+}
+
+#[test]
+fn a_docker_box_through_the_command_line() {
+    let test = "a_docker_box_through_the_command_line";
+    let Some(engine) = engine(test) else { return };
+    let image = test_image(&engine);
+    let env = Env::new();
+    let home = Home::at(env.path("home"));
+    let _sweep = Sweep(&engine, home.clone());
+    let project = env.path("project");
+    write(&project.join("a.txt"), "one\n");
+    git(&project, &["init", "-q", "-b", "main"]);
+    git(&project, &["add", "-A"]);
+    git(&project, &["commit", "-qm", "first"]);
+    write(&project.join("a.txt"), "one, uncommitted\n");
+    let name = format!("cli-{}", std::process::id());
+    let made = env.run_in(
+        &project,
+        &["create", "--provider", "docker", "--image", &image, &name],
+    );
+    assert!(made.contains(&format!("box \"{name}\"")), "{made}");
+
+    let out = env.run(&[
+        "exec",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "cat a.txt; echo err >&2; exit 5",
+    ]);
+    assert_eq!(code(&out), Some(5));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one, uncommitted\n");
+    assert_eq!(stderr(&out), "err\n");
+    let out = env.run(&["exec", &name, "--", "sh", "-c", "echo two > b.txt"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(log_ids(&env.json(&["log", &name])).len(), 2);
+    let status = env.json(&["status", &name]);
+    assert_eq!(status["box"]["state"], "running", "{status}");
+    env.ok(&["checkout", &name, "HEAD~1"]);
+    let out = env.run(&["exec", &name, "--", "cat", "b.txt"]);
+    assert_ne!(code(&out), Some(0), "b.txt is gone with the checkout");
+
+    // What this slice does not do is refused by name.
+    let out = env.run(&["spawn", &name, "--", "sleep", "1"]);
+    assert_ne!(code(&out), Some(0));
+    assert!(
+        stderr(&out).contains("the docker provider cannot"),
+        "{}",
+        stderr(&out)
+    );
+
+    env.ok(&["destroy", &name]);
+    env.ok(&["gc"]);
+    env.ok(&["prune"]);
+    assert_eq!(on_engine(&engine, &home), (0, 0));
+}
