@@ -84,21 +84,19 @@ impl DockerProvider {
         Ok((rec, engine))
     }
 
-    /// Whether box `name`'s container runs; a container that is gone is an error (the box
-    /// cannot be run without it).
+    /// Whether box `name`'s container runs (a container that is gone does not).
     pub(crate) fn running(&self, engine: &Engine, name: &str) -> Result<bool> {
-        let c = names::container(name);
-        match engine.container(&c).map_err(remote)? {
-            Some(info) => Ok(info.running),
-            None => Err(remote(agentbox_docker::DockerError::ContainerMissing {
-                engine: engine.endpoint().shown(),
-                container: c,
-            })),
-        }
+        Ok(engine
+            .container(&names::container(name))
+            .map_err(remote)?
+            .is_some_and(|c| c.running))
     }
 
-    /// Start box `name`'s container unless it runs.
-    pub(crate) fn ensure_started(&self, engine: &Engine, name: &str) -> Result<()> {
+    /// Start box `rec`'s container unless it runs, made again from HEAD's image when it is
+    /// gone ([`crate::remake`]).
+    pub(crate) fn ensure_started(&self, engine: &Engine, rec: &BoxRecord) -> Result<()> {
+        let name = rec.name.as_str();
+        crate::remake::restore_if_gone(self, engine, rec)?;
         if !self.running(engine, name)? {
             engine
                 .start_container(&names::container(name))
@@ -155,8 +153,8 @@ impl Provider for DockerProvider {
     }
 
     fn start(&self, name: &str) -> Result<()> {
-        let (_, engine) = self.boxed(name)?;
-        self.ensure_started(&engine, name)
+        let (rec, engine) = self.boxed(name)?;
+        self.ensure_started(&engine, &rec)
     }
 
     fn stop(&self, name: &str) -> Result<bool> {

@@ -246,6 +246,23 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
         .expect("running"));
     let (status, out) = output(&boxes, &name, &["cat", "u.txt"]);
     assert_eq!((status, out.as_str()), (0, "untracked\n"));
+    // Its container removed behind agentbox's back, the box's next command makes it again
+    // from HEAD's image.
+    let head = boxes.ancestors(&name, Some(1)).expect("log").head;
+    assert!(engine.remove_container(&container).expect("remove"));
+    assert!(!boxes
+        .provider_of(&name)
+        .expect("p")
+        .is_running(&name)
+        .expect("running"));
+    let (status, out) = output(&boxes, &name, &["cat", "u.txt"]);
+    assert_eq!((status, out.as_str()), (0, "untracked\n"));
+    assert_eq!(
+        exec(&["true"]).node,
+        None,
+        "the remade container is at HEAD"
+    );
+    assert_eq!(boxes.ancestors(&name, Some(1)).expect("log").head, head);
 
     // Destroyed: the container goes at once; its images once GC freed their nodes and
     // prune removed them.
