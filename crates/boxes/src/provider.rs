@@ -113,7 +113,7 @@ pub struct NewBox<'a> {
     /// Copy the directory as it is, its repositories not made the box's.
     pub no_git: bool,
     pub seed: &'a agentbox_git::SeedOpts,
-    pub options: &'a crate::lifecycle::create::CreateOptions,
+    pub options: &'a crate::types::CreateOptions,
     /// Where to run it ([`crate::records::record::BoxRecord::engine`]).
     pub engine: Option<&'a str>,
     /// Build the box's image from this Dockerfile first (`None`: `options.image`, else the
@@ -126,7 +126,7 @@ pub struct NewBox<'a> {
 pub struct NewTree {
     /// The first node's data.
     pub held: agentbox_store::Held,
-    pub seeded: Vec<crate::lifecycle::seeding::SeededRepo>,
+    pub seeded: Vec<crate::records::record::SeededRepo>,
     /// The image the box runs on, as its record keeps it.
     pub image: Option<String>,
 }
@@ -160,7 +160,7 @@ pub trait Provider: Send + Sync {
         from: &agentbox_store::Node,
         to: Option<&agentbox_store::Node>,
         patch: bool,
-    ) -> Result<Vec<crate::history::nodes::Patched>> {
+    ) -> Result<Vec<crate::types::Patched>> {
         let _ = (from, to, patch);
         Err(self.cannot(name, "list the changes between a box's nodes"))
     }

@@ -266,3 +266,38 @@ pub fn render_command(argv: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// What a new box is made with: `lifecycle::create::Settings` over the configuration, checked.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    pub network: agentbox_sandbox::proto::Network,
+    /// Host ports forwarded into the box; empty unless `network` is private.
+    pub publish: Vec<agentbox_sandbox::net::Publish>,
+    pub capture: bool,
+    /// Run a credential broker for the box (see `crate::agents::broker`).
+    pub broker: bool,
+    /// `KEY=VALUE` each, checked.
+    pub env: Vec<String>,
+    pub ignore: Vec<String>,
+    /// `box.hostPaths` entries, checked.
+    pub host_paths: Vec<String>,
+    /// `box.homeTools` entries, checked.
+    pub home_tools: Vec<String>,
+    pub keep: u64,
+    /// Checked like `Limits::validate`; whether cgroups are available is `create`'s to check.
+    pub limits: crate::cgroup::Limits,
+    pub image: Option<String>,
+    pub carry: bool,
+    /// The ignored files to copy into the box: git.envPatterns when git.withEnv is on,
+    /// else none.
+    pub with_env: Vec<String>,
+}
+
+/// One changed path of a content diff: the change and its unified diff.
+#[derive(Debug, Clone, Serialize)]
+pub struct Patched {
+    #[serde(flatten)]
+    pub change: agentbox_store::fsops::diff::Change,
+    /// A unified diff, or a line naming a binary or large file (`None`: metadata only).
+    pub patch: Option<String>,
+}

@@ -105,3 +105,44 @@ pub(super) fn check_provider(v: &Value) -> Result<(), String> {
         _ => Err("expected local or docker".into()),
     }
 }
+
+/// A member name of a map key: what `--docker-host NAME` can say.
+pub(super) fn check_member_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?}: a name is letters, digits, '-' and '_' (at most 64)"
+        ))
+    }
+}
+
+/// An engine URL: `unix://`, `tcp://`, `ssh://`, `http://` or `https://`.
+pub(super) fn check_engine_url(url: &str) -> Result<(), String> {
+    const SCHEMES: &[&str] = &["unix://", "tcp://", "ssh://", "http://", "https://"];
+    if SCHEMES
+        .iter()
+        .any(|s| url.starts_with(s) && url.len() > s.len())
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "{url:?}: an engine is a URL starting with unix://, tcp://, ssh://, http:// or https://"
+        ))
+    }
+}
+
+pub(super) fn check_docker_hosts(v: &Value) -> Result<(), String> {
+    if let Value::Map(m) = v {
+        for (name, url) in m {
+            check_member_name(name)?;
+            check_engine_url(url)?;
+        }
+    }
+    Ok(())
+}

@@ -19,6 +19,9 @@ pub enum Kind {
     String,
     /// A list of texts.
     List,
+    /// Named texts (`docker.hosts`: name → engine URL). A member is set on its own as
+    /// `KEY.NAME` (`config set docker.hosts.big ssh://me@big`); files write it nested.
+    Map,
 }
 
 impl Kind {
@@ -32,6 +35,7 @@ impl Kind {
             Kind::Size => "size".into(),
             Kind::String => "string".into(),
             Kind::List => "list".into(),
+            Kind::Map => "map".into(),
         }
     }
 }
@@ -50,6 +54,7 @@ pub enum Value {
         bytes: u64,
     },
     List(Vec<String>),
+    Map(std::collections::BTreeMap<String, String>),
 }
 
 impl Value {
@@ -62,6 +67,11 @@ impl Value {
             Value::Str(s) => s.clone().into(),
             Value::Size { text, .. } => text.clone().into(),
             Value::List(items) => items.clone().into(),
+            Value::Map(m) => serde_json::Value::Object(
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.clone().into()))
+                    .collect(),
+            ),
         }
     }
 
@@ -74,6 +84,13 @@ impl Value {
             Value::Str(s) => s.clone(),
             Value::Size { text, .. } => text.clone(),
             Value::List(items) => format!("[{}]", items.join(", ")),
+            Value::Map(m) => format!(
+                "{{{}}}",
+                m.iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     }
 }

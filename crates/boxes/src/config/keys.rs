@@ -31,6 +31,7 @@
 //! | `box.ignore`, `box.keep`, `checkpoint.cleanup`, `checkpoint.maxLayers` | yes | the box's own history and checkpoints |
 //! | `box.image` | no | it chooses the box's whole base |
 //! | `box.provider` | no | it chooses what isolates the box |
+//! | `docker.hosts` | no | it chooses which engine a named host reaches |
 //! | `box.network` | only to a stricter mode (none < private < host) | |
 //! | `box.resyncOnStart`, `git.carry` | only to `false` | they carry the host's uncommitted work in |
 //! | `broker.anthropicUpstream`, `broker.openaiUpstream` | no | where the broker sends the real key |
@@ -254,6 +255,14 @@ pub static KEYS: &[Key] = &[
         trust: Trust::Stricter(Stricter::Bool(true)),
     },
     Key {
+        name: "docker.hosts",
+        kind: Kind::Map,
+        default: none,
+        description: "Named Docker engines for `--docker-host NAME`: NAME → URL (unix:///…, tcp://HOST:2376, ssh://USER@HOST); set one with `config set docker.hosts.NAME URL`",
+        check: Some(check_docker_hosts),
+        trust: Trust::User,
+    },
+    Key {
         name: "git.carry",
         kind: Kind::Bool,
         default: yes,
@@ -312,6 +321,15 @@ pub static RENAMED_KEYS: &[(&str, &str)] = &[
 /// The registry entry of `name`.
 pub fn key(name: &str) -> Option<&'static Key> {
     KEYS.iter().find(|k| k.name == name)
+}
+
+/// The map key (see [`Kind::Map`]) `name` is a member of (`docker.hosts.big`), with the
+/// member's name.
+pub fn member(name: &str) -> Option<(&'static Key, &str)> {
+    KEYS.iter().filter(|k| k.kind == Kind::Map).find_map(|k| {
+        let m = name.strip_prefix(k.name)?.strip_prefix('.')?;
+        check_member_name(m).is_ok().then_some((k, m))
+    })
 }
 
 /// The new name of a renamed key.
@@ -405,6 +423,7 @@ pub fn parse_text(key: &Key, text: &str) -> Result<Value, Refusal> {
         }
         Kind::String => Value::Str(text.to_owned()),
         Kind::List => Value::List(vec![text.to_owned()]),
+        Kind::Map => return Err(expected(key)),
     };
     checked(key, v)
 }
@@ -414,7 +433,17 @@ pub fn parse_json(key: &Key, v: &serde_json::Value) -> Result<Value, Refusal> {
     use serde_json::Value as J;
     let parsed = match (key.kind, v) {
         // Text in a file is read like text on the command line (`keep: "5"`, `capture: "no"`).
-        (Kind::List, J::String(_)) => return Err(expected(key)),
+        (Kind::List | Kind::Map, J::String(_)) => return Err(expected(key)),
+        (Kind::Map, J::Object(members)) => {
+            let mut out = std::collections::BTreeMap::new();
+            for (name, v) in members {
+                match v {
+                    J::String(s) => out.insert(name.clone(), s.clone()),
+                    _ => return Err(format!("{} ({name}: not a text)", expected(key))),
+                };
+            }
+            Value::Map(out)
+        }
         (_, J::String(s)) => return parse_text(key, s),
         (Kind::Bool, J::Bool(b)) => Value::Bool(*b),
         (Kind::U64, J::Number(n)) => Value::U64(n.as_u64().ok_or_else(|| expected(key))?),
@@ -459,6 +488,17 @@ pub fn parse_args(key: &Key, args: &[String]) -> Result<Value, Refusal> {
             parse_json(key, &v)
         }
         (Kind::List, items) => checked(key, Value::List(items.to_vec())),
+        // `NAME=VALUE` each.
+        (Kind::Map, items) => {
+            let mut out = std::collections::BTreeMap::new();
+            for item in items {
+                let (name, value) = item
+                    .split_once('=')
+                    .ok_or_else(|| format!("{item:?}: {}", expected(key)))?;
+                out.insert(name.to_owned(), value.to_owned());
+            }
+            checked(key, Value::Map(out))
+        }
         (_, [one]) => parse_text(key, one),
         (_, more) => Err(format!(
             "{} takes one value, got {}: {}",
@@ -500,6 +540,7 @@ pub fn expected(key: &Key) -> String {
         Kind::Size => "expected a size: bytes, or a number with K, M, G or T (e.g. 512M)".into(),
         Kind::String => "expected text".into(),
         Kind::List => "expected a list".into(),
+        Kind::Map => "expected NAME=VALUE entries (or set one as KEY.NAME VALUE)".into(),
     }
 }
 
@@ -549,6 +590,7 @@ fn key_schema(k: &Key) -> serde_json::Value {
         }),
         Kind::String => json!({"type": "string"}),
         Kind::List => json!({"type": "array", "items": {"type": "string"}}),
+        Kind::Map => json!({"type": "object", "additionalProperties": {"type": "string"}}),
     };
     s["description"] = k.description.into();
     // Who may set it: an untrusted project file only as `x-agentbox-trust` says.

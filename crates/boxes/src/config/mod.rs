@@ -27,12 +27,15 @@
 //! ([`trust`], the table in [`keys`]); what it may not set is ignored with a warning.
 
 mod checks;
+mod effective;
 mod error;
 pub mod key;
 pub mod keys;
 pub mod layers;
 pub mod trust;
 pub mod trusted;
+
+pub use effective::Effective;
 
 use std::path::{Path, PathBuf};
 
@@ -301,6 +304,10 @@ impl Config {
             home_tools: self.list("box.homeTools"),
             image: self.text("box.image").map(str::to_owned),
             provider: self.text("box.provider").map(str::to_owned),
+            docker_hosts: match self.value("docker.hosts") {
+                Some(Value::Map(m)) => m.clone(),
+                _ => Default::default(),
+            },
             agents_broker: self.flag("agents.broker"),
             agents_skip_permissions: self.flag("agents.skipPermissions"),
             isolate_config: ["claude", "codex", "opencode"]
@@ -354,14 +361,42 @@ pub fn lookup(name: &str) -> Result<&'static Key, ConfigError> {
             new,
         });
     }
-    keys::key(name).ok_or_else(|| ConfigError::UnknownKey {
-        key: name.to_owned(),
-        suggestion: keys::suggest(name),
-    })
+    keys::key(name)
+        .or_else(|| keys::member(name).map(|(k, _)| k))
+        .ok_or_else(|| ConfigError::UnknownKey {
+            key: name.to_owned(),
+            suggestion: keys::suggest(name),
+        })
+}
+
+/// The name under which `name` is written in a file: a key's own name (`box.network`,
+/// whatever spelling found it), or a map key's member as given (`docker.hosts.big`).
+pub fn written_name(name: &str) -> Result<String, ConfigError> {
+    if let Some((k, m)) = keys::member(name) {
+        return Ok(format!("{}.{m}", k.name));
+    }
+    lookup(name).map(|k| k.name.to_owned())
 }
 
 /// Parse the values of `config set NAME VALUE...` (see [`keys::parse_args`]).
 pub fn parse_set_args(name: &str, args: &[String]) -> Result<Value, ConfigError> {
+    if let Some((key, member)) = keys::member(name) {
+        // One member of a map key: its value alone, checked as the map would be.
+        let invalid = |reason: String| ConfigError::InvalidValue {
+            path: None,
+            key: name.to_owned(),
+            value: format!("{:?}", args.join(" ")),
+            reason,
+        };
+        let [one] = args else {
+            return Err(invalid(format!("{name} takes one value")));
+        };
+        let map = Value::Map([(member.to_owned(), one.clone())].into());
+        if let Some(check) = key.check {
+            check(&map).map_err(invalid)?;
+        }
+        return Ok(Value::Str(one.clone()));
+    }
     let key = lookup(name)?;
     keys::parse_args(key, args).map_err(|reason| ConfigError::InvalidValue {
         path: None,
@@ -375,65 +410,6 @@ pub fn parse_set_args(name: &str, args: &[String]) -> Result<Value, ConfigError>
 /// error.
 pub fn check_file(path: &Path, layer: Layer) -> Result<Vec<ConfigWarning>, ConfigError> {
     layers::read_layer(path, layer).map(|(_, w)| w)
-}
-
-/// The settings a new box takes from the configuration (flags already applied).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Effective {
-    /// `box.network`.
-    pub network: Network,
-    /// `box.capture`.
-    pub capture: bool,
-    /// `box.broker`.
-    pub broker: bool,
-    /// `broker.anthropicUpstream`.
-    pub anthropic_upstream: String,
-    /// `broker.openaiUpstream`.
-    pub openai_upstream: String,
-    /// `box.keep`.
-    pub keep: u64,
-    /// `box.memory`, in bytes.
-    pub memory_bytes: Option<u64>,
-    /// `box.pids`.
-    pub pids: Option<u64>,
-    /// `box.cpus`.
-    pub cpus: Option<f64>,
-    /// `box.env` (`KEY=VALUE` each).
-    pub env: Vec<String>,
-    /// `box.ignore`.
-    pub ignore: Vec<String>,
-    /// `box.hostPaths`.
-    pub host_paths: Vec<String>,
-    /// `box.homeTools`.
-    pub home_tools: Vec<String>,
-    /// `box.image`.
-    /// `box.provider`: the provider of new boxes (`None`: the default, local).
-    pub provider: Option<String>,
-    pub image: Option<String>,
-    /// `agents.broker`.
-    pub agents_broker: bool,
-    /// `agents.skipPermissions`.
-    pub agents_skip_permissions: bool,
-    /// The built-in agents whose `<agent>.isolateConfig` is on.
-    pub isolate_config: Vec<String>,
-    /// `box.defaultCheckpoint`.
-    pub default_checkpoint: Option<String>,
-    /// `box.resyncOnStart`.
-    pub resync_on_start: bool,
-    /// `checkpoint.cleanup`.
-    pub checkpoint_cleanup: Vec<String>,
-    /// `checkpoint.maxLayers`.
-    pub checkpoint_max_layers: u64,
-    /// `git.carry`.
-    pub carry: bool,
-    /// `git.withEnv`.
-    pub with_env: bool,
-    /// `git.envPatterns`.
-    pub env_patterns: Vec<String>,
-    /// `git.remote`.
-    pub remote: String,
-    /// `session.detachKey`.
-    pub detach_key: crate::sessions::DetachKey,
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ use serde::Serialize;
 use crate::facade::Boxes;
 use crate::Result;
 
+pub use crate::types::Patched;
+
 /// Nodes to print, with what marks them: the environment's HEAD and its tags by node.
 #[derive(Debug, Serialize)]
 pub struct Nodes {
@@ -35,15 +37,6 @@ pub struct Shown {
     pub head: String,
     #[serde(skip)]
     pub tags: BTreeMap<String, String>,
-}
-
-/// One changed path of a content diff: the change and its unified diff.
-#[derive(Debug, Clone, Serialize)]
-pub struct Patched {
-    #[serde(flatten)]
-    pub change: Change,
-    /// A unified diff, or a line naming a binary or large file (`None`: metadata only).
-    pub patch: Option<String>,
 }
 
 impl Boxes {

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 
 use agentbox_core::home::Home;
 use agentbox_core::name::BoxName;
-use agentbox_sandbox::net::Publish;
 use agentbox_sandbox::proto::Network;
 use agentbox_store::{Source, Store};
 use chrono::Utc;
@@ -22,6 +21,8 @@ use crate::lifecycle::seeding::SeededRepo;
 use crate::progress::Progress;
 use crate::records::record::{self, BoxDirs, BoxRecord};
 use crate::{BoxError, Result};
+
+pub use crate::types::CreateOptions;
 
 /// Settings of a new box given by the caller (the flags of `agentbox create`): each one that
 /// is set wins over the configuration's value for its key.
@@ -58,32 +59,6 @@ pub struct Settings {
     /// Host ports forwarded into the box (`[HOSTIP:]HOST:BOX`). Per box, so never from
     /// configuration: two boxes cannot publish one host port.
     pub publish: Vec<String>,
-}
-
-/// What a new box is made with: [`Settings`] over the configuration, checked.
-#[derive(Debug, Clone)]
-pub struct CreateOptions {
-    pub network: Network,
-    /// Host ports forwarded into the box; empty unless `network` is private.
-    pub publish: Vec<Publish>,
-    pub capture: bool,
-    /// Run a credential broker for the box (see [`crate::agents::broker`]).
-    pub broker: bool,
-    /// `KEY=VALUE` each, checked.
-    pub env: Vec<String>,
-    pub ignore: Vec<String>,
-    /// `box.hostPaths` entries, checked.
-    pub host_paths: Vec<String>,
-    /// `box.homeTools` entries, checked.
-    pub home_tools: Vec<String>,
-    pub keep: u64,
-    /// Checked like `Limits::validate`; whether cgroups are available is `create`'s to check.
-    pub limits: Limits,
-    pub image: Option<String>,
-    pub carry: bool,
-    /// The ignored files to copy into the box: git.envPatterns when git.withEnv is on,
-    /// else none.
-    pub with_env: Vec<String>,
 }
 
 /// `settings` over the effective configuration of the project at `project_root` (only the

@@ -21,18 +21,13 @@ use std::path::Path;
 
 use agentbox_core::home::Home;
 
-use agentbox_git::{GitError, HostRepo, SeedOpts, Seeded};
+use agentbox_git::{GitError, HostRepo, SeedOpts};
 use agentbox_store::fsops::copy::{copy_tree, CopyOpts};
 use agentbox_store::fsops::scan::scan_tree;
 
 use crate::records::record::{self, GitRecord};
 
-/// One seeded repository: what the box record keeps, and what seeding found.
-#[derive(Debug, Clone)]
-pub struct SeededRepo {
-    pub record: GitRecord,
-    pub seeded: Seeded,
-}
+pub use crate::records::record::SeededRepo;
 
 /// Fill `ws` (not existing yet) from the project directory `src` for box `name`: its
 /// repositories seeded (see the module documentation), the rest copied. With `use_git`

@@ -513,3 +513,10 @@ mod tests {
         );
     }
 }
+
+/// One seeded repository: what the box record keeps, and what seeding found.
+#[derive(Debug, Clone)]
+pub struct SeededRepo {
+    pub record: GitRecord,
+    pub seeded: agentbox_git::Seeded,
+}

@@ -350,7 +350,7 @@ fn set(
 }
 
 fn unset(ctx: &Ctx, cwd: &Path, root: Option<&Path>, key: &str, t: &ConfigTarget) -> CliResult {
-    let key = config::lookup(key)?.name;
+    let key = &config::written_name(key)?;
     let (layer, path) = target(ctx, cwd, root, t)?;
     let removed = config::unset_in(&path, key)?;
     if removed {

@@ -487,3 +487,53 @@ fn config_reaches_a_new_box() {
         t.ok_in("plain", &["destroy", name]);
     }
 }
+
+/// `docker.hosts` is a map: one named engine set and unset at a time as
+/// `docker.hosts.NAME`, written nested, read whole; a bad name or URL is refused at `set`
+/// and leaves the file as it was; an untrusted project file cannot name engines.
+#[test]
+fn named_docker_hosts_are_set_one_by_one() {
+    let t = T::new();
+    t.ok_in(
+        "plain",
+        &["config", "set", "docker.hosts.big", "ssh://me@big"],
+    );
+    t.ok_in(
+        "plain",
+        &["config", "set", "docker.hosts.small", "tcp://10.0.0.2:2376"],
+    );
+    let got = t.json_in("plain", &["config", "get", "docker.hosts"]);
+    assert_eq!(
+        got["value"],
+        serde_json::json!({"big": "ssh://me@big", "small": "tcp://10.0.0.2:2376"})
+    );
+    assert_eq!(got["type"], "map");
+    let file = read(&t.global_file());
+    assert!(file.contains("docker:\n  hosts:\n"), "{file}");
+
+    for (key, value, wanted) in [
+        ("docker.hosts.bad", "nope", "an engine is a URL"),
+        ("docker.hosts.b/ad", "ssh://x", "no config key"),
+    ] {
+        let out = t.run_in("plain", &["config", "set", key, value], &[]);
+        assert!(!out.status.success(), "{key} {value} was taken");
+        assert!(stderr(&out).contains(wanted), "{}", stderr(&out));
+    }
+    assert_eq!(
+        read(&t.global_file()),
+        file,
+        "a refused value wrote nothing"
+    );
+
+    t.ok_in("plain", &["config", "unset", "docker.hosts.small"]);
+    let got = t.json_in("plain", &["config", "get", "docker.hosts"]);
+    assert_eq!(got["value"], serde_json::json!({"big": "ssh://me@big"}));
+
+    // A project file may not choose where a named host goes.
+    write(
+        &t.env.path("proj/agentbox.yaml"),
+        "docker:\n  hosts:\n    big: tcp://evil:2375\n",
+    );
+    let got = t.json_in("proj", &["config", "get", "docker.hosts"]);
+    assert_eq!(got["value"], serde_json::json!({"big": "ssh://me@big"}));
+}
