@@ -502,3 +502,50 @@ fn freed_nodes_images_are_removed_by_prune_once_no_container_runs_on_them() {
     let (_, out) = output(&boxes, &name, &["cat", "f9"]);
     assert_eq!(out, "9\n");
 }
+
+#[test]
+fn a_project_of_sub_repositories_is_seeded_each_on_its_branch_and_the_rest_copied() {
+    let test = "a_project_of_sub_repositories_is_seeded_each_on_its_branch_and_the_rest_copied";
+    let Some(engine) = engine(test) else { return };
+    let image = test_image(&engine);
+    let tmp = TempHome::new();
+    let home = Home::at(tmp.path().join("home"));
+    let _sweep = Sweep {
+        engine: &engine,
+        home: home.clone(),
+    };
+    let project = tmp.path().join("mono");
+    let sub = project.join("svc");
+    fs_err::create_dir_all(&sub).expect("sub");
+    fs_err::write(project.join("notes.txt"), "plain\n").expect("write");
+    dirty_repo(&sub);
+    let boxes = boxes(&home);
+    let name = box_name("mono");
+    let created = boxes
+        .create(&spec(&name, &project, &image), &Quiet)
+        .expect("create");
+    assert_eq!(created.seeded.len(), 1);
+    assert_eq!(created.seeded[0].record.sub.as_deref(), Some("svc"));
+    let branch = format!("agentbox/{name}--svc");
+    assert_eq!(created.seeded[0].record.branch, branch);
+    let (_, out) = output(
+        &boxes,
+        &name,
+        &[
+            "cat",
+            "notes.txt",
+            "svc/a.txt",
+            "svc/u.txt",
+            "svc/.git/HEAD",
+        ],
+    );
+    assert_eq!(
+        out,
+        format!("plain\ntwo, then uncommitted\nuntracked\nref: refs/heads/{branch}\n")
+    );
+    assert_eq!(
+        git(&sub, &["rev-parse", &branch]),
+        git(&sub, &["rev-parse", "HEAD"])
+    );
+    boxes.destroy(&name, true, &Quiet).expect("destroy");
+}
