@@ -35,6 +35,14 @@ pub enum DockerError {
     /// A container the operation needs is not on the engine.
     #[error("container {container:?} is not on the Docker engine at {engine}")]
     ContainerMissing { engine: String, container: String },
+    /// An image that cannot be removed while something needs it: a container runs on it,
+    /// or it is the parent of another image (the engine's "conflict").
+    #[error("image {image:?} on the Docker engine at {engine} is in use: {why}")]
+    ImageInUse {
+        engine: String,
+        image: String,
+        why: String,
+    },
     /// Any other refusal or failure of the engine, with what was being done.
     #[error("the Docker engine at {engine} failed to {doing}: {why}")]
     Engine {
@@ -72,6 +80,9 @@ impl DockerError {
             }
             DockerError::ContainerMissing { .. } => {
                 "it was removed behind agentbox's back; `agentbox prune` forgets it".into()
+            }
+            DockerError::ImageInUse { .. } => {
+                "it goes once no container runs on it and no image is built on it".into()
             }
             DockerError::Engine { .. } | DockerError::Io(_) => return None,
         })

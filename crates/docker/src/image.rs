@@ -120,7 +120,8 @@ impl Engine {
     }
 
     /// Remove image name `name` (a tag: the image goes when it was its last name and no
-    /// container uses it). `Ok(false)` when there was none.
+    /// container uses it). `Ok(false)` when there was none; [`DockerError::ImageInUse`]
+    /// when the engine keeps it for a container or a child image.
     pub fn remove_image(&self, name: &str) -> Result<bool> {
         let options = RemoveImageOptions {
             force: false,
@@ -130,6 +131,14 @@ impl Engine {
         match self.block_on(self.docker.remove_image(name, Some(options), None)) {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) => Err(DockerError::ImageInUse {
+                engine: self.endpoint().shown(),
+                image: name.to_owned(),
+                why: message,
+            }),
             Err(e) => Err(self.fail(&format!("remove image {name}"), e)),
         }
     }

@@ -319,6 +319,7 @@ pub(crate) fn commit(
     command: Option<&str>,
 ) -> Result<String> {
     let (rec, engine) = p.boxed(name)?;
+    crate::remake::restore_if_gone(p, &engine, &rec)?;
     let _lock = p.history_lock(name, "commit")?;
     let now = counted(&engine, &rec)?;
     let store = Store::open(&p.home.store_dir())?;

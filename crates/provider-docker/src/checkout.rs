@@ -3,7 +3,8 @@
 //! local checkout kills them — and started when it was running.
 //!
 //! Crash order: HEAD moves first. A crash before the container is remade leaves the old
-//! container with HEAD on the new node; the next checkout (of HEAD, say) remakes it.
+//! container with HEAD on the new node (the next checkout, of HEAD say, remakes it), or no
+//! container, which the box's next command makes from HEAD ([`crate::remake`]).
 
 use agentbox_boxes::provider::CheckedOut;
 use agentbox_boxes::Result;
@@ -12,7 +13,6 @@ use agentbox_store::Store;
 use crate::errors::remote;
 use crate::names;
 use crate::provider::{DockerProvider, KIND};
-use crate::spec::{self, BoxSettings};
 
 /// Check out `reference` in box `name` (see the module's documentation).
 pub fn checkout(p: &DockerProvider, name: &str, reference: &str) -> Result<CheckedOut> {
@@ -28,18 +28,7 @@ pub fn checkout(p: &DockerProvider, name: &str, reference: &str) -> Result<Check
     };
     let store = Store::open(&p.home.store_dir())?;
     let (node, held) = store.checkout_held(name, reference, KIND)?;
-    if was.is_some() {
-        engine.remove_container(&container).map_err(remote)?;
-    }
-    crate::capture::reset(p, name)?;
-    let settings = BoxSettings {
-        env: &rec.env,
-        limits: &rec.limits,
-        network: rec.network,
-    };
-    engine
-        .create_container(&spec::container(&p.home, name, &held.object, &settings))
-        .map_err(remote)?;
+    crate::remake::remake(p, &engine, &rec, &held.object)?;
     if running {
         engine.start_container(&container).map_err(remote)?;
     }

@@ -34,9 +34,9 @@ pub fn create_tree(
     if !new.options.publish.is_empty() {
         return Err(p.cannot(new.name.as_str(), "publish a box's ports yet (--publish)"));
     }
-    let engine = p.engine(new.engine)?;
+    let engine = p.engine(new.engine, new.source)?;
     // Before anything is made there: prune must look on it from now on.
-    crate::ledger::note(&p.home, new.engine)?;
+    crate::ledger::note(&p.home, &engine.endpoint().host)?;
     let image = crate::image::base(p, &engine, new, progress)?;
     let container = names::container(new.name);
     if engine.container(&container).map_err(remote)?.is_some() {

@@ -15,7 +15,7 @@ pub fn remote(e: DockerError) -> BoxError {
         DockerError::UnknownHost { .. }
         | DockerError::BadHost { .. }
         | DockerError::BadContext { .. } => ExitCode::BadConfig,
-        DockerError::TooOld { .. } => ExitCode::Refused,
+        DockerError::TooOld { .. } | DockerError::ImageInUse { .. } => ExitCode::Refused,
         DockerError::Unreachable { .. } | DockerError::Engine { .. } | DockerError::Io(_) => {
             ExitCode::Failure
         }

@@ -17,7 +17,8 @@
 //! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal,
 //!   [`start_failure`] the error of one that could not start;
 //! * [`capture`] — whether a box changed since its last node, and its nodes;
-//! * [`checkout`] — a box moved to another node (its container recreated);
+//! * [`checkout`] — a box moved to another node (its container recreated), [`remake`]
+//!   its container made again (also when it is gone);
 //! * [`procs`] — its processes;
 //! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
 //!   engines to look on.
@@ -32,6 +33,7 @@ pub mod names;
 pub mod procs;
 pub mod provider;
 pub mod prune;
+pub mod remake;
 pub mod run;
 pub mod seed;
 pub mod spec;

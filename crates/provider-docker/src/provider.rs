@@ -3,6 +3,7 @@
 //! operation to the module of its concern.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agentbox_boxes::provider::{
@@ -25,11 +26,15 @@ pub const KIND: &str = "docker";
 /// How long a stop waits after `SIGTERM` before the engine kills the box's processes.
 const STOP_GRACE_SECS: i32 = 10;
 
+/// What names an engine: a box record's `engine` (`None`: the default resolution), and for
+/// a configured name, the project whose configuration it is looked up in.
+type EngineKey = (Option<String>, Option<PathBuf>);
+
 /// Boxes of one agentbox home as containers on Docker engines.
 pub struct DockerProvider {
     pub(crate) home: Home,
-    /// Connected engines, by the box record's `engine` (`None`: the default resolution).
-    engines: Mutex<HashMap<Option<String>, Arc<Engine>>>,
+    /// Connected engines, by what named them (see [`EngineKey`]).
+    engines: Mutex<HashMap<EngineKey, Arc<Engine>>>,
 }
 
 impl DockerProvider {
@@ -42,16 +47,21 @@ impl DockerProvider {
     }
 
     /// The engine `given` names (`--docker-host`: a URL or a configured name; `None`:
-    /// `DOCKER_HOST`, the docker context, the default socket), connected.
-    pub fn engine(&self, given: Option<&str>) -> Result<Arc<Engine>> {
-        let key = given.map(str::to_owned);
+    /// `DOCKER_HOST`, the docker context, the default socket), connected; a name is looked
+    /// up in `docker.hosts` of the user's configuration for project `project` (the user's
+    /// own layers: global, and the user's layer of that project).
+    pub fn engine(&self, given: Option<&str>, project: Option<&Path>) -> Result<Arc<Engine>> {
+        // A URL is the same engine from every project.
+        let project = project.filter(|_| given.is_some_and(|g| !g.contains("://")));
+        let key = (given.map(str::to_owned), project.map(Path::to_path_buf));
         if let Some(e) = self.lock_engines().get(&key) {
             return Ok(Arc::clone(e));
         }
         let env = |k: &str| std::env::var(k).ok();
-        // Named hosts (`docker.hosts`) are not configurable yet: a name is refused as
-        // unknown, a URL works.
-        let named = std::collections::BTreeMap::new();
+        let named = agentbox_boxes::config::Config::load(&self.home, project)
+            .map_err(|e| BoxError::Config(Box::new(e)))?
+            .effective()
+            .docker_hosts;
         let lookup = Lookup {
             given,
             named: &named,
@@ -64,7 +74,7 @@ impl DockerProvider {
         Ok(Arc::clone(self.lock_engines().entry(key).or_insert(engine)))
     }
 
-    fn lock_engines(&self) -> std::sync::MutexGuard<'_, HashMap<Option<String>, Arc<Engine>>> {
+    fn lock_engines(&self) -> std::sync::MutexGuard<'_, HashMap<EngineKey, Arc<Engine>>> {
         // A panic while holding it leaves a map that is still whole.
         self.engines
             .lock()
@@ -80,25 +90,23 @@ impl DockerProvider {
                 provider: rec.provider,
             });
         }
-        let engine = self.engine(rec.engine.as_deref())?;
+        let engine = self.engine(rec.engine.as_deref(), rec.project.as_deref())?;
         Ok((rec, engine))
     }
 
-    /// Whether box `name`'s container runs; a container that is gone is an error (the box
-    /// cannot be run without it).
+    /// Whether box `name`'s container runs (a container that is gone does not).
     pub(crate) fn running(&self, engine: &Engine, name: &str) -> Result<bool> {
-        let c = names::container(name);
-        match engine.container(&c).map_err(remote)? {
-            Some(info) => Ok(info.running),
-            None => Err(remote(agentbox_docker::DockerError::ContainerMissing {
-                engine: engine.endpoint().shown(),
-                container: c,
-            })),
-        }
+        Ok(engine
+            .container(&names::container(name))
+            .map_err(remote)?
+            .is_some_and(|c| c.running))
     }
 
-    /// Start box `name`'s container unless it runs.
-    pub(crate) fn ensure_started(&self, engine: &Engine, name: &str) -> Result<()> {
+    /// Start box `rec`'s container unless it runs, made again from HEAD's image when it is
+    /// gone ([`crate::remake`]).
+    pub(crate) fn ensure_started(&self, engine: &Engine, rec: &BoxRecord) -> Result<()> {
+        let name = rec.name.as_str();
+        crate::remake::restore_if_gone(self, engine, rec)?;
         if !self.running(engine, name)? {
             engine
                 .start_container(&names::container(name))
@@ -142,7 +150,7 @@ impl Provider for DockerProvider {
         engine: Option<&str>,
         progress: &dyn agentbox_boxes::progress::Progress,
     ) -> Result<String> {
-        let engine = self.engine(engine)?;
+        let engine = self.engine(engine, None)?;
         crate::image::build(self, &engine, dockerfile, progress)
     }
 
@@ -155,8 +163,8 @@ impl Provider for DockerProvider {
     }
 
     fn start(&self, name: &str) -> Result<()> {
-        let (_, engine) = self.boxed(name)?;
-        self.ensure_started(&engine, name)
+        let (rec, engine) = self.boxed(name)?;
+        self.ensure_started(&engine, &rec)
     }
 
     fn stop(&self, name: &str) -> Result<bool> {
@@ -309,7 +317,7 @@ impl Provider for DockerProvider {
         from: &agentbox_store::Node,
         to: Option<&agentbox_store::Node>,
         patch: bool,
-    ) -> Result<Vec<agentbox_boxes::history::nodes::Patched>> {
+    ) -> Result<Vec<agentbox_boxes::types::Patched>> {
         if to.is_some() {
             return Err(self.cannot(name, "list the changes between a box's nodes yet"));
         }
@@ -325,7 +333,7 @@ impl Provider for DockerProvider {
         }
         Ok(crate::capture::since_head(self, name)?
             .into_iter()
-            .map(|(path, kind)| agentbox_boxes::history::nodes::Patched {
+            .map(|(path, kind)| agentbox_boxes::types::Patched {
                 change: agentbox_store::fsops::Change {
                     path: path.into(),
                     kind,

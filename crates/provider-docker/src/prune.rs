@@ -15,7 +15,7 @@
 //! not answer is reported (its leftovers kept) when something of this home still needs it
 //! — a Docker box, a queued image — and passed over otherwise.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use agentbox_boxes::records::record::BoxDirs;
@@ -46,7 +46,8 @@ pub fn remove_own_container(
 
 /// Remove node image `id`: its tags (the image goes with its last one, unless a later
 /// node's image is built on it, which keeps it as its parent), or the image itself when it
-/// has none. `Ok(false)`: it was gone.
+/// has none (one kept as a parent stays, to go with its last child). `Ok(false)`: it was
+/// gone, or stays as a parent.
 pub fn remove_node_image(engine: &Engine, id: &str) -> agentbox_docker::Result<bool> {
     let Some(info) = engine.image(id)? else {
         return Ok(false);
@@ -57,7 +58,11 @@ pub fn remove_node_image(engine: &Engine, id: &str) -> agentbox_docker::Result<b
         .filter(|t| !t.starts_with("<none>"))
         .collect();
     if tags.is_empty() {
-        return engine.remove_image(id);
+        // Untagged already: the parent of a later node's image goes with its last child.
+        return match engine.remove_image(id) {
+            Err(agentbox_docker::DockerError::ImageInUse { .. }) => Ok(false),
+            other => other,
+        };
     }
     for t in tags {
         engine.remove_image(t)?;
@@ -65,17 +70,12 @@ pub fn remove_node_image(engine: &Engine, id: &str) -> agentbox_docker::Result<b
     Ok(true)
 }
 
-/// The Docker boxes of `home` and the engines they use (`None`: the default one).
-fn boxes(home: &Home) -> Result<(BTreeSet<String>, BTreeSet<Option<String>>)> {
-    let mut names = BTreeSet::new();
-    let mut engines = crate::ledger::engines(home)?;
-    for rec in agentbox_boxes::records::record::list(home)? {
-        if rec.provider == KIND {
-            names.insert(rec.name.as_str().to_owned());
-            engines.insert(rec.engine.clone());
-        }
-    }
-    Ok((names, engines))
+/// The Docker boxes of `home`.
+fn boxes(home: &Home) -> Result<Vec<agentbox_boxes::records::record::BoxRecord>> {
+    Ok(agentbox_boxes::records::record::list(home)?
+        .into_iter()
+        .filter(|r| r.provider == KIND)
+        .collect())
 }
 
 /// See the module's documentation.
@@ -85,15 +85,27 @@ pub fn prune(
     grace: std::time::Duration,
     dry_run: bool,
 ) -> Result<Vec<BoxLeftover>> {
-    let (live, engine_names) = boxes(&p.home)?;
+    let live = boxes(&p.home)?;
     let released = store.released(KIND)?;
     let used = !live.is_empty() || !released.is_empty();
     let mut out = Vec::new();
     let mut engines: Vec<Arc<Engine>> = Vec::new();
     // A freed image may be on any of them: its queue entry stays until all answered.
     let mut unreachable = None;
-    for given in &engine_names {
-        match p.engine(given.as_deref()) {
+    // Where boxes were made (by URL), and where the live ones are (by their names).
+    let mut wanted: Vec<(Option<String>, Option<std::path::PathBuf>)> =
+        crate::ledger::engines(&p.home)?
+            .into_iter()
+            .map(|url| (Some(url), None))
+            .collect();
+    wanted.extend(live.iter().map(|r| (r.engine.clone(), r.project.clone())));
+    for (given, project) in &wanted {
+        match p.engine(given.as_deref(), project.as_deref()) {
+            // Two names of one engine (the default and a named host, say) are one.
+            Ok(e)
+                if engines
+                    .iter()
+                    .any(|o| o.endpoint().host == e.endpoint().host) => {}
             Ok(e) => engines.push(e),
             Err(e) => {
                 let shown = given.clone().unwrap_or_else(|| "(default)".into());

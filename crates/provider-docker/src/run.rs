@@ -21,7 +21,7 @@ use crate::start_failure::Sniff;
 /// Run `command` in box `name` (started when stopped), attached to this process.
 pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutcome> {
     let (rec, engine) = p.boxed(name)?;
-    p.ensure_started(&engine, name)?;
+    p.ensure_started(&engine, &rec)?;
     let container = names::container(name);
     let workdir = match &command.workdir {
         Some(w) if w.explicit => w.path.clone(),
@@ -99,7 +99,7 @@ pub fn collect(
     capture: bool,
 ) -> Result<Collected> {
     let (rec, engine) = p.boxed(name)?;
-    p.ensure_started(&engine, name)?;
+    p.ensure_started(&engine, &rec)?;
     let container = names::container(name);
     let label = agentbox_boxes::types::render_command(&argv);
     let spec = ExecSpec {

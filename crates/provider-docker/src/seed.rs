@@ -13,9 +13,8 @@
 
 use std::path::{Path, PathBuf};
 
-use agentbox_boxes::lifecycle::seeding::SeededRepo;
 use agentbox_boxes::provider::NewBox;
-use agentbox_boxes::records::record::{self, GitRecord};
+use agentbox_boxes::records::record::{self, GitRecord, SeededRepo};
 use agentbox_boxes::{BoxError, Result};
 use agentbox_core::home::Home;
 use agentbox_git::{BoxStep, Depth, HostRepo, ShipOpts, Shipment};

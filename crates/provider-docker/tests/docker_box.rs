@@ -246,6 +246,23 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
         .expect("running"));
     let (status, out) = output(&boxes, &name, &["cat", "u.txt"]);
     assert_eq!((status, out.as_str()), (0, "untracked\n"));
+    // Its container removed behind agentbox's back, the box's next command makes it again
+    // from HEAD's image.
+    let head = boxes.ancestors(&name, Some(1)).expect("log").head;
+    assert!(engine.remove_container(&container).expect("remove"));
+    assert!(!boxes
+        .provider_of(&name)
+        .expect("p")
+        .is_running(&name)
+        .expect("running"));
+    let (status, out) = output(&boxes, &name, &["cat", "u.txt"]);
+    assert_eq!((status, out.as_str()), (0, "untracked\n"));
+    assert_eq!(
+        exec(&["true"]).node,
+        None,
+        "the remade container is at HEAD"
+    );
+    assert_eq!(boxes.ancestors(&name, Some(1)).expect("log").head, head);
 
     // Destroyed: the container goes at once; its images once GC freed their nodes and
     // prune removed them.
@@ -484,4 +501,51 @@ fn freed_nodes_images_are_removed_by_prune_once_no_container_runs_on_them() {
     assert!(left.as_ref().is_none_or(|i| i.tags.is_empty()), "{left:?}");
     let (_, out) = output(&boxes, &name, &["cat", "f9"]);
     assert_eq!(out, "9\n");
+}
+
+#[test]
+fn a_project_of_sub_repositories_is_seeded_each_on_its_branch_and_the_rest_copied() {
+    let test = "a_project_of_sub_repositories_is_seeded_each_on_its_branch_and_the_rest_copied";
+    let Some(engine) = engine(test) else { return };
+    let image = test_image(&engine);
+    let tmp = TempHome::new();
+    let home = Home::at(tmp.path().join("home"));
+    let _sweep = Sweep {
+        engine: &engine,
+        home: home.clone(),
+    };
+    let project = tmp.path().join("mono");
+    let sub = project.join("svc");
+    fs_err::create_dir_all(&sub).expect("sub");
+    fs_err::write(project.join("notes.txt"), "plain\n").expect("write");
+    dirty_repo(&sub);
+    let boxes = boxes(&home);
+    let name = box_name("mono");
+    let created = boxes
+        .create(&spec(&name, &project, &image), &Quiet)
+        .expect("create");
+    assert_eq!(created.seeded.len(), 1);
+    assert_eq!(created.seeded[0].record.sub.as_deref(), Some("svc"));
+    let branch = format!("agentbox/{name}--svc");
+    assert_eq!(created.seeded[0].record.branch, branch);
+    let (_, out) = output(
+        &boxes,
+        &name,
+        &[
+            "cat",
+            "notes.txt",
+            "svc/a.txt",
+            "svc/u.txt",
+            "svc/.git/HEAD",
+        ],
+    );
+    assert_eq!(
+        out,
+        format!("plain\ntwo, then uncommitted\nuntracked\nref: refs/heads/{branch}\n")
+    );
+    assert_eq!(
+        git(&sub, &["rev-parse", &branch]),
+        git(&sub, &["rev-parse", "HEAD"])
+    );
+    boxes.destroy(&name, true, &Quiet).expect("destroy");
 }

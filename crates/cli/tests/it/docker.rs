@@ -126,6 +126,73 @@ fn a_docker_box_through_the_command_line() {
         stderr(&out)
     );
 
+    // A named engine (`docker.hosts`) is where `--docker-host NAME` puts a box; a name
+    // not configured is refused, saying which are.
+    env.ok(&["config", "set", "docker.hosts.here", DEFAULT_HOST]);
+    let named = format!("{name}-named");
+    env.run_in(
+        &project,
+        &[
+            "create",
+            "--provider",
+            "docker",
+            "--image",
+            &image,
+            "--docker-host",
+            "here",
+            &named,
+        ],
+    );
+    let out = env.run(&["exec", &named, "--", "cat", "a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one, uncommitted\n");
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(env.path(&format!("home/boxes/{named}/box.json"))).expect("record"),
+    )
+    .expect("json");
+    assert_eq!(record["engine"], "here");
+    let out = env
+        .command(&[
+            "create",
+            "--provider",
+            "docker",
+            "--image",
+            &image,
+            "--docker-host",
+            "nowhere",
+        ])
+        .current_dir(&project)
+        .output()
+        .expect("run agentbox");
+    assert_ne!(code(&out), Some(0));
+    assert!(
+        stderr(&out).contains("no Docker host named \"nowhere\" (known: here)"),
+        "{}",
+        stderr(&out)
+    );
+    env.ok(&["destroy", &named]);
+    // One the user names for this project only (their layer of the project) works from it.
+    env.run_in(
+        &project,
+        &["config", "set", "docker.hosts.there", DEFAULT_HOST],
+    );
+    let there = format!("{name}-there");
+    env.run_in(
+        &project,
+        &[
+            "create",
+            "--provider",
+            "docker",
+            "--image",
+            &image,
+            "--docker-host",
+            "there",
+            &there,
+        ],
+    );
+    let out = env.run(&["exec", &there, "--", "cat", "a.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "one, uncommitted\n");
+    env.ok(&["destroy", &there]);
+
     env.ok(&["destroy", &name]);
     env.ok(&["gc"]);
     env.ok(&["prune"]);
