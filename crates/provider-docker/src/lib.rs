@@ -16,12 +16,15 @@
 //! * [`create`] — a new box's container and first node;
 //! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal,
 //!   [`start_failure`] the error of one that could not start;
+//! * [`boxgit`] — git on the box's repositories, run inside its container (sync, dirty
+//!   paths, a pulled commit);
 //! * [`capture`] — whether a box changed since its last node, and its nodes;
 //! * [`checkout`] — a box moved to another node (its container recreated);
 //! * [`procs`] — its processes;
 //! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
 //!   engines to look on.
 
+pub mod boxgit;
 pub mod capture;
 pub mod checkout;
 pub mod create;

@@ -107,6 +107,22 @@ impl DockerProvider {
         Ok(())
     }
 
+    /// Box `name`'s container on `engine`, where its git runs (`spool`: the host directory
+    /// for what it sends).
+    pub(crate) fn in_box<'a>(
+        &self,
+        engine: &'a Engine,
+        name: &'a str,
+        spool: &'a std::path::Path,
+    ) -> crate::boxgit::InBox<'a> {
+        crate::boxgit::InBox {
+            engine,
+            container: names::container(name),
+            name,
+            spool,
+        }
+    }
+
     /// The lock serialising box `name`'s history operations (capture, commit, checkout).
     pub(crate) fn history_lock(&self, name: &str, doing: &str) -> Result<FileLock> {
         let path = BoxDirs::new(&self.home, name).dir.join("docker.lock");
@@ -209,15 +225,66 @@ impl Provider for DockerProvider {
     }
 
     fn sync(&self, name: &str) -> Result<Vec<SyncedRepo>> {
-        Err(self.cannot(
-            name,
-            "bring a box's branches to the host repositories yet (sync)",
+        let (rec, engine) = self.boxed(name)?;
+        self.ensure_started(&engine, name)?;
+        let spool = BoxDirs::new(&self.home, name).dir;
+        let inbox = self.in_box(&engine, name, &spool);
+        // Every repository is attempted; the first failure is returned.
+        let mut out = Vec::new();
+        let mut failed = None;
+        for git in &rec.repos {
+            match inbox.sync(git) {
+                Ok(tip) => out.push(SyncedRepo {
+                    sub: git.sub.clone(),
+                    repo: git.repo.clone(),
+                    branch: git.branch.clone(),
+                    tip,
+                }),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Read inside the running box by its git; `None` for a repository git could not read.
+    fn dirty(&self, name: &str) -> Result<OnBox<Vec<Option<Vec<String>>>>> {
+        let (rec, engine) = self.boxed(name)?;
+        if !self.running(&engine, name)? {
+            return Ok(OnBox::Stopped);
+        }
+        let spool = BoxDirs::new(&self.home, name).dir;
+        let inbox = self.in_box(&engine, name, &spool);
+        Ok(OnBox::Running(
+            rec.repos
+                .iter()
+                .map(|git| match inbox.dirty(git) {
+                    Ok(paths) => Some(paths),
+                    Err(e) => {
+                        eprintln!("cannot list uncommitted paths: {e}");
+                        None
+                    }
+                })
+                .collect(),
         ))
     }
 
-    fn dirty(&self, _name: &str) -> Result<OnBox<Vec<Option<Vec<String>>>>> {
-        // Read inside the box by its git, which this slice does not drive yet.
-        Ok(OnBox::Stopped)
+    fn offer_commit(
+        &self,
+        name: &str,
+        git: &agentbox_boxes::records::record::GitRecord,
+        reference: &str,
+        sha: &str,
+    ) -> Result<()> {
+        let (_, engine) = self.boxed(name)?;
+        self.ensure_started(&engine, name)?;
+        let spool = BoxDirs::new(&self.home, name).dir;
+        self.in_box(&engine, name, &spool)
+            .offer_commit(git, reference, sha)
     }
 
     fn processes(&self, name: &str) -> Result<OnBox<Vec<ProcInfo>>> {
