@@ -49,9 +49,10 @@ impl DockerProvider {
             return Ok(Arc::clone(e));
         }
         let env = |k: &str| std::env::var(k).ok();
-        // Named hosts (`docker.hosts`) are not configurable yet: a name is refused as
-        // unknown, a URL works.
-        let named = std::collections::BTreeMap::new();
+        let named = match given {
+            Some(_) => named_hosts(&self.home)?,
+            None => Default::default(),
+        };
         let lookup = Lookup {
             given,
             named: &named,
@@ -133,6 +134,14 @@ impl DockerProvider {
             doing,
         )?)
     }
+}
+
+/// The named engines of `docker.hosts` (name → URL). Only the user's layers count: a
+/// project's checked-in file may not choose which engine a name reaches.
+fn named_hosts(home: &Home) -> Result<std::collections::BTreeMap<String, String>> {
+    let config = agentbox_boxes::config::Config::load(home, None)
+        .map_err(|e| BoxError::Config(Box::new(e)))?;
+    Ok(config.effective().docker_hosts)
 }
 
 impl Provider for DockerProvider {

@@ -438,11 +438,11 @@ pub struct Effective {
     pub host_paths: Vec<String>,
     /// `box.homeTools`.
     pub home_tools: Vec<String>,
-    /// `box.image`.
     /// `docker.hosts`: named engines, name → URL.
     pub docker_hosts: std::collections::BTreeMap<String, String>,
     /// `box.provider`: the provider of new boxes (`None`: the default, local).
     pub provider: Option<String>,
+    /// `box.image`.
     pub image: Option<String>,
     /// `agents.broker`.
     pub agents_broker: bool,

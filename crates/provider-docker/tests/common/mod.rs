@@ -2,6 +2,9 @@
 //! image, a façade with the Docker provider beside the local one, a dirty git repository,
 //! and looks at the engine from outside the provider.
 
+// Each test binary that includes this module uses part of it.
+#![allow(dead_code)]
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -180,8 +183,6 @@ impl Drop for Sweep<'_> {
 /// A test image with `git` (and, with `python`, `python3` and its standard library): the
 /// host's own binaries, libraries and data directories ([`agentbox_testkit::rootfs`]),
 /// imported once per content (the hash of the binaries) on `engine`.
-// Not every test binary that includes this module uses it.
-#[allow(dead_code)]
 pub fn tools_image(engine: &Engine, python: bool) -> String {
     let mut binaries = vec!["/usr/bin/git"];
     let mut trees = vec!["/usr/lib/git-core", "/usr/share/git-core"];
