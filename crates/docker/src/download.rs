@@ -91,3 +91,74 @@ impl Engine {
         Ok(Downloaded::Whole(copied))
     }
 }
+
+/// The engine's tar stream as a blocking reader: chunks handed over a bounded channel by
+/// the runtime's side (the reader drops them when it ends early).
+struct Chunks {
+    rx: std::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>>,
+    cur: bytes::Bytes,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.cur.is_empty() {
+            match self.rx.recv() {
+                Ok(chunk) => self.cur = chunk?,
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.cur.len());
+        buf[..n].copy_from_slice(&self.cur.split_to(n));
+        Ok(n)
+    }
+}
+
+impl Engine {
+    /// Hand the tar the engine makes of `path` in container `container` (running or not) to
+    /// `consume` as it arrives: nothing of it is kept on this side but what `consume`
+    /// keeps. What `consume` returns is returned; its error ends the transfer.
+    pub fn read_archive<T: Send>(
+        &self,
+        container: &str,
+        path: &str,
+        consume: impl FnOnce(&mut dyn Read) -> std::io::Result<T> + Send,
+    ) -> Result<T> {
+        let doing = format!("read {path} of container {container}");
+        let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<bytes::Bytes>>(16);
+        let options = DownloadFromContainerOptions {
+            path: path.to_owned(),
+        };
+        std::thread::scope(|s| {
+            let reader = s.spawn(move || {
+                let mut chunks = Chunks {
+                    rx,
+                    cur: bytes::Bytes::new(),
+                };
+                consume(&mut chunks)
+            });
+            self.block_on(async {
+                let mut body = self
+                    .docker
+                    .download_from_container(container, Some(options));
+                while let Some(piece) = body.next().await {
+                    let piece = piece.map_err(|e| self.fail(&doing, e));
+                    let failed = piece.is_err();
+                    let item = piece.map_err(|e| std::io::Error::other(e.to_string()));
+                    // The reader is done (it stopped early, or failed): stop reading.
+                    if tx.send(item).is_err() || failed {
+                        break;
+                    }
+                }
+                drop(tx);
+            });
+            match reader.join() {
+                Ok(got) => got.map_err(DockerError::from),
+                Err(_) => Err(DockerError::Engine {
+                    engine: self.endpoint().shown(),
+                    doing: doing.clone(),
+                    why: "the reader of the archive panicked".into(),
+                }),
+            }
+        })
+    }
+}

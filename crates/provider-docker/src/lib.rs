@@ -19,6 +19,7 @@
 //! * [`boxgit`] — git on the box's repositories, run inside its container (sync, dirty
 //!   paths, a pulled commit);
 //! * [`capture`] — whether a box changed since its last node, and its nodes;
+//! * [`node_diff`] — `show`/`diff` of its nodes, by their [`manifest`]s;
 //! * [`checkout`] — a box moved to another node (its container recreated);
 //! * [`procs`] — its processes;
 //! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
@@ -31,7 +32,9 @@ pub mod create;
 pub mod errors;
 pub mod image;
 pub mod ledger;
+pub mod manifest;
 pub mod names;
+pub mod node_diff;
 pub mod procs;
 pub mod provider;
 pub mod prune;

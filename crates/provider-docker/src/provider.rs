@@ -377,8 +377,7 @@ impl Provider for DockerProvider {
         Err(self.cannot(name, "run a credential broker for a box yet"))
     }
 
-    /// Only what changed since HEAD (from HEAD to the working tree, without content):
-    /// between nodes, and content, come with the next slice.
+    /// Between nodes, or from HEAD to the working tree (see [`crate::node_diff`]).
     fn changes(
         &self,
         name: &str,
@@ -386,32 +385,7 @@ impl Provider for DockerProvider {
         to: Option<&agentbox_store::Node>,
         patch: bool,
     ) -> Result<Vec<agentbox_boxes::history::nodes::Patched>> {
-        if to.is_some() {
-            return Err(self.cannot(name, "list the changes between a box's nodes yet"));
-        }
-        if patch {
-            return Err(self.cannot(name, "show the content of a box's changes yet"));
-        }
-        let store = agentbox_store::Store::open(&self.home.store_dir())?;
-        if store.env(name)?.head != from.id {
-            return Err(self.cannot(
-                name,
-                "list the changes from a node other than HEAD to the working tree yet",
-            ));
-        }
-        Ok(crate::capture::since_head(self, name)?
-            .into_iter()
-            .map(|(path, kind)| agentbox_boxes::history::nodes::Patched {
-                change: agentbox_store::fsops::Change {
-                    path: path.into(),
-                    kind,
-                    old_size: None,
-                    new_size: None,
-                    detail: None,
-                },
-                patch: None,
-            })
-            .collect())
+        crate::node_diff::changes(self, name, from, to, patch)
     }
 
     fn prune(

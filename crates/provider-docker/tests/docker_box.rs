@@ -189,17 +189,67 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
         ]
     );
     assert_eq!(boxes.status(&name).expect("status").changed, 3);
-    // Between nodes, and with content, is refused by name (not an empty answer).
-    for refused in [
-        boxes.diff(&name, "HEAD~1", Some("HEAD")).map(|_| ()),
-        boxes.show(&name, "HEAD").map(|_| ()),
-        boxes.diff_patch(&name, "HEAD", None).map(|_| ()),
-    ] {
-        assert!(
-            matches!(refused, Err(BoxError::ProviderCannot { .. })),
-            "{refused:?}"
-        );
-    }
+    // Between nodes: what their images hold, compared on the host; with content.
+    let paths = |changes: Vec<agentbox_store::fsops::Change>| -> Vec<(String, ChangeKind)> {
+        changes
+            .into_iter()
+            .map(|c| (c.path.to_string_lossy().into_owned(), c.kind))
+            .collect()
+    };
+    let made = vec![("workspace/made.txt".to_owned(), ChangeKind::Modified)];
+    assert_eq!(
+        paths(boxes.diff(&name, "HEAD~1", Some("HEAD")).expect("diff")),
+        made
+    );
+    assert_eq!(
+        paths(boxes.show(&name, "HEAD").expect("show").changes),
+        made
+    );
+    let first = boxes.ancestors(&name, None).expect("log").nodes[3]
+        .id
+        .clone();
+    assert_eq!(
+        paths(
+            boxes
+                .diff(&name, first.as_str(), Some("HEAD"))
+                .expect("diff")
+        ),
+        [("workspace/made.txt".to_owned(), ChangeKind::Added)]
+    );
+    let between = boxes
+        .diff_patch(&name, "HEAD~1", Some("HEAD"))
+        .expect("diff --patch");
+    assert_eq!(between.len(), 1);
+    assert_eq!(
+        between[0].patch.as_deref(),
+        Some("--- a/workspace/made.txt\n+++ b/workspace/made.txt\n@@ -1 +1 @@\n-newer\n+newest\n")
+    );
+    // From HEAD to the working tree, with content.
+    let patched = boxes.diff_patch(&name, "HEAD", None).expect("diff --patch");
+    let texts: Vec<(String, Option<String>)> = patched
+        .into_iter()
+        .map(|p| (p.change.path.to_string_lossy().into_owned(), p.patch))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            (
+                "workspace/a.txt".to_owned(),
+                Some(
+                    "--- a/workspace/a.txt\n+++ b/workspace/a.txt\n@@ -1 +1,2 @@\n two, then uncommitted\n+m\n"
+                        .to_owned()
+                )
+            ),
+            (
+                "workspace/draft.txt".to_owned(),
+                Some("--- /dev/null\n+++ b/workspace/draft.txt\n@@ -0,0 +1 @@\n+d\n".to_owned())
+            ),
+            (
+                "workspace/u.txt".to_owned(),
+                Some("--- a/workspace/u.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-untracked\n".to_owned())
+            ),
+        ]
+    );
 
     // An explicit commit is a node even when nothing changed, as for a local box.
     let explicit = boxes
