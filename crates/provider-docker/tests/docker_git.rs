@@ -156,6 +156,32 @@ fn a_docker_box_syncs_pushes_and_pulls_its_branch_through_its_own_git() {
         upstream
     );
 
+    // A bundle above the limit (`AGENTBOX_BUNDLE_LIMIT`, the host user's) is refused, and
+    // the host's branch stays where it was.
+    let (st, out) = output(&boxes, &name, &["sh", "-c", "echo more > c.txt"]);
+    assert_eq!(st, 0, "{out}");
+    let (st, out) = box_git(&boxes, &name, &["add", "c.txt"]);
+    assert_eq!(st, 0, "{out}");
+    let (st, out) = box_git(&boxes, &name, &["commit", "-q", "-m", "third"]);
+    assert_eq!(st, 0, "{out}");
+    std::env::set_var("AGENTBOX_BUNDLE_LIMIT", "64");
+    match boxes.sync(&rec) {
+        Err(BoxError::BoxRepo { why, .. }) => assert!(why.contains("is larger than"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    std::env::remove_var("AGENTBOX_BUNDLE_LIMIT");
+    assert_eq!(git(&repo, &["rev-parse", &branch]).trim(), merged);
+    let (st, _) = output(
+        &boxes,
+        &name,
+        &["sh", "-c", "test -e /tmp/.agentbox-sync.bundle"],
+    );
+    assert_eq!(st, 1, "the refused bundle is gone from the box too");
+    assert_ne!(
+        boxes.sync(&rec).expect("sync")[0].tip.as_deref(),
+        Some(merged.as_str())
+    );
+
     boxes.destroy(&name, true, &Quiet).expect("destroy");
     boxes.gc().expect("gc");
     boxes
