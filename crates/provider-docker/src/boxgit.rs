@@ -7,8 +7,8 @@
 //!
 //! * object ids, accepted only in full-hex form ([`agentbox_git::is_object_id`]);
 //! * `git status -z` path lists, used as text, at most [`TEXT_LIMIT`] bytes;
-//! * a git bundle of the box's branch, written by the box at [`SYNC_BUNDLE`] in its own
-//!   `/tmp` and downloaded through the engine's archive API: the host keeps the content of
+//! * a git bundle of the box's branch, written by the box at a fresh name in its own
+//!   `/tmp` ([`exchange_path`]) and downloaded through the engine's archive API: the host keeps the content of
 //!   that one regular file (at most [`bundle_limit`] bytes) in a temporary file of its own
 //!   choosing — no name the box gives is used on the host — and checks its heads (that
 //!   branch only, at the tip the box reported) before its own git fetches from it,
@@ -40,13 +40,26 @@ pub const TEXT_LIMIT: u64 = 64 << 20;
 /// to its own disk before verifying it.
 pub const BUNDLE_LIMIT: u64 = 2 << 30;
 
-/// Where, in the container, the box writes the bundle of a sync (`/tmp` is outside every
-/// node: the box's ignore set leaves it out).
-pub const SYNC_BUNDLE: &str = "/tmp/.agentbox-sync.bundle";
+/// The directory, in the container, of the bundles exchanged with the box (`/tmp` is
+/// outside every node: the box's ignore set leaves it out).
+pub const EXCHANGE_DIR: &str = "/tmp";
 
-/// Where, in the container, the host puts the bundle of a pull.
-pub const PULL_BUNDLE_DIR: &str = "/tmp";
-const PULL_BUNDLE_NAME: &str = ".agentbox-pull.bundle";
+/// How the name of an exchanged bundle begins.
+pub const EXCHANGE_PREFIX: &str = ".agentbox-";
+
+/// A fresh name in [`EXCHANGE_DIR`] for one exchange (`what`: `sync`, `pull`): two at once
+/// (two syncs of one box) never share a file.
+pub fn exchange_name(what: &str) -> String {
+    format!(
+        "{EXCHANGE_PREFIX}{what}-{}.bundle",
+        agentbox_core::id::new_id()
+    )
+}
+
+/// [`exchange_name`] with its directory.
+pub fn exchange_path(name: &str) -> String {
+    format!("{EXCHANGE_DIR}/{name}")
+}
 
 /// The ref, in the box's repository, that a pulled commit is fetched into.
 const PULLED_REF: &str = "refs/agentbox/pulled";
@@ -232,13 +245,14 @@ impl InBox<'_> {
             agentbox_git::set_box_branch(host, self.name, &git.branch, &git.base, &tip)?;
             return Ok(Some(tip));
         }
+        let in_box = exchange_path(&exchange_name("sync"));
         // What the host has of this branch already (its last synced tip, the base) stays
         // out of the bundle; one the box lacks (a branch the host moved) is passed over.
         let mut args = vec![
             "bundle".to_owned(),
             "create".to_owned(),
             "--quiet".to_owned(),
-            SYNC_BUNDLE.to_owned(),
+            in_box.clone(),
             "--ignore-missing".to_owned(),
             format!("refs/heads/{}", git.branch),
         ];
@@ -256,22 +270,23 @@ impl InBox<'_> {
             if ran.status != 0 {
                 return Err(self.failed(git, "git bundle create", &ran));
             }
-            self.take(git, &tip)
+            self.take(git, &in_box, &tip)
         });
         // The bundle goes whatever happened (it is in the box's `/tmp`, outside its nodes).
-        self.remove_in_box(SYNC_BUNDLE);
+        self.remove_in_box(&in_box);
         taken.map(|()| Some(tip))
     }
 
-    /// Download the sync bundle and have the host take branch `git.branch` at `tip` from it.
-    fn take(&self, git: &GitRecord, tip: &str) -> Result<()> {
+    /// Download the sync bundle at `in_box` and have the host take branch `git.branch` at
+    /// `tip` from it.
+    fn take(&self, git: &GitRecord, in_box: &str, tip: &str) -> Result<()> {
         let bundle = tempfile::NamedTempFile::new_in(self.spool)?;
         let limit = bundle_limit();
         let got = self
             .engine
             .download_file(
                 &self.container,
-                SYNC_BUNDLE,
+                in_box,
                 self.spool,
                 &mut bundle.as_file(),
                 limit,
@@ -333,18 +348,19 @@ impl InBox<'_> {
         known.extend(host_tip.as_deref());
         agentbox_git::bundle_for_box(&git.repo, reference, &known, &bundle)?;
         let tar = dir.path().join("pull.tar");
+        let name = exchange_name("pull");
         {
             let mut b = tar::Builder::new(fs_err::File::create(&tar)?);
             let mut h = tar::Header::new_gnu();
             h.set_metadata_in_mode(&fs_err::metadata(&bundle)?, tar::HeaderMode::Deterministic);
             h.set_mode(0o644);
-            b.append_data(&mut h, PULL_BUNDLE_NAME, fs_err::File::open(&bundle)?)?;
+            b.append_data(&mut h, &name, fs_err::File::open(&bundle)?)?;
             b.into_inner()?.flush()?;
         }
         self.engine
-            .upload_tar(&self.container, PULL_BUNDLE_DIR, &tar)
+            .upload_tar(&self.container, EXCHANGE_DIR, &tar)
             .map_err(remote)?;
-        let in_box = format!("{PULL_BUNDLE_DIR}/{PULL_BUNDLE_NAME}");
+        let in_box = exchange_path(&name);
         let fetched = self.git(
             git,
             &[

@@ -16,6 +16,10 @@ use common::{
     tools_image, Sweep,
 };
 
+/// Exits 0 when a bundle of an exchange is left in the box's `/tmp`, else 1.
+const BUNDLES_LEFT: &str =
+    "for f in /tmp/.agentbox-*.bundle; do test -e \"$f\" && exit 0; done; exit 1";
+
 /// `git ARGS` inside box `name` (in its workspace), with an identity; its status and output.
 fn box_git(b: &agentbox_boxes::Boxes, name: &str, args: &[&str]) -> (i32, String) {
     let mut argv = vec!["git", "-c", "user.name=b", "-c", "user.email=b@example.org"];
@@ -90,11 +94,7 @@ fn a_docker_box_syncs_pushes_and_pulls_its_branch_through_its_own_git() {
         Some(vec!["u.txt".to_owned()])
     );
     // Nothing of the exchange is left in the box.
-    let (st, _) = output(
-        &boxes,
-        &name,
-        &["sh", "-c", "test -e /tmp/.agentbox-sync.bundle"],
-    );
+    let (st, _) = output(&boxes, &name, &["sh", "-c", BUNDLES_LEFT]);
     assert_eq!(st, 1);
 
     // A second commit comes as a bundle of only what the host lacks.
@@ -148,6 +148,8 @@ fn a_docker_box_syncs_pushes_and_pulls_its_branch_through_its_own_git() {
     // Pulled again: nothing to merge.
     let again = boxes.pull(&rec, None, None, &[], &Quiet).expect("pull");
     assert_eq!(again[0].outcome, Outcome::UpToDate);
+    let (st, _) = output(&boxes, &name, &["sh", "-c", BUNDLES_LEFT]);
+    assert_eq!(st, 1, "the pull's bundle is gone from the box");
     // The merge reaches the host by sync.
     let synced = boxes.sync(&rec).expect("sync");
     let merged = synced[0].tip.clone().expect("tip");
@@ -171,11 +173,7 @@ fn a_docker_box_syncs_pushes_and_pulls_its_branch_through_its_own_git() {
     }
     std::env::remove_var("AGENTBOX_BUNDLE_LIMIT");
     assert_eq!(git(&repo, &["rev-parse", &branch]).trim(), merged);
-    let (st, _) = output(
-        &boxes,
-        &name,
-        &["sh", "-c", "test -e /tmp/.agentbox-sync.bundle"],
-    );
+    let (st, _) = output(&boxes, &name, &["sh", "-c", BUNDLES_LEFT]);
     assert_eq!(st, 1, "the refused bundle is gone from the box too");
     assert_ne!(
         boxes.sync(&rec).expect("sync")[0].tip.as_deref(),
