@@ -82,7 +82,8 @@ pub struct Look<'a> {
 
 impl<'a> Look<'a> {
     /// A look at `image` on `engine` for box `name` of `p`'s home. It carries the home's
-    /// label but not the box's: `prune` removes one a crash left.
+    /// labels (the image's are a container's too) and [`names::LOOK_LABEL`]: `prune`
+    /// removes one a crash left, whether or not its box still exists.
     pub fn new(p: &DockerProvider, engine: &'a Engine, name: &str, image: &str) -> Result<Self> {
         let container = format!(
             "{}-look-{}",
@@ -90,7 +91,7 @@ impl<'a> Look<'a> {
             agentbox_core::id::new_id()
         );
         let mut labels = names::labels(&p.home, name);
-        labels.remove(names::BOX_LABEL);
+        labels.insert(names::LOOK_LABEL.to_owned(), "1".to_owned());
         engine
             .create_container(&ContainerSpec {
                 name: container.clone(),

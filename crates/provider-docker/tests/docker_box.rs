@@ -527,3 +527,54 @@ fn freed_nodes_images_are_removed_by_prune_once_no_container_runs_on_them() {
     let (_, out) = output(&boxes, &name, &["cat", "f9"]);
     assert_eq!(out, "9\n");
 }
+
+/// A container made to read a node (for `diff` between nodes) that a crash left behind is
+/// the home's but no box's: prune removes it, and only it.
+#[test]
+fn a_look_at_a_node_left_by_a_crash_is_removed_by_prune() {
+    let test = "a_look_at_a_node_left_by_a_crash_is_removed_by_prune";
+    let Some(engine) = engine(test) else { return };
+    let image = test_image(&engine);
+    let tmp = TempHome::new();
+    let home = Home::at(tmp.path().join("home"));
+    let _sweep = Sweep {
+        engine: &engine,
+        home: home.clone(),
+    };
+    let dir = tmp.path().join("plain");
+    fs_err::create_dir_all(&dir).expect("dir");
+    fs_err::write(dir.join("f.txt"), "x\n").expect("write");
+    let boxes = boxes(&home);
+    let name = box_name("look");
+    let created = boxes
+        .create(&spec(&name, &dir, &image), &Quiet)
+        .expect("create");
+    let store = agentbox_store::Store::open(&home.store_dir()).expect("store");
+    let node = store
+        .node(&store.resolve(&name, "HEAD").expect("HEAD"))
+        .expect("node");
+    assert_eq!(node.id.as_str(), created.head);
+    let held = store.held_of(&node).expect("held").expect("an image");
+    let provider = agentbox_provider_docker::DockerProvider::new(home.clone());
+    let look =
+        agentbox_provider_docker::manifest::Look::new(&provider, &engine, &name, &held.object)
+            .expect("look");
+    let left = look.container.clone();
+    // As a crash would: never removed by its owner.
+    std::mem::forget(look);
+    let (containers, _) = leftovers(&engine, &home);
+    assert_eq!(containers.len(), 2, "{containers:?}");
+    let pruned = boxes
+        .prune(std::time::Duration::ZERO, false)
+        .expect("prune");
+    let removed: Vec<&str> = pruned
+        .boxes
+        .iter()
+        .filter(|l| l.kind == "container")
+        .map(|l| l.target.as_str())
+        .collect();
+    assert_eq!(removed, [left.as_str()]);
+    let (containers, _) = leftovers(&engine, &home);
+    assert_eq!(containers, [names::container(&name)]);
+    boxes.destroy(&name, true, &Quiet).expect("destroy");
+}
