@@ -13,7 +13,9 @@ use agentbox_core::home::Home;
 use agentbox_docker::endpoint::{Endpoint, Origin};
 use agentbox_docker::Engine;
 use agentbox_testkit::{remote_docker, TempHome};
-use common::{box_name, boxes, dirty_repo, git, leftovers, output, spec, tools_image, Sweep};
+use common::{
+    box_name, boxes, command, dirty_repo, git, leftovers, output, spec, tools_image, Sweep,
+};
 
 /// A box's life on the remote engine `via` (a `--docker-host`: a URL or a configured
 /// name), `seen` being the same engine through its socket.
@@ -63,6 +65,33 @@ fn a_box_lives_on(via: &str, seen: &Engine, tag: &str) {
     assert_eq!(
         (st, out.as_str()),
         (0, "two, then uncommitted\nuntracked\n")
+    );
+
+    // A node, and what changed since the first one: read through the remote engine.
+    let made = boxes
+        .exec(&name, command(&["sh", "-c", "echo far > r.txt"]))
+        .expect("exec");
+    assert!(made.node.is_some());
+    let changed = boxes
+        .diff_patch(&name, "HEAD~1", Some("HEAD"))
+        .expect("diff --patch");
+    let got: Vec<(String, agentbox_store::fsops::ChangeKind, Option<String>)> = changed
+        .into_iter()
+        .map(|p| {
+            (
+                p.change.path.to_string_lossy().into_owned(),
+                p.change.kind,
+                p.patch,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(
+            "workspace/r.txt".to_owned(),
+            agentbox_store::fsops::ChangeKind::Added,
+            Some("--- /dev/null\n+++ b/workspace/r.txt\n@@ -0,0 +1 @@\n+far\n".to_owned())
+        )]
     );
 
     // A commit in the box reaches the host's branch.
