@@ -49,9 +49,10 @@ impl DockerProvider {
             return Ok(Arc::clone(e));
         }
         let env = |k: &str| std::env::var(k).ok();
+        // Only a name is looked up (a URL, or no flag, needs no configuration).
         let named = match given {
-            Some(_) => named_hosts(&self.home)?,
-            None => Default::default(),
+            Some(g) if !g.contains("://") => named_hosts(&self.home)?,
+            _ => Default::default(),
         };
         let lookup = Lookup {
             given,
