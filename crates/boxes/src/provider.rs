@@ -226,6 +226,19 @@ pub trait Provider: Send + Sync {
     /// Bring the box's branches into their host repositories (starting the box when it is
     /// stopped: its repositories are read inside it).
     fn sync(&self, name: &str) -> Result<Vec<SyncedRepo>>;
+    /// Make host commit `sha` of box `name`'s repository `git`, fetched on the host into
+    /// `reference`, reachable inside the box (before a pull merges it there). Nothing for a
+    /// box whose repositories borrow the host's objects: it has it already.
+    fn offer_commit(
+        &self,
+        name: &str,
+        git: &crate::records::record::GitRecord,
+        reference: &str,
+        sha: &str,
+    ) -> Result<()> {
+        let _ = (name, git, reference, sha);
+        Ok(())
+    }
     /// Each box repository's uncommitted paths (`None` where they cannot be told).
     fn dirty(&self, name: &str) -> Result<OnBox<Vec<Option<Vec<String>>>>>;
     /// The running box's processes.

@@ -5,7 +5,7 @@
 //! `DOCKER_HOST`, the current docker context, the default socket), the connection and its
 //! version check ([`engine`]), images ([`image`]: inspect, import of a root filesystem, tag,
 //! remove; [`image_build`]: a Dockerfile built under the fingerprint of its context), containers ([`container`]: created hardened, started, stopped, removed), commands
-//! in them ([`exec`]: exact argv, stdio, exit status), files copied into them ([`archive`]),
+//! in them ([`exec`]: exact argv, stdio, exit status), files copied into them ([`archive`]) and out of them ([`download`]),
 //! what changed in them ([`changes`]) and commits ([`commit`]); an
 //! `ssh://` engine is reached through the system's `ssh` ([`ssh`]), a `tcp://` one with TLS
 //! on keep-alive connections (`tls`).
@@ -21,6 +21,7 @@ pub mod archive;
 pub mod changes;
 pub mod commit;
 pub mod container;
+pub mod download;
 pub mod endpoint;
 pub mod engine;
 pub mod error;

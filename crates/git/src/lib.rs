@@ -36,3 +36,6 @@ pub use from_box::*;
 
 mod ship;
 pub use ship::*;
+
+mod to_box;
+pub use to_box::*;

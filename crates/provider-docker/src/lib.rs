@@ -16,20 +16,26 @@
 //! * [`create`] — a new box's container and first node;
 //! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal,
 //!   [`start_failure`] the error of one that could not start;
+//! * [`boxgit`] — git on the box's repositories, run inside its container (sync, dirty
+//!   paths, a pulled commit);
 //! * [`capture`] — whether a box changed since its last node, and its nodes;
+//! * [`node_diff`] — `show`/`diff` of its nodes, by their [`manifest`]s;
 //! * [`checkout`] — a box moved to another node (its container recreated), [`remake`]
 //!   its container made again (also when it is gone);
 //! * [`procs`] — its processes;
 //! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
 //!   engines to look on.
 
+pub mod boxgit;
 pub mod capture;
 pub mod checkout;
 pub mod create;
 pub mod errors;
 pub mod image;
 pub mod ledger;
+pub mod manifest;
 pub mod names;
+pub mod node_diff;
 pub mod procs;
 pub mod provider;
 pub mod prune;

@@ -16,6 +16,8 @@ use agentbox_core::home::Home;
 pub const BOX_LABEL: &str = "agentbox.box";
 /// The label naming the agentbox home (its key, [`home_key`]).
 pub const HOME_LABEL: &str = "agentbox.home";
+/// The label marking a container made only to read a node ([`crate::manifest::Look`]).
+pub const LOOK_LABEL: &str = "agentbox.look";
 /// The repository of node images.
 pub const NODE_REPO: &str = "agentbox-node";
 /// The repository of images built from a Dockerfile (`--dockerfile`), tagged with the

@@ -58,10 +58,16 @@ impl DockerProvider {
             return Ok(Arc::clone(e));
         }
         let env = |k: &str| std::env::var(k).ok();
-        let named = agentbox_boxes::config::Config::load(&self.home, project)
-            .map_err(|e| BoxError::Config(Box::new(e)))?
-            .effective()
-            .docker_hosts;
+        // Only a name is looked up (a URL, or no flag, needs no configuration).
+        let named = match given {
+            Some(g) if !g.contains("://") => {
+                agentbox_boxes::config::Config::load(&self.home, project)
+                    .map_err(|e| BoxError::Config(Box::new(e)))?
+                    .effective()
+                    .docker_hosts
+            }
+            _ => Default::default(),
+        };
         let lookup = Lookup {
             given,
             named: &named,
@@ -113,6 +119,22 @@ impl DockerProvider {
                 .map_err(remote)?;
         }
         Ok(())
+    }
+
+    /// Box `name`'s container on `engine`, where its git runs (`spool`: the host directory
+    /// for what it sends).
+    pub(crate) fn in_box<'a>(
+        &self,
+        engine: &'a Engine,
+        name: &'a str,
+        spool: &'a std::path::Path,
+    ) -> crate::boxgit::InBox<'a> {
+        crate::boxgit::InBox {
+            engine,
+            container: names::container(name),
+            name,
+            spool,
+        }
     }
 
     /// The lock serialising box `name`'s history operations (capture, commit, checkout).
@@ -217,15 +239,66 @@ impl Provider for DockerProvider {
     }
 
     fn sync(&self, name: &str) -> Result<Vec<SyncedRepo>> {
-        Err(self.cannot(
-            name,
-            "bring a box's branches to the host repositories yet (sync)",
+        let (rec, engine) = self.boxed(name)?;
+        self.ensure_started(&engine, &rec)?;
+        let spool = BoxDirs::new(&self.home, name).dir;
+        let inbox = self.in_box(&engine, name, &spool);
+        // Every repository is attempted; the first failure is returned.
+        let mut out = Vec::new();
+        let mut failed = None;
+        for git in &rec.repos {
+            match inbox.sync(git) {
+                Ok(tip) => out.push(SyncedRepo {
+                    sub: git.sub.clone(),
+                    repo: git.repo.clone(),
+                    branch: git.branch.clone(),
+                    tip,
+                }),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Read inside the running box by its git; `None` for a repository git could not read.
+    fn dirty(&self, name: &str) -> Result<OnBox<Vec<Option<Vec<String>>>>> {
+        let (rec, engine) = self.boxed(name)?;
+        if !self.running(&engine, name)? {
+            return Ok(OnBox::Stopped);
+        }
+        let spool = BoxDirs::new(&self.home, name).dir;
+        let inbox = self.in_box(&engine, name, &spool);
+        Ok(OnBox::Running(
+            rec.repos
+                .iter()
+                .map(|git| match inbox.dirty(git) {
+                    Ok(paths) => Some(paths),
+                    Err(e) => {
+                        eprintln!("cannot list uncommitted paths: {e}");
+                        None
+                    }
+                })
+                .collect(),
         ))
     }
 
-    fn dirty(&self, _name: &str) -> Result<OnBox<Vec<Option<Vec<String>>>>> {
-        // Read inside the box by its git, which this slice does not drive yet.
-        Ok(OnBox::Stopped)
+    fn offer_commit(
+        &self,
+        name: &str,
+        git: &agentbox_boxes::records::record::GitRecord,
+        reference: &str,
+        sha: &str,
+    ) -> Result<()> {
+        let (rec, engine) = self.boxed(name)?;
+        self.ensure_started(&engine, &rec)?;
+        let spool = BoxDirs::new(&self.home, name).dir;
+        self.in_box(&engine, name, &spool)
+            .offer_commit(git, reference, sha)
     }
 
     fn processes(&self, name: &str) -> Result<OnBox<Vec<ProcInfo>>> {
@@ -309,41 +382,15 @@ impl Provider for DockerProvider {
         Err(self.cannot(name, "run a credential broker for a box yet"))
     }
 
-    /// Only what changed since HEAD (from HEAD to the working tree, without content):
-    /// between nodes, and content, come with the next slice.
+    /// Between nodes, or from HEAD to the working tree (see [`crate::node_diff`]).
     fn changes(
         &self,
         name: &str,
         from: &agentbox_store::Node,
         to: Option<&agentbox_store::Node>,
         patch: bool,
-    ) -> Result<Vec<agentbox_boxes::types::Patched>> {
-        if to.is_some() {
-            return Err(self.cannot(name, "list the changes between a box's nodes yet"));
-        }
-        if patch {
-            return Err(self.cannot(name, "show the content of a box's changes yet"));
-        }
-        let store = agentbox_store::Store::open(&self.home.store_dir())?;
-        if store.env(name)?.head != from.id {
-            return Err(self.cannot(
-                name,
-                "list the changes from a node other than HEAD to the working tree yet",
-            ));
-        }
-        Ok(crate::capture::since_head(self, name)?
-            .into_iter()
-            .map(|(path, kind)| agentbox_boxes::types::Patched {
-                change: agentbox_store::fsops::Change {
-                    path: path.into(),
-                    kind,
-                    old_size: None,
-                    new_size: None,
-                    detail: None,
-                },
-                patch: None,
-            })
-            .collect())
+    ) -> Result<Vec<agentbox_boxes::history::nodes::Patched>> {
+        crate::node_diff::changes(self, name, from, to, patch)
     }
 
     fn prune(

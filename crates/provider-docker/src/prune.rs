@@ -7,7 +7,9 @@
 //!   container of the home still runs on the image);
 //! * `container` and `image`: containers and images labelled with this home whose box no
 //!   longer exists (a create or destroy interrupted), older than the grace period, and
-//!   node images of a live box that lost their tag and that no container uses. Images
+//!   node images of a live box that lost their tag and that no container uses, and
+//!   containers made to read a node ([`crate::manifest::Look`]) older than the grace
+//!   period, whatever their box. Images
 //!   built from a Dockerfile (no box label) stay.
 //!
 //! The engines looked at are those of the home's Docker boxes and of its ledger
@@ -172,15 +174,24 @@ pub fn prune(
             .map_err(crate::errors::remote)?;
         let in_use: HashSet<String> = containers.iter().map(|c| c.image.clone()).collect();
         for c in &containers {
-            if exists(c.labels.get(names::BOX_LABEL)) || !old(c.created) {
+            // A look at a node lives only as long as the diff that made it.
+            let look = c.labels.contains_key(names::LOOK_LABEL);
+            if (!look && exists(c.labels.get(names::BOX_LABEL))) || !old(c.created) {
                 continue;
             }
             out.push(BoxLeftover {
                 kind: "container".into(),
-                what: format!(
-                    "the container of a box that no longer exists, on {}",
-                    engine.endpoint().shown()
-                ),
+                what: if look {
+                    format!(
+                        "a container made to read a node, left by an interrupted diff, on {}",
+                        engine.endpoint().shown()
+                    )
+                } else {
+                    format!(
+                        "the container of a box that no longer exists, on {}",
+                        engine.endpoint().shown()
+                    )
+                },
                 target: c.name.clone(),
                 outcome: outcome(dry_run, || engine.remove_container(&c.name).map(|_| ())),
             });

@@ -189,17 +189,67 @@ fn a_docker_box_runs_commands_on_its_seeded_workspace_and_keeps_its_history_as_i
         ]
     );
     assert_eq!(boxes.status(&name).expect("status").changed, 3);
-    // Between nodes, and with content, is refused by name (not an empty answer).
-    for refused in [
-        boxes.diff(&name, "HEAD~1", Some("HEAD")).map(|_| ()),
-        boxes.show(&name, "HEAD").map(|_| ()),
-        boxes.diff_patch(&name, "HEAD", None).map(|_| ()),
-    ] {
-        assert!(
-            matches!(refused, Err(BoxError::ProviderCannot { .. })),
-            "{refused:?}"
-        );
-    }
+    // Between nodes: what their images hold, compared on the host; with content.
+    let paths = |changes: Vec<agentbox_store::fsops::Change>| -> Vec<(String, ChangeKind)> {
+        changes
+            .into_iter()
+            .map(|c| (c.path.to_string_lossy().into_owned(), c.kind))
+            .collect()
+    };
+    let made = vec![("workspace/made.txt".to_owned(), ChangeKind::Modified)];
+    assert_eq!(
+        paths(boxes.diff(&name, "HEAD~1", Some("HEAD")).expect("diff")),
+        made
+    );
+    assert_eq!(
+        paths(boxes.show(&name, "HEAD").expect("show").changes),
+        made
+    );
+    let first = boxes.ancestors(&name, None).expect("log").nodes[3]
+        .id
+        .clone();
+    assert_eq!(
+        paths(
+            boxes
+                .diff(&name, first.as_str(), Some("HEAD"))
+                .expect("diff")
+        ),
+        [("workspace/made.txt".to_owned(), ChangeKind::Added)]
+    );
+    let between = boxes
+        .diff_patch(&name, "HEAD~1", Some("HEAD"))
+        .expect("diff --patch");
+    assert_eq!(between.len(), 1);
+    assert_eq!(
+        between[0].patch.as_deref(),
+        Some("--- a/workspace/made.txt\n+++ b/workspace/made.txt\n@@ -1 +1 @@\n-newer\n+newest\n")
+    );
+    // From HEAD to the working tree, with content.
+    let patched = boxes.diff_patch(&name, "HEAD", None).expect("diff --patch");
+    let texts: Vec<(String, Option<String>)> = patched
+        .into_iter()
+        .map(|p| (p.change.path.to_string_lossy().into_owned(), p.patch))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            (
+                "workspace/a.txt".to_owned(),
+                Some(
+                    "--- a/workspace/a.txt\n+++ b/workspace/a.txt\n@@ -1 +1,2 @@\n two, then uncommitted\n+m\n"
+                        .to_owned()
+                )
+            ),
+            (
+                "workspace/draft.txt".to_owned(),
+                Some("--- /dev/null\n+++ b/workspace/draft.txt\n@@ -0,0 +1 @@\n+d\n".to_owned())
+            ),
+            (
+                "workspace/u.txt".to_owned(),
+                Some("--- a/workspace/u.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-untracked\n".to_owned())
+            ),
+        ]
+    );
 
     // An explicit commit is a node even when nothing changed, as for a local box.
     let explicit = boxes
@@ -547,5 +597,56 @@ fn a_project_of_sub_repositories_is_seeded_each_on_its_branch_and_the_rest_copie
         git(&sub, &["rev-parse", &branch]),
         git(&sub, &["rev-parse", "HEAD"])
     );
+    boxes.destroy(&name, true, &Quiet).expect("destroy");
+}
+
+/// A container made to read a node (for `diff` between nodes) that a crash left behind is
+/// the home's but no box's: prune removes it, and only it.
+#[test]
+fn a_look_at_a_node_left_by_a_crash_is_removed_by_prune() {
+    let test = "a_look_at_a_node_left_by_a_crash_is_removed_by_prune";
+    let Some(engine) = engine(test) else { return };
+    let image = test_image(&engine);
+    let tmp = TempHome::new();
+    let home = Home::at(tmp.path().join("home"));
+    let _sweep = Sweep {
+        engine: &engine,
+        home: home.clone(),
+    };
+    let dir = tmp.path().join("plain");
+    fs_err::create_dir_all(&dir).expect("dir");
+    fs_err::write(dir.join("f.txt"), "x\n").expect("write");
+    let boxes = boxes(&home);
+    let name = box_name("look");
+    let created = boxes
+        .create(&spec(&name, &dir, &image), &Quiet)
+        .expect("create");
+    let store = agentbox_store::Store::open(&home.store_dir()).expect("store");
+    let node = store
+        .node(&store.resolve(&name, "HEAD").expect("HEAD"))
+        .expect("node");
+    assert_eq!(node.id.as_str(), created.head);
+    let held = store.held_of(&node).expect("held").expect("an image");
+    let provider = agentbox_provider_docker::DockerProvider::new(home.clone());
+    let look =
+        agentbox_provider_docker::manifest::Look::new(&provider, &engine, &name, &held.object)
+            .expect("look");
+    let left = look.container.clone();
+    // As a crash would: never removed by its owner.
+    std::mem::forget(look);
+    let (containers, _) = leftovers(&engine, &home);
+    assert_eq!(containers.len(), 2, "{containers:?}");
+    let pruned = boxes
+        .prune(std::time::Duration::ZERO, false)
+        .expect("prune");
+    let removed: Vec<&str> = pruned
+        .boxes
+        .iter()
+        .filter(|l| l.kind == "container")
+        .map(|l| l.target.as_str())
+        .collect();
+    assert_eq!(removed, [left.as_str()]);
+    let (containers, _) = leftovers(&engine, &home);
+    assert_eq!(containers, [names::container(&name)]);
     boxes.destroy(&name, true, &Quiet).expect("destroy");
 }

@@ -211,6 +211,12 @@ impl Boxes {
                 sha = agentbox_git::fetch(&g.host(), &rec.name, &remote, &branch)?;
                 Ok(())
             })?;
+            self.provider_of(&rec.name)?.offer_commit(
+                &rec.name,
+                g,
+                &format!("refs/agentbox/{}/fetched", rec.name),
+                &sha,
+            )?;
             let cwd = g.workspace().to_string_lossy().into_owned();
             let git = |args: &[&str], capture: bool| {
                 let mut argv = vec!["git".to_owned()];
@@ -267,6 +273,7 @@ impl Boxes {
         cwd: &str,
         capture: bool,
     ) -> Result<crate::provider::Collected> {
+        // The box's own provider (a box need not be the default provider's).
         self.provider_of(name)?.collect(name, argv, cwd, capture)
     }
 }

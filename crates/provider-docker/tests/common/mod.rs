@@ -2,6 +2,9 @@
 //! image, a façade with the Docker provider beside the local one, a dirty git repository,
 //! and looks at the engine from outside the provider.
 
+// Each test binary that includes this module uses part of it.
+#![allow(dead_code)]
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -175,4 +178,48 @@ impl Drop for Sweep<'_> {
             }
         }
     }
+}
+
+/// A test image with `git` (and, with `python`, `python3` and its standard library): the
+/// host's own binaries, libraries and data directories ([`agentbox_testkit::rootfs`]),
+/// imported once per content (the hash of the binaries) on `engine`.
+pub fn tools_image(engine: &Engine, python: bool) -> String {
+    let mut binaries = vec!["/usr/bin/git"];
+    let mut trees = vec!["/usr/lib/git-core", "/usr/share/git-core"];
+    if python {
+        binaries.push("/usr/bin/python3");
+        trees.push("/usr/lib/python3.11");
+    }
+    let mut h = blake3::Hasher::new();
+    for b in agentbox_testkit::rootfs::BINARIES.iter().chain(&binaries) {
+        h.update(b.as_bytes());
+        if let Ok(bytes) = fs_err::read(b) {
+            h.update(&bytes);
+        }
+    }
+    for t in &trees {
+        h.update(t.as_bytes());
+    }
+    let repo = "agentbox-test-tools";
+    let tag = h.finalize().to_hex()[..16].to_owned();
+    let name = format!("{repo}:{tag}");
+    // Parallel test processes: one imports, the others wait and find it.
+    let lock = std::fs::File::create(std::env::temp_dir().join("agentbox-test-tools.lock"))
+        .expect("lock file");
+    lock.lock().expect("lock");
+    if engine.image(&name).expect("inspect").is_some() {
+        return name;
+    }
+    let work = tempfile::tempdir().expect("tmp");
+    let tar = work.path().join("rootfs.tar");
+    agentbox_testkit::rootfs::build_tar_with(work.path(), &tar, &binaries, &trees);
+    engine
+        .import_rootfs(
+            &tar,
+            repo,
+            &tag,
+            &["ENV PATH=/usr/bin:/bin".into(), "WORKDIR /workspace".into()],
+        )
+        .expect("import");
+    name
 }
