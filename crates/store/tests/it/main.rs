@@ -12,5 +12,4 @@ mod conformance;
 mod fsops;
 mod held;
 mod index;
-mod prestage;
 mod setup;

@@ -12,7 +12,6 @@ mod capture;
 mod exec;
 mod isolation;
 mod lifecycle;
-mod prestage;
 mod remotes;
 mod seeding;
 

@@ -125,7 +125,7 @@ impl LayersBackend {
         Ok(dst)
     }
 
-    pub(crate) fn upper(dirs: &WorkDirs) -> PathBuf {
+    pub(super) fn upper(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join("upper")
     }
     pub(super) fn ovl(dirs: &WorkDirs) -> PathBuf {
@@ -260,13 +260,11 @@ impl LayersBackend {
 /// device flush per file: the journal commit forced by the `fsync` of the node that names
 /// the layer makes them durable with its inodes and directory entries (ext4 and xfs
 /// journal all metadata in one ordered log, so one commit covers every earlier change).
-/// The files renamed from prestaged copies whose data had reached the device already
-/// (`written`) are left out.
-fn write_out(tree: &Tree, dst: &Path, written: &dyn Fn(&Path) -> bool) -> Result<()> {
+fn write_out(tree: &Tree, dst: &Path) -> Result<()> {
     let files: Vec<PathBuf> = tree
         .entries
         .values()
-        .filter(|e| e.meta.kind == Kind::File && !written(&e.rel))
+        .filter(|e| e.meta.kind == Kind::File)
         .map(|e| dst.join(&e.rel))
         .collect();
     super::write_out(&files)
