@@ -97,6 +97,25 @@ impl DockerProvider {
             });
         }
         let engine = self.engine(rec.engine.as_deref(), rec.project.as_deref())?;
+        // A container of the box's name made by another agentbox home (its own box of the
+        // same name, after this one's container went) is never this box's: acting on it
+        // would read, run in or remove another home's box.
+        let container = names::container(name);
+        if let Some(c) = engine.container(&container).map_err(remote)? {
+            let home = names::home_key(&self.home);
+            if c.labels.get(names::HOME_LABEL) != Some(&home) {
+                return Err(BoxError::Remote {
+                    message: format!(
+                        "box {name:?}: container {container} on {} belongs to another agentbox home",
+                        engine.endpoint().shown()
+                    ),
+                    hint: Some(format!(
+                        "rename this box (agentbox rename {name} NEW) or remove that container once its owner no longer needs it"
+                    )),
+                    code: agentbox_core::exit::ExitCode::Refused.into(),
+                });
+            }
+        }
         Ok((rec, engine))
     }
 

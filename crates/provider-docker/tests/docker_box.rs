@@ -1,6 +1,8 @@
 //! The Docker provider through the façade, against a real engine (`.ci/run` starts
 //! `dockerd`): a box made from a dirty repository, its commands, its history as images,
 //! checkout, destroy and prune, and a create that fails leaving nothing.
+//!
+//! One file (over 600 lines): one box life cycle told end to end against one engine, whose tests share its fixtures.
 
 mod common;
 
