@@ -87,8 +87,10 @@ impl DockerProvider {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Box `name`'s record and engine.
-    pub(crate) fn boxed(&self, name: &str) -> Result<(BoxRecord, Arc<Engine>)> {
+    /// Box `name`'s record and engine, whoever owns the container of its name: only for
+    /// what never acts on that container unless it is this home's ([`Self::boxed`] is the
+    /// gate for everything else).
+    fn record_and_engine(&self, name: &str) -> Result<(BoxRecord, Arc<Engine>)> {
         let rec = record::read(&self.home, name)?;
         if rec.provider != KIND {
             return Err(BoxError::OtherProvider {
@@ -97,20 +99,30 @@ impl DockerProvider {
             });
         }
         let engine = self.engine(rec.engine.as_deref(), rec.project.as_deref())?;
+        Ok((rec, engine))
+    }
+
+    /// Whether `info` (a container of a box's name) was made by this home.
+    fn own(&self, info: &agentbox_docker::container::ContainerInfo) -> bool {
+        info.labels.get(names::HOME_LABEL) == Some(&names::home_key(&self.home))
+    }
+
+    /// Box `name`'s record and engine.
+    pub(crate) fn boxed(&self, name: &str) -> Result<(BoxRecord, Arc<Engine>)> {
+        let (rec, engine) = self.record_and_engine(name)?;
         // A container of the box's name made by another agentbox home (its own box of the
         // same name, after this one's container went) is never this box's: acting on it
         // would read, run in or remove another home's box.
         let container = names::container(name);
         if let Some(c) = engine.container(&container).map_err(remote)? {
-            let home = names::home_key(&self.home);
-            if c.labels.get(names::HOME_LABEL) != Some(&home) {
+            if !self.own(&c) {
                 return Err(BoxError::Remote {
                     message: format!(
                         "box {name:?}: container {container} on {} belongs to another agentbox home",
                         engine.endpoint().shown()
                     ),
                     hint: Some(format!(
-                        "rename this box (agentbox rename {name} NEW) or remove that container once its owner no longer needs it"
+                        "destroy this box (agentbox destroy {name}: that container is left alone), or remove that container once its owner no longer needs it"
                     )),
                     code: agentbox_core::exit::ExitCode::Refused.into(),
                 });
@@ -208,13 +220,15 @@ impl Provider for DockerProvider {
         self.ensure_started(&engine, &rec)
     }
 
+    /// Another home's container of the box's name is not this box's: it is left running
+    /// (so that `destroy` of a box whose container went works without touching it).
     fn stop(&self, name: &str) -> Result<bool> {
-        let (_, engine) = self.boxed(name)?;
+        let (_, engine) = self.record_and_engine(name)?;
         let c = names::container(name);
         let running = engine
             .container(&c)
             .map_err(remote)?
-            .is_some_and(|i| i.running);
+            .is_some_and(|i| i.running && self.own(&i));
         if running {
             engine.stop_container(&c, STOP_GRACE_SECS).map_err(remote)?;
         }
@@ -224,7 +238,8 @@ impl Provider for DockerProvider {
     /// The container goes; its images stay until GC frees their nodes (`prune` removes
     /// them then).
     fn forget(&self, name: &str) {
-        let Ok((_, engine)) = self.boxed(name) else {
+        // `remove_own_container` removes only this home's container.
+        let Ok((_, engine)) = self.record_and_engine(name) else {
             return;
         };
         let _ = crate::prune::remove_own_container(&self.home, &engine, name);

@@ -42,7 +42,7 @@ pub fn unified(
         }
         String::from_utf8(bytes).map_err(|_| "binary")
     };
-    let path = change.path.to_string_lossy();
+    let name = |prefix: &str| quoted(prefix, &change.path.to_string_lossy());
     match (read(old, None), read(new, beneath)) {
         (Ok(a), Ok(b)) => {
             let diff = similar::TextDiff::from_lines(&a, &b);
@@ -51,12 +51,12 @@ pub fn unified(
                 .context_radius(3)
                 .header(
                     &if old.is_some() {
-                        format!("a/{path}")
+                        name("a/")
                     } else {
                         "/dev/null".into()
                     },
                     &if new.is_some() {
-                        format!("b/{path}")
+                        name("b/")
                     } else {
                         "/dev/null".into()
                     },
@@ -64,8 +64,43 @@ pub fn unified(
                 .to_string();
             Some(text)
         }
-        (Err(why), _) | (_, Err(why)) => Some(format!("{why} file {path} differs\n")),
+        (Err(why), _) | (_, Err(why)) => Some(format!("{why} file {} differs\n", name(""))),
     }
+}
+
+/// `prefix` + `path` as a patch header names it: as is, or, when the path holds a control
+/// character (a newline above all), a double quote or a backslash, C-quoted in double quotes
+/// as git does (`"b/a\nb"`). A path is box-controlled: unquoted, a newline in a file name
+/// would start a line of the patch's own (a forged `+++` header or hunk) that no escaping of
+/// the printed text can tell from a real one.
+fn quoted(prefix: &str, path: &str) -> String {
+    if !path
+        .chars()
+        .any(|c| c.is_control() || c == '"' || c == '\\')
+    {
+        return format!("{prefix}{path}");
+    }
+    let mut out = String::with_capacity(path.len() + prefix.len() + 2);
+    out.push('"');
+    out.push_str(prefix);
+    for c in path.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\{b:03o}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -107,6 +142,29 @@ mod tests {
             unified(&change(ChangeKind::MetaChanged), Some(&a), Some(&b), None),
             None
         );
+    }
+
+    /// A box-controlled file name with a newline cannot start a line of the patch: the
+    /// headers and the note of a binary file quote it as git does.
+    #[test]
+    fn names_with_newlines_or_quotes_are_quoted() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let (b, bin) = (d.path().join("b"), d.path().join("bin"));
+        std::fs::write(&b, "one\n").expect("write");
+        std::fs::write(&bin, b"\0").expect("write");
+        let mut c = change(ChangeKind::Added);
+        c.path = PathBuf::from("d/x\n+++ b/evil\t\"\\\u{1b}");
+        let p = unified(&c, None, Some(&b), None).expect("a diff");
+        assert_eq!(
+            p.lines()
+                .filter(|l| l.starts_with("+++"))
+                .collect::<Vec<_>>(),
+            ["+++ \"b/d/x\\n+++ b/evil\\t\\\"\\\\\\033\""],
+            "{p}"
+        );
+        let note = unified(&c, None, Some(&bin), None).expect("a note");
+        assert_eq!(note.lines().count(), 1, "{note}");
+        assert_eq!(quoted("a/", "plain é"), "a/plain é");
     }
 
     /// A running box swaps a listed directory for a symlink to a host directory, or a

@@ -141,6 +141,7 @@ pub enum Command {
     /// Stop a box: every process is killed; the tree and history stay: [BOX].
     Stop(BoxArg),
     /// List boxes (this project's, or --all) and versioned directories.
+    #[command(alias = "ls")]
     List(ListArgs),
     /// A box's state, branches (ahead/behind, uncommitted files) and processes; the store's
     /// backend, counts and true disk usage: [BOX].

@@ -444,6 +444,43 @@ fn diff_takes_a_box_and_shows_contents_with_patch() {
     assert!(out.contains("+more"), "{out}");
 }
 
+/// A file name is box-controlled: one holding a newline and a forged header must not add a
+/// line of its own to the patch (git quotes such names; so does agentbox).
+#[test]
+fn a_file_name_cannot_forge_lines_of_a_patch() {
+    let Some(b) = Boxes::new("a_file_name_cannot_forge_lines_of_a_patch") else {
+        return;
+    };
+    b.create("fp", &[]);
+    b.env.ok(&[
+        "exec",
+        "fp",
+        "--no-capture",
+        "--",
+        "sh",
+        "-c",
+        "printf 'x\\n' > \"$(printf 'z\\n+++ forged\\n@@ -0,0 +1 @@\\n+owned')\"; printf 'v\\n' > 'q\"uote'",
+    ]);
+    let out = b.env.ok(&["diff", "fp", "-p"]);
+    let forged: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("+++ forged") || *l == "+owned")
+        .collect();
+    assert!(forged.is_empty(), "forged lines {forged:?} in:\n{out}");
+    // The name is there, quoted as git quotes it.
+    assert!(
+        out.contains("+++ \"b/workspace/z\\n+++ forged\\n@@ -0,0 +1 @@\\n+owned\""),
+        "{out}"
+    );
+    assert!(out.contains("+++ \"b/workspace/q\\\"uote\""), "{out}");
+    // Each added file has exactly one header pair.
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("+++ ")).count(),
+        2,
+        "{out}"
+    );
+}
+
 #[test]
 fn boxes_listed_across_projects_name_their_project_and_status_lists_a_projects_boxes() {
     let Some(b) = Boxes::new(
