@@ -12,6 +12,9 @@
 //!   period, whatever their box. Images
 //!   built from a Dockerfile (no box label) stay.
 //!
+//! * `container`: a destroyed box's container queued while its engine did not answer
+//!   ([`crate::discard`]), reported kept while it still does not.
+//!
 //! The engines looked at are those of the home's Docker boxes and of its ledger
 //! ([`crate::ledger`]): a home that never had a Docker box asks no engine. One that does
 //! not answer is reported (its leftovers kept) when something of this home still needs it
@@ -89,7 +92,8 @@ pub fn prune(
 ) -> Result<Vec<BoxLeftover>> {
     let live = boxes(&p.home)?;
     let released = store.released(KIND)?;
-    let used = !live.is_empty() || !released.is_empty();
+    let used =
+        !live.is_empty() || !released.is_empty() || !crate::ledger::queued(&p.home)?.is_empty();
     let mut out = Vec::new();
     let mut engines: Vec<Arc<Engine>> = Vec::new();
     // A freed image may be on any of them: its queue entry stays until all answered.
@@ -226,6 +230,7 @@ pub fn prune(
             });
         }
     }
+    out.extend(crate::discard::settle_queue(p, &engines, dry_run)?);
     Ok(out)
 }
 
