@@ -176,7 +176,6 @@ pub fn prune(
         let containers = engine
             .containers_labelled(names::HOME_LABEL, &key)
             .map_err(crate::errors::remote)?;
-        let in_use: HashSet<String> = containers.iter().map(|c| c.image.clone()).collect();
         for c in &containers {
             // A look at a node lives only as long as the diff that made it.
             let look = c.labels.contains_key(names::LOOK_LABEL);
@@ -200,6 +199,13 @@ pub fn prune(
                 outcome: outcome(dry_run, || engine.remove_container(&c.name).map(|_| ())),
             });
         }
+        // After the containers just removed: their images go in the same prune.
+        let in_use: HashSet<String> = engine
+            .containers_labelled(names::HOME_LABEL, &key)
+            .map_err(crate::errors::remote)?
+            .into_iter()
+            .map(|c| c.image)
+            .collect();
         for i in engine
             .images_labelled(names::HOME_LABEL, &key)
             .map_err(crate::errors::remote)?

@@ -52,7 +52,7 @@ else while [ -n "$wd" ] && [ ! -d "$wd" ]; do wd=${wd%/*}; done; cd "${wd:-/}" |
 command -v "$1" >/dev/null 2>&1 || exit 127
 d=/var/log/agentbox
 mkdir -p "$d" 2>/dev/null && : > "$d/$id.log" || exit 125
-sh -c 'echo $$ > "$0"; exec "$@"' "$d/$id.pid" "$@" </dev/null >"$d/$id.log" 2>&1
+sh -c 'echo $$ > "$0.pid"; exec "$@" </dev/null >"$0.log" 2>&1' "$d/$id" "$@"
 s=$?
 echo "$s" > "$d/$id.status"
 exit "$s""#;
