@@ -45,9 +45,11 @@ pub fn discard(p: &DockerProvider, name: &str) -> Result<Option<String>> {
     }
 }
 
-/// The queued containers (see the module's documentation) against the engines `prune`
-/// reached (`engines`): one on an engine that did not answer is reported kept; one gone
-/// (removed by `prune` just before, or by hand) comes off the queue unless `dry_run`.
+/// The queued containers (see the module's documentation), each looked for on its engine
+/// (one of `engines`, those `prune` reached, or connected now): one on an engine that does
+/// not answer is reported kept; one still there — this home's, made before its box was
+/// destroyed (a later one of that name is another box's), its box gone — is removed
+/// unless `dry_run`; one gone comes off the queue.
 pub(crate) fn settle_queue(
     p: &DockerProvider,
     engines: &[Arc<Engine>],
@@ -56,13 +58,18 @@ pub(crate) fn settle_queue(
     let key = names::home_key(&p.home);
     let mut out = Vec::new();
     for q in crate::ledger::queued(&p.home)? {
-        let Some(engine) = engines.iter().find(|e| e.endpoint().host == q.engine) else {
+        let engine = match engines.iter().find(|e| e.endpoint().host == q.engine) {
+            Some(e) => Some(Arc::clone(e)),
+            None => p.try_engine(Some(&q.engine), None)?.ok(),
+        };
+        let what = format!(
+            "the container of a box destroyed while its engine did not answer, on {}",
+            q.engine
+        );
+        let Some(engine) = engine else {
             out.push(BoxLeftover {
                 kind: "container".into(),
-                what: format!(
-                    "the container of a box destroyed while its engine did not answer, on {}",
-                    q.engine
-                ),
+                what,
                 target: q.container.clone(),
                 outcome: PruneOutcome::Kept(format!(
                     "the Docker engine at {} did not answer",
@@ -71,16 +78,40 @@ pub(crate) fn settle_queue(
             });
             continue;
         };
+        let since = q.since.timestamp();
         let left = engine
-            .container(&q.container)
+            .containers_labelled(names::HOME_LABEL, &key)
             .map_err(remote)?
-            .filter(|c| c.labels.get(names::HOME_LABEL) == Some(&key))
+            .into_iter()
+            .find(|c| c.name == q.container)
+            .filter(|c| c.created.is_none_or(|t| t <= since))
             .filter(|c| {
                 c.labels
                     .get(names::BOX_LABEL)
                     .is_none_or(|b| !BoxDirs::new(&p.home, b).record().exists())
             });
-        if left.is_none() && !dry_run {
+        let gone = match left {
+            None => true,
+            Some(c) => {
+                let outcome = if dry_run {
+                    PruneOutcome::WouldRemove
+                } else {
+                    match engine.remove_container(&c.name) {
+                        Ok(_) => PruneOutcome::Removed,
+                        Err(e) => PruneOutcome::Kept(e.to_string()),
+                    }
+                };
+                let gone = outcome == PruneOutcome::Removed;
+                out.push(BoxLeftover {
+                    kind: "container".into(),
+                    what,
+                    target: c.name.clone(),
+                    outcome,
+                });
+                gone
+            }
+        };
+        if gone && !dry_run {
             crate::ledger::unqueue(&p.home, &q)?;
         }
     }

@@ -66,10 +66,10 @@ pub fn queued(home: &Home) -> Result<Vec<Queued>> {
     Ok(agentbox_core::atomic::read_json_opt(&queue_path(home))?.unwrap_or_default())
 }
 
-/// Queue container `container` on the engine at URL `engine` for `prune` (its engine
-/// noted too).
+/// Queue container `container` on the engine at URL `engine` for `prune`. The engine is
+/// not noted among [`engines`] for it: one that never answers again must not hold back
+/// what `prune` removes elsewhere.
 pub fn queue(home: &Home, engine: &str, container: &str) -> Result<()> {
-    note(home, engine)?;
     let _lock = locked(home, "queue a container")?;
     let mut all = queued(home)?;
     if !all
@@ -126,7 +126,7 @@ mod tests {
     }
 
     #[test]
-    fn a_container_is_queued_once_and_its_engine_noted() {
+    fn a_container_is_queued_once() {
         let dir = tempfile::tempdir().expect("tmp");
         let home = Home::at(dir.path().join("home"));
         queue(&home, "ssh://me@big", "agentbox-a").expect("queue");
@@ -137,7 +137,7 @@ mod tests {
             q.iter().map(|q| q.container.as_str()).collect::<Vec<_>>(),
             ["agentbox-a", "agentbox-b"]
         );
-        assert!(engines(&home).expect("engines").contains("ssh://me@big"));
+        assert!(engines(&home).expect("engines").is_empty());
         unqueue(&home, &q[0]).expect("unqueue");
         assert_eq!(queued(&home).expect("read"), q[1..]);
     }

@@ -13,7 +13,7 @@
 //!   built from a Dockerfile (no box label) stay.
 //!
 //! * `container`: a destroyed box's container queued while its engine did not answer
-//!   ([`crate::discard`]), reported kept while it still does not.
+//!   ([`crate::discard::settle_queue`]), removed once it answers, reported kept until then.
 //!
 //! The engines looked at are those of the home's Docker boxes and of its ledger
 //! ([`crate::ledger`]): a home that never had a Docker box asks no engine. One that does
