@@ -49,11 +49,13 @@ pub fn discard(p: &DockerProvider, name: &str) -> Result<Option<String>> {
 /// (one of `engines`, those `prune` reached, or connected now): one on an engine that does
 /// not answer is reported kept; one still there — this home's, made before its box was
 /// destroyed (a later one of that name is another box's), its box gone — is removed
-/// unless `dry_run`; one gone comes off the queue.
+/// unless `dry_run`; one gone comes off the queue. One `prune` reported already
+/// (`reported`, as the container of a box that no longer exists) is not reported twice.
 pub(crate) fn settle_queue(
     p: &DockerProvider,
     engines: &[Arc<Engine>],
     dry_run: bool,
+    reported: &[BoxLeftover],
 ) -> Result<Vec<BoxLeftover>> {
     let key = names::home_key(&p.home);
     let mut out = Vec::new();
@@ -90,8 +92,15 @@ pub(crate) fn settle_queue(
                     .get(names::BOX_LABEL)
                     .is_none_or(|b| !BoxDirs::new(&p.home, b).record().exists())
             });
+        let seen = |c: &agentbox_docker::container::ContainerInfo| {
+            reported
+                .iter()
+                .any(|l| l.kind == "container" && l.target == c.name)
+        };
         let gone = match left {
             None => true,
+            // Reported (as would be removed, or kept and why) by prune already.
+            Some(c) if seen(&c) => false,
             Some(c) => {
                 let outcome = if dry_run {
                     PruneOutcome::WouldRemove

@@ -236,7 +236,8 @@ pub fn prune(
             });
         }
     }
-    out.extend(crate::discard::settle_queue(p, &engines, dry_run)?);
+    let queued = crate::discard::settle_queue(p, &engines, dry_run, &out)?;
+    out.extend(queued);
     Ok(out)
 }
 
