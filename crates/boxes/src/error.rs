@@ -88,6 +88,8 @@ pub enum BoxError {
     },
     #[error("box {name:?} has no process {target}")]
     NoSuchProcess { name: String, target: u64 },
+    #[error("box {name:?} has no log for process {id}")]
+    NoLog { name: String, id: u64 },
     #[error("box {name:?} could not start: {message}")]
     Sandbox { name: String, message: String },
     /// A command that could not be started in the box; `status` is the shell's (127 when
@@ -238,6 +240,7 @@ impl BoxError {
             | BoxError::NoStore { .. }
             | BoxError::NotRunning { .. }
             | BoxError::NoSuchProcess { .. }
+            | BoxError::NoLog { .. }
             | BoxError::NoSuchImage { .. } => ExitCode::NotFound.into(),
             BoxError::StoreExists { .. }
             | BoxError::InvalidName(_)
@@ -349,6 +352,9 @@ impl BoxError {
             BoxError::NoSuchProcess { name, .. } => {
                 Some(format!("`agentbox ps {name}` lists its processes"))
             }
+            BoxError::NoLog { name, .. } => Some(format!(
+                "`agentbox ps {name}` lists running processes; logs exist for spawned ones"
+            )),
             BoxError::SpawnExited { name, id, .. } => Some(format!(
                 "`agentbox logs {name} {id}` shows its whole output, `agentbox ps {name}` its exit"
             )),

@@ -85,7 +85,8 @@ pub struct Started {
     pub id: u64,
     /// Its PID inside the box.
     pub pid: i32,
-    /// Where its output goes.
+    /// Where its output goes: a file on the host, or one inside the box for a provider that
+    /// keeps it there (`agentbox logs` reads either through the provider).
     pub log: std::path::PathBuf,
 }
 
@@ -180,6 +181,12 @@ pub trait Provider: Send + Sync {
             reason: "only the docker provider builds box images from a Dockerfile".into(),
         })
     }
+    /// Box `rec`'s network as a person reads it, when this provider gives it another
+    /// meaning than a box in this host's sandbox has (`None`: that one).
+    fn network_shown(&self, rec: &crate::records::record::BoxRecord) -> Option<String> {
+        let _ = rec;
+        None
+    }
     /// The refusal of something this provider cannot do for box `name`.
     fn cannot(&self, name: &str, what: &str) -> crate::BoxError {
         crate::BoxError::ProviderCannot {
@@ -198,6 +205,15 @@ pub trait Provider: Send + Sync {
     /// Let go of whatever the provider keeps for a box that is being destroyed (its cgroup,
     /// say), after [`Provider::stop`].
     fn forget(&self, name: &str);
+    /// Stop box `name` for good and let go of it ([`Provider::stop`], then
+    /// [`Provider::forget`]), as its destruction begins. A provider whose box's runtime
+    /// cannot be reached now may leave what it has there for `prune` instead: then the
+    /// warning saying so (the destruction goes on).
+    fn discard(&self, name: &str) -> Result<Option<String>> {
+        self.stop(name)?;
+        self.forget(name);
+        Ok(None)
+    }
     /// Delete the working files of a destroyed box (see
     /// [`agentbox_store::Store::discard_env`]). Here, before returning, unless the provider
     /// can hand the deletion to a process of its own, so that `destroy` does not wait for it.
@@ -254,6 +270,13 @@ pub trait Provider: Send + Sync {
     /// Start `command` (its `kind`, `capture` and `tty` unused) in the background in the
     /// box (starting it when stopped), its output to a log.
     fn spawn(&self, name: &str, command: Command) -> Result<Started>;
+    /// Up to `max` bytes of the log of box `name`'s spawned process `id` from byte
+    /// `offset` (none at or past its end); `None` when it has no such log. The log is the
+    /// box's text: what is read of it is bounded by `max`, whatever the box does.
+    fn read_log(&self, name: &str, id: u64, offset: u64, max: usize) -> Result<Option<Vec<u8>>> {
+        let _ = (id, offset, max);
+        Err(self.cannot(name, "keep the logs of a box's processes"))
+    }
     /// Run `argv` in the box (starting it when stopped) in directory `cwd`, with no input,
     /// collecting its output; with `capture`, a change it makes becomes a node.
     fn collect(&self, name: &str, argv: Vec<String>, cwd: &str, capture: bool)

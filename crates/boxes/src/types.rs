@@ -97,6 +97,28 @@ pub const RECENT_EXITS: usize = 20;
 /// How many lines of an ended process's output are kept with its exit.
 pub const EXIT_OUTPUT_LINES: usize = 5;
 
+/// How much of the start of a process's log [`output_lines`] is given.
+pub const EXIT_OUTPUT_HEAD: usize = 16 * 1024;
+
+/// The first `n` non-blank lines of `head` (the start of a process's log), each cut to a
+/// line's worth of characters: what is kept of its output with its exit.
+pub fn output_lines(head: &[u8], n: usize) -> Vec<String> {
+    const WIDTH: usize = 200;
+    String::from_utf8_lossy(head)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(n)
+        .map(|l| {
+            let mut l = l.trim_end().to_owned();
+            if let Some((cut, _)) = l.char_indices().nth(WIDTH) {
+                l.truncate(cut);
+                l.push('…');
+            }
+            l
+        })
+        .collect()
+}
+
 /// One of a running box's private tmpfs mounts (`/tmp`, `/run`, `/dev/shm`): its memory is
 /// the box's, so `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

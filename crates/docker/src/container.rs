@@ -68,6 +68,9 @@ pub struct ContainerInfo {
     pub labels: HashMap<String, String>,
     /// When it was made, in seconds since the epoch (`None`: not said, as by an inspect).
     pub created: Option<i64>,
+    /// When it last started, as the engine says it (RFC 3339; `None`: not said, as by a
+    /// listing). A process of an earlier run is gone, whatever its PID now names.
+    pub started: Option<String>,
 }
 
 impl Engine {
@@ -156,9 +159,10 @@ impl Engine {
                     .map(|n| n.trim_start_matches('/').to_owned())
                     .unwrap_or_default(),
                 image: c.image.unwrap_or_default(),
-                running: c.state.and_then(|s| s.running).unwrap_or(false),
+                running: c.state.as_ref().and_then(|s| s.running).unwrap_or(false),
                 labels: c.config.and_then(|c| c.labels).unwrap_or_default(),
                 created: None,
+                started: c.state.and_then(|s| s.started_at),
             })),
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(self.fail(&format!("inspect container {name}"), e)),
@@ -190,6 +194,7 @@ impl Engine {
                 running: c.state.is_some_and(|s| s.to_string() == "running"),
                 labels: c.labels.unwrap_or_default(),
                 created: c.created,
+                started: None,
             })
             .collect())
     }

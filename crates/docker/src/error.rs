@@ -35,6 +35,10 @@ pub enum DockerError {
     /// A container the operation needs is not on the engine.
     #[error("container {container:?} is not on the Docker engine at {engine}")]
     ContainerMissing { engine: String, container: String },
+    /// A command's container was removed while the command ran (the engine forgets the
+    /// command with it): the command was killed with it.
+    #[error("container {container:?} on the Docker engine at {engine} was removed while the command ran")]
+    ExecGone { engine: String, container: String },
     /// An image that cannot be removed while something needs it: a container runs on it,
     /// or it is the parent of another image (the engine's "conflict").
     #[error("image {image:?} on the Docker engine at {engine} is in use: {why}")]
@@ -77,6 +81,9 @@ impl DockerError {
             DockerError::TooOld { .. } => "upgrade the Docker engine (20.10 or later)".into(),
             DockerError::ImageMissing { .. } => {
                 "build it there (`agentbox image build`) or pull it with `docker pull`".into()
+            }
+            DockerError::ExecGone { .. } => {
+                "the command was killed with its container (a checkout or a destroy of its box replaces or removes it)".into()
             }
             DockerError::ContainerMissing { .. } => {
                 "it was removed behind agentbox's back; `agentbox prune` forgets it".into()

@@ -192,9 +192,17 @@ impl Engine {
             }
         })?;
         for _ in 0..EXIT_POLLS {
-            let state = self
-                .block_on(self.docker.inspect_exec(&id))
-                .map_err(|e| self.fail(&doing, e))?;
+            let state = match self.block_on(self.docker.inspect_exec(&id)) {
+                Ok(state) => state,
+                // The engine forgets a container's execs with it.
+                Err(e) if crate::engine::is_not_found(&e) => {
+                    return Err(DockerError::ExecGone {
+                        engine: self.endpoint().shown(),
+                        container: container.to_owned(),
+                    })
+                }
+                Err(e) => return Err(self.fail(&doing, e)),
+            };
             if state.running != Some(true) {
                 return Ok(state.exit_code.unwrap_or(-1));
             }

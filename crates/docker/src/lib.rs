@@ -5,7 +5,8 @@
 //! `DOCKER_HOST`, the current docker context, the default socket), the connection and its
 //! version check ([`engine`]), images ([`image`]: inspect, import of a root filesystem, tag,
 //! remove; [`image_build`]: a Dockerfile built under the fingerprint of its context), containers ([`container`]: created hardened, started, stopped, removed), commands
-//! in them ([`exec`]: exact argv, stdio, exit status), files copied into them ([`archive`]) and out of them ([`download`]),
+//! in them ([`exec`]: exact argv, stdio, exit status; [`detached`]: left running), whether one
+//! just started stays up ([`settle`]), files copied into them ([`archive`]) and out of them ([`download`], part of one: [`range`]),
 //! what changed in them ([`changes`]) and commits ([`commit`]); an
 //! `ssh://` engine is reached through the system's `ssh` ([`ssh`]), a `tcp://` one with TLS
 //! on keep-alive connections (`tls`).
@@ -21,6 +22,7 @@ pub mod archive;
 pub mod changes;
 pub mod commit;
 pub mod container;
+pub mod detached;
 pub mod download;
 pub mod endpoint;
 pub mod engine;
@@ -28,6 +30,8 @@ pub mod error;
 pub mod exec;
 pub mod image;
 pub mod image_build;
+pub mod range;
+pub mod settle;
 pub mod ssh;
 mod tls;
 mod upload;

@@ -28,6 +28,9 @@ pub fn checkout(p: &DockerProvider, name: &str, reference: &str) -> Result<Check
     };
     let store = Store::open(&p.home.store_dir())?;
     let (node, held) = store.checkout_held(name, reference, KIND)?;
+    // Best effort: background processes whose end is not noted now are noted later as
+    // ended with their container.
+    let _ = crate::spawn::before_remake(p, &engine, name);
     crate::remake::remake(p, &engine, &rec, &held.object)?;
     if running {
         engine.start_container(&container).map_err(remote)?;

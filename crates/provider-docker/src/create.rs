@@ -4,7 +4,8 @@
 //!
 //! The container the box runs in is made from the first node's image, not from the base
 //! image the workspace was sent onto: a box's container then differs from its image by
-//! exactly what the box changed ([`crate::capture`] relies on it).
+//! exactly what the box changed ([`crate::capture`] relies on it). It is started, and must
+//! stay up ([`crate::came_up`]): a box whose container dies at once is no box.
 
 use agentbox_boxes::progress::Progress;
 use agentbox_boxes::provider::{NewBox, NewTree, Provider};
@@ -118,6 +119,7 @@ fn make(
         .create_container(&spec::container(&p.home, name, &id, &settings))
         .map_err(remote)?;
     made.container = true;
+    crate::came_up::start(engine, name)?;
     Ok(Held {
         by: KIND.to_owned(),
         object: id,

@@ -16,9 +16,10 @@ pub fn remote(e: DockerError) -> BoxError {
         | DockerError::BadHost { .. }
         | DockerError::BadContext { .. } => ExitCode::BadConfig,
         DockerError::TooOld { .. } | DockerError::ImageInUse { .. } => ExitCode::Refused,
-        DockerError::Unreachable { .. } | DockerError::Engine { .. } | DockerError::Io(_) => {
-            ExitCode::Failure
-        }
+        DockerError::Unreachable { .. }
+        | DockerError::Engine { .. }
+        | DockerError::ExecGone { .. }
+        | DockerError::Io(_) => ExitCode::Failure,
     };
     BoxError::Remote {
         message: e.to_string(),

@@ -13,7 +13,8 @@
 //! * [`spec`] — the container a box runs in;
 //! * [`seed`] — a new box's `/workspace`, made on the host and sent as one tar;
 //! * [`image`] — the image a box starts from (`--image`, or built from `--dockerfile`);
-//! * [`create`] — a new box's container and first node;
+//! * [`create`] — a new box's container and first node, [`came_up`] its container seen
+//!   to stay up;
 //! * [`run`] — commands in a box (exec, collect), [`terminal`] their terminal,
 //!   [`start_failure`] the error of one that could not start;
 //! * [`boxgit`] — git on the box's repositories, run inside its container (sync, dirty
@@ -22,14 +23,19 @@
 //! * [`node_diff`] — `show`/`diff` of its nodes, by their [`manifest`]s;
 //! * [`checkout`] — a box moved to another node (its container recreated), [`remake`]
 //!   its container made again (also when it is gone);
-//! * [`procs`] — its processes;
+//! * [`procs`] — its processes; [`spawn`] its background ones, [`spawned`] the host's table
+//!   of them;
+//! * [`discard`] — a destroyed box's container let go of (left for `prune` when its engine
+//!   does not answer);
 //! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
 //!   engines to look on.
 
 pub mod boxgit;
+pub mod came_up;
 pub mod capture;
 pub mod checkout;
 pub mod create;
+pub mod discard;
 pub mod errors;
 pub mod image;
 pub mod ledger;
@@ -42,6 +48,8 @@ pub mod prune;
 pub mod remake;
 pub mod run;
 pub mod seed;
+pub mod spawn;
+pub mod spawned;
 pub mod spec;
 pub mod start_failure;
 pub mod terminal;

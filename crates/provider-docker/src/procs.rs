@@ -2,7 +2,9 @@
 //! sees them), and signals sent by its `kill`.
 //!
 //! Not listed: Docker's init (PID 1), the container's keep-alive command
-//! ([`crate::spec::KEEP_ALIVE`]) and its `sleep`, and the listing's own shell and its children.
+//! ([`crate::spec::KEEP_ALIVE`]) and its `sleep`, the listing's own shell and its children,
+//! and the wrappers of background processes ([`crate::spawn`]), whose processes are listed
+//! by their ids from the host's table.
 
 use agentbox_boxes::provider::OnBox;
 use agentbox_boxes::types::{ProcInfo, ProcKind};
@@ -23,17 +25,39 @@ const SEP: &[u8] = b"\0agentbox-proc\0";
 /// argv.
 const LIST: &str = r#"printf '%s' "$$"; for p in /proc/[0-9]*; do p=${p#/proc/}; s=$(cat "/proc/$p/stat" 2>/dev/null) || continue; s=${s##*) }; set -- $s; printf '\0agentbox-proc\0%s\0%s\0' "$p" "$2"; cat "/proc/$p/cmdline" 2>/dev/null; done"#;
 
-/// The processes of the running box's container (PID, argv).
-fn read(engine: &Engine, name: &str) -> Result<Vec<(i32, Vec<String>)>> {
+/// What separates the process listing from [`crate::spawn::STATES`]'s in one output.
+const SPAWNS: &[u8] = b"\0agentbox-spawns\0";
+
+/// One process of the box, as its `/proc` shows it.
+pub(crate) struct Proc {
+    pub pid: i32,
+    pub argv: Vec<String>,
+    /// A background process's (a child of its wrapper, see [`crate::spawn`]): the host's
+    /// table says what it is.
+    pub spawned: bool,
+}
+
+/// The processes of the running box's container (not its own, nor the wrappers of its
+/// background processes), and what its background processes' files say.
+fn read(engine: &Engine, name: &str) -> Result<(Vec<Proc>, crate::spawn::States)> {
+    let script = format!(
+        "{LIST}; printf '\\0agentbox-spawns\\0'; {}",
+        crate::spawn::STATES
+    );
     let spec = ExecSpec {
-        argv: vec!["sh".into(), "-c".into(), LIST.into()],
+        argv: vec!["sh".into(), "-c".into(), script],
         ..Default::default()
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     engine
         .exec(&names::container(name), &spec, None, &mut out, &mut err)
         .map_err(remote)?;
-    let mut parts = split(&out, SEP).into_iter();
+    // The last one: the states follow every argv.
+    let (listing, states) = match out.windows(SPAWNS.len()).rposition(|w| w == SPAWNS) {
+        Some(i) => (&out[..i], &out[i + SPAWNS.len()..]),
+        None => (&out[..], &[][..]),
+    };
+    let mut parts = split(listing, SEP).into_iter();
     let own: Option<i32> = parts
         .next()
         .and_then(|p| std::str::from_utf8(p).ok()?.parse().ok());
@@ -61,6 +85,11 @@ fn read(engine: &Engine, name: &str) -> Result<Vec<(i32, Vec<String>)>> {
         .filter(|(_, _, argv)| *argv == keep_alive)
         .map(|(pid, _, _)| *pid)
         .collect();
+    let wrappers: Vec<i32> = all
+        .iter()
+        .filter(|(_, _, argv)| crate::spawn::is_wrapper(argv))
+        .map(|(pid, _, _)| *pid)
+        .collect();
     let procs = all
         .into_iter()
         .filter(|(pid, ppid, argv)| {
@@ -70,10 +99,15 @@ fn read(engine: &Engine, name: &str) -> Result<Vec<(i32, Vec<String>)>> {
                 && !argv.is_empty()
                 && !keepers.contains(pid)
                 && !keepers.contains(ppid)
+                && !wrappers.contains(pid)
         })
-        .map(|(pid, _, argv)| (pid, argv))
+        .map(|(pid, ppid, argv)| Proc {
+            pid,
+            argv,
+            spawned: wrappers.contains(&ppid),
+        })
         .collect();
-    Ok(procs)
+    Ok((procs, crate::spawn::parse_states(states)))
 }
 
 fn split<'a>(data: &'a [u8], sep: &[u8]) -> Vec<&'a [u8]> {
@@ -89,40 +123,93 @@ fn split<'a>(data: &'a [u8], sep: &[u8]) -> Vec<&'a [u8]> {
 
 /// How many processes box `name`'s running container has (beyond its own).
 pub(crate) fn count(engine: &Engine, name: &str) -> Result<usize> {
-    Ok(read(engine, name)?.len())
+    Ok(read(engine, name)?.0.len())
 }
 
-/// Box `name`'s processes (`Stopped`: its container does not run). Their start time is
-/// not read: it is given as the time of the listing.
+/// The running box's processes and its table of background processes, settled
+/// ([`crate::spawn::settle`]); `None` when its container does not run.
+fn look(
+    p: &DockerProvider,
+    engine: &Engine,
+    name: &str,
+) -> Result<Option<(Vec<Proc>, crate::spawned::Held)>> {
+    let Some(info) = engine
+        .container(&names::container(name))
+        .map_err(remote)?
+        .filter(|c| c.running)
+    else {
+        return Ok(None);
+    };
+    let (procs, states) = read(engine, name)?;
+    let held = crate::spawn::settle(p, engine, name, &info, &states)?;
+    Ok(Some((procs, held)))
+}
+
+/// Box `name`'s processes (`Stopped`: its container does not run): its background ones
+/// by their ids, the others by their PIDs (their start time is not read: it is given as
+/// the time of the listing), then the background ones that ended.
 pub fn list(p: &DockerProvider, name: &str) -> Result<OnBox<Vec<ProcInfo>>> {
     let (_, engine) = p.boxed(name)?;
-    if !p.running(&engine, name)? {
+    let Some((procs, held)) = look(p, &engine, name)? else {
         return Ok(OnBox::Stopped);
-    }
+    };
     let now = chrono::Utc::now();
-    Ok(OnBox::Running(
-        read(&engine, name)?
-            .into_iter()
-            .map(|(pid, argv)| ProcInfo {
-                id: u64::try_from(pid).unwrap_or(0),
-                pid,
-                kind: ProcKind::Exec,
-                argv,
-                started: now,
-                exit: None,
-            })
-            .collect(),
-    ))
+    let entry = |e: &crate::spawned::Entry| ProcInfo {
+        id: e.id,
+        pid: e.pid,
+        kind: ProcKind::Spawn,
+        argv: e.argv.clone(),
+        started: e.started,
+        exit: e.exit.clone(),
+    };
+    let table = &held.table.procs;
+    let mut out: Vec<ProcInfo> = table
+        .iter()
+        .filter(|e| e.exit.is_none())
+        .map(entry)
+        .collect();
+    out.extend(procs.into_iter().filter(|p| !p.spawned).map(|p| ProcInfo {
+        id: u64::try_from(p.pid).unwrap_or(0),
+        pid: p.pid,
+        kind: ProcKind::Exec,
+        argv: p.argv,
+        started: now,
+        exit: None,
+    }));
+    let mut ended: Vec<&crate::spawned::Entry> =
+        table.iter().filter(|e| e.exit.is_some()).collect();
+    ended.sort_by_key(|e| e.exit.as_ref().map(|x| x.ended));
+    out.extend(ended.into_iter().map(entry));
+    Ok(OnBox::Running(out))
 }
 
-/// Send `signal` to process `target` (a PID in the box) of box `name`.
+/// Send `signal` to process `target` of box `name`: a running background process's id
+/// first, else the PID of one of its processes.
 pub fn kill(p: &DockerProvider, name: &str, target: u64, signal: i32) -> Result<OnBox<()>> {
     let (_, engine) = p.boxed(name)?;
-    if !p.running(&engine, name)? {
+    let Some((procs, held)) = look(p, &engine, name)? else {
         return Ok(OnBox::Stopped);
-    }
+    };
+    let pid = held
+        .table
+        .procs
+        .iter()
+        .find(|e| e.id == target && e.exit.is_none() && e.pid > 0)
+        .map(|e| e.pid)
+        .or_else(|| {
+            procs
+                .iter()
+                .find(|p| u64::try_from(p.pid).ok() == Some(target))
+                .map(|p| p.pid)
+        })
+        .ok_or_else(|| BoxError::NoSuchProcess {
+            name: name.to_owned(),
+            target,
+        })?;
+    // Not held while the box is asked: others may look meanwhile.
+    drop(held);
     let spec = ExecSpec {
-        argv: vec!["kill".into(), format!("-{signal}"), target.to_string()],
+        argv: vec!["kill".into(), format!("-{signal}"), pid.to_string()],
         ..Default::default()
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());

@@ -51,11 +51,21 @@ impl DockerProvider {
     /// up in `docker.hosts` of the user's configuration for project `project` (the user's
     /// own layers: global, and the user's layer of that project).
     pub fn engine(&self, given: Option<&str>, project: Option<&Path>) -> Result<Arc<Engine>> {
+        self.try_engine(given, project)?.map_err(|(_, e)| remote(e))
+    }
+
+    /// [`Self::engine`], telling a connection that failed (`Err((URL, why))`: the engine
+    /// it resolved to does not answer, say) from an engine that cannot be named at all.
+    pub(crate) fn try_engine(
+        &self,
+        given: Option<&str>,
+        project: Option<&Path>,
+    ) -> Result<std::result::Result<Arc<Engine>, (String, agentbox_docker::DockerError)>> {
         // A URL is the same engine from every project.
         let project = project.filter(|_| given.is_some_and(|g| !g.contains("://")));
         let key = (given.map(str::to_owned), project.map(Path::to_path_buf));
         if let Some(e) = self.lock_engines().get(&key) {
-            return Ok(Arc::clone(e));
+            return Ok(Ok(Arc::clone(e)));
         }
         let env = |k: &str| std::env::var(k).ok();
         // Only a name is looked up (a URL, or no flag, needs no configuration).
@@ -75,9 +85,15 @@ impl DockerProvider {
             docker_config: endpoint::docker_config_dir(&env),
         };
         let ep = endpoint::resolve(&lookup).map_err(remote)?;
+        let url = ep.host.clone();
         // Connected outside the lock: an unreachable engine takes seconds to say so.
-        let engine = Arc::new(Engine::connect(ep).map_err(remote)?);
-        Ok(Arc::clone(self.lock_engines().entry(key).or_insert(engine)))
+        let engine = match Engine::connect(ep) {
+            Ok(e) => Arc::new(e),
+            Err(e) => return Ok(Err((url, e))),
+        };
+        Ok(Ok(Arc::clone(
+            self.lock_engines().entry(key).or_insert(engine),
+        )))
     }
 
     fn lock_engines(&self) -> std::sync::MutexGuard<'_, HashMap<EngineKey, Arc<Engine>>> {
@@ -245,6 +261,19 @@ impl Provider for DockerProvider {
         let _ = crate::prune::remove_own_container(&self.home, &engine, name);
     }
 
+    /// A container has no network at all, or the engine's default one (its own private
+    /// network, with outbound access).
+    fn network_shown(&self, rec: &BoxRecord) -> Option<String> {
+        Some(match rec.network {
+            agentbox_sandbox::proto::Network::None => "none (loopback only)".to_owned(),
+            _ => "the Docker engine's default network (private, with outbound access)".to_owned(),
+        })
+    }
+
+    fn discard(&self, name: &str) -> Result<Option<String>> {
+        crate::discard::discard(self, name)
+    }
+
     fn commit(
         &self,
         name: &str,
@@ -364,8 +393,12 @@ impl Provider for DockerProvider {
         crate::run::exec(self, name, command)
     }
 
-    fn spawn(&self, name: &str, _command: Command) -> Result<Started> {
-        Err(self.cannot(name, "run a background process in a box yet (spawn)"))
+    fn spawn(&self, name: &str, command: Command) -> Result<Started> {
+        crate::spawn::spawn(self, name, command)
+    }
+
+    fn read_log(&self, name: &str, id: u64, offset: u64, max: usize) -> Result<Option<Vec<u8>>> {
+        crate::spawn::read_log(self, name, id, offset, max)
     }
 
     fn collect(

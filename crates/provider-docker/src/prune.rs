@@ -12,6 +12,9 @@
 //!   period, whatever their box. Images
 //!   built from a Dockerfile (no box label) stay.
 //!
+//! * `container`: a destroyed box's container queued while its engine did not answer
+//!   ([`crate::discard::settle_queue`]), removed once it answers, reported kept until then.
+//!
 //! The engines looked at are those of the home's Docker boxes and of its ledger
 //! ([`crate::ledger`]): a home that never had a Docker box asks no engine. One that does
 //! not answer is reported (its leftovers kept) when something of this home still needs it
@@ -89,7 +92,8 @@ pub fn prune(
 ) -> Result<Vec<BoxLeftover>> {
     let live = boxes(&p.home)?;
     let released = store.released(KIND)?;
-    let used = !live.is_empty() || !released.is_empty();
+    let used =
+        !live.is_empty() || !released.is_empty() || !crate::ledger::queued(&p.home)?.is_empty();
     let mut out = Vec::new();
     let mut engines: Vec<Arc<Engine>> = Vec::new();
     // A freed image may be on any of them: its queue entry stays until all answered.
@@ -172,7 +176,6 @@ pub fn prune(
         let containers = engine
             .containers_labelled(names::HOME_LABEL, &key)
             .map_err(crate::errors::remote)?;
-        let in_use: HashSet<String> = containers.iter().map(|c| c.image.clone()).collect();
         for c in &containers {
             // A look at a node lives only as long as the diff that made it.
             let look = c.labels.contains_key(names::LOOK_LABEL);
@@ -196,6 +199,13 @@ pub fn prune(
                 outcome: outcome(dry_run, || engine.remove_container(&c.name).map(|_| ())),
             });
         }
+        // After the containers just removed: their images go in the same prune.
+        let in_use: HashSet<String> = engine
+            .containers_labelled(names::HOME_LABEL, &key)
+            .map_err(crate::errors::remote)?
+            .into_iter()
+            .map(|c| c.image)
+            .collect();
         for i in engine
             .images_labelled(names::HOME_LABEL, &key)
             .map_err(crate::errors::remote)?
@@ -226,6 +236,8 @@ pub fn prune(
             });
         }
     }
+    let queued = crate::discard::settle_queue(p, &engines, dry_run, &out)?;
+    out.extend(queued);
     Ok(out)
 }
 

@@ -1,7 +1,9 @@
 //! Commands in a box: the exact argv, in `/workspace` (or the directory asked for), with
 //! the box's environment and the caller's additions, attached to this process's standard
 //! input and output (or collected), on a terminal when asked; then, with capture, the
-//! node their changes make ([`crate::capture`]).
+//! node their changes make ([`crate::capture`]). A command whose container is removed
+//! under it (a checkout makes it again) ends as a `SIGKILL`ed one does (137), as in a
+//! local box.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use agentbox_boxes::provider::{Collected, Command};
 use agentbox_boxes::types::{ExecOutcome, ProcKind};
 use agentbox_boxes::Result;
 use agentbox_docker::exec::ExecSpec;
-use agentbox_docker::Engine;
+use agentbox_docker::{DockerError, Engine};
 
 use crate::errors::remote;
 use crate::names;
@@ -23,6 +25,8 @@ pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutc
     let (rec, engine) = p.boxed(name)?;
     p.ensure_started(&engine, &rec)?;
     let container = names::container(name);
+    // Which container it runs in: one replaced meanwhile killed it.
+    let ran_in = engine.container(&container).map_err(remote)?.map(|c| c.id);
     let workdir = match &command.workdir {
         Some(w) if w.explicit => w.path.clone(),
         Some(w) => existing_dir(&engine, &container, &w.path)?,
@@ -56,9 +60,22 @@ pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutc
         let stdin: Box<dyn std::io::Read + Send> = Box::new(std::io::stdin());
         let mut out = Sniff::new(std::io::stdout());
         let mut err = Sniff::new(std::io::stderr());
-        let status = engine
-            .exec(&container, &spec, Some(stdin), &mut out, &mut err)
-            .map_err(remote)?;
+        let ran = engine.exec(&container, &spec, Some(stdin), &mut out, &mut err);
+        let status = match ran {
+            Err(DockerError::ExecGone { .. }) => {
+                // What it wrote before it was killed is its output.
+                out.finish(i64::from(KILLED), &argv0, &cwd)?;
+                err.finish(i64::from(KILLED), &argv0, &cwd)?;
+                return Ok(ExecOutcome {
+                    status: KILLED,
+                    node: None,
+                    killed_by_checkout: replaced(p, &engine, name, ran_in.as_deref())?,
+                    capture_error: None,
+                    killed_because: None,
+                });
+            }
+            other => other.map_err(remote)?,
+        };
         let sniffed = [
             out.finish(status, &argv0, &cwd)?,
             err.finish(status, &argv0, &cwd)?,
@@ -72,7 +89,10 @@ pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutc
         ProcKind::Shell => "shell session".to_owned(),
         _ => agentbox_boxes::types::render_command(&command.argv),
     };
-    let (node, capture_error) = if command.capture && rec.capture {
+    // Killed as its container was removed, the engine having seen it end first.
+    let killed_by_checkout =
+        status == i64::from(KILLED) && replaced(p, &engine, name, ran_in.as_deref())?;
+    let (node, capture_error) = if command.capture && rec.capture && !killed_by_checkout {
         match crate::capture::auto(p, &engine, &rec, &label) {
             Ok(node) => (node, None),
             Err(e) => (None, Some(e.to_string())),
@@ -83,7 +103,7 @@ pub fn exec(p: &DockerProvider, name: &str, command: Command) -> Result<ExecOutc
     Ok(ExecOutcome {
         status: status_of(status),
         node,
-        killed_by_checkout: false,
+        killed_by_checkout,
         capture_error,
         killed_because: None,
     })
@@ -113,9 +133,12 @@ pub fn collect(
     let status = {
         let mut out = Sniff::new(Shared(&output));
         let mut err = Sniff::new(Shared(&output));
-        let status = engine
-            .exec(&container, &spec, None, &mut out, &mut err)
-            .map_err(remote)?;
+        let ran = engine.exec(&container, &spec, None, &mut out, &mut err);
+        let status = match ran {
+            // Killed with its container (see `exec`).
+            Err(DockerError::ExecGone { .. }) => i64::from(KILLED),
+            other => other.map_err(remote)?,
+        };
         let sniffed = [
             out.finish(status, &argv0, cwd)?,
             err.finish(status, &argv0, cwd)?,
@@ -138,6 +161,21 @@ pub fn collect(
         output: String::from_utf8_lossy(&output).into_owned(),
         node,
     })
+}
+
+/// The status of a command killed with its container, as of a `SIGKILL`ed one.
+const KILLED: i32 = 128 + 9;
+
+/// Whether box `name`'s container `ran_in`, which a command ran in, was replaced by
+/// another (a checkout made it again): asked once whoever replaces it is done (it holds
+/// the box's history lock meanwhile).
+fn replaced(p: &DockerProvider, engine: &Engine, name: &str, ran_in: Option<&str>) -> Result<bool> {
+    drop(p.history_lock(name, "see what ended a command")?);
+    let now = engine
+        .container(&names::container(name))
+        .map_err(remote)?
+        .map(|c| c.id);
+    Ok(now.is_some() && now.as_deref() != ran_in)
 }
 
 /// A writer into a buffer two writers share.

@@ -61,17 +61,18 @@ fn a_docker_box_syncs_pushes_and_pulls_its_branch_through_its_own_git() {
     let branch = format!("agentbox/{name}");
     let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
 
-    // The carried-over change and the untracked file are what the box's git sees (once
-    // it runs: a stopped box's are not known).
-    assert_eq!(boxes.status(&name).expect("status").branches[0].dirty, None);
-    assert_eq!(
-        boxes.exec(&name, command(&["true"])).expect("exec").status,
-        0
-    );
+    // The carried-over change and the untracked file are what the box's git sees (a new
+    // box runs: its create saw its container stay up); a stopped box's are not known.
     let status = boxes.status(&name).expect("status");
     assert_eq!(
         status.branches[0].dirty,
         Some(vec!["a.txt".to_owned(), "u.txt".to_owned()])
+    );
+    assert!(boxes.stop(&name).expect("stop"));
+    assert_eq!(boxes.status(&name).expect("status").branches[0].dirty, None);
+    assert_eq!(
+        boxes.exec(&name, command(&["true"])).expect("exec").status,
+        0
     );
 
     // A commit in the box reaches the host's branch by sync, and only by it.

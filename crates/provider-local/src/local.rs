@@ -308,6 +308,21 @@ impl Provider for LocalProvider {
         }
     }
 
+    /// From the box's directory on the host, where its supervisor writes it.
+    fn read_log(&self, name: &str, id: u64, offset: u64, max: usize) -> Result<Option<Vec<u8>>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let path = agentbox_boxes::records::record::BoxDirs::new(&self.home, name).log(id);
+        let mut f = match fs_err::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        f.seek(SeekFrom::Start(offset))?;
+        let mut out = Vec::new();
+        f.take(max as u64).read_to_end(&mut out)?;
+        Ok(Some(out))
+    }
+
     fn start_session(
         &self,
         name: &str,

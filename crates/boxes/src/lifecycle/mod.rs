@@ -1,7 +1,7 @@
 //! A box's life, as the façade runs it: making one (`create`: settings over configuration
 //! and the one transaction; `seeding`: its workspace from the project, repositories
 //! included; `reseed`: from a checkpoint, moved to the host's present), then commit,
-//! checkout, start, stop, processes, sessions, sync, status and destroy (`ops`), and the
+//! checkout, start, stop, processes, sessions, sync and destroy (`ops`), status (`status`), and the
 //! operations on versioned directories and the store as a whole (`directories`).
 //!
 //! `ops` sits on top: it calls the others and the checkpoints, never the reverse. A running
@@ -14,3 +14,4 @@ pub mod directories;
 pub mod ops;
 pub mod reseed;
 pub mod seeding;
+pub mod status;

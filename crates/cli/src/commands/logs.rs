@@ -1,66 +1,43 @@
-//! `agentbox logs`: the output of a spawned process (`-f`: until it ends).
+//! `agentbox logs`: the output of a spawned process (`-f`: until it ends), read through the
+//! box's provider (a local box's log is on the host, a Docker box's inside its container).
 
-use std::io::{Read, Seek, Write};
+use std::io::Write;
 use std::time::Duration;
-
-use agentbox_boxes::records::record::BoxDirs;
 
 use super::ctx::Ctx;
 use super::in_box::box_and_id;
 use crate::args::LogsArgs;
-use crate::errors::{CliError, CliResult};
+use crate::errors::CliResult;
+
+/// How much of a log one read asks for.
+const CHUNK: usize = 256 * 1024;
 
 pub(super) fn logs(ctx: &Ctx, a: LogsArgs) -> CliResult {
     let (name, id) = box_and_id(ctx, &a.args)?;
-    let a = ResolvedLogs {
-        name,
-        id,
-        follow: a.follow,
-    };
-    let path = BoxDirs::new(&ctx.home, &a.name).log(a.id);
-    let mut f = fs_err::File::open(&path).map_err(|_| {
-        CliError::new(
-            crate::errors::ExitCode::NotFound,
-            format!("box {:?} has no log for process {}", a.name, a.id),
-            Some(format!(
-                "`agentbox ps {}` lists running processes; logs exist for spawned ones",
-                a.name
-            )),
-        )
-    })?;
+    let boxes = ctx.boxes();
     let mut out = std::io::stdout();
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut offset: u64 = 0;
+    // The process's state before a read: output it wrote before it ended is read after.
+    let mut ended = false;
     loop {
-        let n = f.read(&mut buf)?;
-        if n > 0 {
-            if out.write_all(&buf[..n]).is_err() {
+        let chunk = boxes.read_log(&name, id, offset, CHUNK)?;
+        if !chunk.is_empty() {
+            if out.write_all(&chunk).is_err() {
                 return Ok(());
             }
+            offset += chunk.len() as u64;
             continue;
         }
         let _ = out.flush();
-        if !a.follow {
+        if !a.follow || ended {
             return Ok(());
         }
-        let alive = ctx
-            .boxes()
-            .processes(&a.name)?
+        ended = !boxes
+            .processes(&name)?
             .iter()
-            .any(|p| p.id == a.id && p.exit.is_none());
-        if !alive {
-            // One last read: it may have written just before it ended.
-            let pos = f.stream_position()?;
-            let _ = pos;
-            let n = f.read(&mut buf)?;
-            let _ = out.write_all(&buf[..n]);
-            return Ok(());
+            .any(|p| p.id == id && p.exit.is_none());
+        if !ended {
+            std::thread::sleep(Duration::from_millis(200));
         }
-        std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-struct ResolvedLogs {
-    name: String,
-    id: u64,
-    follow: bool,
 }

@@ -152,7 +152,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
                 "base:         {}\nnetwork:      {}\nauto-capture: {}\nlimits:       {}\nchanged:      {} since HEAD\nHEAD:         {} ({})\nchain depth:  {}\n{}",
                 b.base,
                 b.network_shown,
-                match (&b.capture_state, b.record.capture) {
+                match (b.sandbox.as_ref().and_then(|x| x.capture_state.as_ref()), b.record.capture) {
                     (_, false) => "off".to_owned(),
                     (None, true) => "on".to_owned(),
                     (Some(h), true) => format!("on, {}", h.describe()),
@@ -162,11 +162,12 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
                 render::short(&e.head),
                 render::count(e.tags, "tag", "tags"),
                 e.chain_depth,
-                usage_lines(e, "box disk:     "),
+                // A box whose provider holds its tree has no data in the store.
+                usage_lines(e, b.sandbox.is_some().then_some("box disk:     ")),
             ));
-            if !b.scratch.is_empty() {
-                let mounts: Vec<String> = b
-                    .scratch
+            let scratch = b.sandbox.as_ref().map(|x| x.scratch.as_slice()).unwrap_or_default();
+            if !scratch.is_empty() {
+                let mounts: Vec<String> = scratch
                     .iter()
                     .map(|m| {
                         format!(
@@ -179,8 +180,8 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
                     .collect();
                 s.push_str(&format!("in memory:    {}\n", mounts.join(", ")));
             }
-            if b.state == agentbox_boxes::lifecycle::ops::BoxState::Running {
-                s.push_str(&match &b.box_root {
+            if let (Some(sandbox), agentbox_boxes::lifecycle::ops::BoxState::Running) = (&b.sandbox, b.state) {
+                s.push_str(&match &sandbox.box_root {
                     Some(r) => format!(
                         "box root:     host uid {} (box ids 0-{} are host ids {}-{})\n",
                         r.uid,
@@ -225,7 +226,7 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
                 render::short(&e.head),
                 render::count(e.tags, "tag", "tags"),
                 e.chain_depth,
-                usage_lines(e, "disk:         "),
+                usage_lines(e, Some("disk:         ")),
             ));
         }
         s
@@ -233,16 +234,23 @@ pub(super) fn status(ctx: &Ctx, args: &[String], usage: bool) -> CliResult {
 }
 
 /// The lines of an environment's [`usage`](agentbox_store::history::EnvUsage), or how to
-/// get them (they cost a walk of its history and data).
-fn usage_lines(e: &agentbox_store::history::EnvStatus, disk_label: &str) -> String {
-    match &e.usage {
-        Some(u) => format!(
-            "nodes:        {} ({})\n{disk_label}{}\n",
+/// get them (they cost a walk of its history and data); its disk under `disk_label`
+/// (`None`: the store does not hold its data, and its disk is not shown).
+fn usage_lines(e: &agentbox_store::history::EnvStatus, disk_label: Option<&str>) -> String {
+    match (&e.usage, disk_label) {
+        (Some(u), Some(label)) => format!(
+            "nodes:        {} ({})\n{label}{}\n",
             u.nodes,
             render::count(u.leaves, "branch tip", "branch tips"),
             render::bytes(u.disk_bytes),
         ),
-        None => "(nodes and disk: `agentbox status --usage`)\n".to_owned(),
+        (Some(u), None) => format!(
+            "nodes:        {} ({})\n",
+            u.nodes,
+            render::count(u.leaves, "branch tip", "branch tips"),
+        ),
+        (None, Some(_)) => "(nodes and disk: `agentbox status --usage`)\n".to_owned(),
+        (None, None) => "(nodes: `agentbox status --usage`)\n".to_owned(),
     }
 }
 

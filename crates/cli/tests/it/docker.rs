@@ -1,7 +1,7 @@
 //! Docker boxes through the binary (a real engine: `.ci/run` starts `dockerd`): `create
 //! --provider docker` from a dirty repository, `exec` with its exact output and status,
-//! `log`, `status`, `checkout`, `destroy`, `gc` and `prune` leaving nothing on the engine;
-//! and what this slice refuses, by name. The provider's own behaviours are tested in its
+//! `log`, `status` (without a local box's lines), `spawn`/`logs`/`ps`/`kill`, `checkout`,
+//! `destroy`, `gc` and `prune` leaving nothing on the engine. The provider's own behaviours are tested in its
 //! crate (`crates/provider-docker/tests`).
 
 use agentbox_core::Home;
@@ -117,11 +117,68 @@ fn a_docker_box_through_the_command_line() {
     let out = env.run(&["exec", &name, "--", "cat", "b.txt"]);
     assert_ne!(code(&out), Some(0), "b.txt is gone with the checkout");
 
-    // What this slice does not do is refused by name.
-    let out = env.run(&["spawn", &name, "--", "sleep", "1"]);
-    assert_ne!(code(&out), Some(0));
+    // Its status has no line of a box in this host's sandbox (watcher, in-memory mounts,
+    // box root, the store's disk), in both forms; its network is the engine's.
+    let human = env.ok(&["status", &name]);
+    for local in [
+        "box root:",
+        "in memory:",
+        "watching",
+        "box disk:",
+        "host root",
+    ] {
+        assert!(!human.contains(local), "{local:?} in:\n{human}");
+    }
     assert!(
-        stderr(&out).contains("the docker provider cannot"),
+        human.contains("network:      the Docker engine's default network"),
+        "{human}"
+    );
+    let status = env.json(&["status", &name]);
+    for local in ["box_root", "scratch", "capture_state"] {
+        assert!(status["box"].get(local).is_none(), "{local} in {status}");
+    }
+
+    // A background process: started by id, its log, `ps`, `kill` by id.
+    let started = env.json(&[
+        "spawn",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "echo from-the-box; exec sleep 300",
+    ]);
+    let id = started["id"].as_u64().expect("id");
+    assert_eq!(started["log"], format!("/var/log/agentbox/{id}.log"));
+    let mut logged = String::new();
+    while logged.is_empty() {
+        logged = env.ok(&["logs", &name, &id.to_string()]);
+    }
+    assert_eq!(logged, "from-the-box\n");
+    let ps = env.ok(&["ps", &name]);
+    assert!(
+        ps.lines().any(|l| l.starts_with(&format!("{id} "))
+            && l.contains("spawn")
+            && l.contains("running")),
+        "{ps}"
+    );
+    env.ok(&["kill", &name, &id.to_string(), "--signal", "TERM"]);
+    // `logs -f` returns once the process has ended.
+    assert_eq!(
+        env.ok(&["logs", &name, &id.to_string(), "-f"]),
+        "from-the-box\n"
+    );
+    let ps = env.json(&["ps", &name]);
+    let ended = ps
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|p| p["id"] == id)
+        .expect("listed");
+    assert_eq!(ended["exit"]["status"], 143, "{ps}");
+    let out = env.run(&["logs", &name, "99"]);
+    assert_eq!(code(&out), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("has no log for process 99"),
         "{}",
         stderr(&out)
     );

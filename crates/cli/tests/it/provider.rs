@@ -158,8 +158,12 @@ fn suite(provider: Arc<dyn Provider>, home: Home, root: &Path) {
     // Its status says it runs, with its health.
     let status = boxes.status(name).expect("status");
     assert_eq!(status.state, BoxState::Running);
-    assert!(status.capture_state.is_some());
-    assert!(!status.scratch.is_empty());
+    let sandbox = status
+        .sandbox
+        .as_ref()
+        .expect("a local box's sandbox status");
+    assert!(sandbox.capture_state.is_some());
+    assert!(!sandbox.scratch.is_empty());
 
     // Foreground commands, background processes, checkouts under running processes.
     exec_records_what_it_changes(&boxes, &store, name);
@@ -412,9 +416,10 @@ fn status_and_restart_keep_the_tree(boxes: &Boxes, store: &Store, name: &str) {
     assert_eq!(st.state, BoxState::Running);
     assert_eq!(st.processes, 1);
     assert!(!st.record.capture);
-    assert!(st.capture_state.is_none(), "capture is off");
+    let sandbox = st.sandbox.as_ref().expect("a local box's sandbox status");
+    assert!(sandbox.capture_state.is_none(), "capture is off");
     assert_eq!(st.changed, 1, "draft.txt, recorded by nothing");
-    assert!(st.scratch.iter().any(|m| m.path == "/tmp"));
+    assert!(sandbox.scratch.iter().any(|m| m.path == "/tmp"));
     let dirty = st.branches[0]
         .dirty
         .clone()

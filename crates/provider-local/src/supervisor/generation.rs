@@ -306,26 +306,15 @@ pub(super) fn note_exit(shared: &Shared, mut info: ProcInfo, note: ExitNote) {
 /// large.
 pub(super) fn first_lines(path: &Path, n: usize) -> Vec<String> {
     use std::io::Read;
-    const HEAD: u64 = 16 * 1024;
-    const WIDTH: usize = 200;
     let mut head = Vec::new();
-    let read = fs_err::File::open(path).and_then(|f| f.take(HEAD).read_to_end(&mut head));
+    let read = fs_err::File::open(path).and_then(|f| {
+        f.take(agentbox_boxes::types::EXIT_OUTPUT_HEAD as u64)
+            .read_to_end(&mut head)
+    });
     if read.is_err() {
         return Vec::new();
     }
-    String::from_utf8_lossy(&head)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .take(n)
-        .map(|l| {
-            let mut l = l.trim_end().to_owned();
-            if let Some((cut, _)) = l.char_indices().nth(WIDTH) {
-                l.truncate(cut);
-                l.push('…');
-            }
-            l
-        })
-        .collect()
+    agentbox_boxes::types::output_lines(&head, n)
 }
 
 pub(super) fn read_events(shared: Arc<Shared>, ctl: Arc<OwnedFd>, number: u64) {
