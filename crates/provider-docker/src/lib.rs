@@ -23,12 +23,16 @@
 //! * [`checkout`] — a box moved to another node (its container recreated), [`remake`]
 //!   its container made again (also when it is gone);
 //! * [`procs`] — its processes;
+//! * [`checkpoint`] — a box's checkpoints as images (and [`restore`] a box made from
+//!   one), their files read and changed in a container by `container_fs`;
 //! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
 //!   engines to look on.
 
 pub mod boxgit;
 pub mod capture;
 pub mod checkout;
+pub mod checkpoint;
+mod container_fs;
 pub mod create;
 pub mod errors;
 pub mod image;
@@ -40,6 +44,8 @@ pub mod procs;
 pub mod provider;
 pub mod prune;
 pub mod remake;
+mod reseed_plan;
+pub mod restore;
 pub mod run;
 pub mod seed;
 pub mod spec;
