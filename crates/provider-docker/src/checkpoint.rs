@@ -12,8 +12,8 @@
 //!    is exported and imported as a single-layer image (`FROM scratch`), given back the
 //!    configuration an export drops (environment, command, entry point, working directory,
 //!    user, exposed ports: the node image's);
-//! 5. the capture is removed, whatever happened (a crash leaves it labelled as a look at a
-//!    node, which `prune` removes).
+//! 5. the capture is removed, whatever happened (a crash leaves it labelled as a box of
+//!    its own name, which no box has: `prune` removes it).
 //!
 //! The image carries [`names::HOME_LABEL`] and [`names::CHECKPOINT_LABEL`], no box: it is
 //! its project's and outlives the box it came from. The store keeps it as a detached node
@@ -64,8 +64,10 @@ pub fn capture(p: &DockerProvider, name: &str, ask: &CheckpointAsk<'_>) -> Resul
     };
     let mut c = spec::container(&p.home, name, &held.object, &settings);
     c.name = work.clone();
-    c.labels
-        .insert(names::LOOK_LABEL.to_owned(), "checkpoint".to_owned());
+    // Labelled as a box of its own name (none has it), so that `prune` removes a capture
+    // a crash left. Not as a look at a node: the image inherits the capture's labels, and
+    // so would every container made from it.
+    c.labels.insert(names::BOX_LABEL.to_owned(), work.clone());
     engine.create_container(&c).map_err(remote)?;
     let made = (|| {
         engine.start_container(&work).map_err(remote)?;

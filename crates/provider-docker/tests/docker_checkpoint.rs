@@ -252,6 +252,12 @@ fn a_docker_box_checkpoint_is_an_image_new_boxes_start_from_warm_on_a_fresh_bran
         .image(&flat_held.image_id)
         .expect("inspect")
         .is_none());
+    // The box made from the checkpoint is no leftover: prune left its container.
+    assert!(engine
+        .container(&names::container(&new))
+        .expect("inspect")
+        .is_some());
+    assert_eq!(read("deps/lib.txt").1, "warm\n");
     // The layered one's image stays while the box made from it and its ref name it.
     assert!(engine.image(&held.image_id).expect("inspect").is_some());
     for b in [&new, &src] {
