@@ -83,11 +83,21 @@ pub fn capture(p: &DockerProvider, name: &str, ask: &CheckpointAsk<'_>) -> Resul
         ]
         .into();
         let message = format!("checkpoint {} of box {name}", ask.name);
+        let scrub = scrubbed_env(&engine, &rec)?;
         let id = if ask.flatten {
-            flatten(p, &engine, &work, &held.object, &repo, ask.name, &labels)?
+            flatten(
+                p,
+                &engine,
+                &work,
+                &held.object,
+                &repo,
+                ask.name,
+                &labels,
+                &scrub,
+            )?
         } else {
             engine
-                .commit(&work, &repo, ask.name, &message, &labels)
+                .commit_with_env(&work, &repo, ask.name, &message, &labels, &scrub)
                 .map_err(remote)?
         };
         Ok::<_, BoxError>(CheckpointTree {
@@ -103,6 +113,36 @@ pub fn capture(p: &DockerProvider, name: &str, ask: &CheckpointAsk<'_>) -> Resul
     })();
     let _ = engine.remove_container(&work);
     made
+}
+
+/// The box's own variables (`--env`, `box.env`: their values may be secrets) as a
+/// checkpoint's image has them: the box's image's value of each, else empty. A node's
+/// image holds the box's container's environment; a checkpoint is its project's, for
+/// other boxes.
+fn scrubbed_env(
+    engine: &Engine,
+    rec: &agentbox_boxes::records::record::BoxRecord,
+) -> Result<Vec<String>> {
+    if rec.env.is_empty() {
+        return Ok(Vec::new());
+    }
+    let base = match &rec.image {
+        Some(image) if engine.image(image).map_err(remote)?.is_some() => {
+            engine.run_config(image).map_err(remote)?.env
+        }
+        _ => Vec::new(),
+    };
+    Ok(rec
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+        .map(|k| {
+            base.iter()
+                .find(|b| b.split_once('=').is_some_and(|(bk, _)| bk == k))
+                .cloned()
+                .unwrap_or_else(|| format!("{k}="))
+        })
+        .collect())
 }
 
 /// A checkpoint name must be a Docker tag (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`).
@@ -227,7 +267,9 @@ fn plan(
 }
 
 /// The capture `work` as one layer: exported, imported with the node image's
-/// configuration and `labels`, as `repo:tag`; the image's id.
+/// configuration (`scrub` over its environment) and `labels`, as `repo:tag`; the image's
+/// id.
+#[allow(clippy::too_many_arguments)]
 fn flatten(
     p: &DockerProvider,
     engine: &Engine,
@@ -236,8 +278,15 @@ fn flatten(
     repo: &str,
     tag: &str,
     labels: &std::collections::HashMap<String, String>,
+    scrub: &[String],
 ) -> Result<String> {
-    let config = engine.run_config(node_image).map_err(remote)?;
+    let mut config = engine.run_config(node_image).map_err(remote)?;
+    let key = |kv: &str| kv.split_once('=').map(|(k, _)| k.to_owned());
+    for kv in &mut config.env {
+        if let Some(s) = scrub.iter().find(|s| key(s) == key(kv)) {
+            kv.clone_from(s);
+        }
+    }
     let mut changes = config.changes().map_err(|why| {
         failed(format!(
             "the configuration of image {node_image} cannot be given to a flattened image: {why}"

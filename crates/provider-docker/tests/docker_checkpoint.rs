@@ -77,9 +77,10 @@ fn a_docker_box_checkpoint_is_an_image_new_boxes_start_from_warm_on_a_fresh_bran
     git(&repo, &["commit", "-qm", "first"]);
     let boxes = boxes(&home);
     let src = box_name("csrc");
-    boxes
-        .create(&spec(&src, &repo, &image), &Quiet)
-        .expect("create");
+    // A variable of the box's own, which a checkpoint (its project's) must not carry.
+    let mut src_spec = spec(&src, &repo, &image);
+    src_spec.settings.env = vec!["SECRET=s3cret".into()];
+    boxes.create(&src_spec, &Quiet).expect("create");
     // The warm state (ignored), a generated file (untracked), a change to a tracked file,
     // and what the cleanup removes or empties.
     let (st, out) = output(
@@ -125,6 +126,9 @@ fn a_docker_box_checkpoint_is_an_image_new_boxes_start_from_warm_on_a_fresh_bran
         info.labels.get(names::CHECKPOINT_LABEL).map(String::as_str),
         Some("warm")
     );
+    let env = engine.run_config(&tag).expect("config").env;
+    assert!(env.contains(&"SECRET=".to_owned()), "{env:?}");
+    assert!(!env.iter().any(|e| e.contains("s3cret")), "{env:?}");
     let failed = m
         .cleaned
         .command_failed
@@ -206,7 +210,17 @@ fn a_docker_box_checkpoint_is_an_image_new_boxes_start_from_warm_on_a_fresh_bran
         .expect("an image")
         .object;
     let config = engine.run_config(&flat_held.image).expect("config");
-    assert_eq!(config, engine.run_config(&node_image).expect("config"));
+    let mut node_config = engine.run_config(&node_image).expect("config");
+    assert!(node_config.env.contains(&"SECRET=s3cret".to_owned()));
+    for e in &mut node_config.env {
+        if e.starts_with("SECRET=") {
+            *e = "SECRET=".into();
+        }
+    }
+    assert_eq!(
+        config, node_config,
+        "the node's, less the box's own variable"
+    );
     assert!(config.env.contains(&"FOO=a b $x".to_owned()), "{config:?}");
     assert_eq!(config.exposed_ports, ["8080/tcp"]);
     assert_eq!(config.user.as_deref(), Some("0"));
