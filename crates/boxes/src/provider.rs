@@ -120,6 +120,9 @@ pub struct NewBox<'a> {
     /// Build the box's image from this Dockerfile first (`None`: `options.image`, else the
     /// provider's default).
     pub dockerfile: Option<&'a std::path::Path>,
+    /// Start from this checkpoint (one this provider holds): its tree, the project's
+    /// repositories moved to the host's present as [`crate::lifecycle::reseed`] says.
+    pub checkpoint: Option<&'a FromCheckpoint<'a>>,
 }
 
 /// What [`Provider::create_tree`] made.
@@ -130,6 +133,66 @@ pub struct NewTree {
     pub seeded: Vec<crate::records::record::SeededRepo>,
     /// The image the box runs on, as its record keeps it.
     pub image: Option<String>,
+    /// From a checkpoint: the paths where the host's carried-over work met what the
+    /// checkpoint kept (the checkpoint's version stays), relative to `/workspace`.
+    pub conflicts: Vec<String>,
+}
+
+/// Where a provider keeps a checkpoint's tree (a checkpoint's manifest records it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HeldCheckpoint {
+    /// The engine, as the source box's record names it (`None`: the default one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// The image's name (`agentbox-ckpt-<project key>:<name>`).
+    pub image: String,
+    /// The image's id.
+    pub image_id: String,
+}
+
+/// The checkpoint a new box starts from, as its provider needs it ([`NewBox::checkpoint`]).
+#[derive(Debug, Clone)]
+pub struct FromCheckpoint<'a> {
+    pub name: &'a str,
+    /// The provider whose boxes start from it.
+    pub provider: &'a str,
+    /// The image its source box was made on.
+    pub base_image: Option<&'a str>,
+    /// Where its provider keeps it (`None`: in the store).
+    pub held: Option<&'a HeldCheckpoint>,
+}
+
+/// A checkpoint of a box whose tree its provider holds ([`Provider::checkpoint_tree`]).
+#[derive(Debug, Clone)]
+pub struct CheckpointAsk<'a> {
+    /// The checkpoint's name.
+    pub name: &'a str,
+    /// Its project's key (`p<hash>`, `none`): checkpoints of one project share a name
+    /// space where the provider keeps them.
+    pub project_key: &'a str,
+    /// The box's node captured (its id).
+    pub node: &'a str,
+    /// What is removed and emptied in the capture (never in the box itself).
+    pub cleanup: &'a agentbox_store::derive::Cleanup,
+    /// A shell command run as root in the capture first (`checkpoint.cleanupCommand`);
+    /// it may fail without failing the checkpoint.
+    pub command: Option<&'a str>,
+    /// Make it self-contained (no layer shared with the box's image).
+    pub flatten: bool,
+}
+
+/// What [`Provider::checkpoint_tree`] made.
+#[derive(Debug, Clone)]
+pub struct CheckpointTree {
+    /// The capture's data, as a node of the store names it.
+    pub held: agentbox_store::Held,
+    /// Its name where the provider keeps it (a Docker image's tag).
+    pub image: String,
+    /// Entries removed and files emptied by the cleanup.
+    pub deleted: usize,
+    pub truncated: usize,
+    /// What the cleanup command said when it failed (box-controlled text).
+    pub command_failed: Option<String>,
 }
 
 /// A runtime for boxes. Every method takes the box's name; "not running" is
@@ -164,6 +227,25 @@ pub trait Provider: Send + Sync {
     ) -> Result<Vec<crate::types::Patched>> {
         let _ = (from, to, patch);
         Err(self.cannot(name, "list the changes between a box's nodes"))
+    }
+    /// Capture box `name` as checkpoint `ask.name` (a provider whose boxes' trees it
+    /// holds): node `ask.node`'s tree with the cleanup applied, kept where the provider
+    /// keeps trees under a name of the checkpoint's. The box is not touched. On failure,
+    /// nothing of it is left.
+    fn checkpoint_tree(&self, name: &str, ask: &CheckpointAsk<'_>) -> Result<CheckpointTree> {
+        let _ = ask;
+        Err(self.cannot(name, "capture a checkpoint outside the store"))
+    }
+    /// Remove the name of checkpoint `held` (of project `project`) where the provider keeps
+    /// it (its data goes once nothing else uses it). Nothing for a provider whose
+    /// checkpoints the store holds.
+    fn remove_checkpoint_tree(
+        &self,
+        project: Option<&std::path::Path>,
+        held: &HeldCheckpoint,
+    ) -> Result<()> {
+        let _ = (project, held);
+        Ok(())
     }
     /// Build a box image from `dockerfile` (its directory is the build context) where this
     /// provider runs boxes (`engine`: as [`NewBox::engine`]); the image's name, tagged by

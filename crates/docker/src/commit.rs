@@ -19,6 +19,21 @@ impl Engine {
         comment: &str,
         labels: &std::collections::HashMap<String, String>,
     ) -> Result<String> {
+        self.commit_with_env(container, repo, tag, comment, labels, &[])
+    }
+
+    /// [`Engine::commit`] with `env` (`KEY=VALUE` each) over the container's environment in
+    /// the image: a key given here has this value (the engine keeps the container's other
+    /// variables; none can be removed this way, only given another value).
+    pub fn commit_with_env(
+        &self,
+        container: &str,
+        repo: &str,
+        tag: &str,
+        comment: &str,
+        labels: &std::collections::HashMap<String, String>,
+        env: &[String],
+    ) -> Result<String> {
         let options = CommitContainerOptions {
             container: Some(container.to_owned()),
             repo: Some(repo.to_owned()),
@@ -29,6 +44,7 @@ impl Engine {
         };
         let config = ContainerConfig {
             labels: Some(labels.clone()),
+            env: (!env.is_empty()).then(|| env.to_vec()),
             ..Default::default()
         };
         let id = self

@@ -28,6 +28,7 @@ pub mod endpoint;
 pub mod engine;
 pub mod error;
 pub mod exec;
+pub mod export;
 pub mod image;
 pub mod image_build;
 pub mod range;

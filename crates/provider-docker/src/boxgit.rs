@@ -86,14 +86,14 @@ struct Ran {
 }
 
 /// A writer keeping at most `limit` bytes and noting whether more came.
-struct Capped {
-    kept: Vec<u8>,
+pub(crate) struct Capped {
+    pub(crate) kept: Vec<u8>,
     limit: u64,
-    over: bool,
+    pub(crate) over: bool,
 }
 
 impl Capped {
-    fn new(limit: u64) -> Capped {
+    pub(crate) fn new(limit: u64) -> Capped {
         Capped {
             kept: Vec::new(),
             limit,

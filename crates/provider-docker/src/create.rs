@@ -35,6 +35,9 @@ pub fn create_tree(
     if !new.options.publish.is_empty() {
         return Err(p.cannot(new.name.as_str(), "publish a box's ports yet (--publish)"));
     }
+    if let Some(m) = new.checkpoint {
+        return crate::restore::create_tree(p, new, m, progress);
+    }
     let engine = p.engine(new.engine, new.source)?;
     // Before anything is made there: prune must look on it from now on.
     crate::ledger::note(&p.home, &engine.endpoint().host)?;
@@ -53,6 +56,7 @@ pub fn create_tree(
             held,
             seeded: made.seeded.take().map(|s| s.repos).unwrap_or_default(),
             image: Some(image),
+            conflicts: Vec::new(),
         }),
         Err(e) => {
             if made.container {

@@ -27,6 +27,8 @@
 //!   of them;
 //! * [`discard`] — a destroyed box's container let go of (left for `prune` when its engine
 //!   does not answer);
+//! * [`checkpoint`] — a box's checkpoints as images (and [`restore`] a box made from
+//!   one), their files read and changed in a container by `container_fs`;
 //! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
 //!   engines to look on.
 
@@ -34,6 +36,8 @@ pub mod boxgit;
 pub mod came_up;
 pub mod capture;
 pub mod checkout;
+pub mod checkpoint;
+mod container_fs;
 pub mod create;
 pub mod discard;
 pub mod errors;
@@ -46,6 +50,8 @@ pub mod procs;
 pub mod provider;
 pub mod prune;
 pub mod remake;
+mod reseed_plan;
+pub mod restore;
 pub mod run;
 pub mod seed;
 pub mod spawn;

@@ -213,6 +213,22 @@ impl Provider for DockerProvider {
         crate::create::create_tree(self, new, progress)
     }
 
+    fn checkpoint_tree(
+        &self,
+        name: &str,
+        ask: &agentbox_boxes::provider::CheckpointAsk<'_>,
+    ) -> Result<agentbox_boxes::provider::CheckpointTree> {
+        crate::checkpoint::capture(self, name, ask)
+    }
+
+    fn remove_checkpoint_tree(
+        &self,
+        project: Option<&Path>,
+        held: &agentbox_boxes::provider::HeldCheckpoint,
+    ) -> Result<()> {
+        crate::checkpoint::remove(self, project, held)
+    }
+
     fn build_image(
         &self,
         dockerfile: &std::path::Path,

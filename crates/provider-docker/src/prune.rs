@@ -9,8 +9,9 @@
 //!   longer exists (a create or destroy interrupted), older than the grace period, and
 //!   node images of a live box that lost their tag and that no container uses, and
 //!   containers made to read a node ([`crate::manifest::Look`]) older than the grace
-//!   period, whatever their box. Images
-//!   built from a Dockerfile (no box label) stay.
+//!   period, whatever their box, and checkpoint images no node names (a checkpoint
+//!   removed, or one whose capture was interrupted). Images built from a Dockerfile (no
+//!   box label) stay.
 //!
 //! * `container`: a destroyed box's container queued while its engine did not answer
 //!   ([`crate::discard::settle_queue`]), removed once it answers, reported kept until then.
@@ -128,6 +129,7 @@ pub fn prune(
         }
     }
     let key = names::home_key(&p.home);
+    let referenced = held_objects(store)?;
     // The images this home's containers run on: a freed node's image a box still runs on
     // (the node it was made or checked out from) stays until its container is made again.
     let mut running_on: HashMap<String, String> = HashMap::new();
@@ -210,12 +212,32 @@ pub fn prune(
             .images_labelled(names::HOME_LABEL, &key)
             .map_err(crate::errors::remote)?
         {
+            if i.labels.contains_key(names::CHECKPOINT_LABEL) {
+                // A checkpoint's image stays while a node names it (the checkpoint's, kept
+                // by its ref, or the first of a box made from it); one no node names is
+                // what an interrupted checkpoint left, or a removed one.
+                if referenced.contains(&i.id) || !old(i.created) || in_use.contains(&i.id) {
+                    continue;
+                }
+                out.push(BoxLeftover {
+                    kind: "image".into(),
+                    what: format!(
+                        "a checkpoint's image no checkpoint or box names, on {}",
+                        engine.endpoint().shown()
+                    ),
+                    target: i.id.clone(),
+                    outcome: outcome(dry_run, || remove_node_image(engine, &i.id).map(|_| ())),
+                });
+                continue;
+            }
             // Node images only: an image built from a Dockerfile carries no box, and
             // stays for the boxes still to be made from it.
             let Some(of) = i.labels.get(names::BOX_LABEL) else {
                 continue;
             };
-            let gone_box = !exists(Some(of));
+            // A node of another box (a fork's, a checkpoint's) may still be on the image of
+            // a box that is gone: it stays while any node names it.
+            let gone_box = !exists(Some(of)) && !referenced.contains(&i.id);
             let untagged = i.tags.iter().all(|t| t.starts_with("<none>"));
             let orphan = gone_box || untagged;
             if !orphan || !old(i.created) || in_use.contains(&i.id) {
@@ -238,6 +260,17 @@ pub fn prune(
     }
     let queued = crate::discard::settle_queue(p, &engines, dry_run, &out)?;
     out.extend(queued);
+    Ok(out)
+}
+
+/// The objects (image ids) of this provider that nodes of `store` name.
+pub(crate) fn held_objects(store: &Store) -> Result<HashSet<String>> {
+    let mut out = HashSet::new();
+    for node in store.nodes()?.values() {
+        if let Some(h) = store.held_of(node)?.filter(|h| h.by == KIND) {
+            out.insert(h.object);
+        }
+    }
     Ok(out)
 }
 

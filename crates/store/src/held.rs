@@ -141,6 +141,40 @@ impl Store {
         Ok((node, held))
     }
 
+    /// A detached node of held environment `env` whose tree is `held`: what its provider
+    /// made of node `from` (resolved in `env`) as `how` says — a checkpoint's capture —,
+    /// kept as ref [`crate::DetachOpts::keep_as`] (the commit point, as for
+    /// [`Store::derive`]). `env` is only read.
+    pub fn detach_held(
+        &self,
+        env: &str,
+        from: &str,
+        held: Held,
+        how: crate::node::DetachedHow,
+        opts: crate::DetachOpts,
+    ) -> Result<Node> {
+        held.check()?;
+        let ref_path = self.ref_path(&opts.keep_as)?;
+        let _store = self.lock_store(Mode::Shared, "detach")?;
+        let state = self.env(env)?;
+        self.check_held_by(&state, &held.by)?;
+        let source = self.node(&self.resolve_in(&state, from)?)?;
+        let id = new_id();
+        let mut record = LayerRecord::new(&id, None, 1);
+        record.held = Some(held);
+        write_json_unsynced(&self.layout().layer_record(&id), &record)?;
+        self.finish_detached(
+            "detach-held",
+            env,
+            &source,
+            how,
+            id,
+            Some(record),
+            &ref_path,
+            opts,
+        )
+    }
+
     /// Who holds node `node`'s tree (`None`: the store's backend does).
     pub fn held_of(&self, node: &Node) -> Result<Option<Held>> {
         Ok(

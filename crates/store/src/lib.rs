@@ -33,5 +33,5 @@ pub use derive::{Cleanup, CleanupPlan, Derived, DetachOpts};
 pub use error::{Error, Result};
 pub use held::Held;
 pub use inflight::StoreLock;
-pub use node::Node;
+pub use node::{DetachedHow, Node};
 pub use store::{CommitOpts, EnvState, Source, Store};

@@ -12,7 +12,7 @@ const BUSYBOX: &str = "/bin/busybox";
 pub const APPLETS: &[&str] = &[
     "sh", "cat", "echo", "grep", "sleep", "ls", "mkdir", "id", "env", "printf", "wc", "rm", "test",
     "true", "false", "kill", "find", "touch", "ps", "head", "tr", "mv", "cp", "chmod", "sed",
-    "stat", "date", "stty",
+    "stat", "date", "stty", "xargs", "cmp", "readlink",
 ];
 
 /// The test image's name, `agentbox-test-busybox:<tag>`, the tag being the hash of the

@@ -86,6 +86,32 @@ pub struct Manifest {
     pub created: DateTime<Utc>,
     /// What the cleanup removed and emptied.
     pub cleaned: Cleaned,
+    /// The provider whose boxes it is for, when it holds the checkpoint's tree (`docker`:
+    /// an image on an engine); `None`: the local provider's, in the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Where that provider keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldCheckpoint>,
+}
+
+pub use crate::provider::HeldCheckpoint;
+
+impl Manifest {
+    /// The provider whose boxes start from this checkpoint (`local` unless it says).
+    pub fn provider_kind(&self) -> &str {
+        self.provider.as_deref().unwrap_or("local")
+    }
+
+    /// What a provider making a box from it needs.
+    pub fn for_provider(&self) -> crate::provider::FromCheckpoint<'_> {
+        crate::provider::FromCheckpoint {
+            name: &self.name,
+            provider: self.provider_kind(),
+            base_image: self.base.image.as_deref(),
+            held: self.held.as_ref(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -93,6 +119,10 @@ pub struct Cleaned {
     pub deleted: usize,
     pub truncated: usize,
     pub bytes: u64,
+    /// How the cleanup command (`checkpoint.cleanupCommand`) failed, when it did: its
+    /// status and the start of its output (the box's text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_failed: Option<String>,
 }
 
 /// Whether a checkpoint can still be used as it was made.
@@ -146,6 +176,14 @@ pub struct CheckpointSpec {
     /// its project's default — those decide what every future box of the project starts
     /// from, which only the user on the host may (see [`Boxes::checkpoint_create`]).
     pub in_box: bool,
+}
+
+/// What a capture made: the checkpoint's node, what its cleanup did, and where a provider
+/// that holds it keeps it.
+struct Captured {
+    pub node: String,
+    pub cleaned: Cleaned,
+    pub held: Option<HeldCheckpoint>,
 }
 
 /// Names a checkpoint may not have: its manifest's file would be one of the project's
@@ -308,23 +346,60 @@ impl Boxes {
             .delete
             .extend(config.checkpoint_cleanup.iter().cloned());
         cleanup.delete.extend(secret_patterns(&config.env_patterns));
-        let derived = store.derive(
-            &rec.name,
-            &node,
-            &cleanup,
-            DetachOpts::new(&full_ref, format!("checkpoint {name} of box {}", rec.name)),
-        )?;
         let flatten = spec.merged || rec.lineage.len() as u64 >= config.checkpoint_max_layers;
-        let node = if flatten {
-            store
-                .flatten(
-                    &rec.name,
-                    &derived.node.id,
-                    DetachOpts::new(&full_ref, format!("checkpoint {name} (flattened)")),
-                )?
-                .id
+        let captured = if self.held(&rec.name)? {
+            let (node, tree, held) = crate::checkpoints::held::capture(
+                self,
+                &rec,
+                &crate::provider::CheckpointAsk {
+                    name: &name,
+                    project_key: &project_key(project.as_deref()),
+                    node: node.as_str(),
+                    cleanup: &cleanup,
+                    command: config.checkpoint_cleanup_command.as_deref(),
+                    flatten,
+                },
+                &full_ref,
+            )?;
+            Captured {
+                node,
+                cleaned: Cleaned {
+                    deleted: tree.deleted,
+                    truncated: tree.truncated,
+                    // Not measured: the capture's files are the engine's.
+                    bytes: 0,
+                    command_failed: tree.command_failed,
+                },
+                held: Some(held),
+            }
         } else {
-            derived.node.id.clone()
+            let derived = store.derive(
+                &rec.name,
+                &node,
+                &cleanup,
+                DetachOpts::new(&full_ref, format!("checkpoint {name} of box {}", rec.name)),
+            )?;
+            let node = if flatten {
+                store
+                    .flatten(
+                        &rec.name,
+                        &derived.node.id,
+                        DetachOpts::new(&full_ref, format!("checkpoint {name} (flattened)")),
+                    )?
+                    .id
+            } else {
+                derived.node.id.clone()
+            };
+            Captured {
+                node: node.into_string(),
+                cleaned: Cleaned {
+                    deleted: derived.deleted,
+                    truncated: derived.truncated,
+                    bytes: derived.bytes,
+                    command_failed: None,
+                },
+                held: None,
+            }
         };
         let repos = rec
             .repos
@@ -347,7 +422,7 @@ impl Boxes {
             } else {
                 CheckpointKind::Layered
             },
-            node: node.into_string(),
+            node: captured.node,
             lineage: rec.lineage.clone(),
             base: Base {
                 image: rec.image.clone(),
@@ -358,11 +433,9 @@ impl Boxes {
             repos,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             created: Utc::now(),
-            cleaned: Cleaned {
-                deleted: derived.deleted,
-                truncated: derived.truncated,
-                bytes: derived.bytes,
-            },
+            cleaned: captured.cleaned,
+            provider: captured.held.is_some().then(|| rec.provider.clone()),
+            held: captured.held,
         };
         write_json(
             &manifest_path(self.home(), project.as_deref(), &name),
@@ -388,6 +461,11 @@ impl Boxes {
             || store.node(&manifest.node).is_err()
         {
             Freshness::NodeMissing
+        } else if manifest.held.is_some() {
+            // Its image holds its whole tree, base included: nothing on this host to
+            // compare (an image removed behind agentbox's back is said so by the engine
+            // when a box is made from it).
+            Freshness::Fresh
         } else {
             match fingerprint(self.home(), manifest.base.image.as_deref()) {
                 None => Freshness::BaseMissing,
@@ -468,6 +546,19 @@ impl Boxes {
         let found = self.find_checkpoint(project, name)?;
         let project = found.manifest.project.as_deref();
         let _lock = lock(self.home(), project)?;
+        if let Some(held) = &found.manifest.held {
+            // The image's name first: an engine that does not answer leaves the
+            // checkpoint whole, to remove again. Its data goes with the last of its users
+            // (GC then releases the node's image to `prune`).
+            let kind = found.manifest.provider_kind();
+            let provider = self
+                .provider_named(kind)
+                .ok_or_else(|| BoxError::OtherProvider {
+                    name: found.manifest.source_box.clone(),
+                    provider: kind.to_owned(),
+                })?;
+            provider.remove_checkpoint_tree(project, held)?;
+        }
         self.store()?.set_ref(&ref_name(project, name), None)?;
         fs_err::remove_file(manifest_path(self.home(), project, name))?;
         if found.default {

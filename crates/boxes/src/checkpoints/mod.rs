@@ -8,4 +8,5 @@
 //! through the façade's provider operations (a capture commits through the provider).
 
 pub mod checkpoint;
+pub(crate) mod held;
 pub mod transfer;

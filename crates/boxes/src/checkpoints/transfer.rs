@@ -58,6 +58,18 @@ impl Boxes {
     ) -> Result<Exported> {
         let c = self.find_checkpoint(project, name)?;
         let m = &c.manifest;
+        if m.held.is_some() {
+            return Err(BoxError::ProviderCannot {
+                name: m.source_box.clone(),
+                provider: m.provider_kind().to_owned(),
+                what: format!(
+                    "export its checkpoint {:?} as a file yet (its tree is an image on a Docker engine)",
+                    m.name
+                ),
+                hint: "make the box again where it is wanted, or move the image with `docker save` / `docker load`"
+                    .to_owned(),
+            });
+        }
         let store = self.store()?;
         let tmp_env = format!("export-{}", agentbox_core::id::new_id());
         store.fork_node(&ref_name(m.project.as_deref(), &m.name), &tmp_env, None)?;

@@ -50,6 +50,8 @@ pub struct Effective {
     pub resync_on_start: bool,
     /// `checkpoint.cleanup`.
     pub checkpoint_cleanup: Vec<String>,
+    /// `checkpoint.cleanupCommand`.
+    pub checkpoint_cleanup_command: Option<String>,
     /// `checkpoint.maxLayers`.
     pub checkpoint_max_layers: u64,
     /// `git.carry`.

@@ -28,7 +28,7 @@
 //! | `box.defaultCheckpoint` | no | it chooses what every new box starts from (a box-made checkpoint) |
 //! | `box.env` | yes | variables inside the box, whose code can set any anyway |
 //! | `box.hostPaths`, `box.homeTools` | only `!PATH` entries (hide more), added to the user's | showing host data or the home's tokens |
-//! | `box.ignore`, `box.keep`, `checkpoint.cleanup`, `checkpoint.maxLayers` | yes | the box's own history and checkpoints |
+//! | `box.ignore`, `box.keep`, `checkpoint.cleanup`, `checkpoint.cleanupCommand`, `checkpoint.maxLayers` | yes | the box's own history and checkpoints (the command runs inside a capture of the box) |
 //! | `box.image` | no | it chooses the box's whole base |
 //! | `box.provider` | no | it chooses what isolates the box |
 //! | `docker.hosts` | no | it chooses which engine a named host reaches |
@@ -227,6 +227,14 @@ pub static KEYS: &[Key] = &[
         kind: Kind::List,
         default: empty_list,
         description: "More paths (from the box root, **/ for any depth) removed from a checkpoint's capture, besides temporary files, package lists, logs and shell histories",
+        check: None,
+        trust: Trust::Any,
+    },
+    Key {
+        name: "checkpoint.cleanupCommand",
+        kind: Kind::String,
+        default: none,
+        description: "A shell command run as root in a capture of a Docker box before it becomes a checkpoint (apt-get clean, say); its failure does not stop the checkpoint",
         check: None,
         trust: Trust::Any,
     },

@@ -318,6 +318,7 @@ impl Config {
             default_checkpoint: self.text("box.defaultCheckpoint").map(str::to_owned),
             resync_on_start: self.flag("box.resyncOnStart"),
             checkpoint_cleanup: self.list("checkpoint.cleanup"),
+            checkpoint_cleanup_command: self.text("checkpoint.cleanupCommand").map(str::to_owned),
             checkpoint_max_layers: match self.value("checkpoint.maxLayers") {
                 Some(Value::U64(n)) => *n,
                 _ => 3,

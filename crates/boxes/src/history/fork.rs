@@ -69,10 +69,22 @@ impl Boxes {
 /// Say so when box `src` has changes since its HEAD that no node holds yet: a fork starts
 /// from a node, so they are not in it.
 pub(crate) fn note_unrecorded(boxes: &Boxes, src: &BoxRecord, progress: &dyn Progress) {
-    let Ok(changed) = boxes.store().and_then(|s| Ok(s.changed_paths(&src.name)?)) else {
+    let counted = || -> Result<usize> {
+        let store = boxes.store()?;
+        if boxes.held(&src.name)? {
+            // Its provider holds the tree, and counts as auto-capture does.
+            let head = store.node(&store.env(&src.name)?.head)?;
+            return Ok(boxes
+                .provider_of(&src.name)?
+                .changes(&src.name, &head, None, false)?
+                .len());
+        }
+        let changed = store.changed_paths(&src.name)?;
+        Ok(record::counted_changes(&record::ignore_set(src), &changed).len())
+    };
+    let Ok(n) = counted() else {
         return;
     };
-    let n = record::counted_changes(&record::ignore_set(src), &changed).len();
     if n > 0 {
         progress.note(&format!(
             "agentbox: box {:?} has {n} change(s) since its HEAD that no node holds; the fork starts from HEAD without them (`agentbox commit {}` first to include them)",
@@ -122,8 +134,11 @@ impl Made<'_> {
     fn undo(self) {
         let boxes = self.boxes;
         if self.record {
-            let _ = boxes.provider().stop(&self.name);
-            boxes.provider().forget(&self.name);
+            // The record names the fork's provider (its source's) until it goes below.
+            if let Ok(provider) = boxes.provider_of(&self.name) {
+                let _ = provider.stop(&self.name);
+                provider.forget(&self.name);
+            }
         }
         let mut clean = true;
         for (repo, branch) in &self.refs {
@@ -151,12 +166,8 @@ impl Made<'_> {
 pub(crate) fn fork(boxes: &Boxes, spec: &ForkSpec, progress: &dyn Progress) -> Result<Forked> {
     let home = boxes.home();
     let src = record::read(home, &spec.source)?;
-    if src.provider != boxes.provider().kind() {
-        return Err(BoxError::OtherProvider {
-            name: src.name.to_string(),
-            provider: src.provider,
-        });
-    }
+    // The fork is run by its source's provider (refused when this build lacks it).
+    boxes.provider_of(&src.name)?;
     let store = boxes.store()?;
     let reference = spec.at.as_deref().unwrap_or("HEAD");
     let node = store.resolve(&src.name, reference).map_err(|e| match e {
@@ -304,7 +315,7 @@ fn fork_rest(
             ..Default::default()
         };
         head = boxes.commit(name, opts)?.id.into_string();
-        synced = boxes.provider().sync(name)?;
+        synced = boxes.provider_of(name)?.sync(name)?;
     }
     let seeded = rec
         .repos
@@ -348,7 +359,7 @@ pub(crate) fn git_in_box(
     let ws = git.workspace().to_string_lossy().into_owned();
     let mut argv = vec!["git".to_owned(), "-C".to_owned(), ws.clone()];
     argv.extend(args.iter().map(|a| a.to_string()));
-    boxes.provider().collect(name, argv, &ws, false)
+    boxes.provider_of(name)?.collect(name, argv, &ws, false)
 }
 
 /// The error for box `name`'s repository `git` where `what` ended with `ran`.

@@ -307,13 +307,23 @@ pub fn create(
         store.check_disk_limit()?;
     }
     let held = provider.trees() == crate::provider::Trees::Held;
-    if held {
-        if checkpoint.is_some() {
-            return Err(provider.cannot(
-                spec.name.as_deref().unwrap_or("(new)"),
-                "make a box from a checkpoint yet",
-            ));
+    if let Some(m) = checkpoint {
+        // A checkpoint's tree is where its provider keeps it: only that provider's boxes
+        // start from it.
+        if m.provider_kind() != provider.kind() {
+            return Err(BoxError::BadSetting {
+                key: "--checkpoint".into(),
+                given: m.name.clone(),
+                reason: format!(
+                    "it is a checkpoint of {} boxes, and this box would be run by the {} provider (give --provider {}, or --no-checkpoint)",
+                    m.provider_kind(),
+                    provider.kind(),
+                    m.provider_kind()
+                ),
+            });
         }
+    }
+    if held {
         if disk.is_some() {
             return Err(provider.cannot(
                 spec.name.as_deref().unwrap_or("(new)"),
@@ -354,8 +364,9 @@ pub fn create(
         exclude: Vec::new(),
     };
     let mut image = o.image.clone();
+    let mut conflicts = Vec::new();
     let (state, seeded, reseed) = match checkpoint {
-        None if held => {
+        _ if held => {
             let tree = provider.create_tree(
                 &crate::provider::NewBox {
                     name: &name,
@@ -365,21 +376,32 @@ pub fn create(
                     options: &o,
                     engine: spec.engine.as_deref(),
                     dockerfile: spec.dockerfile.as_deref(),
+                    checkpoint: checkpoint.map(|m| m.for_provider()).as_ref(),
                 },
                 progress,
             )?;
-            let message = match &source {
-                Some(s) => format!("box created from {}", s.display()),
-                None => "box created".to_owned(),
+            let state = match checkpoint {
+                None => {
+                    let message = match &source {
+                        Some(s) => format!("box created from {}", s.display()),
+                        None => "box created".to_owned(),
+                    };
+                    store.create_held_env(&name, tree.held.clone(), &message)
+                }
+                // Its history starts at the checkpoint's node, as a local box's does; the
+                // provider's merge is its first own node.
+                Some(m) => held_from_checkpoint(&store, m, &name, tree.held.clone()),
             };
-            let state = match store.create_held_env(&name, tree.held.clone(), &message) {
+            let state = match state {
                 Ok(state) => state,
                 Err(e) => {
                     provider.forget(&name);
+                    let _ = store.remove_env(&name);
                     return Err(e.into());
                 }
             };
             image = tree.image;
+            conflicts = tree.conflicts;
             (state, tree.seeded, None)
         }
         Some(m) => {
@@ -445,7 +467,7 @@ pub fn create(
                     .collect()
             })
             .unwrap_or_default(),
-        resync_conflicts: Vec::new(),
+        resync_conflicts: conflicts,
         broker: o.broker,
         engine: spec.engine.clone(),
     };
@@ -467,6 +489,27 @@ pub fn create(
         seeded,
         reseed,
     })
+}
+
+/// The held environment of box `name` made from checkpoint `m`: forked from the
+/// checkpoint's node, then `held` (its provider's merge) committed as its first own node.
+fn held_from_checkpoint(
+    store: &Store,
+    m: &crate::checkpoints::checkpoint::Manifest,
+    name: &BoxName,
+    held: agentbox_store::Held,
+) -> agentbox_store::Result<agentbox_store::EnvState> {
+    let full_ref = crate::checkpoints::checkpoint::ref_name(m.project.as_deref(), &m.name);
+    store.fork_node(&full_ref, name, None)?;
+    store.commit_held(
+        name,
+        held,
+        agentbox_store::CommitOpts {
+            message: format!("box created from checkpoint {}", m.name),
+            ..Default::default()
+        },
+    )?;
+    store.env(name)
 }
 
 /// The environment of a new box from its source directory: a staged copy (its

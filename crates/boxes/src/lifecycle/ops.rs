@@ -84,6 +84,12 @@ impl Boxes {
             )),
         }
         let mut spec = spec.clone();
+        if let Some(held) = &found.manifest.held {
+            // A box from a checkpoint an engine holds is made there, by its provider,
+            // unless the caller says otherwise.
+            spec.provider = spec.provider.or_else(|| found.manifest.provider.clone());
+            spec.engine = spec.engine.or_else(|| held.engine.clone());
+        }
         let config = crate::config::Config::load(&self.home, project.as_deref())
             .map_err(|e| BoxError::Config(Box::new(e)))?
             .effective();
@@ -96,29 +102,33 @@ impl Boxes {
             Some(&found.manifest),
         )?;
         let name = created.record.name.to_string();
-        let stage = created
-            .reseed
-            .take()
-            .expect("a box made from a checkpoint has a stage");
+        // No stage: the box's provider holds its tree and merged it already.
+        let stage = created.reseed.take();
+        let merged = created.record.resync_conflicts.clone();
         let finished = (|| {
-            let mut conflicts = Vec::new();
-            progress.busy(
-                "moving the checkpoint's repositories to the host's commit",
-                &mut || {
-                    conflicts = self.finish_reseed(&name, &stage, &wanted)?;
-                    Ok(())
-                },
-            )?;
+            let mut conflicts = merged;
+            if let Some(stage) = &stage {
+                progress.busy(
+                    "moving the checkpoint's repositories to the host's commit",
+                    &mut || {
+                        conflicts = self.finish_reseed(&name, stage, &wanted)?;
+                        Ok(())
+                    },
+                )?;
+            }
             let rec = crate::records::registry::update(&self.home, &name, |r| {
                 r.resync_conflicts = conflicts.clone();
             })?;
             let dirs = BoxDirs::new(&self.home, &name);
-            // Readable by the agents in the box, at /run/agentbox/ctl/resync-conflicts.
+            // Readable by the agents in the box, at /run/agentbox/ctl/resync-conflicts (a
+            // box whose provider holds its tree has no inbox: the record keeps them).
             let mut text = conflicts.join("\n");
             if !text.is_empty() {
                 text.push('\n');
             }
-            fs_err::write(dirs.inbox().join(RESYNC_CONFLICTS), text)?;
+            if dirs.inbox().is_dir() {
+                fs_err::write(dirs.inbox().join(RESYNC_CONFLICTS), text)?;
+            }
             Ok::<_, BoxError>(rec)
         })();
         match finished {

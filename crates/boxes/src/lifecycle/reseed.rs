@@ -347,7 +347,7 @@ impl crate::facade::Boxes {
         use crate::BoxError;
         let mut argv = crate::records::record::box_binary_argv();
         argv.extend([COMMAND.to_owned(), stage.to_owned()]);
-        let ran = self.provider().collect(name, argv, "/", false)?;
+        let ran = self.provider_of(name)?.collect(name, argv, "/", false)?;
         let line = ran
             .output
             .lines()

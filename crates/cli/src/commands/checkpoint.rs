@@ -29,6 +29,19 @@ pub(super) fn checkpoint(ctx: &Ctx, cmd: Option<CheckpointCmd>) -> CliResult {
                 })
             })?;
             let m = &made.manifest;
+            if let Some(held) = &m.held {
+                ctx.note(format!(
+                    "the checkpoint is image {}",
+                    render::text(&held.image)
+                ));
+            }
+            if let Some(why) = &m.cleaned.command_failed {
+                // The box's text: escaped.
+                ctx.note(format!(
+                    "warning: checkpoint.cleanupCommand {} (the checkpoint was made anyway)",
+                    render::text(why)
+                ));
+            }
             ctx.out(&made, || {
                 format!(
                     "checkpoint {:?} of box {:?} ({}, node {}; cleaned {}, emptied {}, {}){}\nStart a box from it: agentbox create --checkpoint {}\n",

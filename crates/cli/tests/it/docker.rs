@@ -12,7 +12,7 @@ use agentbox_testkit::tier;
 
 use crate::common::{code, git, log_ids, stderr, write, Env};
 
-fn engine(test: &str) -> Option<Engine> {
+pub(crate) fn engine(test: &str) -> Option<Engine> {
     if !tier::require_root(test)
         || !tier::require_docker(test)
         || !tier::require_tool(test, "busybox")
@@ -27,7 +27,7 @@ fn engine(test: &str) -> Option<Engine> {
     Some(Engine::connect(ep).expect("connect to the local engine"))
 }
 
-fn test_image(engine: &Engine) -> String {
+pub(crate) fn test_image(engine: &Engine) -> String {
     agentbox_testkit::busybox_image::busybox_image(
         |name| engine.image(name).expect("inspect").is_some(),
         |tar, repo, tag, changes| {
@@ -39,7 +39,7 @@ fn test_image(engine: &Engine) -> String {
 }
 
 /// The containers and images of home `home` on `engine`.
-fn on_engine(engine: &Engine, home: &Home) -> (usize, usize) {
+pub(crate) fn on_engine(engine: &Engine, home: &Home) -> (usize, usize) {
     let key = names::home_key(home);
     (
         engine
@@ -54,7 +54,7 @@ fn on_engine(engine: &Engine, home: &Home) -> (usize, usize) {
 }
 
 /// Everything of `home` on `engine`, removed when dropped (a failed test leaves nothing).
-struct Sweep<'a>(&'a Engine, Home);
+pub(crate) struct Sweep<'a>(pub(crate) &'a Engine, pub(crate) Home);
 
 impl Drop for Sweep<'_> {
     fn drop(&mut self) {

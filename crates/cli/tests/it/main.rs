@@ -18,6 +18,7 @@ mod config;
 mod crash;
 mod destroy;
 mod docker;
+mod docker_history;
 mod firsthour;
 mod fork;
 mod gitremote;

@@ -223,3 +223,53 @@ pub fn tools_image(engine: &Engine, python: bool) -> String {
         .expect("import");
     name
 }
+
+/// The test image ([`test_image`]: busybox, whose `find`, `xargs`, `mv`, `cmp` and
+/// `readlink` a checkpoint's capture and restore use) with the host's `git` added,
+/// committed once per content on `engine`.
+pub fn git_busybox_image(engine: &Engine) -> String {
+    let base = test_image(engine);
+    let mut h = blake3::Hasher::new();
+    h.update(base.as_bytes());
+    for b in agentbox_testkit::rootfs::BINARIES
+        .iter()
+        .chain(&["/usr/bin/git"])
+    {
+        h.update(b.as_bytes());
+        if let Ok(bytes) = fs_err::read(b) {
+            h.update(&bytes);
+        }
+    }
+    let repo = "agentbox-test-gitbox";
+    let tag = h.finalize().to_hex()[..16].to_owned();
+    let name = format!("{repo}:{tag}");
+    let lock = std::fs::File::create(std::env::temp_dir().join("agentbox-test-gitbox.lock"))
+        .expect("lock file");
+    lock.lock().expect("lock");
+    if engine.image(&name).expect("inspect").is_some() {
+        return name;
+    }
+    let work = tempfile::tempdir().expect("tmp");
+    let tar = work.path().join("rootfs.tar");
+    agentbox_testkit::rootfs::build_tar_with(
+        work.path(),
+        &tar,
+        &["/usr/bin/git"],
+        &["/usr/lib/git-core", "/usr/share/git-core"],
+    );
+    let container = format!("agentbox-test-gitbox-{}", std::process::id());
+    engine
+        .create_container(&agentbox_docker::container::ContainerSpec {
+            name: container.clone(),
+            image: base,
+            cmd: vec!["true".into()],
+            ..Default::default()
+        })
+        .expect("create");
+    engine.upload_tar(&container, "/", &tar).expect("upload");
+    engine
+        .commit(&container, repo, &tag, "git added", &Default::default())
+        .expect("commit");
+    engine.remove_container(&container).expect("remove");
+    name
+}

@@ -429,7 +429,7 @@ impl Store {
     /// Write the detached node `id` (on the new `layer`, or on `source`'s layer when
     /// `None`), make it durable, then point the ref at it: the commit point.
     #[allow(clippy::too_many_arguments)]
-    fn finish_detached(
+    pub(crate) fn finish_detached(
         &self,
         op: &str,
         env: &str,

@@ -60,12 +60,14 @@ pub(super) fn run_candidate(
         if slot.cancelled() != Cancel::None {
             break;
         }
-        let ran = boxes.provider().collect(
-            &slot.box_name,
-            vec!["sh".to_owned(), "-c".to_owned(), command.clone()],
-            record::WORKSPACE,
-            true,
-        );
+        let ran = boxes.provider_of(&slot.box_name).and_then(|p| {
+            p.collect(
+                &slot.box_name,
+                vec!["sh".to_owned(), "-c".to_owned(), command.clone()],
+                record::WORKSPACE,
+                true,
+            )
+        });
         log.push_str(&format!("$ {command}\n"));
         let status = match ran {
             Ok(ran) => {
@@ -151,7 +153,7 @@ pub(super) fn settle(
         Err(e) => progress.note(&format!("agentbox: cannot read its HEAD: {e}")),
     }
     if !r.branches.is_empty() {
-        match boxes.provider().sync(name) {
+        match boxes.provider_of(name).and_then(|p| p.sync(name)) {
             Ok(synced) => r.branches = synced,
             Err(e) => progress.note(&format!("agentbox: syncing its branches failed: {e}")),
         }

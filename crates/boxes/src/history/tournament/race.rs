@@ -58,6 +58,8 @@ pub(super) fn run(
     progress: &dyn Progress,
 ) -> Result<TournamentResult> {
     let src = record::read(boxes.home(), &spec.source)?;
+    // Every candidate is a fork of the source: its provider runs them all.
+    let provider = boxes.provider_of(&src.name)?;
     check(boxes, &src, spec)?;
     let reference = spec.at.as_deref().unwrap_or("HEAD");
     let base = boxes
@@ -150,7 +152,7 @@ pub(super) fn run(
                 if s.cancelled() != Cancel::None {
                     // Stopping the box ends whatever runs in it; repeated until the worker
                     // is done, in case a step of it started the box again.
-                    let _ = boxes.provider().stop(&s.box_name);
+                    let _ = provider.stop(&s.box_name);
                 }
             }
         }
@@ -197,7 +199,7 @@ pub(super) fn run(
         }
         if spec.keep_losers {
             // Their work is in their nodes; their processes need not run on.
-            let _ = boxes.provider().stop(&r.box_name);
+            let _ = provider.stop(&r.box_name);
         } else {
             remove_candidate(boxes, &r.box_name, &mut notes);
             r.kept = false;
@@ -312,7 +314,8 @@ pub(super) fn move_source(
     node: &str,
 ) -> Result<SourceMoved> {
     let mut timer = agentbox_core::timing::Timer::start("tournament keep");
-    let was_running = boxes.provider().is_running(&src.name)?;
+    let provider = boxes.provider_of(&src.name)?;
+    let was_running = provider.is_running(&src.name)?;
     boxes.checkout(&src.name, node, false)?;
     timer.lap("checkout");
     let mut head = node.to_owned();
@@ -332,11 +335,11 @@ pub(super) fn move_source(
         };
         head = boxes.commit(&src.name, opts)?.id.into_string();
         timer.lap("commit");
-        branches = boxes.provider().sync(&src.name)?;
+        branches = provider.sync(&src.name)?;
         timer.lap("sync");
     }
     if !was_running {
-        boxes.provider().stop(&src.name)?;
+        provider.stop(&src.name)?;
         timer.lap("stop");
     }
     Ok(SourceMoved {
