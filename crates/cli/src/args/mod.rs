@@ -190,6 +190,11 @@ pub enum Command {
     /// order given, or with --first the soonest) whose test passes:
     /// [BOX] --test CMD -c NAME=CMD...
     Tournament(TournamentArgs),
+    /// Serve the Model Context Protocol on stdin and stdout, for an agent or any MCP
+    /// client: tools to create boxes, run commands in them, read and write their files,
+    /// read and roll back their history, fork them, race candidates, checkpoint and destroy
+    /// them. Inside a box it acts on that box only, as the in-box agentbox does.
+    Mcp,
     /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema,
     /// list-projects.
     #[command(subcommand)]
