@@ -1,0 +1,265 @@
+//! `agentbox mcp` driven by a real client: the official MCP Python SDK (PyPI `mcp`, run by
+//! `client.py` beside this file) over stdio. Tier 2 (boxes need root); skipped with a reason
+//! when root or the SDK is missing, failed under CI=true.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::common::{git, kill_supervisors, write, Env};
+use agentbox_testkit::tier::{require_root, skip};
+
+/// Every tool the server offers on the host.
+const TOOLS: &[&str] = &[
+    "checkout",
+    "checkpoint_create",
+    "checkpoint_list",
+    "create_box",
+    "destroy",
+    "diff",
+    "exec",
+    "fork",
+    "list_boxes",
+    "list_files",
+    "log",
+    "read_file",
+    "show",
+    "status",
+    "tag",
+    "tournament",
+    "undo",
+    "write_file",
+];
+
+/// Whether the Python SDK can be imported (else the test is skipped, or fails under CI).
+fn require_sdk(test: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import mcp"])
+        .status()
+        .is_ok_and(|s| s.success());
+    ok || skip(test, "needs the MCP Python SDK: python3 -m pip install mcp")
+}
+
+/// One session of the Python client in directory `dir`: initialize, list the tools, then
+/// `calls` in order; what it printed.
+fn session(env: &Env, dir: &Path, calls: Value) -> Value {
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp/client.py");
+    let out = std::process::Command::new("python3")
+        .arg(client)
+        .arg(env!("CARGO_BIN_EXE_agentbox"))
+        .arg(calls.to_string())
+        .env("AGENTBOX_HOME", env.path("home"))
+        .current_dir(dir)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the client prints JSON")
+}
+
+/// The structured content of call `i`, which must have succeeded.
+fn ok(s: &Value, i: usize) -> &Value {
+    let r = &s["results"][i];
+    assert_eq!(r["is_error"], json!(false), "call {i} failed: {r}");
+    &r["structured"]
+}
+
+/// The node ids of the box's history, HEAD first, as the command line gives them.
+fn cli_ancestors(env: &Env, name: &str) -> Vec<String> {
+    env.json(&["log", name, "--ancestors"])
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_python_sdk_drives_a_box_through_create_exec_log_checkout_and_diff() {
+    let test = "mcp::the_python_sdk_drives_a_box_through_create_exec_log_checkout_and_diff";
+    if !require_root(test) || !require_sdk(test) {
+        return;
+    }
+    let env = Env::new();
+    let project = env.path("proj");
+    write(&project.join("a.txt"), "one\n");
+    git(&project, &["init", "-q", "-b", "main"]);
+    git(&project, &["add", "-A"]);
+    git(&project, &["commit", "-qm", "first"]);
+    let s = session(
+        &env,
+        &project,
+        json!([
+            {"tool": "create_box", "arguments": {"name": "m1"}},
+            {"tool": "exec", "arguments": {"box": "m1", "argv": ["sh", "-c", "echo two > b.txt; echo done; exit 3"]}},
+            {"tool": "log", "arguments": {"box": "m1", "ancestors": true}},
+            {"tool": "status", "arguments": {"box": "no-such-box"}},
+            {"tool": "exec", "arguments": {"box": "m1", "argv": ["sh", "-c", "seq 1 20000"], "max_output": 1000}},
+            {"tool": "read_file", "arguments": {"box": "m1", "path": "b.txt"}},
+            {"tool": "list_files", "arguments": {"box": "m1"}},
+        ]),
+    );
+    assert_eq!(s["server"], json!("agentbox"));
+    let mut names: Vec<&str> = s["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    names.sort();
+    assert_eq!(names, TOOLS);
+    for t in s["tools"].as_array().expect("tools") {
+        assert_eq!(t["input_schema"]["type"], json!("object"), "{t}");
+    }
+    let exec_tool = s["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == json!("exec"))
+        .expect("exec");
+    assert_eq!(
+        exec_tool["input_schema"]["properties"]["argv"]["type"],
+        json!("array")
+    );
+    assert!(exec_tool["input_schema"]["required"]
+        .as_array()
+        .expect("required")
+        .contains(&json!("argv")));
+
+    // create: the box exists, as the command line sees it, at the node the tool said.
+    let created = ok(&s, 0);
+    assert_eq!(created["name"], json!("m1"));
+    let status = env.json(&["status", "m1"]);
+    assert_eq!(status["box"]["id"], created["id"]);
+
+    // exec: its output and status, and the node it made is the box's HEAD now, holding
+    // the file it wrote.
+    let ran = ok(&s, 1);
+    assert_eq!(ran["status"], json!(3));
+    assert_eq!(ran["output"], json!("done\n"));
+    assert_eq!(ran["truncated"], json!(false));
+    let ancestors = cli_ancestors(&env, "m1");
+    assert_eq!(ran["node"].as_str(), Some(ancestors[0].as_str()));
+    assert_eq!(ancestors.len(), 2);
+    assert_eq!(
+        ancestors[1].as_str(),
+        created["head"].as_str().expect("head")
+    );
+    assert_eq!(env.ok(&["exec", "m1", "--", "cat", "b.txt"]), "two\n");
+
+    // log: the same nodes as the command line's.
+    let logged: Vec<&str> = ok(&s, 2)["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(logged, ancestors);
+
+    // An unknown box is a tool error with the command line's message and hint.
+    let err = &s["results"][3];
+    assert_eq!(err["is_error"], json!(true));
+    assert_eq!(err["structured"]["code"], json!(3));
+    assert_eq!(
+        err["structured"]["error"],
+        json!("no box named \"no-such-box\"")
+    );
+    assert_eq!(
+        err["structured"]["hint"],
+        json!("`agentbox list` shows the boxes")
+    );
+    assert!(err["text"]
+        .as_str()
+        .expect("text")
+        .contains("hint: `agentbox list` shows the boxes"));
+
+    // Long output is cut, with a note saying how to get the rest.
+    let long = ok(&s, 4);
+    let full: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(long["output_bytes"], json!(full.len()));
+    assert_eq!(long["truncated"], json!(true));
+    let shown = long["output"].as_str().expect("output");
+    assert!(shown.starts_with("1\n2\n3\n") && shown.ends_with("19999\n20000\n"));
+    assert!(shown.len() < 1100);
+    assert!(long["note"].as_str().expect("note").contains("read_file"));
+
+    // Files are the box's.
+    let read = ok(&s, 5);
+    assert_eq!(
+        (&read["content"], &read["size"], &read["more"]),
+        (&json!("two\n"), &json!(4), &json!(false))
+    );
+    let listed: Vec<&str> = ok(&s, 6)["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(listed, [".git", "a.txt", "b.txt"]);
+
+    // A second session: back to the node before the exec, then the diff from the exec's
+    // node to the working tree, and a write.
+    let exec_node = ran["node"].as_str().expect("node").to_owned();
+    let s = session(
+        &env,
+        &project,
+        json!([
+            {"tool": "checkout", "arguments": {"box": "m1", "reference": "HEAD~1"}},
+            {"tool": "diff", "arguments": {"box": "m1", "from": exec_node, "patch": true}},
+            {"tool": "write_file", "arguments": {"box": "m1", "path": "d/c.txt", "content": "hi\n", "parents": true}},
+            {"tool": "read_file", "arguments": {"box": "m1", "path": "nothing-here"}},
+        ]),
+    );
+    let back = ok(&s, 0);
+    assert_eq!(back["id"].as_str(), Some(ancestors[1].as_str()));
+    // HEAD's line no longer has the exec's node (the write below adds to it).
+    let after = cli_ancestors(&env, "m1");
+    assert!(after.contains(&ancestors[1]) && !after.contains(&exec_node));
+    let gone = env.run(&["exec", "m1", "--", "test", "-e", "b.txt"]);
+    assert_eq!(
+        gone.status.code(),
+        Some(1),
+        "b.txt is gone after the checkout"
+    );
+    let changes = ok(&s, 1)["changes"].as_array().expect("changes").clone();
+    // The working tree then held the checked-out node.
+    let cli_diff = env.json(&["diff", "m1", &exec_node, &ancestors[1]]);
+    assert_eq!(
+        changes
+            .iter()
+            .map(|c| c["path"].clone())
+            .collect::<Vec<_>>(),
+        cli_diff
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|c| c["path"].clone())
+            .collect::<Vec<_>>()
+    );
+    let b = changes
+        .iter()
+        .find(|c| c["path"] == json!("workspace/b.txt"))
+        .expect("b.txt in the diff");
+    assert_eq!(b["kind"], json!("removed"));
+    assert!(b["patch"].as_str().expect("patch").contains("-two"));
+    let wrote = ok(&s, 2);
+    assert_eq!(env.ok(&["exec", "m1", "--", "cat", "d/c.txt"]), "hi\n");
+    let wrote_node = wrote["node"].as_str().expect("the write made a node");
+    assert!(cli_ancestors(&env, "m1").iter().any(|n| n == wrote_node));
+    let shown = env.json(&["show", "m1", wrote_node]);
+    assert!(
+        shown["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .any(|c| c["path"] == json!("workspace/d/c.txt")),
+        "{shown}"
+    );
+    let missing = &s["results"][3];
+    assert_eq!(missing["is_error"], json!(true));
+    assert_eq!(missing["structured"]["code"], json!(3), "{missing}");
+    kill_supervisors(&env.path("home"));
+}
