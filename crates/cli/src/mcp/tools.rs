@@ -114,27 +114,23 @@ fn usage(message: &str, hint: &str) -> CliError {
 }
 
 impl Tools {
-    /// A server for agentbox home `home`, or (`inbox`) for the box it runs in, offering
-    /// there only what the relay answers.
+    /// A server for agentbox home `home`, or (`inbox`) for the box it runs in.
     pub fn new(home: Home, inbox: Option<InBox>) -> Tools {
-        let mut tool_router = Self::tool_router();
-        if inbox.is_some() {
-            let names: Vec<String> = tool_router
-                .list_all()
-                .into_iter()
-                .map(|t| t.name.to_string())
-                .collect();
-            for n in names {
-                if !crate::mcp::inbox::TOOLS.contains(&n.as_str()) {
-                    tool_router.remove_route(&n);
-                }
-            }
-        }
         Tools {
             home,
             inbox,
-            tool_router,
+            tool_router: Self::tool_router(),
         }
+    }
+
+    /// The tools offered: all of them on the host; inside a box, only those the relay
+    /// answers (a call of another one is refused with the relay's error).
+    pub fn offered(&self) -> Vec<rmcp::model::Tool> {
+        let mut tools = self.tool_router.list_all();
+        if self.inbox.is_some() {
+            tools.retain(|t| crate::mcp::inbox::TOOLS.contains(&t.name.as_ref()));
+        }
+        tools
     }
 
     /// Run `work` on the host (off the protocol's threads: the façade blocks) and answer

@@ -263,3 +263,123 @@ fn the_python_sdk_drives_a_box_through_create_exec_log_checkout_and_diff() {
     assert_eq!(missing["structured"]["code"], json!(3), "{missing}");
     kill_supervisors(&env.path("home"));
 }
+
+/// `agentbox mcp` run inside box `name` (as an agent in it would), given the JSON-RPC
+/// `requests` on its stdin after the handshake; the responses by id.
+fn in_box_session(
+    env: &Env,
+    name: &str,
+    requests: &[Value],
+) -> std::collections::BTreeMap<i64, Value> {
+    use std::io::{BufRead, Write};
+    let mut child = env
+        .command(&["exec", name, "--", "agentbox", "mcp"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run agentbox exec");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = vec![
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ];
+    lines.extend_from_slice(requests);
+    for l in &lines {
+        writeln!(stdin, "{l}").expect("write a request");
+    }
+    let want = requests.len() + 1;
+    let mut answers = std::collections::BTreeMap::new();
+    for line in std::io::BufReader::new(child.stdout.take().expect("stdout")).lines() {
+        let v: Value = serde_json::from_str(&line.expect("a line")).expect("JSON-RPC");
+        if let Some(id) = v["id"].as_i64() {
+            answers.insert(id, v);
+        }
+        if answers.len() == want {
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.wait();
+    answers
+}
+
+#[test]
+fn inside_a_box_the_server_acts_on_that_box_only_through_the_relay() {
+    let test = "mcp::inside_a_box_the_server_acts_on_that_box_only_through_the_relay";
+    if !require_root(test) {
+        return;
+    }
+    let env = Env::new();
+    let project = env.path("proj");
+    write(&project.join("a.txt"), "one\n");
+    git(&project, &["init", "-q", "-b", "main"]);
+    git(&project, &["add", "-A"]);
+    git(&project, &["commit", "-qm", "first"]);
+    env.run_in(&project, &["create", "inner"]);
+    env.run_in(&project, &["create", "other"]);
+    let call = |id: i64, tool: &str, args: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}});
+    let answers = in_box_session(
+        &env,
+        "inner",
+        &[
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+            call(3, "log", json!({"ancestors": true})),
+            call(4, "tag", json!({"name": "from-mcp"})),
+            call(5, "status", json!({"box": "other"})),
+            call(6, "exec", json!({"argv": ["true"]})),
+            call(7, "destroy", json!({"box": "other"})),
+        ],
+    );
+    let mut offered: Vec<&str> = answers[&2]["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    offered.sort();
+    assert_eq!(
+        offered,
+        [
+            "checkout",
+            "checkpoint_create",
+            "diff",
+            "log",
+            "show",
+            "status",
+            "tag",
+            "undo"
+        ]
+    );
+    // Its own history, as the host has it.
+    let logged: Vec<&str> = answers[&3]["result"]["structuredContent"]["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(logged, cli_ancestors(&env, "inner"));
+    // A tag set through the relay is the box's.
+    assert_eq!(
+        answers[&4]["result"]["isError"],
+        json!(false),
+        "{}",
+        answers[&4]
+    );
+    assert!(env.json(&["tag", "inner"])["from-mcp"].is_string());
+    // Another box, and what the relay does not answer, are refused with its error; the
+    // other box is untouched.
+    for id in [5, 6, 7] {
+        let r = &answers[&id]["result"];
+        assert_eq!(r["isError"], json!(true), "{r}");
+        assert_eq!(r["structuredContent"]["code"], json!(4), "{r}");
+        assert!(r["structuredContent"]["hint"]
+            .as_str()
+            .expect("hint")
+            .contains("on this box only"));
+    }
+    assert_eq!(
+        env.json(&["status", "other"])["box"]["name"],
+        json!("other")
+    );
+    kill_supervisors(&env.path("home"));
+}
