@@ -4,6 +4,7 @@
 //! box error is a tool error with the command line's message and hint.
 //!
 //! * [`params`]: each tool's input, with its JSON schema;
+//! * [`server`]: the server's state, and where a call runs (host or relay);
 //! * [`tools`]: the tools, one façade operation each;
 //! * [`reply`]: results and errors as tool results;
 //! * [`inbox`]: inside a box, the tools the relay answers, sent as its requests.
@@ -14,6 +15,7 @@
 mod inbox;
 mod params;
 mod reply;
+mod server;
 mod tools;
 
 use agentbox_core::Home;
@@ -21,7 +23,7 @@ use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{tool_handler, ServerHandler, ServiceExt};
 
 use crate::errors::{CliError, CliResult, ExitCode};
-use tools::Tools;
+use server::Tools;
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Tools {
