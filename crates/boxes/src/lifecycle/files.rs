@@ -261,10 +261,7 @@ fn file_error(name: &str, path: &str, status: i32, why: &str) -> BoxError {
 fn parse_listing(output: &str) -> Option<Vec<DirEntry>> {
     let mut fields = output.split('\0');
     let mut entries = Vec::new();
-    loop {
-        let Some(meta) = fields.next() else {
-            break;
-        };
+    while let Some(meta) = fields.next() {
         if meta.is_empty() {
             break;
         }

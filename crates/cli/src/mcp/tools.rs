@@ -166,14 +166,14 @@ impl Tools {
         }
         self.host("log", "nodes", move |h| {
             let env = h.env_name(p.target.as_deref())?;
-            Ok(if p.ancestors {
+            if p.ancestors {
                 serde_json::to_value(h.boxes.ancestors(&env, None)?.nodes)
             } else if p.leaves {
                 serde_json::to_value(h.boxes.leaves(&env)?.nodes)
             } else {
                 serde_json::to_value(h.boxes.history(&env)?)
             }
-            .map_err(|e| CliError::new(ExitCode::Failure, e.to_string(), None))?)
+            .map_err(|e| CliError::new(ExitCode::Failure, e.to_string(), None))
         })
         .await
     }
@@ -210,12 +210,12 @@ impl Tools {
         self.host("diff", "changes", move |h| {
             let env = h.env_name(p.target.as_deref())?;
             let from = p.from.as_deref().unwrap_or("HEAD");
-            Ok(if p.patch {
+            if p.patch {
                 serde_json::to_value(h.boxes.diff_patch(&env, from, p.to.as_deref())?)
             } else {
                 serde_json::to_value(h.boxes.diff(&env, from, p.to.as_deref())?)
             }
-            .map_err(|e| CliError::new(ExitCode::Failure, e.to_string(), None))?)
+            .map_err(|e| CliError::new(ExitCode::Failure, e.to_string(), None))
         })
         .await
     }

@@ -383,3 +383,91 @@ fn inside_a_box_the_server_acts_on_that_box_only_through_the_relay() {
     );
     kill_supervisors(&env.path("home"));
 }
+
+/// `mcp-inspector --cli` (the MCP Inspector's CLI mode, npm `@modelcontextprotocol/inspector`)
+/// against `agentbox mcp` in directory `dir`: `method` with `args`; what it printed.
+fn inspector(env: &Env, dir: &Path, args: &[&str]) -> Value {
+    let home = format!("AGENTBOX_HOME={}", env.path("home").display());
+    let out = std::process::Command::new("mcp-inspector")
+        .args(["--cli", "-e", &home, env!("CARGO_BIN_EXE_agentbox"), "mcp"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run mcp-inspector");
+    assert!(
+        out.status.success(),
+        "mcp-inspector {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the inspector prints JSON")
+}
+
+#[test]
+fn the_inspector_cli_lists_the_tools_and_runs_a_command_in_a_box() {
+    let test = "mcp::the_inspector_cli_lists_the_tools_and_runs_a_command_in_a_box";
+    if !require_root(test) {
+        return;
+    }
+    if !agentbox_testkit::tier::require_tool(test, "mcp-inspector") {
+        return;
+    }
+    let env = Env::new();
+    let project = env.path("proj");
+    write(&project.join("a.txt"), "one\n");
+    git(&project, &["init", "-q", "-b", "main"]);
+    git(&project, &["add", "-A"]);
+    git(&project, &["commit", "-qm", "first"]);
+    let listed = inspector(&env, &project, &["--method", "tools/list"]);
+    let mut names: Vec<&str> = listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    names.sort();
+    assert_eq!(names, TOOLS);
+    let created = inspector(
+        &env,
+        &project,
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "create_box",
+            "--tool-arg",
+            "name=insp",
+        ],
+    );
+    assert_eq!(
+        created["structuredContent"]["name"],
+        json!("insp"),
+        "{created}"
+    );
+    let ran = inspector(
+        &env,
+        &project,
+        &[
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "exec",
+            "--tool-arg",
+            "box=insp",
+            "--tool-arg",
+            r#"argv=["sh", "-c", "echo made > m.txt; cat a.txt"]"#,
+        ],
+    );
+    let r = &ran["structuredContent"];
+    assert_eq!(
+        (&r["status"], &r["output"]),
+        (&json!(0), &json!("one\n")),
+        "{ran}"
+    );
+    assert_eq!(env.ok(&["exec", "insp", "--", "cat", "m.txt"]), "made\n");
+    assert_eq!(
+        r["node"].as_str(),
+        Some(cli_ancestors(&env, "insp")[0].as_str())
+    );
+    kill_supervisors(&env.path("home"));
+}
