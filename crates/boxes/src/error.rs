@@ -135,6 +135,20 @@ pub enum BoxError {
     },
     #[error("box {name:?} is not running")]
     NotRunning { name: String },
+    /// A file of a box that could not be read, written or listed (inside the box).
+    #[error("box {name:?}, {path:?}: {why}")]
+    BoxFile {
+        name: String,
+        /// The path as given (inside the box; relative ones are under /workspace).
+        path: String,
+        /// What the box said (box-controlled text).
+        why: String,
+        /// The path names nothing.
+        missing: bool,
+        /// The path names something of the wrong kind (a directory to read), or the
+        /// request is over a limit.
+        refused: bool,
+    },
     #[error("box {name:?} was not made from a git repository")]
     NoRepositories { name: String },
     #[error("box {name:?} has no repository {repo:?}")]
@@ -233,6 +247,8 @@ impl BoxError {
         use agentbox_core::exit::ExitCode;
         match self {
             BoxError::Store(e) => e.exit_code(),
+            BoxError::BoxFile { missing: true, .. } => ExitCode::NotFound.into(),
+            BoxError::BoxFile { refused: true, .. } => ExitCode::Refused.into(),
             BoxError::Git(e) | BoxError::Seed(e) => e.exit_code(),
             BoxError::Core(agentbox_core::Error::Locked { .. }) => ExitCode::Locked.into(),
             BoxError::NoSuchBox { .. }
@@ -294,6 +310,9 @@ impl BoxError {
     pub fn hint(&self) -> Option<String> {
         match self {
             BoxError::NoSuchBox { .. } => Some("`agentbox list` shows the boxes".into()),
+            BoxError::BoxFile { name, .. } => Some(format!(
+                "paths are the box's own (relative ones under /workspace); `agentbox exec {name} -- ls -la DIR` shows what is there"
+            )),
             BoxError::NameFromDir { .. } => {
                 Some("the name comes from the directory; choose one with --name NAME".into())
             }

@@ -6,7 +6,9 @@
 
 mod args;
 mod commands;
+mod compose;
 mod errors;
+mod mcp;
 mod relay;
 mod remote_helper;
 mod render;
@@ -82,6 +84,14 @@ fn main() {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let checked = relay::check_options(&args).and_then(|()| {
             let cli = Cli::parse();
+            if let args::Command::Mcp = cli.command {
+                // The MCP server sends what the relay allows as its requests (see `mcp`).
+                if let Err(e) = mcp::serve(None) {
+                    eprint!("{}", errors::report(&e, false).1);
+                    std::process::exit(e.code);
+                }
+                std::process::exit(0);
+            }
             let own = std::env::var("AGENTBOX_BOX").unwrap_or_default();
             relay::request_for(&cli, &own)
         });

@@ -49,7 +49,8 @@ pub const ALLOWED: &[&str] = &[
     "checkpoint create",
 ];
 
-fn not_here(what: String) -> CliError {
+/// The refusal of something a box may not ask.
+pub fn not_here(what: String) -> CliError {
     CliError::new(
         crate::errors::ExitCode::Refused,
         what,
@@ -69,6 +70,17 @@ pub fn check_options(args: &[String]) -> CliResult {
             "inside a box, agentbox acts on this box only, with the host's own settings",
         )),
         None => Ok(()),
+    }
+}
+
+/// Refuse box `name` when it is not `own`, the box the caller runs in (the only one it may
+/// name).
+pub fn other_box(own: &str, name: Option<&str>) -> CliResult {
+    match name {
+        Some(n) if n != own => Err(not_here(format!(
+            "this box is {own:?}; box {n:?} is not reachable from inside it"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -94,14 +106,7 @@ pub fn request_for(cli: &Cli, own: &str) -> CliResult<RelayCall> {
         }
         Ok(args)
     };
-    let other_box = |name: &Option<String>| -> CliResult {
-        match name {
-            Some(n) if n != own => Err(not_here(format!(
-                "this box is {own:?}; box {n:?} is not reachable from inside it"
-            ))),
-            _ => Ok(()),
-        }
-    };
+    let other_box = |name: &Option<String>| other_box(own, name.as_deref());
     use RelayRequest as R;
     let request = match &cli.command {
         Command::Log(a) => {

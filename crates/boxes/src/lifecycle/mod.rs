@@ -1,8 +1,10 @@
 //! A box's life, as the façade runs it: making one (`create`: settings over configuration
 //! and the one transaction; `seeding`: its workspace from the project, repositories
 //! included; `reseed`: from a checkpoint, moved to the host's present), then commit,
-//! checkout, start, stop, processes, sessions, sync and destroy (`ops`), status (`status`), and the
-//! operations on versioned directories and the store as a whole (`directories`).
+//! checkout, start, stop, processes, sessions, sync and destroy (`ops`), status (`status`), the
+//! operations on versioned directories and the store as a whole (`directories`), and a
+//! box seen by commands run in it for a front end that is no terminal (`files`: a command's
+//! collected output, files read, written and listed).
 //!
 //! `ops` sits on top: it calls the others and the checkpoints, never the reverse. A running
 //! box is changed only through its provider — decided in `ops`, once; nothing here runs a
@@ -11,6 +13,7 @@
 
 pub mod create;
 pub mod directories;
+pub mod files;
 pub mod ops;
 pub mod reseed;
 pub mod seeding;

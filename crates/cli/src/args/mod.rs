@@ -191,6 +191,14 @@ pub enum Command {
     /// order given, or with --first the soonest) whose test passes:
     /// [BOX] --test CMD -c NAME=CMD...
     Tournament(TournamentArgs),
+    /// Serve MCP (the Model Context Protocol) on stdin and stdout: boxes as tools for an
+    /// agent or any MCP client.
+    ///
+    /// Tools create boxes, run commands in them, read and write their files, read and roll
+    /// back their history, fork them, race candidates, checkpoint and destroy them. Inside a
+    /// box it acts on that box only, as the in-box agentbox does. Add it to Claude Code with
+    /// `claude mcp add agentbox -- agentbox mcp`.
+    Mcp,
     /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema,
     /// list-projects.
     #[command(subcommand)]

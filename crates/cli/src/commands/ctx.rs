@@ -28,17 +28,10 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// The composition root: boxes of this home, run by the local provider, and those
-    /// made with `--provider docker` by the Docker provider (which connects to an engine
-    /// only when one of its boxes needs it).
+    /// Boxes of this home, as the composition root ([`crate::compose`]) wires them.
     pub(crate) fn new(home: Home, json: bool, env: Option<String>) -> Ctx {
-        let provider = std::sync::Arc::new(agentbox_provider_local::local::LocalProvider::new(
-            home.clone(),
-        ));
-        let docker =
-            std::sync::Arc::new(agentbox_provider_docker::DockerProvider::new(home.clone()));
         Ctx {
-            boxes: agentbox_boxes::facade::Boxes::new(home.clone(), provider).with_provider(docker),
+            boxes: crate::compose::boxes(&home),
             home,
             json,
             env,

@@ -65,6 +65,9 @@ use crate::args::{Cli, Command};
 use crate::errors::CliResult;
 
 pub fn dispatch(cli: Cli) -> CliResult {
+    if let Command::Mcp = cli.command {
+        return crate::mcp::serve(cli.home.clone().map(Home::at));
+    }
     let home = match &cli.home {
         Some(h) => Home::at(h.clone()),
         None => Home::from_env()?,
@@ -120,6 +123,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Pull(a) => pull::pull(&ctx, a),
         Command::Fork(a) => fork::fork(&ctx, a),
         Command::Tournament(a) => tournament::tournament(&ctx, a),
+        Command::Mcp => unreachable!("served above"),
         Command::Supervise { name } => internal::supervise(ctx, &name),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
         Command::RemoveDiscarded { entry } => internal::remove_discarded(&ctx, &entry),

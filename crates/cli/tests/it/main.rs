@@ -24,6 +24,7 @@ mod fork;
 mod gitremote;
 mod help;
 mod leftovers;
+mod mcp;
 mod network;
 mod output;
 mod provider;
