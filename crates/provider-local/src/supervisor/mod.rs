@@ -42,6 +42,7 @@ mod broker;
 mod foreground;
 mod generation;
 mod history;
+mod prestager;
 mod procs;
 mod relay;
 mod repos;
@@ -134,6 +135,9 @@ struct Shared {
     broker: Mutex<Option<broker::BrokerState>>,
     /// The foreground commands running, for what auto-capture may do meanwhile.
     foreground: foreground::ForegroundTable,
+    /// Whether prestaging is on ([`prestager::enabled`]), and whether a command's runs.
+    prestage_on: bool,
+    prestaging: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -186,6 +190,8 @@ pub fn run(
         unreadable: Mutex::default(),
         broker: Mutex::new(None),
         foreground: Default::default(),
+        prestage_on: prestager::enabled(),
+        prestaging: Default::default(),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;

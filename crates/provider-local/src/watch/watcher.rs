@@ -346,7 +346,19 @@ impl Watcher {
                 }
             };
             if let Some(j) = &mut self.journal {
+                // A directory that appeared or went at this path moves every path below it
+                // (see [`Journal::last_move`]).
+                let moved = event.mask.contains(EventMask::ISDIR)
+                    && event.mask.intersects(
+                        EventMask::CREATE
+                            | EventMask::DELETE
+                            | EventMask::MOVED_FROM
+                            | EventMask::MOVED_TO,
+                    );
                 j.record(rel.clone());
+                if moved {
+                    j.moved(&rel);
+                }
             }
             let ignored = ignore.is_ignored(&rel);
             if ignored && self.journal.is_none() {
@@ -525,12 +537,68 @@ pub struct Journal {
     seq: u64,
     /// The number of the last event before the kernel's queue last overflowed.
     lost: Option<u64>,
+    /// While someone taps the journal ([`Journal::tap`]): the paths recorded since they
+    /// last took them, in order, repeats included; `None` once more than [`TAP_MAX`]
+    /// waited (the tap is broken: [`Journal::tapped`] says so).
+    tap: Option<Option<Vec<PathBuf>>>,
+    /// While tapped: the directories that appeared or went at a path (created, removed,
+    /// moved in or out), with the number of the last such event.
+    moves: HashMap<PathBuf, u64>,
 }
+
+/// The most paths a tap holds between two takes.
+const TAP_MAX: usize = 1 << 20;
 
 impl Journal {
     fn record(&mut self, rel: PathBuf) {
         self.seq += 1;
+        if let Some(tap) = &mut self.tap {
+            match tap {
+                Some(t) if t.len() < TAP_MAX => t.push(rel.clone()),
+                _ => *tap = None,
+            }
+        }
         self.paths.insert(rel, self.seq);
+    }
+
+    /// Start (or restart, emptied) keeping every recorded path for [`Journal::tapped`].
+    pub fn tap(&mut self) {
+        self.tap = Some(Some(Vec::new()));
+        self.moves.clear();
+    }
+
+    /// Stop keeping paths for a tap.
+    pub fn untap(&mut self) {
+        self.tap = None;
+        self.moves = HashMap::new();
+    }
+
+    /// The last event (just recorded) made or removed a directory at `rel`.
+    fn moved(&mut self, rel: &Path) {
+        if self.tap.is_some() {
+            self.moves.insert(rel.to_owned(), self.seq);
+        }
+    }
+
+    /// Since the tap began: the number of the last event that made or removed a directory
+    /// at `rel` (which changes what every path below it names; a change of the directory's
+    /// own attributes does not).
+    pub fn last_move(&self, rel: &Path) -> Option<u64> {
+        self.moves.get(rel).copied()
+    }
+
+    /// The paths recorded since the tap began or since the last call, oldest first;
+    /// `None` when there is no tap or it broke (too many waited).
+    pub fn tapped(&mut self) -> Option<Vec<PathBuf>> {
+        match &mut self.tap {
+            Some(Some(t)) => Some(std::mem::take(t)),
+            _ => None,
+        }
+    }
+
+    /// The number of the last event recorded on `rel`, if the journal holds one.
+    pub fn last_event(&self, rel: &Path) -> Option<u64> {
+        self.paths.get(rel).copied()
     }
 
     /// The number of the last event recorded.

@@ -92,7 +92,7 @@ fn make_subvolume(path: &Path) -> std::io::Result<()> {
 }
 
 /// Delete whatever is at `path`: a subvolume, a directory tree or a file. Missing is fine.
-fn remove_any(path: &Path) -> Result<()> {
+pub(crate) fn remove_any(path: &Path) -> Result<()> {
     let md = match fs_err::symlink_metadata(path) {
         Ok(md) => md,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -232,7 +232,18 @@ impl BtrfsBackend {
         let mut timer = agentbox_core::timing::Timer::start("btrfs commit");
         let top = self.top_layer(chain)?;
         let (layers, tmp_name) = self.prepare_layer(id)?;
-        let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        let tmp = layers.join(&tmp_name);
+        // Copies of the box's files made while its command ran are in place in a writable
+        // snapshot of HEAD's layer (see `crate::backend::prestage`): that snapshot becomes
+        // this layer, and the copies that are exact stay.
+        let prestaged = crate::backend::prestage::offered();
+        let in_place = match (&prestaged, chain.first()) {
+            (Some(p), Some(head)) => p.take_snapshot(&head.id, &tmp)?,
+            _ => false,
+        };
+        if !in_place {
+            btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
+        }
         timer.lap("snapshot");
         // The applied changes are ordinary writes: they need the store's sync.
         self.durability.mark_unsynced();
@@ -242,12 +253,21 @@ impl BtrfsBackend {
         // file, a scan of it and its removal. A failure leaves only the temporary
         // snapshot, which the caller's abandon (or reconcile) removes.
         let planned = LayersBackend::plan_capture(dirs, opaque, &mut timer)?;
+        let kept = match (&prestaged, in_place) {
+            (Some(p), true) => {
+                let kept = p.settle_in_place(&planned.tree, opaque)?;
+                timer.lap(&format!("keep ({} files prestaged)", kept.len()));
+                Some(kept)
+            }
+            _ => None,
+        };
         crate::backend::apply::apply_overlay_tree(
             &planned.tree,
             &tmp,
             opaque,
             None,
             Some(&planned.upper),
+            kept.as_ref(),
         )?;
         timer.lap("apply");
         if let Some(base) = &dirs.base {
@@ -481,6 +501,22 @@ impl Backend for BtrfsBackend {
     /// its log tree — much cheaper than the transaction commit a `syncfs` would force.
     fn make_durable(&self, files: &[PathBuf]) -> Result<()> {
         self.durability.make_durable(files)
+    }
+
+    /// A writable snapshot of HEAD's layer, which holds the copies in place: the commit
+    /// takes the snapshot as its layer (see `crate::backend::prestage`).
+    fn prestage_area(
+        &self,
+        chain: &[LayerRecord],
+        nonce: &str,
+    ) -> Result<crate::backend::prestage::Area> {
+        let top = self.top_layer(chain)?;
+        let name = format!("{}{nonce}", crate::backend::prestage::AREA_PREFIX);
+        let path = btrfs::snapshot(&top, &self.layers(), OsStr::new(&name), false).map_err(sys)?;
+        Ok(crate::backend::prestage::Area {
+            path,
+            snapshot_of: chain.first().map(|l| l.id.clone()),
+        })
     }
 
     fn staging_dir_maker(&self) -> Option<fn(&Path) -> std::io::Result<()>> {
