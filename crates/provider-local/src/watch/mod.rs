@@ -58,13 +58,15 @@ use std::time::{Duration, Instant};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
 mod debounce;
+mod journal;
 mod scan;
 mod watcher;
 
 pub use self::debounce::Debouncer;
+pub use self::journal::Journal;
 pub use self::scan::fingerprint;
 use self::scan::*;
-pub use self::watcher::{max_watches, Journal, Seen, Watcher};
+pub use self::watcher::{max_watches, Seen, Watcher};
 pub use agentbox_boxes::records::ignore::IgnoreSet;
 
 /// Why watching or fingerprinting a tree failed. Every variant names the path involved.
