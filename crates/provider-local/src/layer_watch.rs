@@ -277,7 +277,12 @@ impl LayerWatch {
 
 impl Watched {
     /// Read every pending event (into the journal), keeping what was seen for the loop.
+    /// A watcher that failed is not read again: its error waits for the capture loop,
+    /// which drops it.
     fn drain(&mut self) -> Result<(), ()> {
+        if self.failed.is_some() {
+            return Err(());
+        }
         for _ in 0..MAX_DRAINS {
             match self.watcher.pending() {
                 Ok(false) => return Ok(()),

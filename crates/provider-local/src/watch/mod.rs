@@ -128,6 +128,36 @@ pub enum WatchError {
 }
 
 impl WatchError {
+    /// The same error once more (a failed [`Watcher`] reports it at every later poll); an
+    /// I/O error keeps its kind and message.
+    pub fn again(&self) -> WatchError {
+        let io = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+        match self {
+            WatchError::Init { path, source } => WatchError::Init {
+                path: path.clone(),
+                source: io(source),
+            },
+            WatchError::WatchLimit { path } => WatchError::WatchLimit { path: path.clone() },
+            WatchError::TooManyDirs { path, cap } => WatchError::TooManyDirs {
+                path: path.clone(),
+                cap: *cap,
+            },
+            WatchError::Watch { path, source } => WatchError::Watch {
+                path: path.clone(),
+                source: io(source),
+            },
+            WatchError::Io { path, source } => WatchError::Io {
+                path: path.clone(),
+                source: io(source),
+            },
+            WatchError::Events { path, source } => WatchError::Events {
+                path: path.clone(),
+                source: io(source),
+            },
+            WatchError::RootGone { path } => WatchError::RootGone { path: path.clone() },
+        }
+    }
+
     /// The path the error is about.
     pub fn path(&self) -> &Path {
         match self {

@@ -81,7 +81,11 @@ pub(super) fn change_mask() -> WatchMask {
 ///   as changes, when that event is processed) or after the watch limit or the watcher's
 ///   cap was hit (which is an error: the caller must stop relying on the watcher);
 /// * it never holds more than `cap` watches ([`max_watches`] unless a test says otherwise),
-///   counting those a walk added before it failed (they live until the watcher is dropped);
+///   counting those a walk added before it failed (they live until the watcher is dropped,
+///   and are not in `dirs`): so once [`poll`](Watcher::poll) failed, every later call fails
+///   the same way without reading an event or adding a watch (`broken`). A watcher shared
+///   by several readers may be polled again before its owner drops it; counting from
+///   `dirs` then, each such poll would add the failed walk's watches once more;
 /// * `dirs` maps each live watch to the directory's current path relative to the root:
 ///   a directory moved inside the tree is re-watched under its new path, one moved out of
 ///   the tree (or into an ignored path) loses its watches;
@@ -98,6 +102,8 @@ pub struct Watcher {
     buffer: Vec<u8>,
     /// The most watches this watcher adds (see [`max_watches`]).
     cap: usize,
+    /// The error that ended this watcher, returned again by every later poll.
+    broken: Option<WatchError>,
 }
 
 impl std::os::fd::AsFd for Watcher {
@@ -149,6 +155,7 @@ impl Watcher {
             root_wd: -1,
             buffer: vec![0; READ_BUFFER],
             cap,
+            broken: None,
         };
         watcher.watch_root()?;
         watcher.watch_dirs(vec![PathBuf::new()], false)?;
@@ -212,7 +219,21 @@ impl Watcher {
     /// checkout replaces the layer: build a new watcher on the new one). After an error the
     /// watcher no longer covers the whole tree: drop it, and fall back to [`fingerprint`]
     /// polling (or build a new watcher).
+    ///
+    /// Once it failed, it fails again with the same error at every call, adding nothing.
     pub fn poll(&mut self, timeout: Duration) -> Result<Seen, WatchError> {
+        if let Some(e) = &self.broken {
+            return Err(e.again());
+        }
+        let polled = self.poll_events(timeout);
+        if let Err(e) = &polled {
+            self.broken = Some(e.again());
+        }
+        polled
+    }
+
+    /// [`Watcher::poll`] of a watcher that has not failed.
+    fn poll_events(&mut self, timeout: Duration) -> Result<Seen, WatchError> {
         let mut seen = Seen::default();
         if !self.wait(timeout)? {
             return Ok(seen);
