@@ -158,6 +158,7 @@ pub fn run(
     // One supervisor per box: the lock is held for the process's lifetime.
     let _lock = lock_box(&dirs, name)?;
     let store = Store::open(&home.store_dir())?;
+    let prestage_on = prestager::enabled(store.backend().kind());
     let exe = std::env::current_exe()?;
     fs_err::create_dir_all(dirs.logs())?;
     let spool = dirs.from_box();
@@ -190,7 +191,7 @@ pub fn run(
         unreadable: Mutex::default(),
         broker: Mutex::new(None),
         foreground: Default::default(),
-        prestage_on: prestager::enabled(),
+        prestage_on,
         prestaging: Default::default(),
     });
     fs_err::create_dir_all(dirs.inbox())?;

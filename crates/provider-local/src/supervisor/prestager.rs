@@ -18,7 +18,11 @@
 //! at a time (a rewritten file's earlier copy is deleted), so never more than the node
 //! holds. The thread runs at nice 19 in the idle I/O class.
 //!
-//! `AGENTBOX_PRESTAGE=0` in the supervisor's environment turns it off.
+//! It is on by default on the `layers` backend (ext4, xfs…), where a copy renamed into the
+//! layer saves the end-of-command copy, and off on btrfs, where `bench/realwork` measured it
+//! slower than without (the commit there reflinks, which costs about what a prestaged copy
+//! does, and the copies compete with the command for the disk). `AGENTBOX_PRESTAGE=0` in the
+//! supervisor's environment turns it off, any other value on.
 
 use super::*;
 use agentbox_store::backend::prestage::{Prestage, Staged};
@@ -35,9 +39,13 @@ const SPACE_FLOOR: u64 = 256 << 20;
 /// Copies between two looks at the free space (the first copy looks too).
 const SPACE_EVERY: usize = 256;
 
-/// Whether prestaging is on for this supervisor (see the module documentation).
-pub(super) fn enabled() -> bool {
-    std::env::var_os("AGENTBOX_PRESTAGE").is_none_or(|v| v != "0")
+/// Whether prestaging is on for this supervisor on a store of backend `kind` (see the
+/// module documentation).
+pub(super) fn enabled(kind: agentbox_store::backend::BackendKind) -> bool {
+    match std::env::var_os("AGENTBOX_PRESTAGE") {
+        Some(v) => v != "0",
+        None => kind != agentbox_store::backend::BackendKind::Btrfs,
+    }
 }
 
 /// A prestaging thread of one batch command.

@@ -121,7 +121,12 @@ fn a_batch_commands_node_is_the_tree_it_left_with_prestaging() {
         b.create("on", &proj, &[]);
         b.create("off", &proj, &[]);
         let backend = b.env.json(&["status", "on"])["backend"].clone();
-        restart_with(&b, "on", &[("AGENTBOX_TIMINGS", "1")]);
+        // On by default on layers, off on btrfs: forced on here for both.
+        restart_with(
+            &b,
+            "on",
+            &[("AGENTBOX_TIMINGS", "1"), ("AGENTBOX_PRESTAGE", "1")],
+        );
         restart_with(
             &b,
             "off",
