@@ -49,6 +49,18 @@ struct Watched {
     failed: Option<WatchError>,
     /// Changes a check's read saw, for the capture loop's debouncer.
     seen: Seen,
+    /// How many checks settled the journal (each may forget events: a tap across one
+    /// can no longer tell what changed since its copies).
+    settles: u64,
+}
+
+/// A tap of the shared watcher's journal for prestaging (see
+/// [`crate::supervisor`]'s prestager): which watcher, and the journal's settles when it
+/// began. Broken by another watcher, a settle, lost events or a full tap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tap {
+    install: u64,
+    settles: u64,
 }
 
 /// A check's view of the journal: the hint, if any, and the number of the last event it
@@ -76,6 +88,7 @@ impl LayerWatch {
             armed: None,
             failed: None,
             seen: Seen::default(),
+            settles: 0,
         });
         Ok(fd)
     }
@@ -157,6 +170,7 @@ impl LayerWatch {
             return;
         };
         let failed = w.failed.is_some();
+        w.settles += 1;
         let Some(journal) = w.watcher.journal() else {
             return;
         };
@@ -178,9 +192,97 @@ impl LayerWatch {
     }
 }
 
+impl LayerWatch {
+    /// Start tapping the journal of the watcher of `upper` (`None`: no such watcher, or
+    /// events were lost).
+    pub fn start_tap(&self, upper: &Path) -> Option<Tap> {
+        let mut slot = self.slot();
+        let w = slot.as_mut().filter(|w| w.watcher.root() == upper)?;
+        let (install, settles) = (w.install, w.settles);
+        let journal = w.watcher.journal()?;
+        if journal.lost() {
+            return None;
+        }
+        journal.tap();
+        Some(Tap { install, settles })
+    }
+
+    /// The tapped watcher, read up to now, while the tap holds.
+    fn tapped_watcher<'a>(
+        slot: &'a mut Option<Watched>,
+        tap: &Tap,
+    ) -> Option<&'a mut crate::watch::Journal> {
+        let w = slot
+            .as_mut()
+            .filter(|w| w.install == tap.install && w.settles == tap.settles)?;
+        w.drain().ok()?;
+        let journal = w.watcher.journal()?;
+        (!journal.lost()).then_some(journal)
+    }
+
+    /// Read what is pending, then the paths with events since the tap began or since the
+    /// last call (repeats included) and the number of the last event; `None` once the tap
+    /// broke.
+    pub fn tapped(&self, tap: &Tap) -> Option<(Vec<PathBuf>, u64)> {
+        let mut slot = self.slot();
+        let journal = Self::tapped_watcher(&mut slot, tap)?;
+        let paths = journal.tapped()?;
+        Some((paths, journal.seq()))
+    }
+
+    /// Read what is pending, then, if the tap still holds, which of `copies` (a path and
+    /// the number of the last event when its copy began) are still valid: no event on the
+    /// path since, and no directory above it made or removed since (which would make the
+    /// path name another file; a change of a directory's attributes, such as the overlay's
+    /// own markers, does not). `None`: the tap broke, none is. The tap ends either way.
+    pub fn end_tap<'a>(
+        &self,
+        tap: &Tap,
+        copies: impl Iterator<Item = (&'a Path, u64)>,
+    ) -> Option<std::collections::HashSet<PathBuf>> {
+        let mut slot = self.slot();
+        let Some(journal) =
+            Self::tapped_watcher(&mut slot, tap).and_then(|j| j.tapped().is_some().then_some(j))
+        else {
+            drop(slot);
+            self.stop_tap(tap);
+            return None;
+        };
+        let valid = copies
+            .filter(|(rel, seq)| {
+                journal.last_event(rel).is_none_or(|s| s <= *seq)
+                    && rel
+                        .ancestors()
+                        .skip(1)
+                        .all(|a| journal.last_move(a).is_none_or(|s| s <= *seq))
+            })
+            .map(|(rel, _)| rel.to_owned())
+            .collect();
+        journal.untap();
+        Some(valid)
+    }
+
+    /// Stop tapping (a tap given up): the journal keeps no paths for it any more.
+    pub fn stop_tap(&self, tap: &Tap) {
+        let mut slot = self.slot();
+        if let Some(j) = slot
+            .as_mut()
+            .filter(|w| w.install == tap.install)
+            .and_then(|w| w.watcher.journal())
+        {
+            j.untap();
+        }
+    }
+}
+
 impl Watched {
     /// Read every pending event (into the journal), keeping what was seen for the loop.
+    /// A watcher that failed is not read again: its error waits for the capture loop,
+    /// which drops it.
     fn drain(&mut self) -> Result<(), ()> {
+        if self.failed.is_some() {
+            return Err(());
+        }
         for _ in 0..MAX_DRAINS {
             match self.watcher.pending() {
                 Ok(false) => return Ok(()),

@@ -76,6 +76,47 @@ fn directories_made_after_setup_stop_at_the_cap() {
         .contains("more than 50 directories"));
 }
 
+/// A watcher that failed at its cap stays failed: polled again (a second reader of a shared
+/// watcher may do so before its owner drops it), it adds no watch for directories made
+/// since, so the kernel never holds more than the cap for it, counting the watches the
+/// failed walk had added.
+#[test]
+fn a_watcher_failed_at_the_cap_adds_no_watch_when_polled_again() {
+    let t = tempfile::tempdir().expect("tempdir");
+    dirs(t.path(), 0, 5);
+    let mut w = Watcher::recording_capped(t.path(), IgnoreSet::none(), 50).expect("watcher");
+    dirs(t.path(), 5, 200);
+    let mut failed = None;
+    for _ in 0..100 {
+        match w.poll(Duration::from_secs(5)) {
+            Ok(seen) if seen.any() => {}
+            Ok(_) => break,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(
+        matches!(failed, Some(WatchError::TooManyDirs { cap: 50, .. })),
+        "{failed:?}"
+    );
+    for round in 0..3 {
+        dirs(t.path(), 200 + round * 100, 300 + round * 100);
+        let again = w.poll(Duration::from_secs(5));
+        assert!(
+            matches!(again, Err(WatchError::TooManyDirs { cap: 50, .. })),
+            "polled again after failing: {again:?}"
+        );
+        let held = kernel_watches(&w);
+        assert!(
+            held <= 50,
+            "{held} watches held after {} more polls, the cap is 50",
+            round + 1
+        );
+    }
+}
+
 #[test]
 fn the_default_cap_is_a_share_of_the_host_limit() {
     let limit: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")

@@ -8,13 +8,16 @@ use super::*;
 /// attempt succeeds again).
 /// With `freeze`, the box's processes are frozen while the node is taken (once the
 /// operations lock is held: a checkout holding it restarts the box, which must not be frozen).
+/// `prestaged`: copies made while a batch command ran (see [`super::prestager`]), offered
+/// to the commit when still valid.
 pub(super) fn auto_capture(
     shared: &Shared,
     message: &str,
     command: Option<&str>,
     freeze: bool,
+    prestaged: Option<super::prestager::Prestaged>,
 ) -> Result<Option<String>> {
-    let result = try_auto_capture(shared, message, command, freeze);
+    let result = try_auto_capture(shared, message, command, freeze, prestaged);
     let mut health = lock(&shared.capture);
     match &result {
         Ok(_) => {
@@ -39,6 +42,7 @@ pub(super) fn try_auto_capture(
     message: &str,
     command: Option<&str>,
     freeze: bool,
+    prestaged: Option<super::prestager::Prestaged>,
 ) -> Result<Option<String>> {
     let _ops = lock(&shared.ops);
     let _frozen = freeze.then(|| shared.freeze()).flatten();
@@ -49,6 +53,11 @@ pub(super) fn try_auto_capture(
         Some(h) => format!("the watcher's journal ({} paths)", h.paths.len()),
         None => "no journal to trust".to_owned(),
     });
+    // Offered until the commit below is done (the copies not taken are deleted then).
+    let _offer = prestaged.and_then(|p| offer(shared, p));
+    if let Some(o) = &_offer {
+        timer.lap(&format!("prestaged copies offered: {}", o.left()));
+    }
     let (changed, differ) = changed_since_head(shared, snap.hint.as_ref())?;
     if !changed {
         shared.watch.settled(&snap, version, &differ);
@@ -129,6 +138,22 @@ pub(super) fn changed_since_head(
             !ignore.is_ignored(&c.path) && !mount_point
         });
     Ok((any, differ))
+}
+
+/// Offer to the next commit the copies of `p` that are still exact: no event on their
+/// paths (or the directories above) since they were made, and not held open or mapped by
+/// a box process (a write through a shared mapping raises no event). `None` when that
+/// cannot be told (the tap broke, the held files cannot be listed): nothing is offered.
+fn offer(
+    shared: &Shared,
+    p: super::prestager::Prestaged,
+) -> Option<agentbox_store::backend::prestage::Offer> {
+    let valid = shared.watch.end_tap(&p.tap, p.prestage.copies())?;
+    let held: std::collections::HashSet<PathBuf> = held_files(shared)?.into_iter().collect();
+    Some(
+        p.prestage
+            .offer(|rel, _| valid.contains(rel) && !held.contains(rel)),
+    )
 }
 
 /// The watcher's journal as a hint for a check against marks `version`, with the files
@@ -237,7 +262,7 @@ impl crate::capture::Capturer for Shared {
         };
         // A command still running keeps writing: the node is taken with the box frozen, so it
         // is the box at one instant, not files copied across seconds of writes.
-        auto_capture(self, &label, None, running.is_some())
+        auto_capture(self, &label, None, running.is_some(), None)
             .map(|_| true)
             .map_err(|e| e.to_string())
     }

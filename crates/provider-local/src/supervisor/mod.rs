@@ -42,6 +42,7 @@ mod broker;
 mod foreground;
 mod generation;
 mod history;
+mod prestager;
 mod procs;
 mod relay;
 mod repos;
@@ -134,6 +135,9 @@ struct Shared {
     broker: Mutex<Option<broker::BrokerState>>,
     /// The foreground commands running, for what auto-capture may do meanwhile.
     foreground: foreground::ForegroundTable,
+    /// Whether prestaging is on ([`prestager::enabled`]), and whether a command's runs.
+    prestage_on: bool,
+    prestaging: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -154,6 +158,7 @@ pub fn run(
     // One supervisor per box: the lock is held for the process's lifetime.
     let _lock = lock_box(&dirs, name)?;
     let store = Store::open(&home.store_dir())?;
+    let prestage_on = prestager::enabled(store.backend().kind());
     let exe = std::env::current_exe()?;
     fs_err::create_dir_all(dirs.logs())?;
     let spool = dirs.from_box();
@@ -186,6 +191,8 @@ pub fn run(
         unreadable: Mutex::default(),
         broker: Mutex::new(None),
         foreground: Default::default(),
+        prestage_on,
+        prestaging: Default::default(),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;

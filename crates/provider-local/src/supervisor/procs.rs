@@ -140,11 +140,12 @@ pub(super) fn exec(
     let info = new_info(shared, kind, argv);
     let id = info.id;
     // Until the command's own capture is done (see [`super::foreground`]).
-    let _foreground = shared.foreground.enter(
-        id,
-        label.clone(),
-        super::foreground::Mode::of(tty.is_some() || kind == ProcKind::Shell, capture),
-    );
+    let mode = super::foreground::Mode::of(tty.is_some() || kind == ProcKind::Shell, capture);
+    let _foreground = shared.foreground.enter(id, label.clone(), mode);
+    // A batch command's node is made at its end: its settled files are copied meanwhile.
+    let prestager = (mode == super::foreground::Mode::AtEnd && shared.rec.capture)
+        .then(|| super::prestager::start(shared))
+        .flatten();
     let oom_before = oom_kills(shared);
     let (exit_tx, exit_rx) = channel();
     let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
@@ -196,8 +197,9 @@ pub(super) fn exec(
         }
         _ => None,
     };
+    let prestaged = prestager.and_then(super::prestager::Prestager::finish);
     let (node, capture_error) = if capture && shared.rec.capture && !note.by_checkout {
-        match auto_capture(shared, &label, Some(&label), false) {
+        match auto_capture(shared, &label, Some(&label), false, prestaged) {
             Ok(node) => (node, None),
             Err(e) => (None, Some(e.to_string())),
         }

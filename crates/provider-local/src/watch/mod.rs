@@ -58,13 +58,15 @@ use std::time::{Duration, Instant};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
 mod debounce;
+mod journal;
 mod scan;
 mod watcher;
 
 pub use self::debounce::Debouncer;
+pub use self::journal::Journal;
 pub use self::scan::fingerprint;
 use self::scan::*;
-pub use self::watcher::{max_watches, Journal, Seen, Watcher};
+pub use self::watcher::{max_watches, Seen, Watcher};
 pub use agentbox_boxes::records::ignore::IgnoreSet;
 
 /// Why watching or fingerprinting a tree failed. Every variant names the path involved.
@@ -126,6 +128,36 @@ pub enum WatchError {
 }
 
 impl WatchError {
+    /// The same error once more (a failed [`Watcher`] reports it at every later poll); an
+    /// I/O error keeps its kind and message.
+    pub fn again(&self) -> WatchError {
+        let io = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+        match self {
+            WatchError::Init { path, source } => WatchError::Init {
+                path: path.clone(),
+                source: io(source),
+            },
+            WatchError::WatchLimit { path } => WatchError::WatchLimit { path: path.clone() },
+            WatchError::TooManyDirs { path, cap } => WatchError::TooManyDirs {
+                path: path.clone(),
+                cap: *cap,
+            },
+            WatchError::Watch { path, source } => WatchError::Watch {
+                path: path.clone(),
+                source: io(source),
+            },
+            WatchError::Io { path, source } => WatchError::Io {
+                path: path.clone(),
+                source: io(source),
+            },
+            WatchError::Events { path, source } => WatchError::Events {
+                path: path.clone(),
+                source: io(source),
+            },
+            WatchError::RootGone { path } => WatchError::RootGone { path: path.clone() },
+        }
+    }
+
     /// The path the error is about.
     pub fn path(&self) -> &Path {
         match self {

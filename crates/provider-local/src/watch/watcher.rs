@@ -81,7 +81,11 @@ pub(super) fn change_mask() -> WatchMask {
 ///   as changes, when that event is processed) or after the watch limit or the watcher's
 ///   cap was hit (which is an error: the caller must stop relying on the watcher);
 /// * it never holds more than `cap` watches ([`max_watches`] unless a test says otherwise),
-///   counting those a walk added before it failed (they live until the watcher is dropped);
+///   counting those a walk added before it failed (they live until the watcher is dropped,
+///   and are not in `dirs`): so once [`poll`](Watcher::poll) failed, every later call fails
+///   the same way without reading an event or adding a watch (`broken`). A watcher shared
+///   by several readers may be polled again before its owner drops it; counting from
+///   `dirs` then, each such poll would add the failed walk's watches once more;
 /// * `dirs` maps each live watch to the directory's current path relative to the root:
 ///   a directory moved inside the tree is re-watched under its new path, one moved out of
 ///   the tree (or into an ignored path) loses its watches;
@@ -98,6 +102,8 @@ pub struct Watcher {
     buffer: Vec<u8>,
     /// The most watches this watcher adds (see [`max_watches`]).
     cap: usize,
+    /// The error that ended this watcher, returned again by every later poll.
+    broken: Option<WatchError>,
 }
 
 impl std::os::fd::AsFd for Watcher {
@@ -149,6 +155,7 @@ impl Watcher {
             root_wd: -1,
             buffer: vec![0; READ_BUFFER],
             cap,
+            broken: None,
         };
         watcher.watch_root()?;
         watcher.watch_dirs(vec![PathBuf::new()], false)?;
@@ -212,7 +219,21 @@ impl Watcher {
     /// checkout replaces the layer: build a new watcher on the new one). After an error the
     /// watcher no longer covers the whole tree: drop it, and fall back to [`fingerprint`]
     /// polling (or build a new watcher).
+    ///
+    /// Once it failed, it fails again with the same error at every call, adding nothing.
     pub fn poll(&mut self, timeout: Duration) -> Result<Seen, WatchError> {
+        if let Some(e) = &self.broken {
+            return Err(e.again());
+        }
+        let polled = self.poll_events(timeout);
+        if let Err(e) = &polled {
+            self.broken = Some(e.again());
+        }
+        polled
+    }
+
+    /// [`Watcher::poll`] of a watcher that has not failed.
+    fn poll_events(&mut self, timeout: Duration) -> Result<Seen, WatchError> {
         let mut seen = Seen::default();
         if !self.wait(timeout)? {
             return Ok(seen);
@@ -346,7 +367,19 @@ impl Watcher {
                 }
             };
             if let Some(j) = &mut self.journal {
+                // A directory that appeared or went at this path moves every path below it
+                // (see [`Journal::last_move`]).
+                let moved = event.mask.contains(EventMask::ISDIR)
+                    && event.mask.intersects(
+                        EventMask::CREATE
+                            | EventMask::DELETE
+                            | EventMask::MOVED_FROM
+                            | EventMask::MOVED_TO,
+                    );
                 j.record(rel.clone());
+                if moved {
+                    j.moved(&rel);
+                }
             }
             let ignored = ignore.is_ignored(&rel);
             if ignored && self.journal.is_none() {
@@ -509,61 +542,5 @@ pub(super) fn add_error(path: &Path, source: io::Error) -> WatchError {
             path: path.to_owned(),
             source,
         }
-    }
-}
-
-/// The paths of the tree a recording watcher saw events for, each with the number of the
-/// last one (events are numbered in the order they were read).
-///
-/// Complete while nothing is lost: every change to the tree since the watcher was built
-/// raised an event on one of these paths (a new directory's contents are not listed: its
-/// own path stands for them), except writes through a shared mapping while the file is
-/// still open or mapped (see [`change_mask`]).
-#[derive(Debug, Default)]
-pub struct Journal {
-    paths: HashMap<PathBuf, u64>,
-    seq: u64,
-    /// The number of the last event before the kernel's queue last overflowed.
-    lost: Option<u64>,
-}
-
-impl Journal {
-    fn record(&mut self, rel: PathBuf) {
-        self.seq += 1;
-        self.paths.insert(rel, self.seq);
-    }
-
-    /// The number of the last event recorded.
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// Whether events were lost since the journal was last found complete.
-    pub fn lost(&self) -> bool {
-        self.lost.is_some()
-    }
-
-    /// A look at the whole tree made after event number `upto` covers what was lost before.
-    pub fn recovered(&mut self, upto: u64) {
-        if self.lost.is_some_and(|l| l <= upto) {
-            self.lost = None;
-        }
-    }
-
-    /// Every recorded path.
-    pub fn paths(&self) -> impl Iterator<Item = &PathBuf> {
-        self.paths.keys()
-    }
-
-    /// Forget the paths whose last event is number `upto` or earlier.
-    pub fn forget_upto(&mut self, upto: u64) {
-        self.paths.retain(|_, s| *s > upto);
-    }
-
-    /// Record `rel` as if it had an event numbered `seq` (a path known to differ from the
-    /// marks, which must stay until a commit takes it).
-    pub fn keep(&mut self, rel: PathBuf, seq: u64) {
-        let s = self.paths.entry(rel).or_insert(seq);
-        *s = (*s).max(seq);
     }
 }

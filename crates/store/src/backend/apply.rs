@@ -215,19 +215,22 @@ pub fn apply_overlay_layer(
     opaque: &str,
     link_from: Option<&Path>,
 ) -> Result<()> {
-    apply_overlay_tree(&scan_tree(diff)?, target, opaque, link_from, None)
+    apply_overlay_tree(&scan_tree(diff)?, target, opaque, link_from, None, None)
 }
 
 /// [`apply_overlay_layer`] of a layer known as a tree (its entries' `src` anywhere, its
 /// whiteouts whiteout devices): what a commit planned straight from a box's upper
 /// directory, without writing the layer out first. `beneath`: every source is opened below
-/// it, never through a symlink (see [`CopyOpts::beneath`]).
+/// it, never through a symlink (see [`CopyOpts::beneath`]). `kept`: regular files that
+/// `target` already holds exactly as `tree` has them (prestaged in place, see
+/// [`crate::backend::prestage`]), left as they are.
 pub(crate) fn apply_overlay_tree(
     tree: &crate::fsops::Tree,
     target: &Path,
     opaque: &str,
     link_from: Option<&Path>,
     beneath: Option<&Path>,
+    kept: Option<&std::collections::HashSet<PathBuf>>,
 ) -> Result<()> {
     let root = fsutil::is_root();
     let opts = CopyOpts {
@@ -237,6 +240,7 @@ pub(crate) fn apply_overlay_tree(
         link_from: link_from.map(Path::to_path_buf),
         link_marked: false,
         beneath: beneath.map(Path::to_path_buf),
+        prestaged: None,
     };
     let mut dirs: Vec<(PathBuf, std::borrow::Cow<'_, crate::fsops::Meta>)> = Vec::new();
     // First copy of each multiply-linked inode of the diff: (dev, ino) → its path in target.
@@ -275,6 +279,9 @@ pub(crate) fn apply_overlay_tree(
             };
             dirs.push((t, meta));
         } else {
+            if kept.is_some_and(|k| k.contains(rel)) {
+                continue;
+            }
             if existing.is_some() {
                 fsutil::remove_any(&t).map_err(|err| Error::Io(io_at(&t, err)))?;
             }
@@ -432,12 +439,12 @@ mod tests {
         let opaque = "user.overlay.opaque";
         let guarded = tmp.path().join("guarded");
         fs_err::create_dir_all(&guarded).expect("mkdir");
-        let _ = apply_overlay_tree(&tree, &guarded, opaque, None, Some(&upper));
+        let _ = apply_overlay_tree(&tree, &guarded, opaque, None, Some(&upper), None);
         assert!(!leaked(&guarded), "the host's file reached the layer");
         // The control: the same apply without `beneath` follows the swapped directory.
         let unguarded = tmp.path().join("unguarded");
         fs_err::create_dir_all(&unguarded).expect("mkdir");
-        let _ = apply_overlay_tree(&tree, &unguarded, opaque, None, None);
+        let _ = apply_overlay_tree(&tree, &unguarded, opaque, None, None, None);
         assert!(leaked(&unguarded), "the control did not follow the symlink");
     }
 }

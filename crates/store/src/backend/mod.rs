@@ -18,6 +18,7 @@ pub mod btrfs;
 mod layer_record;
 pub mod layers;
 mod marks;
+pub mod prestage;
 mod trash;
 pub use layer_record::LayerRecord;
 pub use marks::{ChangeHint, MarksVersion};
@@ -267,6 +268,21 @@ pub trait Backend: Send + Sync + fmt::Debug {
             Some(dir) => Ok(agentbox_core::atomic::syncfs(dir)?),
             None => Ok(()),
         }
+    }
+
+    /// A new area for a box's prestaged copies (see [`prestage`]) named by `nonce`, for a
+    /// box on HEAD's `chain`: a plain directory in `layers/`, which any commit on the same
+    /// filesystem can rename from.
+    fn prestage_area(&self, _chain: &[LayerRecord], nonce: &str) -> Result<prestage::Area> {
+        let path = self
+            .layer_dir("")
+            .join(format!("{}{nonce}", prestage::AREA_PREFIX));
+        fs_err::create_dir_all(path.parent().unwrap_or(Path::new("/")))?;
+        fs_err::create_dir(&path)?;
+        Ok(prestage::Area {
+            path,
+            snapshot_of: None,
+        })
     }
 
     /// How imports should create staged layer directories so that [`Backend::layer_from_staged`]

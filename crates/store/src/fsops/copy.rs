@@ -47,6 +47,11 @@ pub struct CopyOpts {
     /// between the scan and the copy, which would otherwise make the host copy whatever the
     /// symlink points at into the box's layer.
     pub beneath: Option<PathBuf>,
+    /// Copies of regular files made earlier (while a box's command ran): an entry with an
+    /// exact copy there gets it renamed into place instead of being copied (see
+    /// [`crate::backend::prestage`]). A copy that cannot be renamed (another filesystem)
+    /// is deleted and the entry copied.
+    pub prestaged: Option<std::sync::Arc<crate::backend::prestage::Prestaged>>,
 }
 
 impl Default for CopyOpts {
@@ -59,6 +64,7 @@ impl Default for CopyOpts {
             link_from: None,
             link_marked: false,
             beneath: None,
+            prestaged: None,
         }
     }
 }
@@ -80,6 +86,8 @@ pub struct CopyStats {
     pub reflinked: u64,
     /// Bytes of data written (data segments only; holes and reflinks not counted).
     pub bytes_copied: u64,
+    /// Regular files renamed into place from [`CopyOpts::prestaged`], not copied.
+    pub prestaged: u64,
     /// A reflink was refused as unsupported: the rest of this copy does not try again (one
     /// failing ioctl per file adds up over tens of thousands of files).
     pub reflink_unsupported: bool,
@@ -206,6 +214,7 @@ fn copy_files(files: &[(&Entry, PathBuf)], opts: &CopyOpts, stats: &mut CopyStat
         stats.specials += st.specials;
         stats.reflinked += st.reflinked;
         stats.shared += st.shared;
+        stats.prestaged += st.prestaged;
         stats.bytes_copied += st.bytes_copied;
         stats.reflink_unsupported |= st.reflink_unsupported;
     }
@@ -238,6 +247,20 @@ fn copy_one(entry: &Entry, dst: &Path, opts: &CopyOpts, stats: &mut CopyStats) -
             stats.dirs += 1;
         }
         Kind::File => {
+            if let Some(staged) = opts.prestaged.as_ref().and_then(|p| p.take(entry)) {
+                // The copy has the entry's data and metadata already (its inode only
+                // moves: mtime and owner stay).
+                match std::fs::rename(&staged, dst) {
+                    Ok(()) => {
+                        stats.files += 1;
+                        stats.prestaged += 1;
+                        return Ok(());
+                    }
+                    Err(_) => {
+                        let _ = std::fs::remove_file(&staged);
+                    }
+                }
+            }
             if let Some(layers) = &opts.link_from {
                 if entry.src.starts_with(layers)
                     && (opts.link_marked || !has_overlay_xattrs(&entry.src))

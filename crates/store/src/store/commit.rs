@@ -60,6 +60,31 @@ impl Store {
             .box_layers(&self.work_dirs(&state), &self.chain(&head)?)
     }
 
+    /// Start prestaging box `env`'s files (see [`crate::backend::prestage`]): an empty area
+    /// for copies of its upper directory's files, held (with the store lock, shared) until
+    /// the returned value is offered to a commit or dropped.
+    pub fn prestage(&self, env: &str) -> Result<crate::backend::prestage::Prestage> {
+        let lock = self.hold("prestage a box's files")?;
+        let state = self.env(env)?;
+        let dirs = self.work_dirs(&state);
+        if dirs.mountpoint.is_some() {
+            return Err(Error::Backend {
+                path: dirs.work.clone(),
+                message: "only a box's files are prestaged".into(),
+            });
+        }
+        let head = self.node(&state.head)?;
+        let chain = self.chain(&head)?;
+        let nonce = agentbox_core::id::new_id();
+        let area = self.backend.prestage_area(&chain, &nonce)?;
+        Ok(crate::backend::prestage::Prestage::new(
+            crate::backend::layers::LayersBackend::upper(&dirs),
+            area,
+            lock,
+            &nonce,
+        ))
+    }
+
     /// Freeze the working tree of `env` as a child of HEAD and move HEAD to it.
     pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
         let mut timer = agentbox_core::timing::Timer::start("commit");

@@ -12,4 +12,5 @@ mod conformance;
 mod fsops;
 mod held;
 mod index;
+mod prestage;
 mod setup;

@@ -12,6 +12,7 @@ mod capture;
 mod exec;
 mod isolation;
 mod lifecycle;
+mod prestage;
 mod remotes;
 mod seeding;
 

@@ -17,7 +17,41 @@ const HANG_GUARD: Duration = Duration::from_secs(600);
 /// `fdinfo`, each inotify instance counted once. A watcher's descriptor is duplicated for
 /// waiting on, and both list the same watches; read a moment apart while watches are
 /// added, one list holds the other, so such lists count as one instance (the larger).
+///
+/// The descriptors are read one after the other: a watcher dropped after its descriptor
+/// was read and a new one made before a later, higher-numbered descriptor is (the old
+/// numbers may be taken meanwhile) would count as two instances that never lived at once.
+/// So a reading counts only when the process's inotify descriptors are the same after it
+/// as before it; otherwise it is read again.
 fn watches_of(pid: i32) -> usize {
+    for _ in 0..100 {
+        let before = inotify_fds(pid);
+        let count = read_watches(pid);
+        if before == inotify_fds(pid) {
+            return count;
+        }
+    }
+    panic!("the inotify descriptors of {pid} changed during every reading");
+}
+
+/// The descriptors of `pid` that are inotify instances.
+fn inotify_fds(pid: i32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut fds: Vec<String> = dir
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:inotify")
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// One reading of [`watches_of`].
+fn read_watches(pid: i32) -> usize {
     use std::collections::HashSet;
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
         return 0;

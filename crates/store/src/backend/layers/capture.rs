@@ -111,13 +111,21 @@ impl LayersBackend {
     ) -> Result<(NewMarks, Vec<PathBuf>)> {
         let mut timer = agentbox_core::timing::Timer::start("capture");
         let planned = Self::plan_capture(dirs, opaque, &mut timer)?;
+        // Copies of the box's files made while its command ran, when offered: in a plain
+        // directory (a btrfs area is a snapshot, which only its own commit can take).
+        let prestaged = crate::backend::prestage::offered().filter(|p| p.plain());
         let opts = CopyOpts {
             beneath: Some(planned.upper.clone()),
+            prestaged: prestaged.clone(),
             ..copy_opts()
         };
-        copy_tree(&planned.tree, dst, &opts)?;
-        timer.lap("copy");
-        write_out(&planned.tree, dst)?;
+        let stats = copy_tree(&planned.tree, dst, &opts)?;
+        timer.lap(&format!(
+            "copy ({} files, {} of them prestaged)",
+            stats.files, stats.prestaged
+        ));
+        let written = |rel: &Path| prestaged.as_ref().is_some_and(|p| p.written(rel));
+        write_out(&planned.tree, dst, &written)?;
         timer.lap("write out");
         Ok((
             NewMarks::Changes(planned.now),

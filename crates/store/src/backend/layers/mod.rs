@@ -125,7 +125,7 @@ impl LayersBackend {
         Ok(dst)
     }
 
-    pub(super) fn upper(dirs: &WorkDirs) -> PathBuf {
+    pub(crate) fn upper(dirs: &WorkDirs) -> PathBuf {
         dirs.work.join("upper")
     }
     pub(super) fn ovl(dirs: &WorkDirs) -> PathBuf {
@@ -260,11 +260,13 @@ impl LayersBackend {
 /// device flush per file: the journal commit forced by the `fsync` of the node that names
 /// the layer makes them durable with its inodes and directory entries (ext4 and xfs
 /// journal all metadata in one ordered log, so one commit covers every earlier change).
-fn write_out(tree: &Tree, dst: &Path) -> Result<()> {
+/// The files renamed from prestaged copies whose data had reached the device already
+/// (`written`) are left out.
+fn write_out(tree: &Tree, dst: &Path, written: &dyn Fn(&Path) -> bool) -> Result<()> {
     let files: Vec<PathBuf> = tree
         .entries
         .values()
-        .filter(|e| e.meta.kind == Kind::File)
+        .filter(|e| e.meta.kind == Kind::File && !written(&e.rel))
         .map(|e| dst.join(&e.rel))
         .collect();
     super::write_out(&files)

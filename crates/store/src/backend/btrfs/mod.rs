@@ -35,12 +35,17 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use agentbox_sys::btrfs;
-use rustix::fs::{Gid, Mode, Timespec, Timestamps, Uid};
 
 use super::layers::LayersBackend;
 use super::{Backend, BackendKind, BoxLayers, LayerRecord, WorkDirs, WorkingView};
 use crate::listing::Listing;
 use crate::{Error, Result};
+
+mod commit;
+mod subvol;
+
+pub(crate) use subvol::remove_any;
+use subvol::{copy_root_meta, fsync_dir, make_subvolume, sys};
 
 const TMP_PREFIX: &str = ".tmp-";
 const TREE: &str = "tree";
@@ -63,89 +68,6 @@ pub fn probe(store_dir: &Path) -> bool {
         .find(|p| p.exists())
         .map(|p| btrfs::is_btrfs(p).unwrap_or(false))
         .unwrap_or(false)
-}
-
-fn sys(e: btrfs::Error) -> Error {
-    Error::Io(e.into())
-}
-
-fn io_at(path: &Path, op: &str, e: impl std::fmt::Display) -> Error {
-    Error::Backend {
-        path: path.to_owned(),
-        message: format!("{op}: {e}"),
-    }
-}
-
-fn fsync_dir(dir: &Path) -> Result<()> {
-    fs_err::File::open(dir)?.sync_all()?;
-    Ok(())
-}
-
-/// Create `path` as a new subvolume (its parent must exist on btrfs).
-fn make_subvolume(path: &Path) -> std::io::Result<()> {
-    let parent = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "a subvolume needs a name")
-    })?;
-    btrfs::create_subvolume(parent, name)?;
-    Ok(())
-}
-
-/// Delete whatever is at `path`: a subvolume, a directory tree or a file. Missing is fine.
-fn remove_any(path: &Path) -> Result<()> {
-    let md = match fs_err::symlink_metadata(path) {
-        Ok(md) => md,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e.into()),
-    };
-    if md.is_dir() {
-        if btrfs::is_subvolume(path)? {
-            btrfs::delete_subvolume(path).map_err(sys)
-        } else {
-            Ok(fs_err::remove_dir_all(path)?)
-        }
-    } else {
-        Ok(fs_err::remove_file(path)?)
-    }
-}
-
-/// Give `dst` the metadata of `src`'s root: xattrs, owner, full mode, mtime (in that order:
-/// chown clears setuid/setgid bits, and every change bumps the times).
-fn copy_root_meta(src: &Path, dst: &Path) -> Result<()> {
-    let md = fs_err::symlink_metadata(src)?;
-    for name in xattr::list(src).map_err(|e| io_at(src, "list xattrs", e))? {
-        let value = xattr::get(src, &name)
-            .map_err(|e| io_at(src, &format!("read xattr {name:?}"), e))?
-            .unwrap_or_default();
-        xattr::set(dst, &name, &value)
-            .map_err(|e| io_at(dst, &format!("set xattr {name:?}"), e))?;
-    }
-    rustix::fs::chown(
-        dst,
-        Some(Uid::from_raw(md.uid())),
-        Some(Gid::from_raw(md.gid())),
-    )
-    .map_err(|e| io_at(dst, "chown", std::io::Error::from(e)))?;
-    rustix::fs::chmod(dst, Mode::from_raw_mode(md.mode() & 0o7777))
-        .map_err(|e| io_at(dst, "chmod", std::io::Error::from(e)))?;
-    let times = Timestamps {
-        last_access: Timespec {
-            tv_sec: md.atime(),
-            tv_nsec: md.atime_nsec() as _,
-        },
-        last_modification: Timespec {
-            tv_sec: md.mtime(),
-            tv_nsec: md.mtime_nsec() as _,
-        },
-    };
-    rustix::fs::utimensat(
-        rustix::fs::CWD,
-        dst,
-        &times,
-        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .map_err(|e| io_at(dst, "set times", std::io::Error::from(e)))?;
-    Ok(())
 }
 
 impl BtrfsBackend {
@@ -221,49 +143,6 @@ impl BtrfsBackend {
             });
         }
         Ok(dir)
-    }
-
-    /// Commit of a box: a writable snapshot of HEAD's layer, plus what changed in the box's
-    /// upper directory since the last commit (reflinked), sealed read-only. The running
-    /// overlay keeps its lower (the layer it started on): the upper directory holds every
-    /// change since then, so HEAD's layer plus the latest changes is exactly the box's tree.
-    /// Overlay markers are kept literally: a box's layer sits on top of its base.
-    fn commit_box(&self, dirs: &WorkDirs, chain: &[LayerRecord], id: &str) -> Result<LayerRecord> {
-        let mut timer = agentbox_core::timing::Timer::start("btrfs commit");
-        let top = self.top_layer(chain)?;
-        let (layers, tmp_name) = self.prepare_layer(id)?;
-        let tmp = btrfs::snapshot(&top, &layers, OsStr::new(&tmp_name), false).map_err(sys)?;
-        timer.lap("snapshot");
-        // The applied changes are ordinary writes: they need the store's sync.
-        self.durability.mark_unsynced();
-        let opaque = self.opaque_xattr();
-        // The changes go from the upper directory straight into the snapshot (reflinked),
-        // not through a layer written out first: that was a second copy of every changed
-        // file, a scan of it and its removal. A failure leaves only the temporary
-        // snapshot, which the caller's abandon (or reconcile) removes.
-        let planned = LayersBackend::plan_capture(dirs, opaque, &mut timer)?;
-        crate::backend::apply::apply_overlay_tree(
-            &planned.tree,
-            &tmp,
-            opaque,
-            None,
-            Some(&planned.upper),
-        )?;
-        timer.lap("apply");
-        if let Some(base) = &dirs.base {
-            // The layer is the box's whole tree over its base: a whiteout in a directory
-            // the base lacks hides nothing, and overlayfs would list its name there.
-            crate::backend::apply::drop_idle_whiteouts(&planned.tree, &tmp, base, opaque)?;
-        }
-        timer.lap("whiteouts");
-        LayersBackend::stage_marks(dirs, crate::backend::marks::NewMarks::Changes(planned.now))?;
-        timer.lap("marks");
-        let record = self.publish_layer(&layers, &tmp_name, id)?;
-        timer.lap("publish");
-        // The new layer is the previous one with exactly these paths changed.
-        let base = chain.first().map(|l| l.id.clone());
-        Listing::new(base, planned.tree.entries.keys().map(PathBuf::as_path)).write(&layers, id)?;
-        Ok(record)
     }
 
     /// The record of an environment's layer: a complete snapshot, parent of nothing.
@@ -481,6 +360,22 @@ impl Backend for BtrfsBackend {
     /// its log tree — much cheaper than the transaction commit a `syncfs` would force.
     fn make_durable(&self, files: &[PathBuf]) -> Result<()> {
         self.durability.make_durable(files)
+    }
+
+    /// A writable snapshot of HEAD's layer, which holds the copies in place: the commit
+    /// takes the snapshot as its layer (see `crate::backend::prestage`).
+    fn prestage_area(
+        &self,
+        chain: &[LayerRecord],
+        nonce: &str,
+    ) -> Result<crate::backend::prestage::Area> {
+        let top = self.top_layer(chain)?;
+        let name = format!("{}{nonce}", crate::backend::prestage::AREA_PREFIX);
+        let path = btrfs::snapshot(&top, &self.layers(), OsStr::new(&name), false).map_err(sys)?;
+        Ok(crate::backend::prestage::Area {
+            path,
+            snapshot_of: chain.first().map(|l| l.id.clone()),
+        })
     }
 
     fn staging_dir_maker(&self) -> Option<fn(&Path) -> std::io::Result<()>> {
