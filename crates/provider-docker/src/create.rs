@@ -18,12 +18,28 @@ use crate::names;
 use crate::provider::{DockerProvider, KIND};
 use crate::spec::{self, BoxSettings};
 
-/// What a failed create removes.
+/// What a failed create (or restore from a checkpoint) removes.
 #[derive(Default)]
-struct Made {
-    container: bool,
-    node_tag: Option<String>,
-    seeded: Option<crate::seed::Seeded>,
+pub(crate) struct Made {
+    pub(crate) container: bool,
+    pub(crate) node_tag: Option<String>,
+    pub(crate) seeded: Option<crate::seed::Seeded>,
+}
+
+impl Made {
+    /// Take back what was made: container `container`, the first node's image, the host's
+    /// seeding refs. Best effort: the error that failed the create is the one reported.
+    pub(crate) fn undo(&self, engine: &Engine, container: &str) {
+        if self.container {
+            let _ = engine.remove_container(container);
+        }
+        if let Some(tag) = &self.node_tag {
+            let _ = engine.remove_image(&format!("{}:{tag}", names::NODE_REPO));
+        }
+        if let Some(s) = &self.seeded {
+            s.undo();
+        }
+    }
 }
 
 /// Make box `new.name` (see the module's documentation).
@@ -59,15 +75,7 @@ pub fn create_tree(
             conflicts: Vec::new(),
         }),
         Err(e) => {
-            if made.container {
-                let _ = engine.remove_container(&container);
-            }
-            if let Some(tag) = &made.node_tag {
-                let _ = engine.remove_image(&format!("{}:{tag}", names::NODE_REPO));
-            }
-            if let Some(s) = &made.seeded {
-                s.undo();
-            }
+            made.undo(&engine, &container);
             Err(e)
         }
     }

@@ -12,6 +12,7 @@
 //! files. The result is the box's first own node; on any failure nothing of the box is
 //! left (container, node image, branches and pins in host repositories).
 
+use crate::create::Made;
 use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -43,14 +44,6 @@ else
   echo differ
 fi
 "#;
-
-/// What a failed restore removes.
-#[derive(Default)]
-struct Made {
-    container: bool,
-    node_tag: Option<String>,
-    seeded: Option<crate::seed::Seeded>,
-}
 
 /// Make box `new.name` from checkpoint `m` (see the module's documentation).
 pub fn create_tree(
@@ -98,15 +91,7 @@ pub fn create_tree(
             conflicts,
         }),
         Err(e) => {
-            if made.container {
-                let _ = engine.remove_container(&container);
-            }
-            if let Some(tag) = &made.node_tag {
-                let _ = engine.remove_image(&format!("{}:{tag}", names::NODE_REPO));
-            }
-            if let Some(s) = &made.seeded {
-                s.undo();
-            }
+            made.undo(&engine, &container);
             Err(e)
         }
     }
