@@ -77,7 +77,7 @@ fn push_path(out: &mut BTreeSet<PathBuf>, target: &[u8]) {
 }
 
 /// Every process in the PID namespace of `pid1` (`pid1` first).
-fn box_pids(pid1: i32) -> Option<Vec<i32>> {
+pub(crate) fn box_pids(pid1: i32) -> Option<Vec<i32>> {
     let ns = std::fs::read_link(format!("/proc/{pid1}/ns/pid")).ok()?;
     let mut out = vec![pid1];
     for entry in std::fs::read_dir("/proc").ok()? {

@@ -105,6 +105,7 @@ impl Store {
                 work,
                 mountpoint: None,
                 base: None,
+                box_stopped: false,
             })?;
         }
         timer.lap("working files");

@@ -75,6 +75,7 @@ impl Layout {
             work: self.env_dir(name).join("work"),
             mountpoint: mountpoint.map(Path::to_owned),
             base: None,
+            box_stopped: false,
         }
     }
     pub fn refs(&self) -> PathBuf {

@@ -29,6 +29,7 @@ mod network;
 mod output;
 mod provider;
 mod quickstart;
+mod quiet_capture;
 mod registry;
 mod security;
 mod sessions;

@@ -118,6 +118,11 @@ impl ForegroundTable {
         Running { table: self, id }
     }
 
+    /// How many foreground commands are running (the caller's own included).
+    pub(crate) fn count(&self) -> usize {
+        self.lock().len()
+    }
+
     /// See [`Forget`].
     pub(crate) fn forgets(&self) -> Forget {
         self.forgets.load(Ordering::SeqCst)

@@ -152,6 +152,7 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
         None => None,
     };
     let number = shared.generation.fetch_add(1, Ordering::SeqCst) + 1;
+    let running_pid1 = running.pid1_host;
     {
         let shared = shared.clone();
         let ctl = ctl.clone();
@@ -163,6 +164,7 @@ pub(super) fn start_box(shared: &Arc<Shared>) -> Result<()> {
         ctl,
         number,
         upper,
+        scratch: quiet::scratch_marks(running_pid1),
     });
     broker::on_start(shared);
     Ok(())

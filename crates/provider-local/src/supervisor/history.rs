@@ -9,15 +9,17 @@ use super::*;
 /// With `freeze`, the box's processes are frozen while the node is taken (once the
 /// operations lock is held: a checkout holding it restarts the box, which must not be frozen).
 /// `prestaged`: copies made while a batch command ran (see [`super::prestager`]), offered
-/// to the commit when still valid.
+/// to the commit when still valid. `at_end`: the capture at the end of a foreground command,
+/// which may stop a quiet box to hand its layer over (see [`super::quiet`]).
 pub(super) fn auto_capture(
     shared: &Shared,
     message: &str,
     command: Option<&str>,
     freeze: bool,
     prestaged: Option<super::prestager::Prestaged>,
+    at_end: bool,
 ) -> Result<Option<String>> {
-    let result = try_auto_capture(shared, message, command, freeze, prestaged);
+    let result = try_auto_capture(shared, message, command, freeze, prestaged, at_end);
     let mut health = lock(&shared.capture);
     match &result {
         Ok(_) => {
@@ -43,6 +45,7 @@ pub(super) fn try_auto_capture(
     command: Option<&str>,
     freeze: bool,
     prestaged: Option<super::prestager::Prestaged>,
+    at_end: bool,
 ) -> Result<Option<String>> {
     let _ops = lock(&shared.ops);
     let _frozen = freeze.then(|| shared.freeze()).flatten();
@@ -63,14 +66,20 @@ pub(super) fn try_auto_capture(
         shared.watch.settled(&snap, version, &differ);
         return Ok(None);
     }
-    let node = shared.store.commit(
-        &shared.name,
-        CommitOpts {
-            message: message.to_owned(),
-            command: command.map(str::to_owned),
-            metadata: git_metadata(shared),
-        },
-    )?;
+    let opts = CommitOpts {
+        message: message.to_owned(),
+        command: command.map(str::to_owned),
+        metadata: git_metadata(shared),
+    };
+    let quiet = if at_end && _offer.is_none() {
+        super::quiet::commit_quiet(shared, opts.clone(), &mut timer)
+    } else {
+        None
+    };
+    let node = match quiet {
+        Some(node) => node?,
+        None => shared.store.commit(&shared.name, opts)?,
+    };
     // The commit took what the check saw (or looked at everything again).
     let after = shared.store.marks_version(&shared.name).ok().flatten();
     shared.watch.settled(&snap, after, &[]);
@@ -262,7 +271,7 @@ impl crate::capture::Capturer for Shared {
         };
         // A command still running keeps writing: the node is taken with the box frozen, so it
         // is the box at one instant, not files copied across seconds of writes.
-        auto_capture(self, &label, None, running.is_some(), None)
+        auto_capture(self, &label, None, running.is_some(), None, false)
             .map(|_| true)
             .map_err(|e| e.to_string())
     }

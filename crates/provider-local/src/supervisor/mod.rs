@@ -44,6 +44,7 @@ mod generation;
 mod history;
 mod prestager;
 mod procs;
+mod quiet;
 mod relay;
 mod repos;
 mod screen;
@@ -89,6 +90,8 @@ struct Generation {
     number: u64,
     /// Where this generation's writes land (watched by auto-capture).
     upper: PathBuf,
+    /// The use of its in-memory mounts right after it started (see [`quiet`]).
+    scratch: Option<quiet::ScratchMarks>,
 }
 
 type LaunchReply = Sender<Result<()>>;
@@ -138,6 +141,8 @@ struct Shared {
     /// Whether prestaging is on ([`prestager::enabled`]), and whether a command's runs.
     prestage_on: bool,
     prestaging: std::sync::atomic::AtomicBool,
+    /// Whether a quiet box's node is taken by handing its layer over ([`quiet`]).
+    quiet_handoff: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -158,7 +163,8 @@ pub fn run(
     // One supervisor per box: the lock is held for the process's lifetime.
     let _lock = lock_box(&dirs, name)?;
     let store = Store::open(&home.store_dir())?;
-    let prestage_on = prestager::enabled(store.backend().kind());
+    let store_kind = store.backend().kind();
+    let prestage_on = prestager::enabled(store_kind);
     let exe = std::env::current_exe()?;
     fs_err::create_dir_all(dirs.logs())?;
     let spool = dirs.from_box();
@@ -193,6 +199,7 @@ pub fn run(
         foreground: Default::default(),
         prestage_on,
         prestaging: Default::default(),
+        quiet_handoff: quiet::enabled(store_kind),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;

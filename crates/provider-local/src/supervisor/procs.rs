@@ -49,18 +49,19 @@ pub(super) fn start_process(
     fds: &[BorrowedFd<'_>],
     exit_tx: Option<Sender<ExitNote>>,
 ) -> Result<(i32, Vec<OwnedFd>)> {
-    let ctl = current_ctl(shared)?;
     let id = info.id;
     let argv = info.argv.clone();
     let (tx, rx) = channel();
-    lock(&shared.pending).insert(
-        id,
-        Pending {
-            started: tx,
-            info,
-            exit_tx,
-        },
-    );
+    let pending = Pending {
+        started: tx,
+        info,
+        exit_tx,
+    };
+    // Pending before the generation's lock is let go: a capture that stops a quiet box
+    // (see [`super::quiet`]) decides under that lock, and must see this command coming.
+    let ctl = current_ctl_with(shared, || {
+        lock(&shared.pending).insert(id, pending);
+    })?;
     let cwd = cwd.unwrap_or_else(|| Workdir::default_for(WORKSPACE));
     let msg = ToInit::Spawn {
         id,
@@ -88,13 +89,21 @@ pub(super) fn start_process(
     }
 }
 
-/// The running box's control socket, waiting out a restart (a checkout in progress).
-pub(super) fn current_ctl(shared: &Shared) -> Result<Arc<OwnedFd>> {
+/// The running box's control socket, waiting out a restart (a checkout in progress, or
+/// the capture of a quiet box); `then` runs once, under the generation's lock, when it is
+/// found.
+fn current_ctl_with(shared: &Shared, then: impl FnOnce()) -> Result<Arc<OwnedFd>> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut then = Some(then);
     loop {
-        if let Some(ctl) = lock(&shared.box_).as_ref().map(|g| g.ctl.clone()) {
+        let box_ = lock(&shared.box_);
+        if let Some(ctl) = box_.as_ref().map(|g| g.ctl.clone()) {
+            if let Some(f) = then.take() {
+                f();
+            }
             return Ok(ctl);
         }
+        drop(box_);
         if std::time::Instant::now() > deadline {
             return Err(BoxError::Supervisor(
                 "the box did not come back from a restart within 30 s".into(),
@@ -142,8 +151,15 @@ pub(super) fn exec(
     // Until the command's own capture is done (see [`super::foreground`]).
     let mode = super::foreground::Mode::of(tty.is_some() || kind == ProcKind::Shell, capture);
     let _foreground = shared.foreground.enter(id, label.clone(), mode);
-    // A batch command's node is made at its end: its settled files are copied meanwhile.
-    let prestager = (mode == super::foreground::Mode::AtEnd && shared.rec.capture)
+    let at_end = mode == super::foreground::Mode::AtEnd && shared.rec.capture;
+    // A batch command's node is made at its end: its settled files are copied meanwhile,
+    // unless the box is quiet, when that node will most likely hand the layer over
+    // instead (see [`super::quiet`]): then copies would only compete with the command.
+    let quiet_now = shared.quiet_handoff
+        && lock(&shared.box_)
+            .as_ref()
+            .is_some_and(|g| super::quiet::is_quiet(shared, g));
+    let prestager = (at_end && !quiet_now)
         .then(|| super::prestager::start(shared))
         .flatten();
     let oom_before = oom_kills(shared);
@@ -199,7 +215,7 @@ pub(super) fn exec(
     };
     let prestaged = prestager.and_then(super::prestager::Prestager::finish);
     let (node, capture_error) = if capture && shared.rec.capture && !note.by_checkout {
-        match auto_capture(shared, &label, Some(&label), false, prestaged) {
+        match auto_capture(shared, &label, Some(&label), false, prestaged, true) {
             Ok(node) => (node, None),
             Err(e) => (None, Some(e.to_string())),
         }

@@ -71,6 +71,11 @@ pub struct WorkDirs {
     /// For a box, the tree its layers are mounted over, when known
     /// ([`crate::EnvState::box_base`]).
     pub base: Option<BoxBase>,
+    /// For a box: its supervisor stopped it for this commit (no process of the box is
+    /// left, so nothing has its overlay mounted or writes to its upper directory until
+    /// the box starts again). A backend may then hand the upper directory to the new
+    /// layer instead of copying from it ([`crate::Store::commit_stopped_box`]).
+    pub box_stopped: bool,
 }
 
 /// What a box's layers are mounted over, as the box sees it: the tree `root` (the host's

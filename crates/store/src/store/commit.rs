@@ -87,6 +87,21 @@ impl Store {
 
     /// Freeze the working tree of `env` as a child of HEAD and move HEAD to it.
     pub fn commit(&self, env: &str, opts: CommitOpts) -> Result<Node> {
+        self.commit_with(env, opts, false)
+    }
+
+    /// [`Store::commit`] of box `env` while its supervisor holds it stopped: no process of
+    /// the box is left and none starts before this returns, so its overlay is mounted
+    /// nowhere and nothing writes to its upper directory. The `layers` backend then hands
+    /// the upper directory to the new layer by a rename instead of copying what changed
+    /// (see [`crate::backend::WorkDirs::box_stopped`]); the box must be started again on
+    /// the new HEAD (its layers from [`Store::box_layers`]) after this returns, whether it
+    /// succeeded or not.
+    pub fn commit_stopped_box(&self, env: &str, opts: CommitOpts) -> Result<Node> {
+        self.commit_with(env, opts, true)
+    }
+
+    fn commit_with(&self, env: &str, opts: CommitOpts, box_stopped: bool) -> Result<Node> {
         let mut timer = agentbox_core::timing::Timer::start("commit");
         let mut guard = self.lock_env_unsettled(env, "commit")?;
         let mut state = self.env(env)?;
@@ -94,7 +109,10 @@ impl Store {
         let chain = self.chain(&head)?;
         let id = NodeId::new();
         timer.lap("prepare");
-        let dirs = self.work_dirs(&state);
+        let dirs = WorkDirs {
+            box_stopped: box_stopped && state.mountpoint.is_none(),
+            ..self.work_dirs(&state)
+        };
         if let Some(record) = self.backend.record_ahead(&dirs, &chain, &id) {
             return self.commit_ahead(
                 &mut guard, state, &head, &chain, &dirs, &id, &record, opts, &mut timer,

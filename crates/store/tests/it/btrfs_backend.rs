@@ -21,6 +21,7 @@ fn setup(fs: &LoopFs) -> (BtrfsBackend, WorkDirs) {
         work: store.join("envs/e/work"),
         mountpoint: Some(fs.path().join("mnt/e")),
         base: None,
+        box_stopped: false,
     };
     (backend, dirs)
 }

@@ -14,3 +14,4 @@ mod held;
 mod index;
 mod prestage;
 mod setup;
+mod stopped_box;

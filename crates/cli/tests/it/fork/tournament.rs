@@ -366,3 +366,79 @@ fn an_interrupted_tournament_removes_every_candidate() {
     assert!(processes_with("sleep 4106").is_empty());
     assert_eq!(f.state("src"), before);
 }
+
+/// What `prune` would remove (or give back) now, whatever its age: the store's detached
+/// nodes and layers, boxes' leftovers, interrupted commits.
+fn prunable(f: &Fixture) -> serde_json::Value {
+    f.env.json(&["prune", "--dry-run", "--min-age", "0"])
+}
+
+#[test]
+fn an_interrupted_tournament_leaves_nothing_for_prune() {
+    let Some(f) = fixture("an_interrupted_tournament_leaves_nothing_for_prune", &[]) else {
+        return;
+    };
+    do_work(&f);
+    let before = f.state("src");
+    assert_eq!(
+        prunable(&f),
+        serde_json::json!([]),
+        "nothing to prune before"
+    );
+    // Interrupted at each stage a signal can find it in: while the candidates are made
+    // (forked from the source's node), once their commands run, and while one of them
+    // writes thousands of files (its node not taken yet).
+    let stages = ["making the candidates", "running", "writing"];
+    for (n, stage) in stages.iter().enumerate() {
+        let marker = format!("sleep 41{n}7");
+        let writer = format!("w=seq 1 20000 | while read i; do echo $i > f$i; done; {marker}");
+        let child = f
+            .env
+            .command(&[
+                "tournament",
+                "src",
+                "--test",
+                "true",
+                "-c",
+                &writer,
+                "-c",
+                &format!("s={marker}"),
+                "-c",
+                "t=echo done > t.txt",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the tournament");
+        match n {
+            0 => std::thread::sleep(Duration::from_millis(150)),
+            _ => {
+                wait_until("the candidates to run", Duration::from_secs(60), || {
+                    !processes_with(&marker).is_empty()
+                });
+                if n == 2 {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+        }
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
+        let signal = if n % 2 == 0 {
+            rustix::process::Signal::TERM
+        } else {
+            rustix::process::Signal::INT
+        };
+        rustix::process::kill_process(pid, signal).expect("signal");
+        let out = child.wait_with_output().expect("wait");
+        // Interrupted (or, when the signal came before the tournament caught signals, killed
+        // by it): either way nothing may stay behind.
+        assert_ne!(code(&out), Some(0), "{stage}: {}", stderr(&out));
+        assert_eq!(f.leftovers("src-"), Vec::<String>::new(), "{stage}");
+        assert!(processes_with(&marker).is_empty(), "{stage}");
+        assert_eq!(
+            prunable(&f),
+            serde_json::json!([]),
+            "{stage}: prune finds what the tournament left"
+        );
+        assert_eq!(f.state("src"), before, "{stage}");
+    }
+}

@@ -27,6 +27,12 @@ thread_local! {
     static LAST_SCAN: std::cell::RefCell<Option<ScanMemo>> = const { std::cell::RefCell::new(None) };
 }
 
+/// Drop the change check's scan kept for the next commit on this thread (see
+/// [`ScanMemo::keep`]).
+pub(super) fn forget_kept_scan() {
+    LAST_SCAN.with(|m| m.borrow_mut().take());
+}
+
 impl ScanMemo {
     /// A scan older than this is made again: a node shows the tree as the command left it.
     const FRESH: std::time::Duration = std::time::Duration::from_secs(1);

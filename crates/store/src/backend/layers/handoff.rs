@@ -69,7 +69,11 @@ impl LayersBackend {
         id: &str,
     ) -> Result<Option<(NewMarks, Vec<PathBuf>)>> {
         let Some(mountpoint) = &dirs.mountpoint else {
-            return Ok(None);
+            return if dirs.box_stopped {
+                self.hand_over_stopped_box(dirs, chain, id)
+            } else {
+                Ok(None)
+            };
         };
         let mut timer = agentbox_core::timing::Timer::start("handoff");
         // The unmount below is refused only while *this* mount is in use, but the same
@@ -138,6 +142,59 @@ impl LayersBackend {
             // the changes are copied instead.
             Ok(None)
         }
+    }
+
+    /// [`Self::try_handoff`] for a box its supervisor stopped for the commit
+    /// ([`WorkDirs::box_stopped`]): no process of the box is left, so its overlay (mounted
+    /// only in the box's own mount namespace, which died with its last process) can no
+    /// longer write to the upper directory, and no unmount is needed. The same marker makes
+    /// it crash-safe; the box's next start finishes it or gives the files back
+    /// ([`Self::settle_box_handoff`]).
+    fn hand_over_stopped_box(
+        &self,
+        dirs: &WorkDirs,
+        chain: &[LayerRecord],
+        id: &str,
+    ) -> Result<Option<(NewMarks, Vec<PathBuf>)>> {
+        let mut timer = agentbox_core::timing::Timer::start("handoff (stopped box)");
+        // A change check's scan kept for this commit is of the directory about to become
+        // the layer: no later commit may take it.
+        super::capture::forget_kept_scan();
+        let handed = self.hand_over_upper(dirs, chain, id);
+        timer.lap("hand over");
+        let Err(e) = handed else {
+            return handed.map(Some);
+        };
+        let renamed = !Self::upper(dirs).exists();
+        self.give_back(dirs, id)?;
+        let marker = Self::handoff_path(dirs);
+        if marker.exists() {
+            fs_err::remove_file(&marker)?;
+        }
+        if renamed {
+            Err(e)
+        } else {
+            // The upper directory could not become the layer: the changes are copied.
+            Ok(None)
+        }
+    }
+
+    /// Before a box's layers are mounted: finish a handoff whose node is HEAD (a fresh
+    /// upper directory over it), or give back the files of one whose commit never
+    /// happened, as [`Backend::mount`] does for a mounted environment.
+    pub(super) fn settle_box_handoff(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<()> {
+        let Some(h) = Self::load_handoff(dirs)? else {
+            return Ok(());
+        };
+        if chain.first().is_some_and(|top| top.id == h.layer) {
+            return self.finish_handoff(dirs, &h);
+        }
+        // Never committed (HEAD did not move to it): the working files go back to the upper
+        // directory from wherever the rename left them, even from a published layer no
+        // node names (recovery removes its record), rather than be mounted over empty.
+        self.give_back(dirs, &h.layer)?;
+        fs_err::remove_file(Self::handoff_path(dirs))?;
+        Ok(())
     }
 
     /// The handoff's layer: the upper directory renamed to `tmp_layer(id)`, its

@@ -275,6 +275,7 @@ impl Backend for LayersBackend {
     /// One `lstat` per entry of the upper directory, compared with the marks of the last
     /// commit: O(what changed since checkout), like a commit.
     fn box_layers(&self, dirs: &WorkDirs, chain: &[LayerRecord]) -> Result<BoxLayers> {
+        self.settle_box_handoff(dirs, chain)?;
         Self::box_layers_over(dirs, self.chain_dirs(chain))
     }
 
