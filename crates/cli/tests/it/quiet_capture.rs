@@ -7,7 +7,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use crate::common::{kill_supervisors, write, Env};
+use crate::common::{kill_supervisors, supervisor_pid, write, Env};
 use agentbox_testkit::tier::require_root;
 
 struct Boxes(Env);
@@ -153,6 +153,7 @@ fn a_handoff_cut_short_loses_nothing() {
         let out =
             b.0.run_with(&["start", "q"], &[("AGENTBOX_FAILPOINT", point)]);
         assert!(out.status.success(), "{point}: {out:?}");
+        let supervisor = supervisor_pid(&b.0.path("home"), "q");
         // The supervisor dies at the failpoint, and the command's reply with it.
         let out = b.0.run(&[
             "exec",
@@ -166,6 +167,18 @@ fn a_handoff_cut_short_loses_nothing() {
             !out.status.success(),
             "{point}: the supervisor aborted: {out:?}"
         );
+        // The next command starts the box again (once the dead supervisor is reaped: until
+        // then the command finds it and fails).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while supervisor.is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+            && !b.0.run(&["exec", "q", "--", "true"]).status.success()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{point}: no box again"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         // The next command starts the box again: the file is there, in the box and, once
         // committed, in the history.
         assert_eq!(b.sh("cat /workspace/d/f"), "kept\n", "{point}");
