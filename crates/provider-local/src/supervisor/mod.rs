@@ -164,6 +164,7 @@ pub fn run(
     let _lock = lock_box(&dirs, name)?;
     let store = Store::open(&home.store_dir())?;
     let store_kind = store.backend().kind();
+    let rec_rootless = rec.rootless;
     let prestage_on = prestager::enabled(store_kind);
     let exe = std::env::current_exe()?;
     fs_err::create_dir_all(dirs.logs())?;
@@ -199,7 +200,7 @@ pub fn run(
         foreground: Default::default(),
         prestage_on,
         prestaging: Default::default(),
-        quiet_handoff: quiet::enabled(store_kind),
+        quiet_handoff: quiet::enabled(store_kind, rec_rootless),
     });
     fs_err::create_dir_all(dirs.inbox())?;
     start_box(&shared)?;

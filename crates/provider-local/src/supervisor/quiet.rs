@@ -33,9 +33,11 @@ const SCRATCH: [&str; 3] = ["/tmp", "/run", "/dev/shm"];
 /// Whether the handoff of a quiet box is on (see the module documentation): on the
 /// `layers` backend, whose commit of a stopped box renames the upper directory. (On btrfs
 /// the commit of a stopped box reflinks as that of a running one: stopping would gain
-/// nothing there yet.)
-pub(super) fn enabled(kind: agentbox_store::backend::BackendKind) -> bool {
+/// nothing there yet.) Not for a rootless box: its supervisor may not clear the overlay's
+/// trusted attributes of the upper directory that the layer must not keep.
+pub(super) fn enabled(kind: agentbox_store::backend::BackendKind, rootless: bool) -> bool {
     kind == agentbox_store::backend::BackendKind::Layers
+        && !rootless
         && std::env::var_os("AGENTBOX_QUIET_HANDOFF").is_none_or(|v| v != "0")
 }
 

@@ -252,6 +252,12 @@ fn a_capture_that_fails_says_so() {
     std::os::unix::fs::symlink(fs.path(), b.env.path("home")).expect("symlink home");
     let proj = project(b.env.home.path());
     b.create("full", &proj, &[]);
+    // Copying, not handing the layer over (which needs no room) as a quiet box's node does.
+    b.env.ok(&["stop", "full"]);
+    let out = b
+        .env
+        .run_with(&["start", "full"], &[("AGENTBOX_QUIET_HANDOFF", "0")]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
     // The write fits; a second copy of it (the node) does not.
     let out = b.env.run(&[
         "exec",

@@ -121,11 +121,17 @@ fn a_batch_commands_node_is_the_tree_it_left_with_prestaging() {
         b.create("on", &proj, &[]);
         b.create("off", &proj, &[]);
         let backend = b.env.json(&["status", "on"])["backend"].clone();
-        // On by default on layers, off on btrfs: forced on here for both.
+        // On by default on layers, off on btrfs: forced on here for both, and the handoff
+        // of a quiet box (which takes no copies) off. The control (`off`) keeps it: its
+        // node must be the same tree either way.
         restart_with(
             &b,
             "on",
-            &[("AGENTBOX_TIMINGS", "1"), ("AGENTBOX_PRESTAGE", "1")],
+            &[
+                ("AGENTBOX_TIMINGS", "1"),
+                ("AGENTBOX_PRESTAGE", "1"),
+                ("AGENTBOX_QUIET_HANDOFF", "0"),
+            ],
         );
         restart_with(
             &b,
@@ -199,8 +205,8 @@ fn a_no_capture_command_prestages_nothing() {
         return;
     };
     b.create("nc", &proj, &[]);
-    b.env.ok(&["start", "nc"]);
-    watching(&b, "nc");
+    // A quiet box's node is handed over, not prestaged.
+    restart_with(&b, "nc", &[("AGENTBOX_QUIET_HANDOFF", "0")]);
     let script = "for i in 1 2 3 4 5; do echo $i > /workspace/n$i; done; sleep 1.5";
     assert!(
         !saw_an_area(&b, "nc", &["--no-capture"], script),
@@ -219,8 +225,7 @@ fn copies_left_by_a_killed_supervisor_are_cleaned() {
         return;
     };
     b.create("k", &proj, &[]);
-    b.env.ok(&["start", "k"]);
-    watching(&b, "k");
+    restart_with(&b, "k", &[("AGENTBOX_QUIET_HANDOFF", "0")]);
     let mut child = b
         .command(&[
             "exec",
