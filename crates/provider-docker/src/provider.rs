@@ -176,14 +176,18 @@ impl DockerProvider {
                 .start_container(&names::container(name))
                 .map_err(remote)?;
         }
-        self.ensure_relay(name);
+        self.ensure_relay(name, false);
         Ok(())
     }
 
     /// Start box `name`'s relay unless it runs; a box whose relay cannot start still runs
-    /// (without an in-box `agentbox`), which is said.
-    pub(crate) fn ensure_relay(&self, name: &str) {
+    /// (without an in-box `agentbox`), which is said when `tell` (at its creation: not on
+    /// every command, whose output is the box's).
+    pub(crate) fn ensure_relay(&self, name: &str, tell: bool) {
         if let Err(e) = crate::relay::keeper::ensure(self, name) {
+            if !tell {
+                return;
+            }
             eprintln!(
                 "agentbox: warning: box {name:?} has no in-box agentbox: {e}{}",
                 e.hint()
@@ -236,7 +240,7 @@ impl Provider for DockerProvider {
         progress: &dyn agentbox_boxes::progress::Progress,
     ) -> Result<NewTree> {
         let made = crate::create::create_tree(self, new, progress)?;
-        self.ensure_relay(new.name.as_str());
+        self.ensure_relay(new.name.as_str(), true);
         Ok(made)
     }
 
