@@ -11,6 +11,11 @@ pub fn boxes(home: &Home) -> Boxes {
     let local = std::sync::Arc::new(agentbox_provider_local::local::LocalProvider::new(
         home.clone(),
     ));
-    let docker = std::sync::Arc::new(agentbox_provider_docker::DockerProvider::new(home.clone()));
+    let mut docker = agentbox_provider_docker::DockerProvider::new(home.clone());
+    // Its boxes' relays are this binary (`__docker-relay`).
+    if let Ok(exe) = std::env::current_exe() {
+        docker = docker.with_relay(exe);
+    }
+    let docker = std::sync::Arc::new(docker);
     Boxes::new(home.clone(), local).with_provider(docker)
 }

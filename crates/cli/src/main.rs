@@ -7,6 +7,7 @@
 mod args;
 mod commands;
 mod compose;
+mod docker_bridge;
 mod errors;
 mod mcp;
 mod relay;
@@ -77,6 +78,12 @@ fn main() {
                 std::process::exit(3);
             }
         }
+    }
+    // Run by a Docker box's relay inside its container: the box's relay socket, bridged to
+    // the host over the exec's stdin and stdout (see `docker_bridge`). Before the in-box
+    // client: the bridge runs in a box too.
+    if argv.len() == 2 && argv[1] == agentbox_provider_docker::relay::host::BRIDGE_COMMAND {
+        std::process::exit(docker_bridge::main());
     }
     // Inside a box, agentbox is a thin client: its command line becomes one typed request
     // the box's supervisor answers on the host, for this box only (see `relay`).

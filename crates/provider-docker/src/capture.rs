@@ -92,6 +92,8 @@ fn count(all: &[Change], ignore: &agentbox_boxes::records::ignore::IgnoreSet) ->
     all.iter()
         .filter(|c| !(c.kind != ChangeKind::Deleted && above.contains(Path::new(&c.path))))
         .filter(|c| !ENGINE_MADE.contains(&c.path.as_str()))
+        // The in-box agentbox and its relay's socket are the provider's, not the box's.
+        .filter(|c| !crate::relay::inbox_bin::is_own_path(&c.path))
         .filter(|c| {
             let rel = c.path.trim_start_matches('/');
             !rel.is_empty() && !ignore.is_ignored(Path::new(rel))

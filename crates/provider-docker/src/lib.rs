@@ -29,6 +29,8 @@
 //!   does not answer);
 //! * [`checkpoint`] — a box's checkpoints as images (and [`restore`] a box made from
 //!   one), their files read and changed in a container by `container_fs`;
+//! * [`relay`] — the in-box `agentbox`: its static binary in the container, the exec stream
+//!   its requests cross, and the per-box host process answering them;
 //! * [`prune`] — what boxes left on an engine, and the images GC freed; [`ledger`] the
 //!   engines to look on.
 
@@ -49,6 +51,7 @@ pub mod node_diff;
 pub mod procs;
 pub mod provider;
 pub mod prune;
+pub mod relay;
 pub mod remake;
 mod reseed_plan;
 pub mod restore;

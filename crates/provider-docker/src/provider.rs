@@ -35,6 +35,9 @@ pub struct DockerProvider {
     pub(crate) home: Home,
     /// Connected engines, by what named them (see [`EngineKey`]).
     engines: Mutex<HashMap<EngineKey, Arc<Engine>>>,
+    /// The agentbox binary that runs a box's relay ([`crate::relay::keeper`]); `None`: boxes
+    /// get no in-box `agentbox`.
+    pub(crate) relay: Option<PathBuf>,
 }
 
 impl DockerProvider {
@@ -43,7 +46,15 @@ impl DockerProvider {
         DockerProvider {
             home,
             engines: Mutex::new(HashMap::new()),
+            relay: None,
         }
+    }
+
+    /// This provider, running each box's relay (the in-box `agentbox`'s host end) as
+    /// `program __docker-relay BOX` ([`crate::relay::keeper`]).
+    pub fn with_relay(mut self, program: PathBuf) -> DockerProvider {
+        self.relay = Some(program);
+        self
     }
 
     /// The engine `given` names (`--docker-host`: a URL or a configured name; `None`:
@@ -165,7 +176,25 @@ impl DockerProvider {
                 .start_container(&names::container(name))
                 .map_err(remote)?;
         }
+        self.ensure_relay(name, false);
         Ok(())
+    }
+
+    /// Start box `name`'s relay unless it runs; a box whose relay cannot start still runs
+    /// (without an in-box `agentbox`), which is said when `tell` (at its creation: not on
+    /// every command, whose output is the box's).
+    pub(crate) fn ensure_relay(&self, name: &str, tell: bool) {
+        if let Err(e) = crate::relay::keeper::ensure(self, name) {
+            if !tell {
+                return;
+            }
+            eprintln!(
+                "agentbox: warning: box {name:?} has no in-box agentbox: {e}{}",
+                e.hint()
+                    .map(|h| format!("\n  hint: {h}"))
+                    .unwrap_or_default()
+            );
+        }
     }
 
     /// Box `name`'s container on `engine`, where its git runs (`spool`: the host directory
@@ -210,7 +239,9 @@ impl Provider for DockerProvider {
         new: &NewBox<'_>,
         progress: &dyn agentbox_boxes::progress::Progress,
     ) -> Result<NewTree> {
-        crate::create::create_tree(self, new, progress)
+        let made = crate::create::create_tree(self, new, progress)?;
+        self.ensure_relay(new.name.as_str(), true);
+        Ok(made)
     }
 
     fn checkpoint_tree(
@@ -256,6 +287,7 @@ impl Provider for DockerProvider {
     /// (so that `destroy` of a box whose container went works without touching it).
     fn stop(&self, name: &str) -> Result<bool> {
         let (_, engine) = self.record_and_engine(name)?;
+        crate::relay::keeper::stop(self, name);
         let c = names::container(name);
         let running = engine
             .container(&c)
@@ -270,6 +302,7 @@ impl Provider for DockerProvider {
     /// The container goes; its images stay until GC frees their nodes (`prune` removes
     /// them then).
     fn forget(&self, name: &str) {
+        crate::relay::keeper::stop(self, name);
         // `remove_own_container` removes only this home's container.
         let Ok((_, engine)) = self.record_and_engine(name) else {
             return;
@@ -287,6 +320,7 @@ impl Provider for DockerProvider {
     }
 
     fn discard(&self, name: &str) -> Result<Option<String>> {
+        crate::relay::keeper::stop(self, name);
         crate::discard::discard(self, name)
     }
 

@@ -35,11 +35,14 @@ pub fn container(home: &Home, name: &str, image: &str, s: &BoxSettings<'_>) -> C
         name: names::container(name),
         image: image.to_owned(),
         cmd: KEEP_ALIVE.iter().map(|s| (*s).to_owned()).collect(),
+        // `AGENTBOX_BOX` tells the in-box `agentbox` it runs in a box (and which).
         env: s
             .env
             .iter()
             .filter_map(|kv| kv.split_once('='))
+            .filter(|(k, _)| *k != "AGENTBOX_BOX")
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .chain([("AGENTBOX_BOX".to_owned(), name.to_owned())])
             .collect(),
         workdir: Some(WORKSPACE.to_owned()),
         user: None,

@@ -243,6 +243,9 @@ pub enum Command {
     BoxInit,
     #[command(name = "__supervise", hide = true)]
     Supervise { name: String },
+    /// Run a Docker box's relay (the in-box `agentbox`'s host end).
+    #[command(name = "__docker-relay", hide = true)]
+    DockerRelay { name: String },
     /// Delete the working files `destroy` set aside (`tmp/discarded-…` of the store).
     #[command(name = "__remove-discarded", hide = true)]
     RemoveDiscarded { entry: String },

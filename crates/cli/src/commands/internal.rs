@@ -1,5 +1,5 @@
 //! The hidden commands agentbox runs itself: a box's supervisor (`__supervise`), its PID 1
-//! (`__box-init`), and the removal of the working files `destroy` set aside
+//! (`__box-init`), a Docker box's relay (`__docker-relay`), and the removal of the working files `destroy` set aside
 //! (`__remove-discarded`).
 
 use super::ctx::Ctx;
@@ -23,6 +23,20 @@ pub(super) fn supervise(ctx: Ctx, name: &str) -> CliResult {
         }
     }
     Ok(result?)
+}
+
+/// `__docker-relay NAME`: run Docker box `NAME`'s relay, which answers its in-box
+/// `agentbox` through [`CliRelay`] (see `agentbox_provider_docker::relay::host`).
+pub(super) fn docker_relay(ctx: Ctx, name: &str) -> CliResult {
+    // Its own session: it outlives the command that started it.
+    let _ = rustix::process::setsid();
+    let relay = std::sync::Arc::new(CliRelay {
+        home: ctx.home.clone(),
+    });
+    let provider = agentbox_provider_docker::DockerProvider::new(ctx.home.clone());
+    Ok(agentbox_provider_docker::relay::host::serve(
+        &provider, name, relay,
+    )?)
 }
 
 /// `__remove-discarded ENTRY`: delete a destroyed box's working files set aside in the

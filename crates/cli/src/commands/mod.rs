@@ -125,6 +125,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Tournament(a) => tournament::tournament(&ctx, a),
         Command::Mcp => unreachable!("served above"),
         Command::Supervise { name } => internal::supervise(ctx, &name),
+        Command::DockerRelay { name } => internal::docker_relay(ctx, &name),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),
         Command::RemoveDiscarded { entry } => internal::remove_discarded(&ctx, &entry),
     }

@@ -19,6 +19,7 @@ mod crash;
 mod destroy;
 mod docker;
 mod docker_history;
+mod docker_relay;
 mod firsthour;
 mod fork;
 mod gitremote;
