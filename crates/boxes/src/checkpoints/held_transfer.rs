@@ -35,10 +35,12 @@ pub(crate) const IMAGE_MEMBER: &str = "image.tar";
 /// The most a held checkpoint's image may weigh in a file, unless the import says.
 pub const DEFAULT_MAX_IMAGE: u64 = 64 << 30;
 
-/// Copy a held checkpoint's image (a member of file `source`) to the new file `dest`: at
-/// most `max` bytes, a file cut short or larger being a bad bundle.
+/// Copy a held checkpoint's image (a member of file `source`, `size` bytes as its header
+/// says) to the new file `dest`: at most `max` bytes, a member cut short or larger being a
+/// bad bundle.
 pub(crate) fn stage_image(
     member: &mut impl Read,
+    size: u64,
     dest: &Path,
     max: u64,
     source: &Path,
@@ -65,6 +67,12 @@ pub(crate) fn stage_image(
     }
     out.flush()
         .map_err(|e| BoxError::from(agentbox_store::Error::from(e).or_no_space(dest)))?;
+    if n != size {
+        return Err(bad(
+            source,
+            format!("its image cannot be read whole: {n} of {size} bytes"),
+        ));
+    }
     Ok(())
 }
 

@@ -136,7 +136,9 @@ impl Boxes {
             let mut have_bundle = false;
             let mut tar = tar::Archive::new(fs_err::File::open(source)?);
             for entry in tar.entries()? {
-                let mut entry = entry?;
+                // A file cut short or not a tar is a bad checkpoint file, not an IO failure.
+                let mut entry =
+                    entry.map_err(|e| bad(source, format!("it cannot be read whole: {e}")))?;
                 let path = entry.path()?.into_owned();
                 match path.to_str() {
                     Some(MANIFEST_MEMBER) if manifest.is_none() && !have_bundle => {
@@ -155,7 +157,8 @@ impl Boxes {
                         // A held checkpoint's image, as its provider saved it: staged whole
                         // (bounded), checked and loaded after.
                         let max = options.max_size.unwrap_or(DEFAULT_MAX_IMAGE);
-                        stage_image(&mut entry, &image, max, source)?;
+                        let size = entry.header().size()?;
+                        stage_image(&mut entry, size, &image, max, source)?;
                         have_bundle = true;
                     }
                     Some(BUNDLE_MEMBER) if manifest.as_ref().is_some_and(|m| m.held.is_none()) && !have_bundle => {

@@ -333,7 +333,7 @@ fn checkpoints(s: &Subject<'_>, name: &str) {
     s.sh_ok(name, "mkdir -p deps && echo warm > deps/lib.txt");
     let c = s.json(&["checkpoint", "create", name, "--name", "warm"]);
     assert_eq!(c["name"], "warm", "{c}");
-    let listed = s.ok(&["checkpoint", "ls"]);
+    let listed = s.ok(&["checkpoint", "ls", "--all"]);
     assert!(listed.contains("warm"), "{listed}");
     s.env
         .run_in(&s.project, &["create", "--checkpoint", "warm", "conf-warm"]);
@@ -347,7 +347,7 @@ fn checkpoints(s: &Subject<'_>, name: &str) {
     assert_eq!(status["box"]["state"], "running", "{status}");
     s.ok(&["destroy", "conf-warm"]);
     s.ok(&["checkpoint", "rm", "warm"]);
-    assert!(!s.ok(&["checkpoint", "ls"]).contains("warm"));
+    assert!(!s.ok(&["checkpoint", "ls", "--all"]).contains("warm"));
 }
 
 /// spawn/ps/logs/kill by id; `logs -f` returns once the process has ended.
