@@ -247,6 +247,34 @@ pub trait Provider: Send + Sync {
         let _ = (project, held);
         Ok(())
     }
+    /// Write the data of checkpoint `held` (of project `project`) where the provider keeps
+    /// it to the new file `dest` (a Docker image, as `docker save` writes it), at most
+    /// `max` bytes; its size. A provider whose checkpoints the store holds has none.
+    fn save_checkpoint_tree(
+        &self,
+        project: Option<&std::path::Path>,
+        held: &HeldCheckpoint,
+        dest: &std::path::Path,
+        max: u64,
+    ) -> Result<u64> {
+        let _ = (project, dest, max);
+        Err(self.cannot(&held.image, "export a checkpoint kept outside the store"))
+    }
+    /// Make the data in file `src` ([`Provider::save_checkpoint_tree`]'s) checkpoint `name`
+    /// of project `project` (key `project_key`) where the provider keeps checkpoints, after
+    /// checking it is `object` (an image id) and nothing else; where it is kept. On
+    /// failure, nothing of it is left there.
+    fn load_checkpoint_tree(
+        &self,
+        project: Option<&std::path::Path>,
+        project_key: &str,
+        name: &str,
+        src: &std::path::Path,
+        object: &str,
+    ) -> Result<HeldCheckpoint> {
+        let _ = (project, project_key, src, object);
+        Err(self.cannot(name, "import a checkpoint kept outside the store"))
+    }
     /// Build a box image from `dockerfile` (its directory is the build context) where this
     /// provider runs boxes (`engine`: as [`NewBox::engine`]); the image's name, tagged by
     /// the fingerprint of what it bakes in.
@@ -421,6 +449,18 @@ pub trait Provider: Send + Sync {
             "box {name:?}: the {} provider has no credential broker",
             self.kind()
         )))
+    }
+    /// `prune --all`: remove the names this provider keeps its checkpoints under (older
+    /// than `grace`) that no checkpoint and no box of `named` names; each one with what
+    /// became of it. Nothing for a provider whose checkpoints the store holds.
+    fn prune_checkpoint_names(
+        &self,
+        named: &crate::types::NamedCheckpoints,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Vec<crate::types::BoxLeftover>> {
+        let _ = (named, grace, dry_run);
+        Ok(Vec::new())
     }
     /// Find what boxes of this provider left behind (older than `grace`) and, unless
     /// `dry_run`, remove it; each one with what became of it.

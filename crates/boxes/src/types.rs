@@ -246,6 +246,17 @@ pub struct BoxLeftover {
     pub outcome: PruneOutcome,
 }
 
+/// What names a checkpoint where a provider keeps it, as `prune --all` is told it: a
+/// provider removes a name of its checkpoints' (a Docker image's `agentbox-ckpt-*` tag)
+/// that none of these names.
+#[derive(Debug, Clone, Default)]
+pub struct NamedCheckpoints {
+    /// Image names and ids the checkpoints' manifests and the boxes' records name.
+    pub images: std::collections::BTreeSet<String>,
+    /// Checkpoints by (project key, name) that a manifest is, or a box was made from.
+    pub checkpoints: std::collections::BTreeSet<(String, String)>,
+}
+
 /// What `prune` did with a leftover.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PruneOutcome {

@@ -32,6 +32,7 @@ pub mod export;
 pub mod image;
 pub mod image_build;
 pub mod range;
+pub mod save;
 pub mod settle;
 pub mod ssh;
 mod tls;

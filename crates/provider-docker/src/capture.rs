@@ -158,6 +158,17 @@ fn written_again(engine: &Engine, name: &str, paths: &[&str]) -> Result<bool> {
 /// (`None`: it cannot say).
 fn after_marker(engine: &Engine, name: &str, paths: &[&str]) -> Result<Option<Vec<bool>>> {
     let container = names::container(name);
+    if paths.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    // A stopped box runs no `stat` (`status` of a stopped box asks): it cannot say.
+    if !engine
+        .container(&container)
+        .map_err(remote)?
+        .is_some_and(|c| c.running)
+    {
+        return Ok(None);
+    }
     let mut each = Vec::with_capacity(paths.len());
     for batch in paths.chunks(STAT_BATCH) {
         let mut argv = ["stat", "-c", "%z", "--", MARKER]

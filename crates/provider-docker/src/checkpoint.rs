@@ -146,7 +146,7 @@ fn scrubbed_env(
 }
 
 /// A checkpoint name must be a Docker tag (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`).
-fn check_tag(name: &str) -> Result<()> {
+pub(crate) fn check_tag(name: &str) -> Result<()> {
     let ok = name.len() <= 128
         && name
             .bytes()

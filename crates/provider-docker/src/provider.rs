@@ -260,6 +260,27 @@ impl Provider for DockerProvider {
         crate::checkpoint::remove(self, project, held)
     }
 
+    fn save_checkpoint_tree(
+        &self,
+        project: Option<&Path>,
+        held: &agentbox_boxes::provider::HeldCheckpoint,
+        dest: &Path,
+        max: u64,
+    ) -> Result<u64> {
+        crate::checkpoint_file::save(self, project, held, dest, max)
+    }
+
+    fn load_checkpoint_tree(
+        &self,
+        project: Option<&Path>,
+        project_key: &str,
+        name: &str,
+        src: &Path,
+        object: &str,
+    ) -> Result<agentbox_boxes::provider::HeldCheckpoint> {
+        crate::checkpoint_file::load(self, project, project_key, name, src, object)
+    }
+
     fn build_image(
         &self,
         dockerfile: &std::path::Path,
@@ -517,5 +538,14 @@ impl Provider for DockerProvider {
         dry_run: bool,
     ) -> Result<Vec<BoxLeftover>> {
         crate::prune::prune(self, store, grace, dry_run)
+    }
+
+    fn prune_checkpoint_names(
+        &self,
+        named: &agentbox_boxes::types::NamedCheckpoints,
+        grace: std::time::Duration,
+        dry_run: bool,
+    ) -> Result<Vec<BoxLeftover>> {
+        crate::prune_all::prune_checkpoint_tags(self, named, grace, dry_run)
     }
 }

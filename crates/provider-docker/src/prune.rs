@@ -4,7 +4,8 @@
 //!   provider ([`agentbox_store::Store::released`]) — removed from every engine a box of
 //!   this home uses or was made on ([`crate::ledger`]; an image already gone is fine), then
 //!   their queue entries (kept while one of those engines does not answer, or while a
-//!   container of the home still runs on the image);
+//!   container of the home still runs on the image; an image another node still names
+//!   stays, its entry goes);
 //! * `container` and `image`: containers and images labelled with this home whose box no
 //!   longer exists (a create or destroy interrupted), older than the grace period, and
 //!   node images of a live box that lost their tag and that no container uses, and
@@ -142,6 +143,14 @@ pub fn prune(
         }
     }
     for (object, entry) in released {
+        if referenced.contains(&object) {
+            // Another node still names it (a fork's first node, an imported checkpoint's):
+            // the image stays, and is queued again when that node is freed.
+            if !dry_run {
+                let _ = store.forget_released(&entry);
+            }
+            continue;
+        }
         let outcome = if dry_run {
             PruneOutcome::WouldRemove
         } else if let Some(why) = &unreachable {

@@ -31,6 +31,7 @@ use agentbox_docker::exec::ExecSpec;
 use agentbox_docker::Engine;
 
 use crate::errors::{failed, remote};
+use crate::log_read::InBox;
 use crate::names;
 use crate::provider::DockerProvider;
 use crate::spawned::{self, Entry};
@@ -267,7 +268,8 @@ fn first_lines(engine: &Engine, name: &str, id: u64) -> Vec<String> {
 }
 
 /// Up to `max` bytes of process `id`'s log from `offset`, read through the engine (the
-/// box's container running or not); `None` when there is none.
+/// box's container running or not; past the log's start in a running one, in the box, see
+/// [`crate::log_read`]); `None` when there is none.
 pub fn read_log(
     p: &DockerProvider,
     name: &str,
@@ -277,12 +279,27 @@ pub fn read_log(
 ) -> Result<Option<Vec<u8>>> {
     let (_, engine) = p.boxed(name)?;
     let container = names::container(name);
-    if engine.container(&container).map_err(remote)?.is_none() {
+    let Some(info) = engine.container(&container).map_err(remote)? else {
         // Gone with its container.
         return Ok(None);
+    };
+    let path = log_path(id);
+    if offset > 0 && info.running {
+        // Past the start of a log that may be long: only what is new is moved, read in
+        // the box, when nothing new is there the engine's stat says so at once.
+        match engine.file_size(&container, &path).map_err(remote)? {
+            None => return Ok(None),
+            Some(size) if size <= offset => return Ok(Some(Vec::new())),
+            Some(_) => {}
+        }
+        match crate::log_read::read(&engine, &container, &path, offset, max).map_err(remote)? {
+            InBox::Read(bytes) => return Ok(Some(bytes)),
+            InBox::NoLog => return Ok(None),
+            InBox::Cannot => {}
+        }
     }
     engine
-        .read_range(&container, &log_path(id), offset, max)
+        .read_range(&container, &path, offset, max)
         .map_err(remote)
 }
 

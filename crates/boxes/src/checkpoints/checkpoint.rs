@@ -650,7 +650,10 @@ impl Boxes {
 
 /// The manifests (and their files) of `only`'s checkpoints (`Some(None)`: of boxes without
 /// a project), or of every project's (`None`).
-fn manifests(home: &Home, only: Option<Option<&Path>>) -> Result<Vec<(PathBuf, Manifest)>> {
+pub(crate) fn manifests(
+    home: &Home,
+    only: Option<Option<&Path>>,
+) -> Result<Vec<(PathBuf, Manifest)>> {
     let dirs: Vec<PathBuf> = match only {
         Some(project) => vec![dir(home, project)],
         None => match fs_err::read_dir(home.root().join("projects")) {

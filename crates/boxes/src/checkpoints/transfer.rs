@@ -14,6 +14,9 @@
 //! writes the manifest with that project and node; lineage, source box and times are kept
 //! as they were. The ref is written after the node exists and before the manifest; on any
 //! error nothing of the import is left but data `gc` frees.
+//!
+//! A checkpoint whose tree its provider holds (a Docker checkpoint) carries its image
+//! instead of the bundle: see [`crate::checkpoints::held_transfer`].
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -24,10 +27,11 @@ use agentbox_store::transfer::ImportOptions;
 use serde::Serialize;
 
 use crate::checkpoints::checkpoint::{ref_name, Checkpoint, Manifest};
+use crate::checkpoints::held_transfer::{stage_image, DEFAULT_MAX_IMAGE, IMAGE_MEMBER};
 use crate::facade::Boxes;
 use crate::{BoxError, Result};
 
-const MANIFEST_MEMBER: &str = "agentbox-checkpoint.json";
+pub(crate) const MANIFEST_MEMBER: &str = "agentbox-checkpoint.json";
 const BUNDLE_MEMBER: &str = "node.agentbox";
 /// The most a checkpoint file's manifest may hold.
 pub const MAX_MANIFEST: u64 = 1 << 20;
@@ -41,7 +45,7 @@ pub struct Exported {
     pub bytes: u64,
 }
 
-fn bad(path: &Path, why: impl Into<String>) -> BoxError {
+pub(crate) fn bad(path: &Path, why: impl Into<String>) -> BoxError {
     BoxError::Store(agentbox_store::Error::Bundle {
         path: path.to_owned(),
         message: why.into(),
@@ -58,17 +62,9 @@ impl Boxes {
     ) -> Result<Exported> {
         let c = self.find_checkpoint(project, name)?;
         let m = &c.manifest;
-        if m.held.is_some() {
-            return Err(BoxError::ProviderCannot {
-                name: m.source_box.clone(),
-                provider: m.provider_kind().to_owned(),
-                what: format!(
-                    "export its checkpoint {:?} as a file yet (its tree is an image on a Docker engine)",
-                    m.name
-                ),
-                hint: "make the box again where it is wanted, or move the image with `docker save` / `docker load`"
-                    .to_owned(),
-            });
+        if let Some(held) = &m.held {
+            // Its tree is an image on an engine: the image goes in the file instead.
+            return self.checkpoint_export_held(&c, held, output);
         }
         let store = self.store()?;
         let tmp_env = format!("export-{}", agentbox_core::id::new_id());
@@ -134,12 +130,15 @@ impl Boxes {
         let bundle = agentbox_store::transfer::staging(store, "checkpoint-import")?;
         let tmp_env = format!("import-{}", agentbox_core::id::new_id());
         let tmp_dir = agentbox_store::transfer::staging(store, "checkpoint-import-dir")?;
+        let image = agentbox_store::transfer::staging(store, "checkpoint-import-image")?;
         let result = (|| -> Result<Checkpoint> {
             let mut manifest: Option<Manifest> = None;
             let mut have_bundle = false;
             let mut tar = tar::Archive::new(fs_err::File::open(source)?);
             for entry in tar.entries()? {
-                let mut entry = entry?;
+                // A file cut short or not a tar is a bad checkpoint file, not an IO failure.
+                let mut entry =
+                    entry.map_err(|e| bad(source, format!("it cannot be read whole: {e}")))?;
                 let path = entry.path()?.into_owned();
                 match path.to_str() {
                     Some(MANIFEST_MEMBER) if manifest.is_none() && !have_bundle => {
@@ -152,7 +151,17 @@ impl Boxes {
                             bad(source, format!("the checkpoint manifest is not valid: {e}"))
                         })?);
                     }
-                    Some(BUNDLE_MEMBER) if manifest.is_some() && !have_bundle => {
+                    Some(IMAGE_MEMBER)
+                        if manifest.as_ref().is_some_and(|m| m.held.is_some()) && !have_bundle =>
+                    {
+                        // A held checkpoint's image, as its provider saved it: staged whole
+                        // (bounded), checked and loaded after.
+                        let max = options.max_size.unwrap_or(DEFAULT_MAX_IMAGE);
+                        let size = entry.header().size()?;
+                        stage_image(&mut entry, size, &image, max, source)?;
+                        have_bundle = true;
+                    }
+                    Some(BUNDLE_MEMBER) if manifest.as_ref().is_some_and(|m| m.held.is_none()) && !have_bundle => {
                         let mut out = fs_err::File::create(&bundle)?;
                         std::io::copy(&mut entry, &mut out).map_err(|e| {
                             BoxError::from(agentbox_store::Error::from(e).or_no_space(&bundle))
@@ -178,7 +187,6 @@ impl Boxes {
             };
             let name = name.map(str::to_owned).unwrap_or_else(|| m.name.clone());
             agentbox_store::names::validate("checkpoint", &name)?;
-            let _lock = crate::checkpoints::checkpoint::lock(self.home(), project)?;
             // The manifest is the file's (another machine's, or a box's) text: its names are
             // checked before anything uses them.
             for l in &m.lineage {
@@ -189,6 +197,10 @@ impl Boxes {
                     )
                 })?;
             }
+            if m.held.is_some() {
+                return self.checkpoint_import_held(source, project, name, m, &image);
+            }
+            let _lock = crate::checkpoints::checkpoint::lock(self.home(), project)?;
             if let Some(image) = &m.base.image {
                 agentbox_store::names::validate("image", image).map_err(|_| {
                     bad(source, format!("base image {image:?} is not an image name"))
@@ -220,6 +232,7 @@ impl Boxes {
             let _ = store.remove_env(&tmp_env);
         }
         let _ = std::fs::remove_file(&bundle);
+        let _ = std::fs::remove_file(&image);
         let _ = std::fs::remove_dir_all(&tmp_dir);
         result
     }

@@ -11,4 +11,8 @@ pub struct PruneArgs {
     /// may own it).
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub min_age: u64,
+    /// Also remove the checkpoint images (`agentbox-ckpt-*` tags of this home) that no
+    /// checkpoint and no box names.
+    #[arg(long)]
+    pub all: bool,
 }

@@ -94,7 +94,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Unmount(a) => mount::mount(&ctx, &a.args, false),
         Command::Destroy(a) => destroy::destroy(&ctx, &a.args, a.delete_branch),
         Command::Rename(a) => rename::rename(&ctx, &a.args),
-        Command::Prune(a) => prune::prune(&ctx, a.dry_run, a.min_age),
+        Command::Prune(a) => prune::prune(&ctx, a.dry_run, a.min_age, a.all),
         Command::Create(a) => create::create(&ctx, *a),
         Command::Exec(a) => exec::exec(&ctx, a),
         Command::Shell(a) => shell::shell(&ctx, a),

@@ -20,10 +20,10 @@ struct Pruned {
     outcome: String,
 }
 
-pub(super) fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
+pub(super) fn prune(ctx: &Ctx, dry_run: bool, min_age: u64, all: bool) -> CliResult {
     let found = ctx
         .boxes()
-        .prune(std::time::Duration::from_secs(min_age), dry_run)?;
+        .prune_all(std::time::Duration::from_secs(min_age), dry_run, all)?;
     let mut rows: Vec<Pruned> = found
         .boxes
         .iter()
@@ -86,7 +86,10 @@ pub(super) fn prune(ctx: &Ctx, dry_run: bool, min_age: u64) -> CliResult {
             ));
         }
         if dry_run {
-            s.push_str("(dry run: nothing was removed; run `agentbox prune` to remove these)\n");
+            s.push_str(&format!(
+                "(dry run: nothing was removed; run `agentbox prune{}` to remove these)\n",
+                if all { " --all" } else { "" }
+            ));
         }
         s
     })?;
