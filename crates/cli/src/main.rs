@@ -12,6 +12,7 @@ mod mcp;
 mod relay;
 mod remote_helper;
 mod render;
+mod serve;
 
 use clap::Parser;
 
@@ -84,7 +85,15 @@ fn main() {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let checked = relay::check_options(&args).and_then(|()| {
             let cli = Cli::parse();
-            if let args::Command::Mcp = cli.command {
+            if let args::Command::Mcp(a) = &cli.command {
+                if a.http {
+                    let e = errors::CliError::usage(
+                        "mcp --http is not available inside a box",
+                        "inside a box, run `agentbox mcp` (stdio): it acts on this box",
+                    );
+                    eprint!("{}", errors::report(&e, false).1);
+                    std::process::exit(e.code);
+                }
                 // The MCP server sends what the relay allows as its requests (see `mcp`).
                 if let Err(e) = mcp::serve(None) {
                     eprint!("{}", errors::report(&e, false).1);

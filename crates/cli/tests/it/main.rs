@@ -31,6 +31,7 @@ mod provider;
 mod quickstart;
 mod registry;
 mod security;
+mod serve;
 mod sessions;
 mod tools;
 mod tournament;
