@@ -28,7 +28,9 @@ pub fn status_of(code: i32) -> StatusCode {
         4 => StatusCode::CONFLICT,
         5 => StatusCode::LOCKED,
         6 => StatusCode::FORBIDDEN,
-        8 | 9 => StatusCode::UNPROCESSABLE_ENTITY,
+        // 126 and 127: a command that cannot be run in the box (not executable, not there),
+        // as a shell says; the request was understood, the command is what is wrong.
+        8 | 9 | 126 | 127 => StatusCode::UNPROCESSABLE_ENTITY,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -168,5 +170,6 @@ mod tests {
         assert_eq!(status_of(4), StatusCode::CONFLICT);
         assert_eq!(status_of(1), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(status_of(9), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(status_of(126), StatusCode::UNPROCESSABLE_ENTITY);
     }
 }

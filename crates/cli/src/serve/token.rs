@@ -49,6 +49,10 @@ impl Token {
                 )),
             )
         };
+        if fs_err::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(refused("is a symlink"));
+        }
+        // Not followed if one appears now either (the open fails).
         let opened = fs_err::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW)
@@ -56,7 +60,6 @@ impl Token {
         let mut file = match opened {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Token::create(path),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(refused("is a symlink")),
             Err(e) => return Err(e.into()),
         };
         let meta = file.metadata()?;
