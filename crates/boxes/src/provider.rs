@@ -391,6 +391,23 @@ pub trait Provider: Send + Sync {
     /// collecting its output; with `capture`, a change it makes becomes a node.
     fn collect(&self, name: &str, argv: Vec<String>, cwd: &str, capture: bool)
         -> Result<Collected>;
+    /// Run `argv` in the box (starting it when stopped) in directory `cwd` with `stdin` as
+    /// its standard input and `stdout` as its standard output (its standard error collected,
+    /// bounded, as [`Collected::output`]); with `capture`, a change it makes becomes a node.
+    /// For streams between the host and a box (`cp`): the caller holds the pipes' other
+    /// ends, and reads or writes them while this waits for the command.
+    fn piped(
+        &self,
+        name: &str,
+        argv: Vec<String>,
+        cwd: &str,
+        capture: bool,
+        stdin: std::os::fd::OwnedFd,
+        stdout: std::os::fd::OwnedFd,
+    ) -> Result<Collected> {
+        let _ = (argv, cwd, capture, stdin, stdout);
+        Err(self.cannot(name, "stream files into or out of a box"))
+    }
     /// Start a session in box `name` (starting the box when stopped): `spec`'s command on a
     /// terminal the provider owns, kept until it exits (see [`crate::sessions`]).
     fn start_session(

@@ -4,6 +4,7 @@
 //! go to stderr. Errors print one line and a hint, and exit with the stable codes listed in
 //! `errors`.
 
+mod api_token;
 mod args;
 mod commands;
 mod compose;
@@ -13,6 +14,7 @@ mod mcp;
 mod relay;
 mod remote_helper;
 mod render;
+mod serve;
 
 use clap::Parser;
 
@@ -91,7 +93,15 @@ fn main() {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let checked = relay::check_options(&args).and_then(|()| {
             let cli = Cli::parse();
-            if let args::Command::Mcp = cli.command {
+            if let args::Command::Mcp(a) = &cli.command {
+                if a.http {
+                    let e = errors::CliError::usage(
+                        "mcp --http is not available inside a box",
+                        "inside a box, run `agentbox mcp` (stdio): it acts on this box",
+                    );
+                    eprint!("{}", errors::report(&e, false).1);
+                    std::process::exit(e.code);
+                }
                 // The MCP server sends what the relay allows as its requests (see `mcp`).
                 if let Err(e) = mcp::serve(None) {
                     eprint!("{}", errors::report(&e, false).1);

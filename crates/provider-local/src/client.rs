@@ -459,6 +459,39 @@ pub fn exec_collect(
     }
 }
 
+/// Run `argv` in the box with `stdin` and `stdout` as its standard input and output (the
+/// caller holds the pipes' other ends); its standard error collected (bounded). Both ends
+/// given are closed here once the supervisor has them, so that the caller sees the end of
+/// the command's output and the command the end of its input.
+pub fn exec_piped(
+    client: &Client,
+    argv: Vec<String>,
+    cwd: Option<String>,
+    capture: bool,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+) -> Result<(ExecOutcome, String)> {
+    use crate::pipe_copy::{pipe, Capped, FromPipe};
+    let (r, err) = pipe()?;
+    let collect = FromPipe::spawn(r, Capped::new(COLLECT_LIMIT), None, false);
+    let req = Request::Exec {
+        argv,
+        env: caller_env(&["LC_ALL=C".to_owned()]),
+        cwd: cwd.map(Workdir::default_for),
+        tty: None,
+        kind: ProcKind::Exec,
+        capture,
+    };
+    client.send(&req, &[stdin.as_fd(), stdout.as_fd(), err.as_fd()])?;
+    drop((stdin, stdout, err));
+    loop {
+        if let Some(outcome) = exited(client.recv()?.0) {
+            let (_, said) = collect.finish()?;
+            return Ok((outcome, String::from_utf8_lossy(&said.kept).into_owned()));
+        }
+    }
+}
+
 /// The most of a collected command's output kept (16 MiB).
 const COLLECT_LIMIT: usize = 16 << 20;
 

@@ -373,6 +373,25 @@ impl Provider for LocalProvider {
         crate::attach::attach(c, name, session, opts)
     }
 
+    fn piped(
+        &self,
+        name: &str,
+        argv: Vec<String>,
+        cwd: &str,
+        capture: bool,
+        stdin: std::os::fd::OwnedFd,
+        stdout: std::os::fd::OwnedFd,
+    ) -> Result<Collected> {
+        let c = self.started(name)?;
+        let (outcome, output) =
+            crate::client::exec_piped(&c, argv, Some(cwd.to_owned()), capture, stdin, stdout)?;
+        Ok(Collected {
+            status: outcome.status,
+            output,
+            node: outcome.node,
+        })
+    }
+
     fn collect(
         &self,
         name: &str,

@@ -18,3 +18,4 @@ pub mod ops;
 pub mod reseed;
 pub mod seeding;
 pub mod status;
+pub mod watch;

@@ -35,11 +35,13 @@ mod kill;
 mod list;
 mod log;
 mod logs;
+mod mcp;
 mod prune;
 mod pull;
 mod push;
 mod retain;
 mod run;
+mod serve;
 mod session;
 mod setup;
 mod start;
@@ -70,11 +72,13 @@ pub use self::kill::KillArgs;
 pub use self::list::ListArgs;
 pub use self::log::LogArgs;
 pub use self::logs::LogsArgs;
+pub use self::mcp::McpArgs;
 pub use self::prune::PruneArgs;
 pub use self::pull::PullArgs;
 pub use self::push::PushArgs;
 pub use self::retain::RetainArgs;
 pub use self::run::RunArgs;
+pub use self::serve::ServeArgs;
 pub use self::session::{SessionCmd, SessionStartArgs, SessionsArgs};
 pub use self::setup::SetupArgs;
 pub use self::start::StartArgs;
@@ -197,8 +201,13 @@ pub enum Command {
     /// Tools create boxes, run commands in them, read and write their files, read and roll
     /// back their history, fork them, race candidates, checkpoint and destroy them. Inside a
     /// box it acts on that box only, as the in-box agentbox does. Add it to Claude Code with
-    /// `claude mcp add agentbox -- agentbox mcp`.
-    Mcp,
+    /// `claude mcp add agentbox -- agentbox mcp`; with --http, over streamable HTTP on
+    /// loopback, behind the token `agentbox serve` uses.
+    Mcp(McpArgs),
+    /// Serve the HTTP API (JSON, OpenAPI document at /api/openapi.json, server-sent events
+    /// at /api/events) on loopback: every request needs the token kept in the agentbox home
+    /// (`api-token`, made on first serve): [--addr IP:PORT].
+    Serve(ServeArgs),
     /// Layered configuration of new boxes: get, set, unset, list, edit, path, schema,
     /// list-projects.
     #[command(subcommand)]

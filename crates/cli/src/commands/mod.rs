@@ -65,8 +65,16 @@ use crate::args::{Cli, Command};
 use crate::errors::CliResult;
 
 pub fn dispatch(cli: Cli) -> CliResult {
-    if let Command::Mcp = cli.command {
-        return crate::mcp::serve(cli.home.clone().map(Home::at));
+    if let Command::Mcp(a) = &cli.command {
+        let home = cli.home.clone().map(Home::at);
+        if a.http {
+            let home = match home {
+                Some(h) => h,
+                None => Home::from_env()?,
+            };
+            return crate::mcp::http::serve(home, a.addr);
+        }
+        return crate::mcp::serve(home);
     }
     let home = match &cli.home {
         Some(h) => Home::at(h.clone()),
@@ -123,7 +131,12 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Pull(a) => pull::pull(&ctx, a),
         Command::Fork(a) => fork::fork(&ctx, a),
         Command::Tournament(a) => tournament::tournament(&ctx, a),
-        Command::Mcp => unreachable!("served above"),
+        Command::Mcp(_) => unreachable!("served above"),
+        Command::Serve(a) => crate::serve::serve(
+            ctx.home.clone(),
+            a.addr,
+            std::time::Duration::from_secs(a.timeout),
+        ),
         Command::Supervise { name } => internal::supervise(ctx, &name),
         Command::DockerRelay { name } => internal::docker_relay(ctx, &name),
         Command::BoxInit => agentbox_sandbox::init::launcher_main(),

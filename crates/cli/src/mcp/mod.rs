@@ -1,4 +1,4 @@
-//! `agentbox mcp`: the Model Context Protocol server, over stdio, on the official SDK
+//! `agentbox mcp`: the Model Context Protocol server, over stdio (or HTTP), on the official SDK
 //! (`rmcp`). A front end like the command line, and as thin: a tool parses its input, calls
 //! one operation of the façade and answers with its typed result as structured content; a
 //! box error is a tool error with the command line's message and hint.
@@ -7,15 +7,17 @@
 //! * [`server`]: the server's state, and where a call runs (host or relay);
 //! * [`tools`]: the tools, one façade operation each;
 //! * [`reply`]: results and errors as tool results;
-//! * [`inbox`]: inside a box, the tools the relay answers, sent as its requests.
+//! * [`inbox`]: inside a box, the tools the relay answers, sent as its requests;
+//! * [`http`]: the same server over streamable HTTP (`--http`), behind a bearer token.
 //!
 //! Stdout carries the protocol alone: nothing else of this process writes to it (a command
 //! run in a box has its output collected, never attached to this process's descriptors).
 
+pub(crate) mod http;
 mod inbox;
 mod params;
-mod reply;
-mod server;
+pub(crate) mod reply;
+pub(crate) mod server;
 mod tools;
 
 use agentbox_core::Home;

@@ -28,28 +28,28 @@ pub struct Tools {
 
 /// What a call on the host works with: a façade for this call and where the server runs
 /// (box numbers and the implicit box are relative to its project).
-pub(super) struct Host {
-    pub(super) home: Home,
-    pub(super) boxes: Boxes,
-    pub(super) cwd: PathBuf,
+pub(crate) struct Host {
+    pub(crate) home: Home,
+    pub(crate) boxes: Boxes,
+    pub(crate) cwd: PathBuf,
 }
 
 impl Host {
     /// The box `target` names (its name, id, prefix, display name or number), else the
     /// current project's only box.
-    pub(super) fn box_record(&self, target: Option<&str>) -> CliResult<BoxRecord> {
+    pub(crate) fn box_record(&self, target: Option<&str>) -> CliResult<BoxRecord> {
         Ok(match target {
             Some(r) => registry::resolve(&self.home, r, &self.cwd)?,
             None => registry::implicit(&self.home, &self.cwd)?,
         })
     }
 
-    pub(super) fn box_name(&self, target: Option<&str>) -> CliResult<String> {
+    pub(crate) fn box_name(&self, target: Option<&str>) -> CliResult<String> {
         Ok(self.box_record(target)?.name.into_string())
     }
 
     /// A box, or a versioned directory's environment by its own name.
-    pub(super) fn env_name(&self, target: Option<&str>) -> CliResult<String> {
+    pub(crate) fn env_name(&self, target: Option<&str>) -> CliResult<String> {
         match target {
             Some(r) if self.boxes.env(r).is_ok() => Ok(r.to_owned()),
             _ => self.box_name(target),
@@ -59,7 +59,7 @@ impl Host {
 
 /// The notes an operation reports while it works, kept for its result.
 #[derive(Default)]
-pub(super) struct Notes(std::sync::Mutex<Vec<String>>);
+pub(crate) struct Notes(std::sync::Mutex<Vec<String>>);
 
 impl agentbox_boxes::progress::Progress for Notes {
     fn note(&self, line: &str) {
@@ -78,32 +78,32 @@ impl agentbox_boxes::progress::Progress for Notes {
 }
 
 impl Notes {
-    pub(super) fn take(&self) -> Vec<String> {
+    pub(crate) fn take(&self) -> Vec<String> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
 /// A new box as `create --json` and `fork --json` print it.
 #[derive(Serialize)]
-pub(super) struct Made {
+pub(crate) struct Made {
     #[serde(flatten)]
-    pub(super) record: BoxRecord,
-    pub(super) head: String,
+    pub(crate) record: BoxRecord,
+    pub(crate) head: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) forked_from: Option<String>,
+    pub(crate) forked_from: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(super) notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// A checkout as `checkout --json` prints it.
 #[derive(Serialize)]
-pub(super) struct CheckedOut {
+pub(crate) struct CheckedOut {
     #[serde(flatten)]
-    pub(super) node: agentbox_store::Node,
-    pub(super) killed: usize,
+    pub(crate) node: agentbox_store::Node,
+    pub(crate) killed: usize,
 }
 
-pub(super) fn usage(message: &str, hint: &str) -> CliError {
+pub(crate) fn usage(message: &str, hint: &str) -> CliError {
     CliError::usage(message, hint)
 }
 

@@ -36,6 +36,7 @@ mod quickstart;
 mod quiet_capture;
 mod registry;
 mod security;
+mod serve;
 mod sessions;
 mod tools;
 mod tournament;

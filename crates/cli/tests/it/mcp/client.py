@@ -1,14 +1,18 @@
-"""Drives `agentbox mcp` with the official MCP Python SDK (PyPI `mcp`) over stdio.
+"""Drives `agentbox mcp` with the official MCP Python SDK (PyPI `mcp`) over stdio, or over
+streamable HTTP.
 
 usage: client.py AGENTBOX CALLS_JSON
+       client.py http://HOST:PORT/mcp CALLS_JSON   (token in $AGENTBOX_TOKEN)
 
-Starts `AGENTBOX mcp` (its environment and directory are this process's), initializes,
+Starts `AGENTBOX mcp` (its environment and directory are this process's), or connects to
+the URL with `Authorization: Bearer $AGENTBOX_TOKEN`; initializes,
 lists the tools, then makes each call of CALLS_JSON (a list of {"tool", "arguments"}) in
 order, and prints one JSON document: the server's name, every tool with its input schema,
 and each call's result (is_error, structured content, text).
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -17,11 +21,25 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 
-async def main(exe, calls):
-    params = StdioServerParameters(
-        command=exe, args=["mcp"], env=dict(os.environ), cwd=os.getcwd()
-    )
-    async with stdio_client(params) as (read, write):
+@contextlib.asynccontextmanager
+async def connect(target):
+    if target.startswith("http://"):
+        from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+        headers = {"Authorization": "Bearer " + os.environ.get("AGENTBOX_TOKEN", "")}
+        async with create_mcp_http_client(headers=headers) as http:
+            async with streamable_http_client(target, http_client=http) as streams:
+                yield streams[0], streams[1]
+    else:
+        params = StdioServerParameters(
+            command=target, args=["mcp"], env=dict(os.environ), cwd=os.getcwd()
+        )
+        async with stdio_client(params) as (read, write):
+            yield read, write
+
+
+async def main(target, calls):
+    async with connect(target) as (read, write):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             listed = await session.list_tools()

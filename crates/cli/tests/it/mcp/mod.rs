@@ -2,6 +2,8 @@
 //! `client.py` beside this file) over stdio. Tier 2 (boxes need root); skipped with a reason
 //! when root or the SDK is missing, failed under CI=true.
 
+mod http;
+
 use std::path::Path;
 
 use serde_json::{json, Value};
