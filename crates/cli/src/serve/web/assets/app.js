@@ -420,6 +420,7 @@
       const loading = loadBoxes();
       stream();
       await loading;
+      performance.mark("boxes-ready");
       document.body.dataset.ready = "1";
     } catch (e) { notice(e.message, true); }
   }
