@@ -201,11 +201,16 @@
       if (!tags.has(id)) tags.set(id, []);
       tags.get(id).push(t);
     }
-    const cps = new Map();
+    // A checkpoint's own node is a cleaned copy outside the box's history; the box records
+    // the capture as a node of its own, `checkpoint NAME`, which is the one marked.
+    const cps = new Map(), ids = new Set(log.nodes.map((n) => n.id));
+    const byMessage = new Map(log.nodes.map((n) => [n.message, n.id]));
     for (const c of S.checkpoints) {
       if (c.source_box !== name) continue;
-      if (!cps.has(c.node)) cps.set(c.node, []);
-      cps.get(c.node).push(c.name);
+      const at = ids.has(c.node) ? c.node : byMessage.get("checkpoint " + c.name);
+      if (!at) continue;
+      if (!cps.has(at)) cps.set(at, []);
+      cps.get(at).push(c.name);
     }
     tree.set(log.nodes, { head: log.head, tags, checkpoints: cps });
     if (S.node) tree.select(S.node.id);
@@ -245,7 +250,10 @@
     if (S.node !== node) return;
     const ul = $("changes");
     if (!shown.changes.length) make("li", "", "(no changes)", ul);
-    for (const c of shown.changes) {
+    // A node that made a whole tree lists thousands of paths: the first ones are enough.
+    const MAX = 500;
+    if (shown.changes.length > MAX) make("li", "more", `(${shown.changes.length} changes; the first ${MAX} listed)`, ul);
+    for (const c of shown.changes.slice(0, MAX)) {
       const li = make("li", c.kind, null, ul);
       make("span", "kind", { added: "+", removed: "−", modified: "~" }[c.kind] || "?", li);
       make("span", "path", c.path, li);
@@ -299,11 +307,11 @@
     if (!n) return;
     if (!(await confirmAction(`Check out node ${n.id.slice(0, 12)} in ${S.current}? Its processes are killed and its working tree becomes that node's.`))) return;
     act(() => api(`/api/boxes/${enc(S.current)}/checkout`, { method: "POST", body: { reference: n.id } }),
-      (r) => `checked out ${r.node.slice(0, 12)}` + (r.killed ? `, ${r.killed} processes killed` : ""));
+      (r) => `checked out ${r.id.slice(0, 12)}` + (r.killed ? `, ${r.killed} processes killed` : ""));
   });
   $("act-undo").addEventListener("click", async () => {
     if (!(await confirmAction(`Undo in ${S.current}: move it to HEAD's parent? Its processes are killed.`))) return;
-    act(() => api(`/api/boxes/${enc(S.current)}/undo`, { method: "POST" }), (r) => `undone: HEAD is ${r.node.slice(0, 12)}`);
+    act(() => api(`/api/boxes/${enc(S.current)}/undo`, { method: "POST" }), (r) => `undone: HEAD is ${r.id.slice(0, 12)}`);
   });
   $("act-fork").addEventListener("click", async () => {
     const at = S.node ? S.node.id : null;

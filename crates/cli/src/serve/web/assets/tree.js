@@ -114,7 +114,7 @@
           const b = el("g", { class: "badge " + cls }, g);
           const t = el("text", { x: tx + 5, y: y + 4 }, null);
           t.textContent = label;
-          const w = 10 + 7 * label.length;
+          const w = 12 + 7 * [...label].length;
           el("rect", { x: tx, y: y - 8, width: w, height: 16 }, b);
           b.appendChild(t);
           tx += w + 4;
