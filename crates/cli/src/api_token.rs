@@ -100,6 +100,11 @@ impl Token {
         Ok(Token { secret, path })
     }
 
+    /// The secret itself, for the web view's address (printed to the server's user only).
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
     /// Whether `given` is the secret (in time that depends on its length only).
     pub fn matches(&self, given: &str) -> bool {
         given.as_bytes().ct_eq(self.secret.as_bytes()).into()

@@ -23,7 +23,9 @@ mod files;
 mod history;
 mod openapi;
 mod params;
-mod problem;
+pub(crate) mod problem;
+mod procs;
+mod web;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -135,6 +137,8 @@ fn router(app: App) -> Router {
         .route("/api/boxes/{box}/file", get(files::read))
         .route("/api/boxes/{box}/files", get(files::list))
         .route("/api/events", get(events::events))
+        .route("/api/boxes/{box}/processes", get(procs::list))
+        .route("/api/boxes/{box}/processes/{id}/log", get(procs::log))
         .fallback(problem::no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(
@@ -147,6 +151,8 @@ fn router(app: App) -> Router {
             axum::http::StatusCode::REQUEST_TIMEOUT,
             app.timeout + Duration::from_secs(5),
         ))
+        // The page and its assets carry no secret: outside the token check.
+        .merge(web::routes())
         .with_state(app)
 }
 
@@ -179,6 +185,7 @@ pub fn serve(home: Home, addr: SocketAddr, timeout: Duration) -> CliResult {
             token.path.display(),
             token.path.display()
         );
+        eprintln!("  web view: {}", web::url(bound, token.secret()));
         let app = App {
             home,
             token: Arc::new(token),

@@ -5,6 +5,7 @@
 
 mod schema;
 mod server;
+mod web;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
