@@ -3,7 +3,6 @@
 //! [`crate::provider::Provider::checkpoint_tree`]), and the store keeps it as a detached
 //! node naming that data, the checkpoint's ref pointing at it — the commit point, as for a
 //! local checkpoint. A failure before the ref is written removes the capture again.
-//! `prune --all` asks what still names such a capture ([`Boxes::named_checkpoints`]).
 
 use agentbox_store::derive::DetachOpts;
 use agentbox_store::DetachedHow;
@@ -61,34 +60,4 @@ pub(crate) fn capture(
         }
     };
     Ok((node.id.into_string(), tree, held))
-}
-
-impl Boxes {
-    /// What names a checkpoint now: every project's manifests (the images they keep) and
-    /// every box's record (the checkpoint it was made from, its image), for `prune --all`.
-    pub(crate) fn named_checkpoints(&self) -> Result<crate::types::NamedCheckpoints> {
-        let mut named = crate::types::NamedCheckpoints::default();
-        for (_, m) in crate::checkpoints::checkpoint::manifests(self.home(), None)? {
-            named.checkpoints.insert((
-                crate::checkpoints::checkpoint::project_key(m.project.as_deref()),
-                m.name.clone(),
-            ));
-            if let Some(h) = &m.held {
-                named.images.insert(h.image.clone());
-                named.images.insert(h.image_id.clone());
-            }
-        }
-        for rec in crate::records::record::list(self.home())? {
-            if let Some(c) = &rec.checkpoint {
-                named.checkpoints.insert((
-                    crate::checkpoints::checkpoint::project_key(rec.project.as_deref()),
-                    c.clone(),
-                ));
-            }
-            if let Some(i) = &rec.image {
-                named.images.insert(i.clone());
-            }
-        }
-        Ok(named)
-    }
 }

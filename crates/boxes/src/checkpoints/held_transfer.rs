@@ -15,7 +15,7 @@
 //! checkpoint's ref, then the manifest. Any failure removes what was made (the image's
 //! name on the engine, the ref, the staging files): nothing is half-written.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 
 use agentbox_core::atomic::write_json;
@@ -24,57 +24,12 @@ use agentbox_store::{DetachedHow, Held};
 
 use crate::checkpoints::checkpoint::{lock, manifest_path, project_key, ref_name, Checkpoint};
 use crate::checkpoints::checkpoint::{HeldCheckpoint, Manifest};
-use crate::checkpoints::transfer::{bad, Exported, MANIFEST_MEMBER};
+use crate::checkpoints::transfer::{
+    bad, Exported, DEFAULT_MAX_IMAGE, IMAGE_MEMBER, MANIFEST_MEMBER,
+};
 use crate::facade::Boxes;
 use crate::provider::Provider;
 use crate::{BoxError, Result};
-
-/// The second member of a held checkpoint's file.
-pub(crate) const IMAGE_MEMBER: &str = "image.tar";
-
-/// The most a held checkpoint's image may weigh in a file, unless the import says.
-pub const DEFAULT_MAX_IMAGE: u64 = 64 << 30;
-
-/// Copy a held checkpoint's image (a member of file `source`, `size` bytes as its header
-/// says) to the new file `dest`: at most `max` bytes, a member cut short or larger being a
-/// bad bundle.
-pub(crate) fn stage_image(
-    member: &mut impl Read,
-    size: u64,
-    dest: &Path,
-    max: u64,
-    source: &Path,
-) -> Result<()> {
-    let mut out = std::io::BufWriter::new(fs_err::File::create(dest)?);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n: u64 = 0;
-    loop {
-        let got = match member.read(&mut buf) {
-            Ok(0) => break,
-            Ok(got) => got,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(bad(source, format!("its image cannot be read whole: {e}"))),
-        };
-        n += got as u64;
-        if n > max {
-            return Err(bad(
-                source,
-                format!("its image is larger than the limit of {max} bytes (--max-size)"),
-            ));
-        }
-        out.write_all(&buf[..got])
-            .map_err(|e| BoxError::from(agentbox_store::Error::from(e).or_no_space(dest)))?;
-    }
-    out.flush()
-        .map_err(|e| BoxError::from(agentbox_store::Error::from(e).or_no_space(dest)))?;
-    if n != size {
-        return Err(bad(
-            source,
-            format!("its image cannot be read whole: {n} of {size} bytes"),
-        ));
-    }
-    Ok(())
-}
 
 impl Boxes {
     /// `checkpoint export` of checkpoint `c`, held as `held`: its manifest and its image

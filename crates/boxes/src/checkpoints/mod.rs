@@ -10,4 +10,5 @@
 pub mod checkpoint;
 pub(crate) mod held;
 pub mod held_transfer;
+pub(crate) mod named;
 pub mod transfer;

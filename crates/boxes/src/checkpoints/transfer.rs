@@ -27,7 +27,6 @@ use agentbox_store::transfer::ImportOptions;
 use serde::Serialize;
 
 use crate::checkpoints::checkpoint::{ref_name, Checkpoint, Manifest};
-use crate::checkpoints::held_transfer::{stage_image, DEFAULT_MAX_IMAGE, IMAGE_MEMBER};
 use crate::facade::Boxes;
 use crate::{BoxError, Result};
 
@@ -50,6 +49,53 @@ pub(crate) fn bad(path: &Path, why: impl Into<String>) -> BoxError {
         path: path.to_owned(),
         message: why.into(),
     })
+}
+
+/// The second member of a held checkpoint's file.
+pub(crate) const IMAGE_MEMBER: &str = "image.tar";
+
+/// The most a held checkpoint's image may weigh in a file, unless the import says.
+pub const DEFAULT_MAX_IMAGE: u64 = 64 << 30;
+
+/// Copy a held checkpoint's image (a member of file `source`, `size` bytes as its header
+/// says) to the new file `dest`: at most `max` bytes, a member cut short or larger being a
+/// bad bundle.
+pub(crate) fn stage_image(
+    member: &mut impl Read,
+    size: u64,
+    dest: &Path,
+    max: u64,
+    source: &Path,
+) -> Result<()> {
+    let mut out = std::io::BufWriter::new(fs_err::File::create(dest)?);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n: u64 = 0;
+    loop {
+        let got = match member.read(&mut buf) {
+            Ok(0) => break,
+            Ok(got) => got,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(bad(source, format!("its image cannot be read whole: {e}"))),
+        };
+        n += got as u64;
+        if n > max {
+            return Err(bad(
+                source,
+                format!("its image is larger than the limit of {max} bytes (--max-size)"),
+            ));
+        }
+        out.write_all(&buf[..got])
+            .map_err(|e| BoxError::from(agentbox_store::Error::from(e).or_no_space(dest)))?;
+    }
+    out.flush()
+        .map_err(|e| BoxError::from(agentbox_store::Error::from(e).or_no_space(dest)))?;
+    if n != size {
+        return Err(bad(
+            source,
+            format!("its image cannot be read whole: {n} of {size} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 impl Boxes {
