@@ -47,7 +47,7 @@ pub(super) fn run_candidate(
             return r;
         }
     };
-    ledger.made(&slot.box_name, &forked.created.record.id.to_string());
+    ledger.made(&slot.box_name, &forked.created.record.id);
     r.kept = true;
     r.node = Some(forked.created.head.clone());
     r.branches = forked.synced;

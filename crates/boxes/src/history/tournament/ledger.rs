@@ -155,7 +155,7 @@ fn prune_candidate(
         Ok(rec) => entry
             .made
             .iter()
-            .any(|(n, id)| n == name && *id == rec.id.to_string()),
+            .any(|(n, id)| n == name && id.as_str() == &*rec.id),
         // Half made: an environment or directory under the name without a record.
         Err(_) => dirs.dir.exists() || boxes.store().is_ok_and(|s| s.env(name).is_ok()),
     };
