@@ -308,7 +308,8 @@ impl Boxes {
         // Not reconciled on open: half-made store data is what this reports and removes.
         let store = self.store_unreconciled()?;
         // Every provider's: a Docker box's leftovers are on its engine, not this host.
-        let mut boxes = Vec::new();
+        // Interrupted tournaments' candidates first: their boxes go whole.
+        let mut boxes = crate::history::tournament::prune_interrupted(self, dry_run)?;
         for provider in self.providers() {
             boxes.extend(provider.prune(&store, grace, dry_run)?);
         }

@@ -63,9 +63,32 @@ pub(super) fn is_quiet(shared: &Shared, gen: &Generation) -> bool {
         && lock(&shared.procs).is_empty()
         && lock(&shared.pending).is_empty()
         && gen.scratch.is_some()
-        && crate::held_files::box_pids(gen.running.pid1_host)
-            .is_some_and(|pids| pids == [gen.running.pid1_host])
+        && pid1_alone(gen.running.pid1_host)
         && scratch_marks(gen.running.pid1_host) == gen.scratch
+}
+
+/// Whether the box's PID 1 has no child: every other process of the box descends from it
+/// (an orphan is reparented to it, or to a subreaper that descends from it), so then it
+/// is alone in the box. One read per thread of PID 1, where listing the box's processes
+/// reads every host process's namespace (~1,200 `readlink`s on a busy host). A kernel
+/// without `/proc/PID/task/TID/children` (`CONFIG_PROC_CHILDREN`) gets that listing.
+fn pid1_alone(pid1: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid1}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks {
+        let Ok(task) = task else { return false };
+        match std::fs::read_to_string(task.path().join("children")) {
+            Ok(children) if children.trim().is_empty() => any = true,
+            Ok(_) => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !any => {
+                return crate::held_files::box_pids(pid1).is_some_and(|pids| pids == [pid1]);
+            }
+            Err(_) => return false,
+        }
+    }
+    any
 }
 
 /// The running generation, taken out of `shared` (so no command starts in it), when the

@@ -13,6 +13,7 @@ use super::*;
 
 /// Run candidate `i` in its fork of `src` at `base`: its command, then (if that passed)
 /// the test. Never fails: what went wrong is in the result.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn run_candidate(
     boxes: &Boxes,
     spec: &TournamentSpec,
@@ -21,6 +22,7 @@ pub(super) fn run_candidate(
     i: usize,
     slot: &Slot,
     progress: &Relay,
+    ledger: &super::ledger::Ledger,
 ) -> CandidateResult {
     let c = &spec.candidates[i];
     let mut r = CandidateResult::unrun(c, slot);
@@ -45,6 +47,7 @@ pub(super) fn run_candidate(
             return r;
         }
     };
+    ledger.made(&slot.box_name, &forked.created.record.id);
     r.kept = true;
     r.node = Some(forked.created.head.clone());
     r.branches = forked.synced;

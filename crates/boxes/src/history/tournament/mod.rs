@@ -35,8 +35,11 @@ use crate::types::SyncedRepo;
 use crate::Result;
 
 mod candidate;
+mod ledger;
 mod race;
 mod slot;
+
+pub use ledger::prune as prune_interrupted;
 
 /// One candidate: a name (its box is `<box>-<name>`) and a shell command.
 #[derive(Debug, Clone)]

@@ -86,6 +86,12 @@ pub(super) fn run(
             started: Mutex::new(None),
         })
         .collect();
+    // Until this returns: what `prune` removes if the process ends before it cleans up.
+    let ledger = super::ledger::Ledger::begin(
+        boxes,
+        &src.name,
+        slots.iter().map(|s| s.box_name.clone()).collect(),
+    )?;
     let mut results: Vec<Option<CandidateResult>> = vec![None; n];
     let mut first_passed = None;
     let next = AtomicUsize::new(0);
@@ -93,7 +99,7 @@ pub(super) fn run(
     std::thread::scope(|scope| {
         for _ in 0..parallel {
             let tx = tx.clone();
-            let (slots, next, src, base) = (&slots, &next, &src, &base);
+            let (slots, next, src, base, ledger) = (&slots, &next, &src, &base, &ledger);
             scope.spawn(move || loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 if i >= n {
@@ -105,7 +111,7 @@ pub(super) fn run(
                 };
                 // A worker that panics still reports: its box is cleaned up with the others.
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_candidate(boxes, spec, src, base, i, &slots[i], &relay)
+                    run_candidate(boxes, spec, src, base, i, &slots[i], &relay, ledger)
                 }))
                 .unwrap_or_else(|_| lost_worker(boxes, &spec.candidates[i], &slots[i]));
                 let _ = tx.send(Event::Done(i, Box::new(r)));

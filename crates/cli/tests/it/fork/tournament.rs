@@ -442,3 +442,49 @@ fn an_interrupted_tournament_leaves_nothing_for_prune() {
         assert_eq!(f.state("src"), before, "{stage}");
     }
 }
+
+#[test]
+fn a_tournament_interrupted_twice_leaves_what_prune_removes() {
+    let Some(f) = fixture(
+        "a_tournament_interrupted_twice_leaves_what_prune_removes",
+        &[],
+    ) else {
+        return;
+    };
+    do_work(&f);
+    let before = f.state("src");
+    let child = f
+        .env
+        .command(&[
+            "tournament",
+            "src",
+            "--test",
+            "true",
+            "-c",
+            "a=sleep 4137",
+            "-c",
+            "b=echo b > b.txt; sleep 4137",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the tournament");
+    wait_until("the candidates to run", Duration::from_secs(60), || {
+        processes_with("sleep 4137").len() >= 2
+    });
+    // A second signal ends the CLI at once, cleaning nothing: it says prune does.
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
+    let out = child.wait_with_output().expect("wait");
+    assert_ne!(code(&out), Some(0), "{}", stderr(&out));
+    if stderr(&out).contains("interrupted again") {
+        assert!(stderr(&out).contains("agentbox prune"), "{}", stderr(&out));
+    }
+    let pruned = f.env.json(&["prune", "--min-age", "0"]);
+    // Whatever was left, prune removed it (and said so), and nothing is left for another.
+    assert_eq!(f.leftovers("src-"), Vec::<String>::new(), "{pruned}");
+    assert!(processes_with("sleep 4137").is_empty(), "{pruned}");
+    assert_eq!(prunable(&f), serde_json::json!([]), "{pruned}");
+    assert_eq!(f.state("src"), before);
+}
