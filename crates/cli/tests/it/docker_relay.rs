@@ -278,8 +278,7 @@ fn relay_runs(name: &str) -> bool {
         .filter_map(|e| fs_err::read(e.path().join("cmdline")).ok())
         .any(|c| {
             let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
-            args.iter().any(|a| *a == b"__docker-relay")
-                && args.iter().any(|a| *a == name.as_bytes())
+            args.contains(&&b"__docker-relay"[..]) && args.contains(&name.as_bytes())
         })
 }
 
