@@ -253,6 +253,12 @@ fn the_in_box_agentbox_of_a_docker_box_relays_to_the_host() {
         "HEAD is back at the first node: {status}"
     );
 
+    // Stop stops the relay; start starts it again.
+    b.ok(&["stop", &name]);
+    assert!(!relay_runs(&name), "the relay outlived its box's stop");
+    b.ok(&["start", &name]);
+    b.relay_up(&name);
+
     // Destroy stops the relay.
     let lock = b.relay_log(&name).with_file_name("docker-relay.lock");
     let pid: i32 = fs_err::read_to_string(&lock)
