@@ -36,6 +36,9 @@ use crate::provider::DockerProvider;
 pub const BRIDGE_COMMAND: &str = "__relay-bridge";
 /// How long a relay waits for a stopped container to run again before it ends.
 pub const IDLE: Duration = Duration::from_secs(20);
+/// How long the history lock is held once the bridge's exec is being started.
+const START_HOLD: Duration = Duration::from_secs(2);
+
 /// The most calls answered at once for one box.
 pub const MAX_CALLS: usize = 16;
 
@@ -78,6 +81,15 @@ pub fn serve(p: &DockerProvider, name: &str, handler: Arc<dyn RelayHandler>) -> 
         }
         stopped_since = None;
         inbox_bin::ensure(&engine, &container, &spool)?;
+        // The bridge's exec is started under the box's history lock, held a moment past
+        // the start: an exec starting while a `docker commit` pauses the container leaves
+        // its `runc init` in the frozen cgroup and the engine waits on both for good. The
+        // engine does not say when an exec has started, hence the moment.
+        let held = p.history_lock(name, "start the in-box relay")?;
+        std::thread::spawn(move || {
+            std::thread::sleep(START_HOLD);
+            drop(held);
+        });
         let began = Instant::now();
         match session(&engine, &container, name, &handler) {
             Ok(status) => log(&format!(
