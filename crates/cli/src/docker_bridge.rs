@@ -168,16 +168,17 @@ fn from_host(table: &Table) -> std::io::Result<()> {
                 eprintln!("agentbox bridge: skipped a frame from the host: {f:?}");
                 continue;
             };
-            // A caller that went away is no error: its answer is dropped.
+            // A caller that went away is no error: its answer is dropped. Written outside
+            // the table's lock: a caller that does not read blocks only its own answer's
+            // stream, not the other callers' registration.
             match kind {
-                Kind::Out => {
-                    if let Some(w) = lock(table).get_mut(&conn) {
-                        let _ = w.stdout.write_all(&payload);
-                    }
-                }
-                Kind::Err => {
-                    if let Some(w) = lock(table).get_mut(&conn) {
-                        let _ = w.stderr.write_all(&payload);
+                Kind::Out | Kind::Err => {
+                    let target = lock(table).get(&conn).and_then(|w| match kind {
+                        Kind::Out => w.stdout.try_clone().ok(),
+                        _ => w.stderr.try_clone().ok(),
+                    });
+                    if let Some(mut f) = target {
+                        let _ = f.write_all(&payload);
                     }
                 }
                 Kind::Exit => {

@@ -101,6 +101,8 @@ fn make(
         .create_container(&spec::container(&p.home, name, image, &settings))
         .map_err(remote)?;
     made.container = true;
+    // In the first node: every container made from the box's nodes has it.
+    p.stage_inbox(engine, name);
     progress.busy("copying the workspace", &mut || {
         let seeded = crate::seed::seed(&p.home, new, &std::env::temp_dir())?;
         let sent = engine

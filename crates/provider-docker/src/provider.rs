@@ -180,6 +180,22 @@ impl DockerProvider {
         Ok(())
     }
 
+    /// Copy the in-box binary into container `container` (made, not started), when this
+    /// provider runs relays and a static binary is found; best effort (the relay copies it
+    /// later when missing). Done before the container runs: an upload into a running
+    /// container can meet a `docker commit` that pauses it, and the engine then waits on
+    /// both for good.
+    pub(crate) fn stage_inbox(&self, engine: &Engine, name: &str) {
+        if self.relay.is_none() {
+            return;
+        }
+        let spool = BoxDirs::new(&self.home, name).dir;
+        if let Ok(bin) = crate::relay::inbox_bin::find() {
+            let _ =
+                crate::relay::inbox_bin::ensure_with(engine, &names::container(name), bin, &spool);
+        }
+    }
+
     /// Start box `name`'s relay unless it runs; a box whose relay cannot start still runs
     /// (without an in-box `agentbox`), which is said when `tell` (at its creation: not on
     /// every command, whose output is the box's).

@@ -35,6 +35,7 @@ pub(crate) fn remake(
     engine
         .create_container(&spec::container(&p.home, name, image, &settings))
         .map_err(remote)?;
+    p.stage_inbox(engine, name);
     Ok(())
 }
 

@@ -119,6 +119,7 @@ fn make(
         .create_container(&spec::container(&p.home, name, image, &settings))
         .map_err(remote)?;
     made.container = true;
+    p.stage_inbox(engine, name);
     let stage = format!("/.agentbox-reseed-{}", agentbox_core::id::new_id());
     progress.busy("seeding the fresh workspace", &mut || {
         let seeded = crate::seed::seed(&p.home, new, &std::env::temp_dir())?;

@@ -45,12 +45,15 @@ fn static_bin(test: &str) -> Option<PathBuf> {
 struct Boxed<'a> {
     env: &'a Env,
     bin: String,
+    /// More of the environment of every command (a remote engine's TLS).
+    extra: Vec<(String, String)>,
 }
 
 impl Boxed<'_> {
     fn run(&self, args: &[&str]) -> Output {
-        self.env
-            .run_with(args, &[("AGENTBOX_INBOX_BIN", self.bin.as_str())])
+        let mut envs = vec![("AGENTBOX_INBOX_BIN", self.bin.as_str())];
+        envs.extend(self.extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        self.env.run_with(args, &envs)
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -108,6 +111,7 @@ fn the_in_box_agentbox_of_a_docker_box_relays_to_the_host() {
     let b = Boxed {
         env: &env,
         bin: bin.display().to_string(),
+        extra: Vec::new(),
     };
     // A plain directory: no git is needed in the image.
     let project = env.path("project");
@@ -249,6 +253,12 @@ fn the_in_box_agentbox_of_a_docker_box_relays_to_the_host() {
         "HEAD is back at the first node: {status}"
     );
 
+    // Stop stops the relay; start starts it again.
+    b.ok(&["stop", &name]);
+    assert!(!relay_runs(&name), "the relay outlived its box's stop");
+    b.ok(&["start", &name]);
+    b.relay_up(&name);
+
     // Destroy stops the relay.
     let lock = b.relay_log(&name).with_file_name("docker-relay.lock");
     let pid: i32 = fs_err::read_to_string(&lock)
@@ -264,4 +274,93 @@ fn the_in_box_agentbox_of_a_docker_box_relays_to_the_host() {
         && fs_err::read_to_string(format!("/proc/{pid}/cmdline"))
             .is_ok_and(|c| c.contains("__docker-relay"));
     assert!(!alive, "the relay (pid {pid}) outlived its box");
+}
+
+/// Whether a relay process of box `name` runs on this host.
+fn relay_runs(name: &str) -> bool {
+    fs_err::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| fs_err::read(e.path().join("cmdline")).ok())
+        .any(|c| {
+            let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+            args.contains(&&b"__docker-relay"[..]) && args.contains(&name.as_bytes())
+        })
+}
+
+/// On a remote engine (a second `dockerd` in a network namespace, over `tcp://` with
+/// mutual TLS and over `ssh://`) the relay is the same exec stream: the in-box `log` and
+/// `commit` reach the host, and `destroy` leaves no relay running.
+#[test]
+fn the_in_box_agentbox_works_on_a_remote_engine_over_tls_and_ssh() {
+    let test = "the_in_box_agentbox_works_on_a_remote_engine_over_tls_and_ssh";
+    let Some(bin) = static_bin(test) else { return };
+    let Some(f) = agentbox_testkit::remote_docker::shared(test) else {
+        return;
+    };
+    let seen = agentbox_docker::Engine::connect(agentbox_docker::endpoint::Endpoint {
+        host: f.unix_host(),
+        origin: agentbox_docker::endpoint::Origin::Given,
+        tls: None,
+    })
+    .expect("connect to the fixture's socket");
+    let image = test_image(&seen);
+    for (via, tag) in [(f.tcp_host(), "tls"), (f.ssh_host(), "ssh")] {
+        let env = Env::new();
+        let home = Home::at(env.path("home"));
+        let _sweep = Sweep(&seen, home.clone());
+        let b = Boxed {
+            env: &env,
+            bin: bin.display().to_string(),
+            extra: vec![
+                ("DOCKER_TLS_VERIFY".into(), "1".into()),
+                (
+                    "DOCKER_CERT_PATH".into(),
+                    f.client_certs().display().to_string(),
+                ),
+            ],
+        };
+        let project = env.path("project");
+        write(&project.join("a.txt"), "far\n");
+        let name = format!("relay-{tag}-{}", std::process::id());
+        let out = env
+            .command(&[
+                "create",
+                "--provider",
+                "docker",
+                "--image",
+                &image,
+                "--docker-host",
+                &via,
+                &name,
+            ])
+            .env("AGENTBOX_INBOX_BIN", &bin)
+            .env("DOCKER_TLS_VERIFY", "1")
+            .env("DOCKER_CERT_PATH", f.client_certs())
+            .current_dir(&project)
+            .output()
+            .expect("create");
+        assert!(out.status.success(), "create over {via}: {}", stderr(&out));
+        assert!(
+            seen.container(&agentbox_provider_docker::names::container(&name))
+                .expect("inspect")
+                .is_some(),
+            "the box is on the remote engine"
+        );
+        b.relay_up(&name);
+        let out = b.sh(
+            &name,
+            &format!("echo more >> a.txt && {IN_BOX} commit -m 'far inside'"),
+        );
+        assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+        let out = b.sh(&name, &format!("{IN_BOX} log"));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("far inside"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(relay_runs(&name));
+        b.ok(&["destroy", &name]);
+        assert!(!relay_runs(&name), "the relay of {name} outlived it");
+    }
 }

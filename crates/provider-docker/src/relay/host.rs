@@ -15,7 +15,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,9 @@ use crate::provider::DockerProvider;
 pub const BRIDGE_COMMAND: &str = "__relay-bridge";
 /// How long a relay waits for a stopped container to run again before it ends.
 pub const IDLE: Duration = Duration::from_secs(20);
+/// How long the history lock is held once the bridge's exec is being started.
+const START_HOLD: Duration = Duration::from_secs(2);
+
 /// The most calls answered at once for one box.
 pub const MAX_CALLS: usize = 16;
 
@@ -78,10 +81,23 @@ pub fn serve(p: &DockerProvider, name: &str, handler: Arc<dyn RelayHandler>) -> 
         }
         stopped_since = None;
         inbox_bin::ensure(&engine, &container, &spool)?;
+        // The bridge's exec is started under the box's history lock, held a moment past
+        // the start: an exec starting while a `docker commit` pauses the container leaves
+        // its `runc init` in the frozen cgroup and the engine waits on both for good. The
+        // engine does not say when an exec has started, hence the moment.
+        let held = p.history_lock(name, "start the in-box relay")?;
+        std::thread::spawn(move || {
+            std::thread::sleep(START_HOLD);
+            drop(held);
+        });
         let began = Instant::now();
         match session(&engine, &container, name, &handler) {
-            Ok(status) => eprintln!("agentbox relay: the bridge of box {name:?} ended ({status})"),
-            Err(e) => eprintln!("agentbox relay: the bridge of box {name:?} failed: {e}"),
+            Ok(status) => log(&format!(
+                "agentbox relay: the bridge of box {name:?} ended ({status})"
+            )),
+            Err(e) => log(&format!(
+                "agentbox relay: the bridge of box {name:?} failed: {e}"
+            )),
         }
         // A bridge that cannot run ends at once: do not start it in a tight loop.
         if began.elapsed() < Duration::from_secs(2) {
@@ -109,7 +125,9 @@ impl ToBox {
 
     /// Refuse call `conn` with `why` (on its stderr) and the usage status.
     fn refuse(&self, conn: u32, why: &str) {
-        eprintln!("agentbox relay: refused request {conn} of the box: {why}");
+        log(&format!(
+            "agentbox relay: refused request {conn} of the box: {why}"
+        ));
         let text = format!(
             "agentbox: error: {why}\n  hint: inside a box, agentbox acts on this box only\n"
         );
@@ -262,6 +280,32 @@ fn answer(to_box: &ToBox, handler: &dyn RelayHandler, name: &str, conn: u32, cal
     to_box.send(conn, Kind::Exit, &status.to_be_bytes());
 }
 
+/// The most bytes a relay writes to its log in its life: what it logs is mostly the box's
+/// doing (the bridge's stderr, refused frames), and the box must not fill the host's disk.
+pub const LOG_LIMIT: u64 = 1 << 20;
+
+/// Bytes logged so far by this process.
+static LOGGED: AtomicU64 = AtomicU64::new(0);
+
+/// Write `line` to the relay's log (its stderr), within [`LOG_LIMIT`]; past it, one line
+/// says that the rest is dropped.
+fn log(line: &str) {
+    log_within(&LOGGED, LOG_LIMIT, line, &mut std::io::stderr());
+}
+
+fn log_within(logged: &AtomicU64, limit: u64, line: &str, out: &mut dyn Write) {
+    let n = line.len() as u64 + 1;
+    let before = logged.fetch_add(n, Ordering::SeqCst);
+    if before + n <= limit {
+        let _ = writeln!(out, "{line}");
+    } else if before <= limit {
+        let _ = writeln!(
+            out,
+            "agentbox relay: the log reached {limit} bytes; further lines are dropped"
+        );
+    }
+}
+
 /// The bridge's stderr, into the relay's log, escaped (it is the box's text).
 struct EscapedLog;
 
@@ -269,7 +313,7 @@ impl Write for EscapedLog {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let text = String::from_utf8_lossy(buf);
         for line in text.lines() {
-            eprintln!("box: {}", line.escape_debug());
+            log(&format!("box: {}", line.escape_debug()));
         }
         Ok(buf.len())
     }
@@ -339,6 +383,20 @@ mod tests {
     }
 
     use std::collections::HashMap;
+
+    #[test]
+    fn the_log_is_bounded_whatever_the_box_prints() {
+        let logged = AtomicU64::new(0);
+        let mut out = Vec::new();
+        for _ in 0..1000 {
+            log_within(&logged, 100, "0123456789", &mut out);
+        }
+        let text = String::from_utf8(out).expect("utf-8");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 10, "{text}");
+        assert!(lines[..9].iter().all(|l| *l == "0123456789"));
+        assert!(lines[9].contains("further lines are dropped"));
+    }
 
     #[test]
     fn calls_are_answered_and_anything_else_refused_without_reaching_the_handler() {

@@ -133,15 +133,42 @@ pub fn is_static_elf(path: &Path) -> std::io::Result<bool> {
 /// Copy the in-box binary into container `container` unless its stamp says it has it
 /// (`spool`: a host directory for the engine's tar).
 pub fn ensure(engine: &Engine, container: &str, spool: &Path) -> Result<()> {
-    let bin = find()?;
+    ensure_with(engine, container, find()?, spool).map(|_| ())
+}
+
+/// [`ensure`] with `bin`; whether it was copied.
+pub fn ensure_with(
+    engine: &Engine,
+    container: &str,
+    bin: &InBoxBinary,
+    spool: &Path,
+) -> Result<bool> {
     let mut stamp = Vec::new();
     let had = engine
         .download_file(container, STAMP, spool, &mut stamp, 256)
         .map_err(remote);
     if matches!(had, Ok(Downloaded::Whole(_))) && stamp == bin.hash.as_bytes() {
-        return Ok(());
+        return Ok(false);
     }
-    copy(engine, container, bin, spool)
+    copy(engine, container, bin, spool)?;
+    Ok(true)
+}
+
+/// `path` as the binary to copy (its hash taken), when it is a static x86-64 program.
+pub fn at(path: &Path) -> Result<InBoxBinary> {
+    let refused = |why: String| BoxError::Remote {
+        message: why,
+        hint: Some(HOW_TO_BUILD.to_owned()),
+        code: agentbox_core::exit::ExitCode::BadConfig.into(),
+    };
+    match is_static_elf(path) {
+        Ok(true) => hashed(path.to_path_buf()).map_err(refused),
+        Ok(false) => Err(refused(format!(
+            "{} is not a statically linked x86-64 program",
+            path.display()
+        ))),
+        Err(e) => Err(refused(format!("{}: {e}", path.display()))),
+    }
 }
 
 /// Copy `bin` into container `container` with its stamp.

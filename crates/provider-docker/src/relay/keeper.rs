@@ -49,10 +49,16 @@ pub fn ensure(p: &DockerProvider, name: &str) -> Result<()> {
     // Without a static in-box binary there is nothing to relay to: said once, here.
     super::inbox_bin::find()?;
     let dir = BoxDirs::new(&p.home, name).dir;
+    // Each relay logs at most `LOG_LIMIT`; the previous relays' log is kept up to that much
+    // too (older lines are dropped), so a box cannot fill the host's disk by restarts.
+    let path = dir.join("docker-relay.log");
+    if fs_err::metadata(&path).is_ok_and(|m| m.len() > host::LOG_LIMIT) {
+        let _ = fs_err::rename(&path, dir.join("docker-relay.log.old"));
+    }
     let log = fs_err::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join("docker-relay.log"))?;
+        .open(&path)?;
     let mut child = std::process::Command::new(program)
         .arg(RELAY_COMMAND)
         .arg(name)
