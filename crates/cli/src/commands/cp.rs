@@ -49,6 +49,9 @@ fn report(ctx: &Ctx, done: &Copied, dest: &str) -> CliResult {
             s.push_str(&format!(" (node {})", &n[..n.len().min(12)]));
         }
         s.push('\n');
+        if done.changed_while_read {
+            s.push_str("note: the box changed files while they were read\n");
+        }
         for k in &done.skipped {
             s.push_str(&format!(
                 "skipped {} {} (not made on the host)\n",

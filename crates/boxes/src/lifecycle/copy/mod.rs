@@ -37,6 +37,10 @@ pub struct Copied {
     /// The node a copy into a box made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The box changed files while its `tar` read them (GNU tar's exit status 1): what was
+    /// copied is what the box had at each file's reading, not one moment's tree.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub changed_while_read: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -200,8 +204,11 @@ impl Boxes {
                 )
             })?;
             let done = read?;
-            if ran.status != 0 {
-                return Err(box_failed(&abs, &ran));
+            // 1: files changed while they were read (GNU tar); the archive is whole.
+            match ran.status {
+                0 => {}
+                1 => total.changed_while_read = true,
+                _ => return Err(box_failed(&abs, &ran)),
             }
             total.files += done.files;
             total.dirs += done.dirs;
@@ -247,9 +254,11 @@ if [ "$1" = all ] || ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
                 opts.max_bytes,
             )
         })?;
-        let done = read?;
-        if ran.status != 0 {
-            return Err(box_failed(WORKSPACE, &ran));
+        let mut done = read?;
+        match ran.status {
+            0 => {}
+            1 => done.changed_while_read = true,
+            _ => return Err(box_failed(WORKSPACE, &ran)),
         }
         Ok(done)
     }
