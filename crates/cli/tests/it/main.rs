@@ -16,6 +16,7 @@ mod checkpoint_untracked;
 mod cli;
 mod config;
 mod conformance;
+mod cp;
 mod crash;
 mod destroy;
 mod docker;
