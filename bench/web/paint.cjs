@@ -23,8 +23,8 @@ async function main() {
     for (let i = 0; i < runs; i++) {
       const page = await browser.newPage();
       await page.goto(url);
-      await page.waitForSelector("body[data-listed]");
-      await page.waitForSelector("body[data-ready]", { timeout: 120000 });
+      await page.waitForSelector("body[data-listed]", { state: "attached" });
+      await page.waitForSelector("body[data-ready]", { state: "attached", timeout: 120000 });
       const t = await page.evaluate(() => {
         const get = (n) => { const e = performance.getEntriesByName(n)[0]; return e ? e.startTime : null; };
         return { fcp: get("first-contentful-paint"), listed: get("boxes-listed"), ready: get("boxes-ready"), boxes: document.querySelectorAll(".box").length };

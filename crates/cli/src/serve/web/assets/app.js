@@ -15,6 +15,10 @@
     history.replaceState(null, "", location.pathname + location.search);
   }
   let token = sessionStorage.getItem(KEY);
+  // The address pasted into a tab already open on the page changes only its fragment.
+  window.addEventListener("hashchange", () => {
+    if (new URLSearchParams(location.hash.slice(1)).get("token")) location.reload();
+  });
 
   function notice(text, bad) {
     const n = $("notice");
