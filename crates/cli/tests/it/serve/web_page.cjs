@@ -88,6 +88,10 @@ try {
   console.log("need-node");
   const made = (await lines.next()).value.trim();
   await page.waitForSelector(`svg#tree .row[data-id="${made}"] .dot.head`);
+  // It is a sibling of an older node (both children of the node checked out): a branch,
+  // drawn in a lane of its own.
+  const cx = (id) => page.locator(`svg#tree .row[data-id="${id}"] circle`).getAttribute("cx");
+  check((await cx(made)) !== (await cx(want.changed.id)), "two branches drawn in one lane");
   await page.click(`svg#tree .row[data-id="${made}"]`);
   await page.locator("#changes li .path", { hasText: "live.txt" }).first().waitFor();
   if (shots) await page.screenshot({ path: path.join(shots, "web-live.png") });

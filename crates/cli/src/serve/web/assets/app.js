@@ -428,10 +428,12 @@
   async function start() {
     if (!token) { showLogin(); return; }
     try {
-      await loadCheckpoints();
+      // The box list first: checkpoints only mark nodes in a tree opened later.
       const loading = loadBoxes();
+      const marks = loadCheckpoints();
       stream();
       await loading;
+      await marks;
       performance.mark("boxes-ready");
       document.body.dataset.ready = "1";
     } catch (e) { notice(e.message, true); }
