@@ -232,6 +232,15 @@ pub enum BoxError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Session(#[from] crate::sessions::SessionError),
+    /// A copy between a box and the host that stopped (see `lifecycle::copy`): `path` on
+    /// the host side, or in the box; `refused`: over a limit, or something the copy does
+    /// not do (an entry outside its destination, a directory over a file).
+    #[error("cp: {path}: {why}")]
+    Copy {
+        path: String,
+        why: String,
+        refused: bool,
+    },
 }
 
 impl BoxError {
@@ -249,6 +258,7 @@ impl BoxError {
             BoxError::Store(e) => e.exit_code(),
             BoxError::BoxFile { missing: true, .. } => ExitCode::NotFound.into(),
             BoxError::BoxFile { refused: true, .. } => ExitCode::Refused.into(),
+            BoxError::Copy { refused: true, .. } => ExitCode::Refused.into(),
             BoxError::Git(e) | BoxError::Seed(e) => e.exit_code(),
             BoxError::Core(agentbox_core::Error::Locked { .. }) => ExitCode::Locked.into(),
             BoxError::NoSuchBox { .. }
@@ -310,6 +320,9 @@ impl BoxError {
     pub fn hint(&self) -> Option<String> {
         match self {
             BoxError::NoSuchBox { .. } => Some("`agentbox list` shows the boxes".into()),
+            BoxError::Copy { .. } => Some(
+                "what was copied before stays; nothing is written outside the destination, and links and device files of a box are never made on the host".into(),
+            ),
             BoxError::BoxFile { name, .. } => Some(format!(
                 "paths are the box's own (relative ones under /workspace); `agentbox exec {name} -- ls -la DIR` shows what is there"
             )),

@@ -4,6 +4,7 @@
 //! go to stderr. Errors print one line and a hint, and exit with the stable codes listed in
 //! `errors`.
 
+mod api_token;
 mod args;
 mod commands;
 mod compose;

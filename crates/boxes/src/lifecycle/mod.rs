@@ -11,6 +11,7 @@
 //! box's processes itself, and nothing below (records, configuration, checkpoints) calls
 //! back up into it.
 
+pub mod copy;
 pub mod create;
 pub mod directories;
 pub mod files;

@@ -20,6 +20,7 @@ mod checkpoint;
 mod commit;
 mod common;
 mod config;
+mod cp;
 mod create;
 mod destroy;
 mod diff;
@@ -57,6 +58,7 @@ pub use self::checkpoint::{CheckpointArgs, CheckpointCmd};
 pub use self::commit::CommitArgs;
 pub use self::common::{parse_size, BoxArg, BoxCommandArgs, CommandOpts, Positional};
 pub use self::config::{ConfigCmd, ConfigFlags, ConfigTarget};
+pub use self::cp::{CpArgs, DownloadArgs};
 pub use self::create::CreateArgs;
 pub use self::destroy::DestroyArgs;
 pub use self::diff::DiffArgs;
@@ -191,6 +193,14 @@ pub enum Command {
     /// A new box from a node of a box's history (HEAD, or --at REF), on a branch of its
     /// own, with the work it held there; no copy is made: [BOX] [NEW].
     Fork(ForkArgs),
+    /// Copy files between a box and the host, either way, directories too:
+    /// [BOX:]SRC... [BOX:]DST. Into a box the change is a node; out of a box only files
+    /// and directories are made (its symlinks, hard links and devices are skipped).
+    Cp(CpArgs),
+    /// Bring a box's /workspace to a host directory (--to DIR, default ./BOX): what git
+    /// does not ignore and the repository (--all: everything; --with-env: ignored .env
+    /// files too): [BOX].
+    Download(DownloadArgs),
     /// Race candidate commands, each in its own fork of a box, and pick the first (in the
     /// order given, or with --first the soonest) whose test passes:
     /// [BOX] --test CMD -c NAME=CMD...

@@ -16,6 +16,7 @@ mod checkout;
 mod checkpoint;
 mod commit;
 mod config;
+mod cp;
 mod create;
 mod ctx;
 mod delete;
@@ -130,6 +131,8 @@ pub fn dispatch(cli: Cli) -> CliResult {
         Command::Push(a) => push::push(&ctx, a),
         Command::Pull(a) => pull::pull(&ctx, a),
         Command::Fork(a) => fork::fork(&ctx, a),
+        Command::Cp(a) => cp::cp(&ctx, a),
+        Command::Download(a) => cp::download(&ctx, a),
         Command::Tournament(a) => tournament::tournament(&ctx, a),
         Command::Mcp(_) => unreachable!("served above"),
         Command::Serve(a) => crate::serve::serve(

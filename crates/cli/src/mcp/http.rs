@@ -1,5 +1,5 @@
 //! `agentbox mcp --http`: the same MCP server over streamable HTTP (rmcp's service on axum),
-//! at `/mcp`, behind the API's bearer token ([`crate::serve::token`]), on loopback unless
+//! at `/mcp`, behind the API's bearer token ([`crate::api_token`]), on loopback unless
 //! `--addr` says otherwise (then a warning, and that host is allowed by the SDK's own
 //! `Host` check, which otherwise takes loopback names only).
 
@@ -11,9 +11,12 @@ use axum::Router;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+use crate::api_token::{self, Token};
 use crate::errors::{CliError, CliResult, ExitCode};
 use crate::mcp::server::Tools;
-use crate::serve::token::{self, Token};
+
+/// The most bytes a request body may have (as the HTTP API's).
+const BODY_LIMIT: usize = 1 << 20;
 
 /// Serve MCP over HTTP for home `home` on `addr` until killed.
 pub fn serve(home: Home, addr: SocketAddr) -> CliResult {
@@ -34,7 +37,7 @@ pub fn serve(home: Home, addr: SocketAddr) -> CliResult {
         })?;
         let bound = listener.local_addr().map_err(|e| failed(&e))?;
         let mut config = StreamableHttpServerConfig::default()
-            .with_max_request_body_bytes(crate::serve::BODY_LIMIT);
+            .with_max_request_body_bytes(BODY_LIMIT);
         if !bound.ip().is_loopback() {
             eprintln!(
                 "agentbox: warning: MCP listens on {bound}, reachable from other machines; anyone holding the token drives every box"
@@ -53,7 +56,7 @@ pub fn serve(home: Home, addr: SocketAddr) -> CliResult {
             .nest_service("/mcp", service)
             .layer(axum::middleware::from_fn_with_state(
                 token.clone(),
-                token::require,
+                api_token::require,
             ));
         eprintln!("agentbox: serving MCP on http://{bound}/mcp (streamable HTTP)");
         eprintln!(

@@ -4,7 +4,7 @@
 //! result — the JSON `--json` prints for the same operation; a failure is the command
 //! line's message, hint and exit code as JSON, under the HTTP status of its class.
 //!
-//! * [`token`]: the bearer token every request must carry;
+//! * [`crate::api_token`]: the bearer token every request must carry;
 //! * [`problem`]: errors as answers, and extractors that answer malformed input with one;
 //! * [`params`] and [`answers`]: the inputs and outputs, with their schemas;
 //! * [`boxes`], [`history`], [`files`]: the routes, by concern;
@@ -23,9 +23,8 @@ mod files;
 mod history;
 mod openapi;
 mod params;
-pub(crate) mod problem;
+mod problem;
 mod procs;
-pub(crate) mod token;
 mod web;
 
 use std::net::SocketAddr;
@@ -51,7 +50,7 @@ pub const BODY_LIMIT: usize = 1 << 20;
 #[derive(Clone)]
 pub struct App {
     home: Home,
-    token: Arc<token::Token>,
+    token: Arc<crate::api_token::Token>,
     timeout: Duration,
 }
 
@@ -144,7 +143,7 @@ fn router(app: App) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(
             app.token.clone(),
-            token::require,
+            crate::api_token::require,
         ))
         // A backstop for what the handlers' own timeout does not cover (a body sent
         // slowly); the event stream's body is not bounded by it.
@@ -159,7 +158,7 @@ fn router(app: App) -> Router {
 
 /// Serve the API for home `home` on `addr` until killed.
 pub fn serve(home: Home, addr: SocketAddr, timeout: Duration) -> CliResult {
-    let token = token::Token::load_or_create(&home)?;
+    let token = crate::api_token::Token::load_or_create(&home)?;
     let failed =
         |e: &dyn std::fmt::Display| CliError::new(ExitCode::Failure, format!("serve: {e}"), None);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -6,7 +6,7 @@
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
@@ -45,21 +45,6 @@ impl From<CliError> for ApiError {
 }
 
 impl ApiError {
-    /// A request without the token, or with another one.
-    pub fn unauthorized(path: &std::path::Path) -> ApiError {
-        ApiError {
-            status: StatusCode::UNAUTHORIZED,
-            error: CliError::new(
-                ExitCode::Refused,
-                "missing or wrong API token",
-                Some(format!(
-                    "send `Authorization: Bearer <token>`; the token is in {} (readable by the user who runs `agentbox serve`)",
-                    path.display()
-                )),
-            ),
-        }
-    }
-
     /// A request the API cannot read (`status`: the rejection's own, e.g. 413 for a body
     /// over the limit).
     pub fn bad_request(status: StatusCode, what: String) -> ApiError {
@@ -81,14 +66,7 @@ impl IntoResponse for ApiError {
             "hint": self.error.hint,
             "code": self.error.code,
         });
-        let mut r = (self.status, Json(body)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-        }
-        r
+        (self.status, Json(body)).into_response()
     }
 }
 

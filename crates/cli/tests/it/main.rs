@@ -15,6 +15,7 @@ mod checkpoint;
 mod checkpoint_untracked;
 mod cli;
 mod config;
+mod cp;
 mod crash;
 mod destroy;
 mod docker;

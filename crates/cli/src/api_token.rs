@@ -15,12 +15,12 @@ use std::sync::Arc;
 
 use agentbox_core::Home;
 use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use crate::errors::{CliError, CliResult, ExitCode};
-use crate::serve::problem::ApiError;
 
 /// The token file's name in the agentbox home.
 pub const FILE: &str = "api-token";
@@ -121,6 +121,25 @@ pub async fn require(State(token): State<Arc<Token>>, req: Request, next: Next) 
         .and_then(|v| v.strip_prefix("Bearer "));
     match given {
         Some(t) if token.matches(t.trim()) => next.run(req).await,
-        _ => ApiError::unauthorized(&token.path).into_response(),
+        _ => unauthorized(&token.path),
     }
+}
+
+/// The answer to a request without the token, or with another one: 401, and the error as
+/// the API's errors are (`{"error", "hint", "code"}`).
+fn unauthorized(path: &std::path::Path) -> Response {
+    let body = serde_json::json!({
+        "error": "missing or wrong API token",
+        "hint": format!(
+            "send `Authorization: Bearer <token>`; the token is in {} (readable by the user who runs `agentbox serve`)",
+            path.display()
+        ),
+        "code": i32::from(ExitCode::Refused),
+    });
+    let mut r = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    r
 }
