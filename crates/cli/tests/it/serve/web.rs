@@ -4,7 +4,7 @@
 //! rollback, a node a command made appearing live, and a file name made of HTML shown as
 //! text. The browser test is tier 2 (root, for the boxes) and needs Debian's `chromium`
 //! and npm's `playwright-core`; it skips with a reason without them and fails under
-//! CI=true.
+//! CI=true. The process routes the page follows a spawned process with are read here too.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -212,4 +212,72 @@ fn in_chromium_the_page_lists_boxes_shows_a_diff_rolls_back_and_updates_live() {
     let status = node.wait().expect("wait");
     assert!(status.success(), "the page failed its checks: {said:?}");
     assert_eq!(said.last().map(String::as_str), Some("ok"), "{said:?}");
+}
+
+#[test]
+fn a_spawned_process_and_its_output_are_read_through_the_api_by_offset() {
+    let test = "serve::web::a_spawned_process_and_its_output_are_read_through_the_api_by_offset";
+    if !require_root(test) {
+        return;
+    }
+    let env = Env::new();
+    let project = env.path("proj");
+    write(&project.join("a.txt"), "one\n");
+    git(&project, &["init", "-q", "-b", "main"]);
+    git(&project, &["add", "-A"]);
+    git(&project, &["commit", "-qm", "first"]);
+    env.run_in(&project, &["create", "p1"]);
+    let spawned = env.json(&[
+        "spawn",
+        "p1",
+        "--",
+        "sh",
+        "-c",
+        "echo first-line; echo 'second <b>line</b>'",
+    ]);
+    let id = spawned["id"].as_u64().expect("the process's id");
+    let s = Served::start(&env, &project);
+    let http = reqwest::blocking::Client::new();
+    let get = |path: &str| -> serde_json::Value {
+        let r = http
+            .get(format!("{}{path}", s.base()))
+            .bearer_auth(&s.token)
+            .send()
+            .expect("GET");
+        assert_eq!(r.status().as_u16(), 200, "{path}");
+        r.json().expect("JSON")
+    };
+    let log = format!("/api/boxes/p1/processes/{id}/log");
+    // The process may still be writing: read until both lines are there (bounded).
+    let mut text = String::new();
+    for _ in 0..200 {
+        text = get(&log)["text"].as_str().expect("text").to_owned();
+        if text.contains("line</b>") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(text, "first-line\nsecond <b>line</b>\n");
+    let listed = get("/api/boxes/p1/processes");
+    let me = listed
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["id"].as_u64() == Some(id))
+        .expect("the spawned process is listed");
+    assert_eq!(me["argv"][0], "sh");
+    // From an offset: the rest, and `next` where the log ends; at the end, nothing more.
+    let part = get(&format!("{log}?offset=11"));
+    assert_eq!(part["text"], "second <b>line</b>\n");
+    assert_eq!(part["offset"], 11);
+    let end = part["next"].as_u64().expect("next");
+    assert_eq!(end as usize, text.len());
+    let tail = get(&format!("{log}?offset={end}"));
+    assert_eq!(
+        (tail["text"].as_str(), tail["next"].as_u64()),
+        (Some(""), Some(end))
+    );
+    // Without the token: refused like every API route.
+    let r = http.get(format!("{}{log}", s.base())).send().expect("GET");
+    assert_eq!(r.status().as_u16(), 401);
 }

@@ -43,9 +43,11 @@ try {
   await page.waitForSelector("#login:not([hidden])");
   check((await page.locator(".box").count()) === 0, "boxes shown without the token");
 
-  // With it: the token leaves the address bar, and both boxes are listed.
+  // With it (opened from another page, as a click on the printed address does): the
+  // token leaves the address bar, and both boxes are listed.
+  await page.goto("about:blank");
   await page.goto(url);
-  await page.waitForSelector("body[data-listed]");
+  await page.waitForSelector("body[data-listed]", { state: "attached" });
   check(!page.url().includes("token"), "the token stayed in the address: " + page.url());
   for (const b of want.boxes) await page.waitForSelector(`.box[data-box="${b}"]`);
   check((await page.locator(".box").count()) >= 2, "two boxes listed");
@@ -86,6 +88,10 @@ try {
   console.log("need-node");
   const made = (await lines.next()).value.trim();
   await page.waitForSelector(`svg#tree .row[data-id="${made}"] .dot.head`);
+  // It is a sibling of an older node (both children of the node checked out): a branch,
+  // drawn in a lane of its own.
+  const cx = (id) => page.locator(`svg#tree .row[data-id="${id}"] circle`).getAttribute("cx");
+  check((await cx(made)) !== (await cx(want.changed.id)), "two branches drawn in one lane");
   await page.click(`svg#tree .row[data-id="${made}"]`);
   await page.locator("#changes li .path", { hasText: "live.txt" }).first().waitFor();
   if (shots) await page.screenshot({ path: path.join(shots, "web-live.png") });

@@ -15,6 +15,10 @@
     history.replaceState(null, "", location.pathname + location.search);
   }
   let token = sessionStorage.getItem(KEY);
+  // The address pasted into a tab already open on the page changes only its fragment.
+  window.addEventListener("hashchange", () => {
+    if (new URLSearchParams(location.hash.slice(1)).get("token")) location.reload();
+  });
 
   function notice(text, bad) {
     const n = $("notice");
@@ -84,6 +88,8 @@
   const tree = new window.AbTree.Tree($("tree"), $("tree-scroll"), (n) => pickNode(n));
 
   // ---- the box list ----
+  let showListed;
+  const listed = new Promise((r) => { showListed = r; });
   function project(row) {
     return (row.box && row.box.project) || row.source || "(directories)";
   }
@@ -139,6 +145,7 @@
     const rows = await api("/api/boxes?all=true");
     S.boxes = new Map(rows.map((r) => [r.name, r]));
     renderBoxes();
+    showListed();
     if (!document.body.dataset.listed) {
       // What bench/web measures: the box list on screen.
       document.body.dataset.listed = String(rows.length);
@@ -367,6 +374,20 @@
   }
 
   // ---- live updates: the event stream, read with fetch so the token stays in a header ----
+  // The list again, redrawn only if a box came, went, or moved since it was last read.
+  async function refreshList() {
+    const rows = await api("/api/boxes?all=true");
+    const moved = rows.length !== S.boxes.size || rows.some((r) => {
+      const o = S.boxes.get(r.name);
+      return !o || o.state !== r.state || o.head !== r.head;
+    });
+    if (!moved) return;
+    S.boxes = new Map(rows.map((r) => [r.name, r]));
+    renderBoxes();
+    for (const r of rows) if (r.kind === "box") loadStatus(r.name);
+    if (S.current && S.log && S.boxes.has(S.current) && S.boxes.get(S.current).head !== S.log.head) loadHistory(false);
+  }
+
   async function stream() {
     for (;;) {
       try {
@@ -375,6 +396,7 @@
         if (!r.ok || !r.body) throw new Error("HTTP " + r.status);
         $("live").textContent = "live";
         $("live").className = "live";
+        refreshList().catch((x) => notice(x.message, true));
         const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = "";
         for (;;) {
@@ -424,10 +446,16 @@
   async function start() {
     if (!token) { showLogin(); return; }
     try {
-      await loadCheckpoints();
+      // The box list first, alone: the event stream's start (which reads every box's
+      // history for its baseline) and the checkpoints (which only mark nodes in a tree
+      // opened later) would slow its answer down. The stream reloads the list when it
+      // connects, so nothing made in between is missed.
       const loading = loadBoxes();
+      await Promise.race([listed, loading]); // a failed list rejects here
+      const marks = loadCheckpoints();
       stream();
       await loading;
+      await marks;
       performance.mark("boxes-ready");
       document.body.dataset.ready = "1";
     } catch (e) { notice(e.message, true); }

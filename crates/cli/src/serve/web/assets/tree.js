@@ -124,7 +124,9 @@
         for (const c of this.marks.checkpoints.get(node.id) || []) badge("cp", "⚑ " + c);
         const label = el("text", { x: tx + 2, y: y + 4 }, g);
         const text = node.command || node.message || "(no command)";
-        label.textContent = text.length > 90 ? text.slice(0, 89) + "…" : text;
+        // Cut to the room left before the time column (about 6.6 px a character).
+        const room = Math.max(8, Math.floor((width - tx - 110) / 6.6));
+        label.textContent = text.length > room ? text.slice(0, room - 1) + "…" : text;
         const time = el("text", { class: "time", x: width - 8, y: y + 4, "text-anchor": "end" }, g);
         time.textContent = when(node.created);
         const title = el("title", {}, g);
