@@ -7,7 +7,7 @@
 //! stream are refused with the relay going on. `destroy` stops the relay.
 //!
 //! Needs the static build (`AGENTBOX_INBOX_BIN`, or the workspace's
-//! `target/x86_64-unknown-linux-gnu/release/agentbox`; `.ci/run` builds it).
+//! `target/x86_64-unknown-linux-gnu/quickstart/agentbox`; `scripts/test` builds it).
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -26,7 +26,7 @@ fn static_bin(test: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/x86_64-unknown-linux-gnu/release/agentbox")
+                .join("../../target/x86_64-unknown-linux-gnu/quickstart/agentbox")
         });
     if path.is_file() {
         Some(path)
@@ -34,7 +34,7 @@ fn static_bin(test: &str) -> Option<PathBuf> {
         tier::skip(
             test,
             &format!(
-                "needs the static agentbox at {} (RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target x86_64-unknown-linux-gnu -p agentbox)",
+                "needs the static agentbox at {} (RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile quickstart --target x86_64-unknown-linux-gnu -p agentbox)",
                 path.display()
             ),
         );
