@@ -5,6 +5,7 @@
 //! line's message, hint and exit code as JSON, under the HTTP status of its class.
 //!
 //! * [`crate::api_token`]: the bearer token every request must carry;
+//! * [`hello`]: the one API route without it, where the server proves it holds the token;
 //! * [`problem`]: errors as answers, and extractors that answer malformed input with one;
 //! * [`params`] and [`answers`]: the inputs and outputs, with their schemas;
 //! * [`boxes`], [`history`], [`files`]: the routes, by concern;
@@ -20,6 +21,7 @@ mod answers;
 mod boxes;
 mod events;
 mod files;
+pub(crate) mod hello;
 mod history;
 mod openapi;
 mod params;
@@ -103,8 +105,9 @@ impl App {
     }
 }
 
-/// The routes, behind the token check.
-fn router(app: App) -> Router {
+/// The routes, behind the token check (but the proof and the web view), for a server on
+/// `port`.
+fn router(app: App, port: u16) -> Router {
     let doc = Arc::new(openapi::document());
     Router::new()
         .route(
@@ -151,8 +154,10 @@ fn router(app: App) -> Router {
             axum::http::StatusCode::REQUEST_TIMEOUT,
             app.timeout + Duration::from_secs(5),
         ))
-        // The page and its assets carry no secret: outside the token check.
+        // The page and its assets carry no secret, and the proof is what a client asks
+        // for before it sends the token: outside the token check.
         .merge(web::routes())
+        .merge(hello::routes(app.token.clone(), port))
         .with_state(app)
 }
 
@@ -191,7 +196,7 @@ pub fn serve(home: Home, addr: SocketAddr, timeout: Duration) -> CliResult {
             token: Arc::new(token),
             timeout,
         };
-        axum::serve(listener, router(app))
+        axum::serve(listener, router(app, bound.port()))
             .await
             .map_err(|e| failed(&e))
     })

@@ -127,3 +127,26 @@ fn the_python_sdk_drives_a_box_over_streamable_http_with_the_token() {
     assert_eq!(err["is_error"], json!(true));
     assert_eq!(err["structured"]["code"], json!(3));
 }
+
+#[test]
+fn mcp_over_http_proves_it_holds_the_token_without_being_sent_it() {
+    let env = Env::new();
+    let s = start(&env, env.home.path());
+    let base = s.url.trim_end_matches("/mcp");
+    let port = crate::serve::proof::port_of(base);
+    let token = std::fs::read_to_string(env.path("home").join("api-token"))
+        .expect("the token file")
+        .trim()
+        .to_owned();
+    let nonce = "a-fresh-nonce-of-an-mcp-client";
+    let r = reqwest::blocking::Client::new()
+        .get(format!("{base}/api/hello?nonce={nonce}"))
+        .send()
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 200);
+    let body: Value = r.json().expect("JSON");
+    assert_eq!(
+        body["proof"].as_str(),
+        Some(crate::serve::proof::proof(&token, port, nonce).as_str())
+    );
+}
