@@ -68,8 +68,7 @@ pub fn serve(home: Home, addr: SocketAddr) -> CliResult {
             token.path.display(),
             token.path.display()
         );
-        axum::serve(listener, router)
-            .await
-            .map_err(|e| failed(&e))
+        crate::http_serve::run(listener, router).await;
+        Ok(())
     })
 }

@@ -14,7 +14,8 @@
 //!
 //! Bounds: a request body is at most [`BODY_LIMIT`] bytes (413 past it), and a request
 //! gets [`App::timeout`] to be answered (504 past it; an operation already running in a
-//! box is not interrupted by it). The server listens on loopback unless `--addr` says
+//! box is not interrupted by it); connections are capped and a request's head must arrive
+//! in time ([`crate::http_serve`]). The server listens on loopback unless `--addr` says
 //! otherwise, and then warns.
 
 mod answers;
@@ -196,8 +197,7 @@ pub fn serve(home: Home, addr: SocketAddr, timeout: Duration) -> CliResult {
             token: Arc::new(token),
             timeout,
         };
-        axum::serve(listener, router(app, bound.port()))
-            .await
-            .map_err(|e| failed(&e))
+        crate::http_serve::run(listener, router(app, bound.port())).await;
+        Ok(())
     })
 }
