@@ -105,6 +105,17 @@ impl Token {
         &self.secret
     }
 
+    /// Lowercase hex of HMAC-SHA256 over `message`, keyed with the secret's text: what
+    /// `/api/hello` answers to prove the server holds the token ([`crate::serve::hello`]).
+    pub fn prove(&self, message: &str) -> String {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, self.secret.as_bytes());
+        ring::hmac::sign(&key, message.as_bytes())
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// Whether `given` is the secret (in time that depends on its length only).
     pub fn matches(&self, given: &str) -> bool {
         given.as_bytes().ct_eq(self.secret.as_bytes()).into()

@@ -10,6 +10,7 @@ mod commands;
 mod compose;
 mod docker_bridge;
 mod errors;
+mod http_serve;
 mod mcp;
 mod relay;
 mod remote_helper;

@@ -1,7 +1,9 @@
 //! `agentbox mcp --http`: the same MCP server over streamable HTTP (rmcp's service on axum),
 //! at `/mcp`, behind the API's bearer token ([`crate::api_token`]), on loopback unless
 //! `--addr` says otherwise (then a warning, and that host is allowed by the SDK's own
-//! `Host` check, which otherwise takes loopback names only).
+//! `Host` check, which otherwise takes loopback names only). `GET /api/hello?nonce=N` answers
+//! without the token: the server's proof that it holds it ([`crate::serve::hello`]), for a
+//! client that reconnects with a stored token.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,15 +59,16 @@ pub fn serve(home: Home, addr: SocketAddr) -> CliResult {
             .layer(axum::middleware::from_fn_with_state(
                 token.clone(),
                 api_token::require,
-            ));
+            ))
+            // The proof of the token (as `agentbox serve`'s), outside the token check.
+            .merge(crate::serve::hello::routes(token.clone(), bound.port()));
         eprintln!("agentbox: serving MCP on http://{bound}/mcp (streamable HTTP)");
         eprintln!(
             "  token: in {}; send it as `Authorization: Bearer $(cat {})`",
             token.path.display(),
             token.path.display()
         );
-        axum::serve(listener, router)
-            .await
-            .map_err(|e| failed(&e))
+        crate::http_serve::run(listener, router).await;
+        Ok(())
     })
 }

@@ -5,6 +5,7 @@
 //! line's message, hint and exit code as JSON, under the HTTP status of its class.
 //!
 //! * [`crate::api_token`]: the bearer token every request must carry;
+//! * [`hello`]: the one API route without it, where the server proves it holds the token;
 //! * [`problem`]: errors as answers, and extractors that answer malformed input with one;
 //! * [`params`] and [`answers`]: the inputs and outputs, with their schemas;
 //! * [`boxes`], [`history`], [`files`]: the routes, by concern;
@@ -13,13 +14,15 @@
 //!
 //! Bounds: a request body is at most [`BODY_LIMIT`] bytes (413 past it), and a request
 //! gets [`App::timeout`] to be answered (504 past it; an operation already running in a
-//! box is not interrupted by it). The server listens on loopback unless `--addr` says
+//! box is not interrupted by it); connections are capped and a request's head must arrive
+//! in time ([`crate::http_serve`]). The server listens on loopback unless `--addr` says
 //! otherwise, and then warns.
 
 mod answers;
 mod boxes;
 mod events;
 mod files;
+pub(crate) mod hello;
 mod history;
 mod openapi;
 mod params;
@@ -103,8 +106,9 @@ impl App {
     }
 }
 
-/// The routes, behind the token check.
-fn router(app: App) -> Router {
+/// The routes, behind the token check (but the proof and the web view), for a server on
+/// `port`.
+fn router(app: App, port: u16) -> Router {
     let doc = Arc::new(openapi::document());
     Router::new()
         .route(
@@ -151,8 +155,10 @@ fn router(app: App) -> Router {
             axum::http::StatusCode::REQUEST_TIMEOUT,
             app.timeout + Duration::from_secs(5),
         ))
-        // The page and its assets carry no secret: outside the token check.
+        // The page and its assets carry no secret, and the proof is what a client asks
+        // for before it sends the token: outside the token check.
         .merge(web::routes())
+        .merge(hello::routes(app.token.clone(), port))
         .with_state(app)
 }
 
@@ -191,8 +197,7 @@ pub fn serve(home: Home, addr: SocketAddr, timeout: Duration) -> CliResult {
             token: Arc::new(token),
             timeout,
         };
-        axum::serve(listener, router(app))
-            .await
-            .map_err(|e| failed(&e))
+        crate::http_serve::run(listener, router(app, bound.port())).await;
+        Ok(())
     })
 }

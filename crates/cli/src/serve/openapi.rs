@@ -1,6 +1,7 @@
 //! The OpenAPI document (3.1) at `/api/openapi.json`, generated from the routes' and types'
 //! annotations: every route, its parameters, its body's schema and its answers, and the
-//! bearer token as the security every operation needs.
+//! bearer token as the security every operation needs but `/api/hello` (the server's proof
+//! that it holds the token, asked for before sending it).
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -19,13 +20,14 @@ use super::params::*;
         super::history::checkout, super::history::undo, super::history::tags,
         super::history::tag, super::history::untag,
         super::files::read, super::files::list,
-        super::events::events, super::procs::list, super::procs::log,
+        super::events::events, super::procs::list, super::procs::log, super::hello::hello,
     ),
     components(schemas(
         ErrorAnswer, NodeAnswer, ListedAnswer, MadeAnswer, ExecAnswer, CheckedOutAnswer,
         ShownAnswer, ChangeAnswer, TagAnswer, FileAnswer, ListingAnswer, EntryAnswer,
         DestroyedAnswer, ObjectAnswer, CreateBody, ExecBody, CheckoutBody, TagBody, ForkBody,
         CandidateBody, TournamentBody, CheckpointBody, super::procs::LogChunk,
+        super::hello::HelloAnswer,
     )),
     modifiers(&Bearer),
     security(("bearer" = [])),

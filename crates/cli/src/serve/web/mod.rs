@@ -1,9 +1,11 @@
 //! The web view: one page and its script and style sheet, embedded in the binary (no
 //! CDN, no build step; it works offline), served at `/` and `/assets/...` WITHOUT the
 //! token: they carry no secret. The page reads the token from its URL's fragment
-//! (`/#token=...`, which a browser never sends to a server), keeps it in the tab's
-//! sessionStorage, removes it from the address bar, and sends it as
-//! `Authorization: Bearer` on every API call. The event stream is read with `fetch` and a
+//! (`/#token=...`, which a browser never sends to a server) once, removes it from the
+//! address bar and keeps it in memory only (never in the tab's storage, which a page a
+//! squatter served on this port after a reload could read; a reload forgets it), and
+//! sends it as `Authorization: Bearer` on API calls, only after the server proved it
+//! holds it ([`super::hello`]) — before the first call and after every break. The event stream is read with `fetch` and a
 //! streamed body rather than `EventSource`, so it too carries the token in that header:
 //! no URL the server sees ever holds the token, and no route accepts it anywhere else.
 //!

@@ -127,3 +127,55 @@ fn the_python_sdk_drives_a_box_over_streamable_http_with_the_token() {
     assert_eq!(err["is_error"], json!(true));
     assert_eq!(err["structured"]["code"], json!(3));
 }
+
+#[test]
+fn mcp_over_http_proves_it_holds_the_token_without_being_sent_it() {
+    let env = Env::new();
+    let s = start(&env, env.home.path());
+    let base = s.url.trim_end_matches("/mcp");
+    let port = crate::serve::proof::port_of(base);
+    let token = std::fs::read_to_string(env.path("home").join("api-token"))
+        .expect("the token file")
+        .trim()
+        .to_owned();
+    let nonce = "a-fresh-nonce-of-an-mcp-client";
+    let r = reqwest::blocking::Client::new()
+        .get(format!("{base}/api/hello?nonce={nonce}"))
+        .send()
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 200);
+    let body: Value = r.json().expect("JSON");
+    assert_eq!(
+        body["proof"].as_str(),
+        Some(crate::serve::proof::proof(&token, port, nonce).as_str())
+    );
+}
+
+#[test]
+fn mcp_over_http_closes_half_finished_requests_and_answers_the_token_meanwhile() {
+    use crate::serve::flood::{half_requests, until_closed, HANG};
+    let env = Env::new();
+    let s = start(&env, env.home.path());
+    let base = s.url.trim_end_matches("/mcp");
+    let token = std::fs::read_to_string(env.path("home").join("api-token"))
+        .expect("the token file")
+        .trim()
+        .to_owned();
+    let mut idle = half_requests(base, 100);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "flood-test", "version": "1"}}});
+    let r = reqwest::blocking::Client::new()
+        .post(&s.url)
+        .bearer_auth(&token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&init)
+        .send()
+        .expect("an answer to the token's holder");
+    assert_eq!(r.status().as_u16(), 200);
+    drop(r);
+    let deadline = std::time::Instant::now() + HANG;
+    for c in &mut idle {
+        until_closed(c, deadline);
+    }
+}

@@ -3,6 +3,8 @@
 //! those that make boxes are tier 2 (root), skipped with a reason when root (or
 //! schemathesis) is missing, failed under CI=true.
 
+pub(crate) mod flood;
+pub(crate) mod proof;
 mod schema;
 mod server;
 mod web;

@@ -96,6 +96,31 @@ try {
   await page.locator("#changes li .path", { hasText: "live.txt" }).first().waitFor();
   if (shots) await page.screenshot({ path: path.join(shots, "web-live.png") });
 
+  // The token is in the page's memory only: no storage of the tab holds it, and a reload
+  // forgets it and asks for the address serve printed.
+  const token = new URLSearchParams(url.split("#")[1]).get("token");
+  const stored = await page.evaluate(() => JSON.stringify([Object.entries(sessionStorage), Object.entries(localStorage)]));
+  check(!stored.includes(token), "the token is in the tab's storage: " + stored);
+  await page.reload();
+  await page.waitForSelector("#login:not([hidden])");
+  check((await page.textContent("#login")).includes("memory only"), "the reload says why the token is asked for");
+  check((await page.locator(".box").count()) === 0, "boxes shown after a reload");
+
+  // A server on this port that cannot prove it holds the token (a squatter's answer, made
+  // here by intercepting /api/hello) is sent no request with the token, and the page stops.
+  const sent = [];
+  page.on("request", (r) => { if (r.headers()["authorization"]) sent.push(r.url()); });
+  await page.route("**/api/hello?*", (route) => route.fulfill({
+    status: 200, contentType: "application/json", body: JSON.stringify({ proof: "0".repeat(64), port: 0 }),
+  }));
+  await page.goto("about:blank");
+  await page.goto(url);
+  await page.waitForSelector("#stopped:not([hidden])");
+  check((await page.textContent("#stopped")).includes("not the agentbox serve that issued"), "the page says why it stopped");
+  await page.waitForTimeout(2500); // past a reconnection's delay: still nothing sent
+  check(sent.length === 0, "the token was sent to an unproven server: " + sent.join(", "));
+  await page.unroute("**/api/hello?*");
+
   check(errors.length === 0, "page errors: " + errors.join("; "));
   console.log("ok");
 } finally {

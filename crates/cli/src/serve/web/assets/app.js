@@ -5,17 +5,69 @@
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
-  const KEY = "agentbox-token";
+  // Left by earlier versions, which kept the token in the tab's storage: dropped.
+  try { sessionStorage.removeItem("agentbox-token"); } catch (_) { /* no storage */ }
 
-  // The token: from the URL fragment (then removed from the address bar), else the tab's
-  // sessionStorage.
+  // The token: from the URL fragment, read once and then removed from the address bar (and
+  // from the history entry), kept in this variable only. Never in sessionStorage or
+  // localStorage: a box on the host's network can listen on this port while serve is down,
+  // and a page it serves here would be same-origin and read them. A reload forgets it.
   const frag = new URLSearchParams(location.hash.slice(1));
-  if (frag.get("token")) {
-    sessionStorage.setItem(KEY, frag.get("token"));
-    history.replaceState(null, "", location.pathname + location.search);
+  let token = frag.get("token") || null;
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+
+  // Whether the server answering on this port proved it holds the token (`/api/hello`):
+  // asked before the first request that carries it, and again after every break (the
+  // event stream ended, a request failed to connect), so that the token is never sent to
+  // whatever listens on the port after the real server went away. `stopped` when a proof
+  // failed: the page sends nothing more.
+  let proven = null, stopped = false;
+  const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
+  class Impostor extends Error {}
+  async function prove() {
+    if (!window.crypto || !crypto.subtle) {
+      throw new Impostor("this page cannot check the server's proof here (WebCrypto needs a loopback or https address); open it on 127.0.0.1 (e.g. through an SSH tunnel)");
+    }
+    const nonce = hex(crypto.getRandomValues(new Uint8Array(32)));
+    const port = location.port || (location.protocol === "https:" ? "443" : "80");
+    let r;
+    try {
+      r = await fetch("/api/hello?nonce=" + nonce, { cache: "no-store", credentials: "omit" });
+    } catch (e) { throw new Error("the server is not answering"); }
+    let data = null;
+    try { data = await r.json(); } catch (_) { /* not JSON */ }
+    const enc = new TextEncoder();
+    const key = await crypto.subtle.importKey("raw", enc.encode(token), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    const want = hex(await crypto.subtle.sign("HMAC", key, enc.encode("agentbox-serve:" + port + ":" + nonce)));
+    if (!r.ok || !data || data.proof !== want) {
+      throw new Impostor("the server on this port is not the agentbox serve that issued this page's link: it could not prove it holds the token, so the token was not sent. Stop whatever listens here, restart `agentbox serve`, and open the address it prints.");
+    }
   }
-  let token = sessionStorage.getItem(KEY);
-  // The address pasted into a tab already open on the page changes only its fragment.
+  // Resolves once the server is proven; one proof at a time, shared by every caller.
+  function ensureProven() {
+    if (stopped) return Promise.reject(new Impostor("stopped"));
+    if (!proven) {
+      proven = prove().catch((e) => {
+        proven = null;
+        if (e instanceof Impostor) stop(e.message);
+        throw e;
+      });
+    }
+    return proven;
+  }
+  function unproven() { proven = null; }
+  function stop(why) {
+    stopped = true;
+    token = null;
+    $("stopped-text").textContent = why;
+    $("stopped").hidden = false;
+    $("login").hidden = true;
+    $("main").hidden = true;
+    $("live").textContent = "stopped";
+    $("live").className = "live off";
+  }
+  // The address pasted into a tab already open on the page changes only its fragment: a
+  // reload reads the token from it afresh.
   window.addEventListener("hashchange", () => {
     if (new URLSearchParams(location.hash.slice(1)).get("token")) location.reload();
   });
@@ -29,12 +81,16 @@
   class ApiError extends Error {}
   async function api(path, opts) {
     opts = opts || {};
+    await ensureProven();
     const headers = { Authorization: "Bearer " + token };
     if (opts.body !== undefined) headers["Content-Type"] = "application/json";
-    const r = await fetch(path, {
-      method: opts.method || "GET", headers,
-      body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-    });
+    let r;
+    try {
+      r = await fetch(path, {
+        method: opts.method || "GET", headers,
+        body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
+      });
+    } catch (e) { unproven(); throw new ApiError("the server is not answering"); }
     let data = null;
     try { data = await r.json(); } catch (_) { /* not JSON */ }
     if (r.status === 401) { showLogin(); throw new ApiError("the API token was refused"); }
@@ -53,7 +109,7 @@
   $("login-form").addEventListener("submit", (e) => {
     e.preventDefault();
     token = $("login-token").value.trim();
-    sessionStorage.setItem(KEY, token);
+    unproven();
     $("login").hidden = true;
     $("main").hidden = false;
     start();
@@ -391,6 +447,8 @@
   async function stream() {
     for (;;) {
       try {
+        // The server proves it holds the token before every (re)connection.
+        await ensureProven();
         const r = await fetch("/api/events", { headers: { Authorization: "Bearer " + token, Accept: "text/event-stream" } });
         if (r.status === 401) { showLogin(); return; }
         if (!r.ok || !r.body) throw new Error("HTTP " + r.status);
@@ -416,6 +474,9 @@
           }
         }
       } catch (_) { /* reconnect below */ }
+      // A break: whatever answers next on this port proves itself first.
+      unproven();
+      if (stopped) return;
       $("live").textContent = "reconnecting…";
       $("live").className = "live off";
       await new Promise((r) => setTimeout(r, 2000));
@@ -446,6 +507,7 @@
   async function start() {
     if (!token) { showLogin(); return; }
     try {
+      await ensureProven();
       // The box list first, alone: the event stream's start (which reads every box's
       // history for its baseline) and the checkpoints (which only mark nodes in a tree
       // opened later) would slow its answer down. The stream reloads the list when it
