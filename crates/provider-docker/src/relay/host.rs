@@ -140,9 +140,11 @@ fn session(
         workdir: Some("/".to_owned()),
         ..Default::default()
     };
-    let mut log = EscapedLog;
+    cap_own_log();
+    let mut log = EscapedLog::new(std::io::stderr());
     let stdin: Box<dyn Read + Send> = Box::new(from_host);
     let ran = engine.exec(container, &spec, Some(stdin), &mut inbound, &mut log);
+    log.finish();
     // Answers still running write into a pipe nobody reads: they end on their own.
     drop(to_box);
     ran
@@ -262,20 +264,101 @@ fn answer(to_box: &ToBox, handler: &dyn RelayHandler, name: &str, conn: u32, cal
     to_box.send(conn, Kind::Exit, &status.to_be_bytes());
 }
 
-/// The bridge's stderr, into the relay's log, escaped (it is the box's text).
-struct EscapedLog;
+/// The most the relay's log (its stderr, `docker-relay.log`) holds: past it, it is emptied
+/// and begins with a line saying how many bytes were dropped.
+pub const MAX_LOG: u64 = 1 << 20;
+/// The most bytes of the bridge's stderr (the box's text) one session puts in the log; the
+/// rest is counted, not kept.
+pub const SESSION_TAKES: u64 = 64 << 10;
 
-impl Write for EscapedLog {
+/// Keep the log `log` (the relay's stderr, opened to append) at most [`MAX_LOG`] bytes:
+/// past it, empty it and say so in its first line.
+pub fn cap_log(log: &std::fs::File) {
+    let Ok(len) = log.metadata().map(|m| m.len()) else {
+        return;
+    };
+    if len > MAX_LOG && log.set_len(0).is_ok() {
+        let mut w = log;
+        let _ = writeln!(
+            w,
+            "agentbox relay: the log passed {MAX_LOG} bytes: its {len} bytes were dropped"
+        );
+    }
+}
+
+/// [`cap_log`] of this process's stderr (a relay's is its log).
+fn cap_own_log() {
+    use std::os::fd::AsFd;
+    if let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() {
+        cap_log(&std::fs::File::from(fd));
+    }
+}
+
+/// The bridge's stderr, into the relay's log (`sink`), escaped (it is the box's text):
+/// each line as `box: <text>`, control characters and bidirectional marks as `?`, at most
+/// [`SESSION_TAKES`] bytes of it a session; the log kept to [`MAX_LOG`] bytes.
+struct EscapedLog<W: Write> {
+    sink: W,
+    taken: u64,
+    dropped: u64,
+}
+
+impl<W: Write> EscapedLog<W> {
+    fn new(sink: W) -> Self {
+        EscapedLog {
+            sink,
+            taken: 0,
+            dropped: 0,
+        }
+    }
+
+    /// Say how much was dropped (the session ended).
+    fn finish(&mut self) {
+        if self.dropped > 0 {
+            let _ = writeln!(
+                self.sink,
+                "agentbox relay: {} more bytes of the bridge's stderr dropped (over {SESSION_TAKES})",
+                self.dropped
+            );
+            self.dropped = 0;
+        }
+    }
+}
+
+/// `text` with control characters and bidirectional marks as `?`.
+fn escaped(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\t' => ' ',
+            c if c.is_control() => '?',
+            '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => '?',
+            c => c,
+        })
+        .collect()
+}
+
+impl<W: Write> Write for EscapedLog<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let text = String::from_utf8_lossy(buf);
-        for line in text.lines() {
-            eprintln!("box: {}", line.escape_debug());
+        let room = SESSION_TAKES.saturating_sub(self.taken);
+        let take = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        self.dropped += (buf.len() - take) as u64;
+        if take > 0 {
+            self.taken += take as u64;
+            cap_own_log();
+            let text = String::from_utf8_lossy(&buf[..take]);
+            let mut out = String::new();
+            for line in text.lines() {
+                out.push_str("box: ");
+                out.push_str(&escaped(line));
+                out.push('\n');
+            }
+            let _ = self.sink.write_all(out.as_bytes());
         }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+        self.sink.flush()
     }
 }
 
@@ -443,5 +526,59 @@ mod tests {
             inbound.reader = frame::Reader::new(HOST_TAKES, frame::MAX_CALL);
         }
         assert_eq!(echo.0.lock().expect("calls").len(), 2);
+    }
+
+    #[test]
+    fn the_boxs_stderr_takes_a_bounded_share_of_the_log_escaped_compactly() {
+        let mut out = Vec::new();
+        {
+            let mut log = EscapedLog::new(&mut out);
+            log.write_all(b"hi \x1b[31mred\x07 \xe2\x80\xaeevil\n")
+                .expect("write");
+            let spew = vec![b'\x01'; 4 << 20];
+            for _ in 0..4 {
+                log.write_all(&spew).expect("write");
+            }
+            log.finish();
+        }
+        let text = String::from_utf8(out).expect("UTF-8");
+        assert!(
+            text.starts_with("box: hi ?[31mred? ?evil\n"),
+            "{}",
+            &text[..80]
+        );
+        assert!(
+            (text.len() as u64) < SESSION_TAKES + 4096,
+            "{} bytes logged",
+            text.len()
+        );
+        assert!(text.ends_with("bytes of the bridge's stderr dropped (over 65536)\n"));
+    }
+
+    #[test]
+    fn a_log_past_its_limit_is_emptied_saying_so() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("docker-relay.log");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("open");
+        (&file).write_all(&vec![b'x'; 1000]).expect("write");
+        cap_log(&file);
+        assert_eq!(std::fs::metadata(&path).expect("meta").len(), 1000);
+        (&file)
+            .write_all(&vec![b'x'; MAX_LOG as usize])
+            .expect("write");
+        cap_log(&file);
+        (&file).write_all(b"after\n").expect("write");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(
+            text,
+            format!(
+                "agentbox relay: the log passed {MAX_LOG} bytes: its {} bytes were dropped\nafter\n",
+                MAX_LOG + 1000
+            )
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The per-box relay process ([`super::host`]) kept alive: started detached (its own
-//! process group, its output to the box's `docker-relay.log`) whenever the box's container
+//! process group, its output to the box's `docker-relay.log`, at most
+//! [`host::MAX_LOG`] bytes) whenever the box's container
 //! is started — create, start, any command that starts it — unless one runs, and stopped
 //! when the box is stopped or destroyed. It outlives the command that started it; one that
 //! died is started again by the box's next command. Whether one runs is whether it holds
@@ -53,6 +54,8 @@ pub fn ensure(p: &DockerProvider, name: &str) -> Result<()> {
         .create(true)
         .append(true)
         .open(dir.join("docker-relay.log"))?;
+    // Kept small by the relay too (see `host::cap_log`): a box writes to it.
+    host::cap_log(log.file());
     let mut child = std::process::Command::new(program)
         .arg(RELAY_COMMAND)
         .arg(name)
