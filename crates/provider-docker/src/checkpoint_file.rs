@@ -244,9 +244,12 @@ enum Member {
     Link(String),
 }
 
+/// A saved tar's members by (plain) name.
+type Members = HashMap<String, Member>;
+
 /// The members of the saved tar `src` by name, and its `manifest.json` (bounded); a name
 /// twice, a name not plain or a member of another kind is refused.
-fn index_saved(src: &Path) -> Result<(HashMap<String, Member>, Option<Vec<u8>>)> {
+fn index_saved(src: &Path) -> Result<(Members, Option<Vec<u8>>)> {
     let mut members = HashMap::new();
     let mut manifest = None;
     let mut tar = tar::Archive::new(fs_err::File::open(src)?);
@@ -343,7 +346,7 @@ fn join_inside(base: &str, target: &str) -> Option<String> {
 
 /// The name of the file member `name` (a name the manifest gives) is, following a link
 /// once.
-fn resolve(src: &Path, members: &HashMap<String, Member>, name: &str) -> Result<String> {
+fn resolve(src: &Path, members: &Members, name: &str) -> Result<String> {
     let missing = || bad(src, format!("its image's {name:?} is not in it"));
     match members.get(name).ok_or_else(missing)? {
         Member::File => Ok(name.to_owned()),
@@ -454,23 +457,23 @@ mod tests {
             ),
             (
                 format!(r#"[{{"Config":"blobs/sha256/{id}","RepoTags":["ubuntu:latest"]}}]"#),
-                "carries names".into(),
+                "carries names",
             ),
             (
                 format!(r#"[{{"Config":"blobs/sha256/{id}"}},{{"Config":"blobs/sha256/{id}"}}]"#),
-                "holds 2 images".into(),
+                "holds 2 images",
             ),
             (
                 format!(r#"[{{"Config":"blobs/sha256/{id}","Layers":["blobs/sha256/l2"]}}]"#),
-                "is not in it".into(),
+                "is not in it",
             ),
-            ("{".into(), "not valid".into()),
+            ("{".into(), "not valid"),
         ] {
             let f = saved(&manifest);
             let e = check_saved(f.path(), &image_id)
                 .expect_err(&manifest)
                 .to_string();
-            assert!(e.contains(&why), "{manifest}: {e}");
+            assert!(e.contains(why), "{manifest}: {e}");
         }
     }
 

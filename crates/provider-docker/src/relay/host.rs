@@ -109,7 +109,12 @@ impl ToBox {
 
     /// Refuse call `conn` with `why` (on its stderr) and the usage status.
     fn refuse(&self, conn: u32, why: &str) {
-        eprintln!("agentbox relay: refused request {conn} of the box: {why}");
+        // A box can ask for refusals as fast as it likes: the log stays bounded.
+        cap_own_log();
+        eprintln!(
+            "agentbox relay: refused request {conn} of the box: {}",
+            escaped(why)
+        );
         let text = format!(
             "agentbox: error: {why}\n  hint: inside a box, agentbox acts on this box only\n"
         );
