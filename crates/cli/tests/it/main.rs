@@ -21,6 +21,7 @@ mod crash;
 mod destroy;
 mod docker;
 mod docker_checkpoint_file;
+mod docker_checkpoint_import_names;
 mod docker_history;
 mod docker_prune;
 mod docker_relay;
