@@ -73,7 +73,7 @@ pub fn dispatch(cli: Cli) -> CliResult {
                 Some(h) => h,
                 None => Home::from_env()?,
             };
-            return crate::mcp::http::serve(home, a.addr);
+            return crate::mcp::http::serve(home, a.addr, crate::serve::hello::routes);
         }
         return crate::mcp::serve(home);
     }

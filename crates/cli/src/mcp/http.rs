@@ -2,7 +2,8 @@
 //! at `/mcp`, behind the API's bearer token ([`crate::api_token`]), on loopback unless
 //! `--addr` says otherwise (then a warning, and that host is allowed by the SDK's own
 //! `Host` check, which otherwise takes loopback names only). `GET /api/hello?nonce=N` answers
-//! without the token: the server's proof that it holds it ([`crate::serve::hello`]), for a
+//! without the token: the server's proof that it holds it (the routes `proof` makes: the
+//! command line passes `serve`'s, so that this module does not depend on `serve`), for a
 //! client that reconnects with a stored token.
 
 use std::net::SocketAddr;
@@ -21,7 +22,11 @@ use crate::mcp::server::Tools;
 const BODY_LIMIT: usize = 1 << 20;
 
 /// Serve MCP over HTTP for home `home` on `addr` until killed.
-pub fn serve(home: Home, addr: SocketAddr) -> CliResult {
+pub fn serve(
+    home: Home,
+    addr: SocketAddr,
+    proof: impl FnOnce(Arc<Token>, u16) -> Router,
+) -> CliResult {
     let token = Arc::new(Token::load_or_create(&home)?);
     let failed =
         |e: &dyn std::fmt::Display| CliError::new(ExitCode::Failure, format!("mcp: {e}"), None);
@@ -61,7 +66,7 @@ pub fn serve(home: Home, addr: SocketAddr) -> CliResult {
                 api_token::require,
             ))
             // The proof of the token (as `agentbox serve`'s), outside the token check.
-            .merge(crate::serve::hello::routes(token.clone(), bound.port()));
+            .merge(proof(token.clone(), bound.port()));
         eprintln!("agentbox: serving MCP on http://{bound}/mcp (streamable HTTP)");
         eprintln!(
             "  token: in {}; send it as `Authorization: Bearer $(cat {})`",
