@@ -29,6 +29,7 @@ pub mod lifecycle;
 pub mod progress;
 pub mod project;
 pub mod provider;
+pub mod prune;
 pub mod records;
 pub mod relay;
 pub mod sessions;

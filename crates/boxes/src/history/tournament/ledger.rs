@@ -166,7 +166,7 @@ fn prune_candidate(
         return Some(PruneOutcome::WouldRemove);
     }
     let mut notes = Vec::new();
-    super::race::remove_candidate(boxes, name, &mut notes);
+    super::removal::remove_candidate(boxes, name, &mut notes);
     Some(if notes.iter().any(|n| n.contains("could not remove")) {
         PruneOutcome::Kept(notes.join("; "))
     } else {

@@ -37,6 +37,7 @@ use crate::Result;
 mod candidate;
 mod ledger;
 mod race;
+mod removal;
 mod slot;
 
 pub use ledger::prune as prune_interrupted;
