@@ -15,6 +15,7 @@
 
 pub(crate) mod http;
 mod inbox;
+pub(crate) mod ops;
 mod params;
 pub(crate) mod reply;
 pub(crate) mod server;

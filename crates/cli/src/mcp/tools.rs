@@ -3,9 +3,6 @@
 //! line prints with `--json` for the same operation. Inside a box, a tool the relay answers
 //! is sent as the relay's request ([`crate::mcp::inbox`]); the others are refused.
 
-use std::sync::atomic::AtomicI32;
-use std::sync::Arc;
-
 use agentbox_boxes::records::registry;
 use agentbox_boxes::relay::RelayRequest as R;
 use rmcp::handler::server::wrapper::Parameters;
@@ -13,9 +10,10 @@ use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router};
 
 use crate::errors::{CliError, ExitCode};
+use crate::mcp::ops::{NewBox, Race};
 use crate::mcp::params::*;
 use crate::mcp::reply::{self, Executed};
-use crate::mcp::server::{usage, CheckedOut, Made, Notes, Tools};
+use crate::mcp::server::{usage, CheckedOut, Notes, Tools};
 
 #[tool_router(vis = "pub(super)")]
 impl Tools {
@@ -40,31 +38,13 @@ impl Tools {
     #[tool]
     async fn create_box(&self, Parameters(p): Parameters<CreateParams>) -> CallToolResult {
         self.host("create_box", "boxes", move |h| {
-            use agentbox_boxes::lifecycle::create::{Spec, Workspace};
-            let spec = Spec {
+            h.create_box(NewBox {
                 name: p.name,
-                workspace: match p.project {
-                    Some(d) => Workspace::From(d),
-                    None => Workspace::ProjectOf(h.cwd.clone()),
-                },
-                from_ref: None,
-                no_git: false,
-                settings: Default::default(),
+                project: p.project,
                 checkpoint: p.checkpoint,
                 no_checkpoint: p.no_checkpoint,
-                resync: None,
                 accept_stale: p.accept_stale,
                 provider: p.provider,
-                engine: None,
-                dockerfile: None,
-            };
-            let notes = Notes::default();
-            let made = h.boxes.create(&spec, &notes)?;
-            Ok(Made {
-                record: made.record,
-                head: made.head,
-                forked_from: None,
-                notes: notes.take(),
             })
         })
         .await
@@ -302,19 +282,7 @@ impl Tools {
     async fn fork(&self, Parameters(p): Parameters<ForkParams>) -> CallToolResult {
         self.host("fork", "result", move |h| {
             let source = h.box_name(p.target.as_deref())?;
-            let spec = agentbox_boxes::history::fork::ForkSpec {
-                source: source.clone(),
-                name: p.name,
-                at: p.at,
-            };
-            let notes = Notes::default();
-            let made = h.boxes.fork(&spec, &notes)?;
-            Ok(Made {
-                record: made.record,
-                head: made.head,
-                forked_from: Some(source),
-                notes: notes.take(),
-            })
+            h.fork_box(source, p.name, p.at)
         })
         .await
     }
@@ -324,28 +292,24 @@ impl Tools {
     #[tool]
     async fn tournament(&self, Parameters(p): Parameters<TournamentParams>) -> CallToolResult {
         self.host("tournament", "result", move |h| {
-            use agentbox_boxes::history::tournament::{Candidate, TournamentSpec};
             let source = h.box_name(p.target.as_deref())?;
-            let spec = TournamentSpec {
+            h.race(
                 source,
-                test: p.test,
-                candidates: p
-                    .candidates
-                    .into_iter()
-                    .map(|c| Candidate {
-                        name: c.name,
-                        command: c.command,
-                    })
-                    .collect(),
-                at: p.at,
-                keep: p.keep,
-                keep_losers: p.keep_losers,
-                parallel: p.parallel,
-                timeout: p.timeout.map(std::time::Duration::from_secs),
-                first: p.first,
-                interrupt: Arc::new(AtomicI32::new(0)),
-            };
-            Ok(h.boxes.tournament(&spec, &Notes::default())?)
+                Race {
+                    test: p.test,
+                    candidates: p
+                        .candidates
+                        .into_iter()
+                        .map(|c| (c.name, c.command))
+                        .collect(),
+                    at: p.at,
+                    keep: p.keep,
+                    keep_losers: p.keep_losers,
+                    parallel: p.parallel,
+                    timeout: p.timeout,
+                    first: p.first,
+                },
+            )
         })
         .await
     }
@@ -367,16 +331,7 @@ impl Tools {
         }
         self.host("checkpoint_create", "result", move |h| {
             let name = h.box_name(p.target.as_deref())?;
-            Ok(h.boxes.checkpoint_create(
-                &agentbox_boxes::checkpoints::checkpoint::CheckpointSpec {
-                    box_name: name,
-                    name: p.name,
-                    set_default: p.set_default,
-                    merged: p.merged,
-                    replace: p.replace,
-                    in_box: false,
-                },
-            )?)
+            h.checkpoint(name, p.name, (p.set_default, p.merged, p.replace))
         })
         .await
     }
@@ -389,9 +344,7 @@ impl Tools {
         Parameters(p): Parameters<CheckpointListParams>,
     ) -> CallToolResult {
         self.host("checkpoint_list", "checkpoints", move |h| {
-            let dir = p.project.unwrap_or_else(|| h.cwd.clone());
-            let here = registry::current_project(&h.home, &dir)?;
-            Ok(h.boxes.checkpoints(here.as_deref(), p.all)?)
+            h.checkpoints(p.project, p.all)
         })
         .await
     }

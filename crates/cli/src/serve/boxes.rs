@@ -2,9 +2,6 @@
 //! and checkpoints. Each calls one operation of the façade, as the MCP tool of the same
 //! name does.
 
-use std::sync::atomic::AtomicI32;
-use std::sync::Arc;
-
 use agentbox_boxes::records::registry;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,8 +11,9 @@ use super::params::*;
 use super::problem::{ApiError, Body, Path, Query};
 use super::{Answer, App};
 use crate::errors::CliError;
+use crate::mcp::ops::{NewBox, Race};
 use crate::mcp::reply::{self, Executed};
-use crate::mcp::server::{Made, Notes};
+use crate::mcp::server::Notes;
 
 /// The boxes of the server's current project (`all`: of every project; every environment
 /// when the server runs in no project), with state, HEAD, branches and where each runs.
@@ -46,31 +44,13 @@ pub async fn create(
 ) -> Result<(StatusCode, axum::Json<serde_json::Value>), ApiError> {
     let made = app
         .call(move |h| {
-            use agentbox_boxes::lifecycle::create::{Spec, Workspace};
-            let spec = Spec {
+            h.create_box(NewBox {
                 name: p.name,
-                workspace: match p.project {
-                    Some(d) => Workspace::From(d),
-                    None => Workspace::ProjectOf(h.cwd.clone()),
-                },
-                from_ref: None,
-                no_git: false,
-                settings: Default::default(),
+                project: p.project,
                 checkpoint: p.checkpoint,
                 no_checkpoint: p.no_checkpoint,
-                resync: None,
                 accept_stale: p.accept_stale,
                 provider: p.provider,
-                engine: None,
-                dockerfile: None,
-            };
-            let notes = Notes::default();
-            let made = h.boxes.create(&spec, &notes)?;
-            Ok(Made {
-                record: made.record,
-                head: made.head,
-                forked_from: None,
-                notes: notes.take(),
             })
         })
         .await?;
@@ -164,19 +144,7 @@ pub async fn fork(
     let made = app
         .call(move |h| {
             let source = h.box_name(Some(&target))?;
-            let spec = agentbox_boxes::history::fork::ForkSpec {
-                source: source.clone(),
-                name: p.name,
-                at: p.at,
-            };
-            let notes = Notes::default();
-            let made = h.boxes.fork(&spec, &notes)?;
-            Ok(Made {
-                record: made.record,
-                head: made.head,
-                forked_from: Some(source),
-                notes: notes.take(),
-            })
+            h.fork_box(source, p.name, p.at)
         })
         .await?;
     Ok((StatusCode::CREATED, made))
@@ -195,28 +163,24 @@ pub async fn tournament(
     Body(p): Body<TournamentBody>,
 ) -> Answer {
     app.call(move |h| {
-        use agentbox_boxes::history::tournament::{Candidate, TournamentSpec};
         let source = h.box_name(Some(&target))?;
-        let spec = TournamentSpec {
+        h.race(
             source,
-            test: p.test,
-            candidates: p
-                .candidates
-                .into_iter()
-                .map(|c| Candidate {
-                    name: c.name,
-                    command: c.command,
-                })
-                .collect(),
-            at: p.at,
-            keep: p.keep,
-            keep_losers: p.keep_losers,
-            parallel: p.parallel,
-            timeout: p.timeout.map(std::time::Duration::from_secs),
-            first: p.first,
-            interrupt: Arc::new(AtomicI32::new(0)),
-        };
-        Ok(h.boxes.tournament(&spec, &Notes::default())?)
+            Race {
+                test: p.test,
+                candidates: p
+                    .candidates
+                    .into_iter()
+                    .map(|c| (c.name, c.command))
+                    .collect(),
+                at: p.at,
+                keep: p.keep,
+                keep_losers: p.keep_losers,
+                parallel: p.parallel,
+                timeout: p.timeout,
+                first: p.first,
+            },
+        )
     })
     .await
 }
@@ -234,15 +198,7 @@ pub async fn checkpoint_create(
 ) -> Answer {
     app.call(move |h| {
         let name = h.box_name(Some(&target))?;
-        Ok(h.boxes
-            .checkpoint_create(&agentbox_boxes::checkpoints::checkpoint::CheckpointSpec {
-                box_name: name,
-                name: p.name,
-                set_default: p.set_default,
-                merged: p.merged,
-                replace: p.replace,
-                in_box: false,
-            })?)
+        h.checkpoint(name, p.name, (p.set_default, p.merged, p.replace))
     })
     .await
 }
@@ -252,10 +208,5 @@ pub async fn checkpoint_create(
     responses((status = 200, description = "the checkpoints", body = Vec<ObjectAnswer>),
               (status = "default", description = "an error", body = ErrorAnswer)))]
 pub async fn checkpoint_list(State(app): State<App>, Query(q): Query<CheckpointsQuery>) -> Answer {
-    app.call(move |h| {
-        let dir = q.project.unwrap_or_else(|| h.cwd.clone());
-        let here = registry::current_project(&h.home, &dir)?;
-        Ok(h.boxes.checkpoints(here.as_deref(), q.all)?)
-    })
-    .await
+    app.call(move |h| h.checkpoints(q.project, q.all)).await
 }
